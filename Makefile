@@ -1,0 +1,60 @@
+# unicache — top-level build. `make demo` and `make test` are the two commands a new user runs.
+# Every target runs `setup` first; all are idempotent (stamp files under .venv/).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
+
+# Fragments owned by the parts of the tree append to these.
+SETUP_TARGETS :=
+APT_PACKAGES := build-essential pkg-config
+REQUIREMENTS := requirements.txt $(wildcard tools/sim/requirements.txt guest-agent/requirements-test.txt)
+
+-include tools/sim/sim.mk
+-include guest-agent/agent.mk
+
+.PHONY: setup test lint typecheck pytest demo clean apt
+
+# apt packages only when root and something is missing (a non-root user gets one line).
+$(VENV)/.apt-stamp: Makefile
+	@mkdir -p $(VENV)
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "setup: installing apt packages: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "setup: not root, cannot install apt packages: $$missing (install them and re-run)"; exit 1; fi; \
+	fi
+	@touch $@
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.pip-stamp: $(VENV)/bin/python $(REQUIREMENTS) hypervisor/pyproject.toml
+	$(PIP) install -q $(addprefix -r ,$(REQUIREMENTS))
+	$(PIP) install -q -e hypervisor
+	@touch $@
+
+setup: $(VENV)/.apt-stamp $(VENV)/.pip-stamp $(SETUP_TARGETS)
+
+lint: setup
+	$(VENV)/bin/ruff check hypervisor tests tools guest-agent
+	$(VENV)/bin/ruff format --check hypervisor/unicache/policy
+
+typecheck: setup
+	$(VENV)/bin/mypy hypervisor/unicache
+
+pytest: setup
+	$(PY) -m pytest -q tests
+
+test: lint typecheck pytest
+
+demo: setup
+	@bash tools/demo.sh
+
+clean:
+	rm -rf $(VENV) build tools/sim/target

@@ -1,0 +1,419 @@
+"""The ``unicache`` command line: topology, models and replay (more commands join later).
+
+Every command has ``--json``; humans get tables. A user error (bad flag value, unreadable
+file, unknown model) is one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from unicache import __version__
+from unicache.cpulist import format_list
+from unicache.decisionlog import action_record, chunk_record
+from unicache.errors import ConfigError, UnicacheError
+from unicache.host.replay import ReplayHost
+from unicache.loop import run_rounds
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.topology import Topology, Unify, load_topology, model_names
+from unicache.trace import read_trace
+
+log = logging.getLogger(__name__)
+
+app = typer.Typer(
+    name="unicache",
+    help=(
+        "unicache: make a host's fragmented last-level caches and NUMA memory serve "
+        "virtual machines like one large shared cache."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# tables stay readable when piped (rich would otherwise squeeze them into 80 columns)
+_out = Console(width=None if sys.stdout.isatty() else 200)
+_err = Console(stderr=True)
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="A shipped machine model (see `unicache models`)."),
+]
+FileOpt = Annotated[Path | None, typer.Option("--file", "-f", help="A TOML machine model file.")]
+_UNIFY_CHOICE = click.Choice([str(u) for u in Unify])
+UnifyOpt = Annotated[
+    str,
+    typer.Option(
+        "--unify",
+        click_type=_UNIFY_CHOICE,
+        help="Cache unit: 'llc' = one LLC group, 'l2' = one core with its private caches.",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _kib(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n // 1024} KiB"
+
+
+def topology_json(topo: Topology, unify: Unify) -> dict[str, Any]:
+    """The JSON form ``unicache topology --json`` prints.
+
+    :param topo: the machine.
+    :param unify: the unification level for the ``units`` list.
+    """
+    return {
+        "name": topo.name,
+        "description": topo.description,
+        "source": topo.source,
+        "clock_ghz": topo.clock_ghz,
+        "page_size": topo.page_size,
+        "migration_cycles": topo.migration_cycles,
+        "migration_cycles_remote": topo.migration_cycles_remote,
+        "remote_latency_cycles": topo.remote_latency_cycles,
+        "cross_chip_cache_latency_cycles": topo.cross_chip_cache_latency_cycles,
+        "cpus": [
+            {
+                "cpu": c.cpu,
+                "core": c.core,
+                "socket": c.socket,
+                "node": c.node,
+                "llc_group": c.llc_group,
+            }
+            for c in topo.cpus
+        ],
+        "levels": [
+            {
+                "level": lv.level,
+                "size_bytes": lv.size_bytes,
+                "ways": lv.ways,
+                "sets": lv.sets,
+                "line_size": lv.line_size,
+                "scope": str(lv.scope),
+                "inclusion": str(lv.inclusion),
+                "latency_cycles": lv.latency_cycles,
+                "bandwidth_bytes_per_cycle": lv.bandwidth_bytes_per_cycle,
+            }
+            for lv in topo.levels
+        ],
+        "llc_groups": [
+            {"id": g.id, "cpus": format_list(g.cpus), "socket": g.socket, "node": g.node}
+            for g in topo.llc_groups()
+        ],
+        "smt_siblings": [format_list(c) for c in topo.cores().values() if len(c) > 1],
+        "nodes": [
+            {
+                "id": n.id,
+                "cpus": format_list(n.cpus),
+                "memory_bytes": n.memory_bytes,
+                "distances": list(n.distances),
+                "dram_latency_cycles": n.dram_latency_cycles,
+                "dram_bandwidth_bytes_per_cycle": n.dram_bandwidth_bytes_per_cycle,
+                "core_dram_bandwidth_bytes_per_cycle": n.core_dram_bandwidth_bytes_per_cycle,
+                "controllers": n.controllers,
+            }
+            for n in topo.nodes
+        ],
+        "unify": str(unify),
+        "units": [
+            {
+                "id": u.id,
+                "cpus": format_list(u.cpus),
+                "capacity_bytes": u.capacity_bytes,
+                "llc_group": u.llc_group,
+                "node": u.node,
+            }
+            for u in topo.units(unify)
+        ],
+    }
+
+
+@app.command()
+def topology(
+    model: ModelOpt = None,
+    file: FileOpt = None,
+    unify: UnifyOpt = "llc",
+    json_out: JsonOpt = False,
+    save: Annotated[
+        Path | None, typer.Option("--save", help="Also write the topology as a TOML model.")
+    ] = None,
+) -> None:
+    """Show a machine's LLC groups, cache levels, NUMA nodes and cache units.
+
+    Without --model or --file it reads this machine's sysfs and reports only what sysfs
+    says: latencies and bandwidths are not in sysfs and show as unknown.
+    """
+    from unicache.topology import dump_toml
+
+    topo = load_topology(model, file)
+    level = Unify(unify)
+    if save is not None:
+        try:
+            save.write_text(dump_toml(topo))
+        except OSError as err:
+            raise ConfigError(f"cannot write {save}") from err
+    if json_out:
+        print(json.dumps(topology_json(topo, level), indent=2))
+        return
+    _out.print(f"[bold]{topo.name}[/bold]: {topo.description}")
+    _out.print(f"source: {topo.source}")
+    levels = Table(
+        "level",
+        "size",
+        "ways",
+        "sets",
+        "line",
+        "shared by",
+        "inclusion",
+        "latency (cycles)",
+        "bandwidth (B/cycle)",
+        title="cache levels",
+    )
+    for lv in topo.levels:
+        levels.add_row(
+            f"L{lv.level}",
+            _kib(lv.size_bytes),
+            str(lv.ways),
+            str(lv.sets),
+            str(lv.line_size),
+            str(lv.scope),
+            str(lv.inclusion),
+            "unknown" if lv.latency_cycles is None else str(lv.latency_cycles),
+            "unknown"
+            if lv.bandwidth_bytes_per_cycle is None
+            else f"{lv.bandwidth_bytes_per_cycle:g}",
+        )
+    _out.print(levels)
+    groups = Table("LLC group", "cpus", "socket", "node", title="LLC groups")
+    for g in topo.llc_groups():
+        groups.add_row(str(g.id), format_list(g.cpus), str(g.socket), str(g.node))
+    _out.print(groups)
+    nodes = Table("node", "cpus", "memory", "distances", "DRAM latency", title="NUMA nodes")
+    for n in topo.nodes:
+        nodes.add_row(
+            str(n.id),
+            format_list(n.cpus) or "-",
+            _kib(n.memory_bytes),
+            " ".join(map(str, n.distances)),
+            "unknown" if n.dram_latency_cycles is None else f"{n.dram_latency_cycles} cycles",
+        )
+    _out.print(nodes)
+    units = Table(
+        "unit",
+        "cpus",
+        "capacity (M_on-chip)",
+        "LLC group",
+        "node",
+        title=f"cache units (--unify {unify})",
+    )
+    for u in topo.units(unify):
+        units.add_row(
+            str(u.id), format_list(u.cpus), _kib(u.capacity_bytes), str(u.llc_group), str(u.node)
+        )
+    _out.print(units)
+    if len(topo.units(level)) < 2:
+        _out.print(
+            f"note: only one cache unit with --unify {level}: nothing to unify "
+            "(try --unify l2 on a machine with one LLC)"
+        )
+
+
+@app.command()
+def models(json_out: JsonOpt = False) -> None:
+    """List the shipped machine models."""
+    from unicache.topology import load_model
+
+    rows = [(name, load_model(name)) for name in model_names()]
+    if json_out:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": n,
+                        "description": t.description,
+                        "cpus": len(t.cpus),
+                        "llc_groups": len(t.llc_groups()),
+                        "nodes": len(t.nodes),
+                    }
+                    for n, t in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table("model", "cpus", "LLC groups", "nodes", "description")
+    for name, topo in rows:
+        table.add_row(
+            name,
+            str(len(topo.cpus)),
+            str(len(topo.llc_groups())),
+            str(len(topo.nodes)),
+            topo.description,
+        )
+    _out.print(table)
+
+
+@app.command()
+def replay(
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="Observation trace (JSON lines).")],
+    model: ModelOpt = None,
+    file: FileOpt = None,
+    unify: Annotated[
+        str | None,
+        typer.Option(
+            "--unify",
+            click_type=_UNIFY_CHOICE,
+            help="Cache unit (default: the trace header's, else llc).",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+    chunks: Annotated[
+        bool, typer.Option("--chunks", help="Also show every per-chunk decision.")
+    ] = False,
+) -> None:
+    """Feed a recorded observation trace through the policies and print their actions.
+
+    The machine is --model/--file, else the model named in the trace header, else this
+    host. Malformed trace lines are reported with their line number and skipped.
+    """
+    parsed = read_trace(trace)
+    if model is None and file is None:
+        model = parsed.header.model
+    topo = load_topology(model, file)
+    level = Unify(unify or parsed.header.unify or "llc")
+    policy = UnicachePolicy(topo, level)
+    for number, why in parsed.skipped:
+        sys.stderr.write(f"{trace}:{number}: skipped: {why}\n")
+    if policy.scu.options.cost_source != "model":
+        _err.print(
+            f"note: {topo.name} has no figures for SCU costs; using "
+            f"{policy.scu.options.cost_source} (see docs/policies.md)",
+            highlight=False,
+        )
+    host = ReplayHost(parsed, frozenset(c.cpu for c in topo.cpus))
+    records: list[dict[str, Any]] = []
+    chunk_records: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    rules: Counter[str] = Counter()
+    for rnd in run_rounds(host, policy, RoundState()):
+        records.extend(action_record(rnd.tick, a) for a in rnd.decision.actions)
+        chunk_records.extend(chunk_record(rnd.tick, d) for d in rnd.decision.chunk_decisions)
+        rules.update(d.rule for d in rnd.decision.chunk_decisions)
+        failures.extend(
+            {**action_record(rnd.tick, a), "error": why} for a, why in rnd.result.failed
+        )
+    opts = policy.scu.options
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "model": topo.name,
+                    "unify": str(level),
+                    "units": len(policy.units),
+                    "scu": {
+                        "min_read_size": opts.params.min_read_size,
+                        "chunk_size": opts.chunk_size,
+                        "busy_threshold": opts.params.busy_threshold,
+                        "idle_threshold": opts.params.idle_threshold,
+                        "cost_source": opts.cost_source,
+                    },
+                    "skipped": [{"line": n, "why": w} for n, w in parsed.skipped],
+                    "actions": records,
+                    "chunk_decisions": chunk_records,
+                    "rules": dict(sorted(rules.items())),
+                    "failed": failures,
+                },
+                indent=1,
+            )
+        )
+        return
+    _out.print(
+        f"[bold]{topo.name}[/bold], --unify {level}: {len(policy.units)} units; "
+        f"min_read_size {opts.params.min_read_size} B, chunk size {_kib(opts.chunk_size)}"
+    )
+    table = Table("tick", "action", "target", "detail", "reason", title="actions")
+    for rec in records:
+        table.add_row(str(rec["tick"]), rec["kind"], rec["target"], _detail(rec), rec["reason"])
+    _out.print(table)
+    if chunks:
+        ctable = Table("tick", "vm", "chunk", "unit", "load", "rule", title="chunk decisions")
+        for rec in chunk_records:
+            ctable.add_row(
+                str(rec["tick"]),
+                rec["vm"],
+                f"{rec['file']}:{rec['chunk']}",
+                str(rec["unit"]),
+                "caching" if rec["caching"] else "non-caching",
+                rec["rule"],
+            )
+        _out.print(ctable)
+    summary = Table("Figure 2 rule", "decisions", title="chunk decisions by rule")
+    for rule, n in sorted(rules.items()):
+        summary.add_row(rule, str(n))
+    _out.print(summary)
+    for fail in failures:
+        _err.print(f"failed: {fail['target']}: {fail['error']}", highlight=False)
+
+
+def _detail(rec: dict[str, Any]) -> str:
+    if rec["kind"] == "pin-vcpu":
+        return f"cpus {rec['cpus']} (unit {rec['unit']})"
+    if rec["kind"] == "set-cpu-weight":
+        return f"cpu.weight {rec['weight']}"
+    entries = rec.get("entries", [])
+    cached = sum(1 for e in entries if e["caching"])
+    return f"v{rec['version']}: {cached} cached, {len(entries) - cached} non-caching"
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def _mount_optional() -> None:
+    # sub-command groups owned by other parts of the tree, mounted when present
+    import importlib
+
+    try:
+        cli_bench = importlib.import_module("unicache.cli_bench")
+    except ImportError:
+        return
+    app.add_typer(cli_bench.app, name="bench", help="Benchmarks (shim, ...).")
+
+
+_mount_optional()
+
+
+def main() -> None:
+    """Console entry point: one line and exit 2 on a user error, never a traceback."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app(standalone_mode=False)
+    except UnicacheError as err:
+        # plain write: one line, never wrapped to the terminal width
+        sys.stderr.write(f"unicache: error: {err}\n")
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _err.print("unicache: aborted", highlight=False)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in standalone_mode=False
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,66 @@
+"""Decision records: every action and chunk decision as one JSON object with its reason.
+
+The same records go to the daemon's JSON-lines decision log, to ``replay --json`` and to
+``explain``; humans see them as tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unicache.cpulist import format_list
+from unicache.model import Action, ChunkDecision, PinVcpu, PublishPlacement, SetCpuWeight
+
+
+def action_record(tick: int, action: Action) -> dict[str, Any]:
+    """One action as a flat JSON-ready record.
+
+    :param tick: the round it was decided in.
+    :param action: the action.
+    """
+    record: dict[str, Any] = {"tick": tick, "kind": str(action.kind), "target": action.target}
+    if isinstance(action, PinVcpu):
+        record.update(
+            vm=action.vcpu.vm,
+            vcpu=action.vcpu.index,
+            cpus=format_list(action.cpus),
+            unit=action.unit,
+        )
+    elif isinstance(action, SetCpuWeight):
+        record.update(vm=action.vcpu.vm, vcpu=action.vcpu.index, weight=action.weight)
+    elif isinstance(action, PublishPlacement):
+        table = action.table
+        record.update(
+            vm=action.vm,
+            version=table.version,
+            chunk_size=table.chunk_size,
+            min_read_size=table.min_read_size,
+            entries=[
+                {
+                    "file": f"{e.chunk.file_id:x}",
+                    "chunk": e.chunk.index,
+                    "unit": e.unit,
+                    "vcpus": format_list(e.vcpus),
+                    "caching": e.caching,
+                    "migration_budget": e.migration_budget,
+                }
+                for e in table.entries
+            ],
+        )
+    record["reason"] = action.reason
+    return record
+
+
+def chunk_record(tick: int, decision: ChunkDecision) -> dict[str, Any]:
+    """One per-chunk decision as a JSON-ready record."""
+    return {
+        "tick": tick,
+        "kind": "chunk-decision",
+        "vm": decision.vm,
+        "file": f"{decision.chunk.file_id:x}",
+        "chunk": decision.chunk.index,
+        "unit": decision.unit,
+        "caching": decision.caching,
+        "rule": decision.rule,
+        "reason": decision.reason,
+    }

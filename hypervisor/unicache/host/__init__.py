@@ -1,0 +1,1 @@
+"""Hosts: the ports policies observe through and act on (replay, simulated, live)."""

@@ -1,0 +1,52 @@
+"""The policy loop: observe -> decide -> act -> record, for any host.
+
+The daemon, ``unicache replay`` and the simulator all drive policies through this loop,
+so the same policy object sees the same kind of input everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from unicache.host.base import ActResult, Host
+from unicache.model import Decision
+from unicache.policy.round import Policy, RoundState
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    """One round of the loop.
+
+    :param tick: the observation's tick.
+    :param decision: what the policy decided.
+    :param result: what the host did with it.
+    :param state: the policy state after the round.
+    """
+
+    tick: int
+    decision: Decision
+    result: ActResult
+    state: RoundState
+
+
+def run_rounds(
+    host: Host, policy: Policy, state: RoundState, max_rounds: int | None = None
+) -> Iterator[RoundResult]:
+    """Run rounds until the host has nothing more to observe (or ``max_rounds``).
+
+    :param host: where observations come from and actions go.
+    :param policy: the policy.
+    :param state: the starting state (validated with ``policy.start``).
+    :returns: an iterator over the rounds, lazily, so callers can log as they go.
+    """
+    policy.start(state)
+    rounds = 0
+    while max_rounds is None or rounds < max_rounds:
+        obs = host.observe()
+        if obs is None:
+            return
+        decision, state = policy.decide(obs, state)
+        result = host.act(decision.actions)
+        rounds += 1
+        yield RoundResult(obs.tick, decision, result, state)

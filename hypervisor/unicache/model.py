@@ -1,0 +1,344 @@
+"""The typed model every part of unicache shares: VMs, vCPUs, chunks, samples, reports, actions.
+
+All classes are small frozen dataclasses. Policies read them and return new ones; hosts
+(live or simulated) build them from what they observe and carry out the actions.
+No file names ever appear here: a guest identifies a file by an opaque 64-bit id.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+#: the largest opaque file id a guest may use (ids are unsigned 64-bit)
+MAX_FILE_ID = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class VcpuId:
+    """One virtual CPU of one VM.
+
+    :param vm: the VM's name (unique on the host).
+    :param index: the vCPU index inside the VM (0-based, as QEMU and libvirt count).
+    """
+
+    vm: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.vm}/vcpu{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Vcpu:
+    """A vCPU as the host sees it now.
+
+    :param id: which vCPU.
+    :param thread_id: the host thread running it (QMP ``thread-id``), if known.
+    :param cpus: the host CPUs it may currently run on (its affinity).
+    """
+
+    id: VcpuId
+    thread_id: int | None
+    cpus: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Vm:
+    """A virtual machine managed by unicache.
+
+    :param name: unique name on the host.
+    :param vcpus: its vCPUs, ordered by index.
+    :param memory_bytes: guest RAM.
+    """
+
+    name: str
+    vcpus: tuple[Vcpu, ...]
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ChunkId:
+    """A chunk of a guest file: an opaque file id and the chunk's index in the file.
+
+    :param file_id: opaque unsigned 64-bit id chosen by the guest (never a name).
+    :param index: chunk number, ``offset // chunk_size``.
+    """
+
+    file_id: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.file_id:016x}:{self.index}"
+
+
+class CounterSource(enum.StrEnum):
+    """Where a counter sample came from; recorded in every sample and every weight."""
+
+    #: perf_event_open hardware events (cycles, instructions, LLC references/misses)
+    HARDWARE = "hardware"
+    #: software events only (task-clock) plus the bytes the guest agent reported
+    SOFTWARE = "software"
+    #: the trace-driven simulator
+    SIMULATED = "simulated"
+    #: replayed from a recorded trace
+    TRACE = "trace"
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSample:
+    """Counters of one vCPU over the last interval.
+
+    Fields that the source cannot measure are ``None``, never zero.
+
+    :param vcpu: which vCPU.
+    :param source: what produced the numbers.
+    :param cycles: CPU cycles the vCPU thread ran.
+    :param instructions: instructions retired.
+    :param llc_references: last-level cache references.
+    :param llc_misses: last-level cache misses.
+    :param level_misses: misses per cache level, index 0 = L1 (for MFC eq. 1), if known.
+    :param busy: fraction of the interval the vCPU thread was running (task-clock / wall).
+    :param guest_bytes: bytes the guest agent reported this vCPU read in the interval.
+    """
+
+    vcpu: VcpuId
+    source: CounterSource
+    cycles: int | None = None
+    instructions: int | None = None
+    llc_references: int | None = None
+    llc_misses: int | None = None
+    level_misses: tuple[int, ...] | None = None
+    busy: float = 0.0
+    guest_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkAccess:
+    """What a guest read (and wrote) of one chunk during one report interval.
+
+    :param chunk: which chunk.
+    :param bytes_read: total bytes read.
+    :param reads: number of read calls.
+    :param writes: number of write calls that touched the chunk.
+    :param vcpu_bytes: ``(vcpu index, bytes read)`` pairs, sorted by vCPU index.
+    """
+
+    chunk: ChunkId
+    bytes_read: int
+    reads: int
+    writes: int = 0
+    vcpu_bytes: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHealth:
+    """The guest agent's own account of itself (informational, never trusted for decisions).
+
+    :param uptime_s: seconds since the agent started.
+    :param shim_clients: processes currently using the preload shim.
+    :param dropped: events or counters the agent dropped since the last report.
+    :param errors: errors the agent saw since the last report.
+    """
+
+    uptime_s: float = 0.0
+    shim_clients: int = 0
+    dropped: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GuestReport:
+    """One periodic report from a guest agent, already validated and bounded by the channel.
+
+    :param vm: the VM it came from (set by the host from the socket, never by the guest).
+    :param seq: the agent's report sequence number.
+    :param interval_s: the interval it covers.
+    :param chunks: per-chunk accesses.
+    :param guest_vcpus: how many vCPUs the guest sees online.
+    :param guest_nodes: the guest's NUMA node ids.
+    :param health: the agent's health.
+    """
+
+    vm: str
+    seq: int
+    interval_s: float
+    chunks: tuple[ChunkAccess, ...]
+    guest_vcpus: int = 0
+    guest_nodes: tuple[int, ...] = ()
+    health: AgentHealth = field(default_factory=AgentHealth)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementEntry:
+    """Where the guest must read one chunk.
+
+    :param chunk: which chunk.
+    :param vcpus: the VM's vCPUs (indices) pinned in the chunk's cache unit.
+    :param caching: ``False`` = read with non-temporal loads (MFC §4.3 non-caching).
+    :param migration_budget: migrations per interval the shim may spend on it (MFC §4.5).
+    :param unit: the host cache unit holding the chunk (informational for the guest).
+    """
+
+    chunk: ChunkId
+    vcpus: frozenset[int]
+    caching: bool = True
+    migration_budget: int = 0
+    unit: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementTable:
+    """The whole placement table of one VM; the guest replaces its table atomically.
+
+    :param vm: which VM.
+    :param version: increases with every table sent to that VM.
+    :param chunk_size: bytes per chunk the guest must use to compute chunk indices.
+    :param min_read_size: reads shorter than this never migrate (MFC §4.5).
+    :param entries: one entry per placed chunk, sorted by chunk.
+    """
+
+    vm: str
+    version: int
+    chunk_size: int
+    min_read_size: int
+    entries: tuple[PlacementEntry, ...]
+
+
+class ActionKind(enum.StrEnum):
+    """Stable names of action kinds, used in logs and metrics."""
+
+    PIN_VCPU = "pin-vcpu"
+    SET_CPU_WEIGHT = "set-cpu-weight"
+    PUBLISH_PLACEMENT = "publish-placement"
+
+
+@dataclass(frozen=True, slots=True)
+class PinVcpu:
+    """Pin a vCPU thread to a set of host CPUs.
+
+    :param vcpu: which vCPU.
+    :param cpus: the host CPUs it may run on.
+    :param unit: the cache unit those CPUs belong to.
+    :param reason: why, naming the rule that produced it.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.PIN_VCPU
+    vcpu: VcpuId
+    cpus: frozenset[int]
+    unit: int
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"affinity/{self.vcpu}"
+
+
+@dataclass(frozen=True, slots=True)
+class SetCpuWeight:
+    """Set the CPU weight of a vCPU (cgroup v2 ``cpu.weight``, 1..10000).
+
+    :param vcpu: which vCPU.
+    :param weight: the new weight.
+    :param reason: why, naming the rule that produced it.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.SET_CPU_WEIGHT
+    vcpu: VcpuId
+    weight: int
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"cpu.weight/{self.vcpu}"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishPlacement:
+    """Send a placement table to a VM's guest agent.
+
+    :param vm: which VM.
+    :param table: the table.
+    :param reason: why, summarising the rules behind the entries.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.PUBLISH_PLACEMENT
+    vm: str
+    table: PlacementTable
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"placement/{self.vm}"
+
+
+#: every action a policy can return
+Action = PinVcpu | SetCpuWeight | PublishPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDecision:
+    """One decision about one chunk, kept for ``explain`` and the decision log.
+
+    :param vm: the VM whose read triggered it.
+    :param chunk: which chunk.
+    :param unit: the unit chosen.
+    :param caching: caching or non-caching loads.
+    :param rule: the Figure 2 rule (line numbers) that produced it.
+    :param reason: one line for humans.
+    """
+
+    vm: str
+    chunk: ChunkId
+    unit: int
+    caching: bool
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request a policy could not satisfy.
+
+    :param kind: stable reason, e.g. ``LLC_EXHAUSTED``.
+    :param reason: one line for humans.
+    """
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one policy round decided.
+
+    :param policy: the policy's name.
+    :param actions: actions for the host to carry out, in order.
+    :param chunk_decisions: per-chunk decisions behind the placement tables.
+    :param refusals: what could not be done.
+    """
+
+    policy: str
+    actions: tuple[Action, ...] = ()
+    chunk_decisions: tuple[ChunkDecision, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything a host observed in one interval; the only input of a policy round.
+
+    :param tick: the round number (policies use it instead of a clock).
+    :param vms: the managed VMs and their vCPUs.
+    :param samples: per-vCPU counter samples for the interval.
+    :param reports: guest reports received in the interval.
+    """
+
+    tick: int
+    vms: tuple[Vm, ...]
+    samples: tuple[CounterSample, ...] = ()
+    reports: tuple[GuestReport, ...] = ()

@@ -1,0 +1,9 @@
+"""Pure policies: observations in, actions with reasons out (no I/O, no clock, no threads).
+
+One module per technique, each written to be read beside its paper:
+
+* :mod:`unicache.policy.mfc` — MFC's ``mfc_access`` (MFC paper Figure 2, eq. 1-2);
+* :mod:`unicache.policy.scu` — SCU for VMs: placement tables from guest reports;
+* :mod:`unicache.policy.obs` — OBS-X/L/C vCPU placement from cache weights;
+* :mod:`unicache.policy.round` — one round of all of them, in order.
+"""

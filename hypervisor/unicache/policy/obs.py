@@ -1,0 +1,315 @@
+"""Observation-based vCPU placement: OBS-X, OBS-L and OBS-C over cache units.
+
+Follows the observations paper (os-observations-multicore.md), with vCPUs in the place
+of tasks and cache units in the place of LLC groups:
+
+* cache weight = LLC misses per cycle of the last interval ("Policy: Reducing cache
+  interference": "cache misses per cycle are the best indication"; "basing the weight on
+  the metrics from the immediately past quantum");
+* OBS-X ("Policy: Migrating across caches"): a new vCPU goes to the unit with the
+  smallest cache load; overweight vCPUs (weight above their unit's average) are not
+  moved, except by the periodic rebalance that moves one overweight vCPU from the
+  heaviest unit to the lightest;
+* OBS-L ("Policy: Reducing cache interference"): inside a unit with more vCPUs than
+  CPUs, heavy vCPUs share a CPU so that what co-runs on the other CPUs is light;
+* OBS-C ("Policy: Addressing fairness"): CPU time credited from the heaviest to lighter
+  co-runners, ``t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit``,
+  expressed as cgroup ``cpu.weight`` actions.
+
+Pure: no I/O, no clock, no threads; the same inputs give the same actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from unicache.cpulist import format_list
+from unicache.model import (
+    Action,
+    CounterSample,
+    CounterSource,
+    Decision,
+    Observation,
+    PinVcpu,
+    SetCpuWeight,
+    VcpuId,
+)
+from unicache.topology import CacheUnit
+
+#: "Addressing fairness": c_credit = 2 % was the preferred trade-off
+C_CREDIT = 0.02
+#: cpu.weight of a vCPU without credit. cgroup v2 weights are relative among siblings
+#: (the vCPU cgroups of one VM), so 1000 instead of the kernel's default 100 gives OBS-C's
+#: credits of a fraction of a percent a resolution of 0.1 %.
+BASE_CPU_WEIGHT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ObsOptions:
+    """Options of the OBS policies.
+
+    :param rebalance_period: rounds between two OBS-X rebalances ("Periodically").
+    :param imbalance_margin: a rebalance happens only when the heaviest unit's load
+        exceeds the lightest's by this fraction of the heaviest (hysteresis).
+    :param c_credit: OBS-C's share of CPU time reserved for credit.
+    :param line_size: bytes per line, to turn guest bytes into line fills.
+    :param heavy_weight_floor: OBS-C credits nothing while the heaviest co-runner's weight
+        is below this (misses per cycle): differences between light vCPUs are noise.
+    :param heavy_margin: OBS-L calls a vCPU heavy only above ``average * (1 + margin)``.
+    """
+
+    rebalance_period: int = 5
+    imbalance_margin: float = 0.10
+    c_credit: float = C_CREDIT
+    line_size: int = 64
+    heavy_weight_floor: float = 1e-4
+    heavy_margin: float = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class CacheWeight:
+    """A vCPU's cache weight and where it came from.
+
+    :param value: LLC misses per cycle (or its software estimate).
+    :param source: the counter source that produced it.
+    """
+
+    value: float
+    source: CounterSource
+
+
+def cache_weight(sample: CounterSample, line_size: int = 64) -> CacheWeight:
+    """The OBS cache weight of one vCPU for the last interval.
+
+    With hardware counters: LLC misses per cycle. Without them (software source): the
+    guest-reported bytes read, in lines, per cycle the vCPU ran — every line a guest
+    read through the page cache is one the cache had to take in.
+
+    :param sample: the vCPU's counter sample.
+    :param line_size: bytes per cache line.
+    :returns: the weight; 0 when the sample has neither misses nor guest bytes.
+    """
+    if sample.llc_misses is not None and sample.cycles:
+        return CacheWeight(sample.llc_misses / sample.cycles, sample.source)
+    if sample.guest_bytes is not None and sample.cycles:
+        return CacheWeight(sample.guest_bytes / line_size / sample.cycles, sample.source)
+    return CacheWeight(0.0, sample.source)
+
+
+@dataclass(frozen=True, slots=True)
+class ObsState:
+    """What OBS remembers between rounds (read-only to the policy).
+
+    :param unit_of: vCPU -> the unit OBS-X placed it in.
+    :param weights: vCPU -> its last known cache weight.
+    :param cpu_weights: vCPU -> the cpu.weight OBS-C last set.
+    :param last_rebalance: the round of the last rebalance.
+    """
+
+    unit_of: Mapping[VcpuId, int] = field(default_factory=dict)
+    weights: Mapping[VcpuId, float] = field(default_factory=dict)
+    cpu_weights: Mapping[VcpuId, int] = field(default_factory=dict)
+    last_rebalance: int = 0
+
+
+class ObsPolicy:
+    """OBS-X, OBS-L and OBS-C as one policy over cache units.
+
+    Invariants: every managed vCPU is in exactly one unit; a vCPU already placed moves
+    only in a rebalance, at most one per ``rebalance_period`` rounds, and only when the
+    move lowers the heaviest unit's load below its current value (no oscillation under
+    a steady workload).
+
+    :param units: the cache units vCPUs are placed in.
+    :param options: the options.
+    """
+
+    name = "obs"
+
+    def __init__(self, units: tuple[CacheUnit, ...], options: ObsOptions | None = None) -> None:
+        self.units = units
+        self.options = options or ObsOptions()
+        self._unit_by_id = {u.id: u for u in units}
+
+    def start(self, state: ObsState) -> None:
+        """Check that a restored state fits the units (idempotent).
+
+        :raises ValueError: naming a vCPU placed in a unit that does not exist.
+        """
+        for vcpu, unit in state.unit_of.items():
+            if unit not in self._unit_by_id:
+                raise ValueError(f"{vcpu} is in unit {unit}, which this topology lacks")
+
+    def decide(self, obs: Observation, state: ObsState) -> tuple[Decision, ObsState]:
+        """One round: weigh, place new vCPUs, maybe rebalance, pin, credit.
+
+        :param obs: this round's observation.
+        :param state: what the previous round left.
+        :returns: the decision and the new state.
+        """
+        opts = self.options
+        live = sorted(v.id for vm in obs.vms for v in vm.vcpus)
+        weights = {v: w for v, w in state.weights.items() if v in live}
+        busy: dict[VcpuId, float] = {}
+        for sample in obs.samples:
+            if sample.vcpu in live:
+                weights[sample.vcpu] = cache_weight(sample, opts.line_size).value
+                busy[sample.vcpu] = sample.busy
+        unit_of = {v: u for v, u in state.unit_of.items() if v in live}
+        reasons: dict[VcpuId, str] = {}
+
+        # OBS-X 1: a new vCPU goes to the unit with the smallest cache load
+        for vcpu in live:
+            if vcpu not in unit_of:
+                loads = self._loads(unit_of, weights)
+                # sort keys: cache load, vCPUs already there, unit id
+                target = min(
+                    self.units,
+                    key=lambda u: (loads[u.id], _count(unit_of, u.id), u.id),
+                )
+                unit_of[vcpu] = target.id
+                reasons[vcpu] = (
+                    f"OBS-X: new vCPU placed in the lightest unit {target.id} "
+                    f"(cache load {loads[target.id]:.3g})"
+                )
+
+        # OBS-X 2: periodic rebalance of one overweight vCPU, heaviest -> lightest unit
+        last_rebalance = state.last_rebalance
+        if obs.tick - state.last_rebalance >= opts.rebalance_period and len(self.units) > 1:
+            last_rebalance = obs.tick
+            moved = self._rebalance(unit_of, weights)
+            if moved is not None:
+                vcpu, src, dst, why = moved
+                unit_of[vcpu] = dst
+                reasons[vcpu] = why
+
+        actions: list[Action] = []
+        current = {v.id: v.cpus for vm in obs.vms for v in vm.vcpus}
+        # OBS-L: CPU sets inside each unit
+        for unit in self.units:
+            members = sorted(v for v, u in unit_of.items() if u == unit.id)
+            for vcpu, cpus, why in self._local_sets(unit, members, weights):
+                if current.get(vcpu) != cpus:
+                    reason = reasons.get(vcpu) or why
+                    actions.append(PinVcpu(vcpu, cpus, unit.id, reason))
+
+        # OBS-C: credit CPU time from heavy to light co-runners
+        cpu_weights = dict(state.cpu_weights)
+        for unit in self.units:
+            members = sorted(v for v, u in unit_of.items() if u == unit.id)
+            for vcpu, value, why in self._credit(members, weights, busy):
+                if cpu_weights.get(vcpu, BASE_CPU_WEIGHT) != value:
+                    actions.append(SetCpuWeight(vcpu, value, why))
+                cpu_weights[vcpu] = value
+        cpu_weights = {v: w for v, w in cpu_weights.items() if v in live}
+
+        new_state = ObsState(unit_of, weights, cpu_weights, last_rebalance)
+        return Decision(self.name, tuple(actions)), new_state
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def _loads(
+        self, unit_of: Mapping[VcpuId, int], weights: Mapping[VcpuId, float]
+    ) -> dict[int, float]:
+        loads = {u.id: 0.0 for u in self.units}
+        for vcpu, unit in unit_of.items():
+            loads[unit] += weights.get(vcpu, 0.0)
+        return loads
+
+    def _rebalance(
+        self, unit_of: dict[VcpuId, int], weights: Mapping[VcpuId, float]
+    ) -> tuple[VcpuId, int, int, str] | None:
+        loads = self._loads(unit_of, weights)
+        # sort keys: load, then unit id (deterministic ties)
+        heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
+        light = min(self.units, key=lambda u: (loads[u.id], u.id)).id
+        gap = loads[heavy] - loads[light]
+        if heavy == light or gap <= self.options.imbalance_margin * loads[heavy]:
+            return None
+        members = [v for v, u in unit_of.items() if u == heavy]
+        average = loads[heavy] / len(members)
+        overweight = [v for v in members if weights.get(v, 0.0) > average]
+        # only moves that lower the heaviest load: light + w < heavy
+        useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
+        if not useful:
+            return None
+        # sort keys: distance of w from half the gap (best leveller), then vCPU id
+        vcpu = min(useful, key=lambda v: (abs(gap / 2 - weights.get(v, 0.0)), v))
+        why = (
+            f"OBS-X: rebalance moved overweight vCPU (weight {weights.get(vcpu, 0.0):.3g} > "
+            f"unit average {average:.3g}) from heaviest unit {heavy} "
+            f"(load {loads[heavy]:.3g}) to lightest unit {light} (load {loads[light]:.3g})"
+        )
+        return vcpu, heavy, light, why
+
+    def _local_sets(
+        self, unit: CacheUnit, members: list[VcpuId], weights: Mapping[VcpuId, float]
+    ) -> list[tuple[VcpuId, frozenset[int], str]]:
+        cpus = sorted(unit.cpus)
+        heaviest = max((weights.get(v, 0.0) for v in members), default=0.0)
+        floor = self.options.heavy_weight_floor
+        if len(members) <= len(cpus) or len(cpus) < 2 or heaviest < floor:
+            why = f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)})"
+            return [(v, unit.cpus, why) for v in members]
+        # OBS-L: heavy vCPUs (clearly above the unit's average weight) share the first CPUs,
+        # so what co-runs on the other CPUs is light. Within each class the order is the
+        # vCPU id, not the weight, and "clearly" is heavy_margin: noise between similar
+        # vCPUs never moves them (hysteresis).
+        average = sum(weights.get(v, 0.0) for v in members) / len(members)
+        cut = average * (1.0 + self.options.heavy_margin)
+        heavy = [v for v in members if weights.get(v, 0.0) > cut]
+        light = [v for v in members if weights.get(v, 0.0) <= cut]
+        per_cpu = -(-len(members) // len(cpus))
+        out = []
+        for slot, vcpu in enumerate(heavy + light):
+            cpu = cpus[slot // per_cpu]
+            kind = "heavy" if vcpu in heavy else "light"
+            out.append(
+                (
+                    vcpu,
+                    frozenset({cpu}),
+                    f"OBS-L: {kind} vCPU (weight {weights.get(vcpu, 0.0):.3g}, unit average "
+                    f"{average:.3g}) on cpu {cpu}: heavy vCPUs share cpus so co-runners are light",
+                )
+            )
+        return out
+
+    def _credit(
+        self,
+        members: list[VcpuId],
+        weights: Mapping[VcpuId, float],
+        busy: Mapping[VcpuId, float],
+    ) -> list[tuple[VcpuId, int, str]]:
+        running = [v for v in members if busy.get(v, 0.0) > 0.0]
+        if len(running) < 2:
+            return [(v, BASE_CPU_WEIGHT, "OBS-C: no co-runner, default weight") for v in members]
+        values = [weights.get(v, 0.0) for v in running]
+        largest, smallest = max(values), min(values)
+        spread = largest - smallest
+        if spread <= 0.0 or largest < self.options.heavy_weight_floor:
+            why = "OBS-C: no heavy co-runner, default weight"
+            return [(v, BASE_CPU_WEIGHT, why) for v in members]
+        heaviest = min(running, key=lambda v: (-weights.get(v, 0.0), v))
+        average = sum(values) / len(values)
+        out: list[tuple[VcpuId, int, str]] = []
+        given = 0.0
+        for vcpu in members:
+            w = weights.get(vcpu, 0.0)
+            if vcpu == heaviest or vcpu not in running or w >= average:
+                continue
+            overlap = min(busy.get(vcpu, 0.0), busy.get(heaviest, 0.0))
+            # t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit
+            credit = min(w / spread, 1.0) * overlap * self.options.c_credit
+            given += credit
+            value = round(BASE_CPU_WEIGHT * (1.0 + credit))
+            out.append((vcpu, value, f"OBS-C: credit {credit:.2%} of CPU time from {heaviest}"))
+        heavy_value = round(BASE_CPU_WEIGHT * (1.0 - given))
+        out.append((heaviest, heavy_value, f"OBS-C: gives {given:.2%} of CPU time to co-runners"))
+        credited = {v for v, _, _ in out}
+        out.extend((v, BASE_CPU_WEIGHT, "OBS-C: no credit") for v in members if v not in credited)
+        return sorted(out)
+
+
+def _count(unit_of: Mapping[VcpuId, int], unit: int) -> int:
+    return sum(1 for u in unit_of.values() if u == unit)

@@ -1,0 +1,333 @@
+"""SCU for VMs: run MFC's ``mfc_access`` on guest reports and publish placement tables.
+
+The guest reads; its agent reports per-chunk reads by vCPU; this policy replays those
+reads through :meth:`MfcTable.mfc_access` (MFC paper Figure 2), global across all VMs,
+and turns the result into one placement table per VM: chunk -> the VM's vCPUs in the
+chunk's unit, caching or non-caching. The guest's shim then migrates the reading
+thread synchronously, as MFC's kernel did (§4.2).
+
+Parameters come from the machine (§4.5 ``min_read_size``, §4.7 chunk size, §4.6
+``M_on-chip``) through :func:`scu_options_for`. Pure: no I/O, no clock, no threads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from unicache.model import (
+    ChunkDecision,
+    CounterSource,
+    Decision,
+    Observation,
+    PlacementEntry,
+    PlacementTable,
+    PublishPlacement,
+    VcpuId,
+)
+from unicache.policy.mfc import (
+    RULE_NON_CACHING,
+    ChunkKey,
+    MfcParams,
+    MfcTable,
+    UnitView,
+    m_use,
+)
+from unicache.topology import CacheLevel, CacheUnit, Scope, Topology, Unify
+
+#: §4.5: MFC "conservatively estimates this working set to be 4 Kbytes"
+WORKING_SET_BYTES = 4096
+#: used where the machine model has no figure (a discovered host): documented defaults
+DEFAULT_MIGRATION_CYCLES = 20_000
+DEFAULT_ONCHIP_BYTES_PER_CYCLE = 3.0
+DEFAULT_OFFCHIP_BYTES_PER_CYCLE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScuOptions:
+    """Options of the SCU policy.
+
+    :param params: the Figure 2 parameters.
+    :param chunk_size: §4.7 — half the size of a core's L2.
+    :param update_period: rounds between two ``update_use`` agings.
+    :param max_chunks: the most chunks remembered (bounded state).
+    :param max_entries: the most entries in one VM's placement table.
+    :param max_replays: the most ``mfc_access`` calls one reported chunk access may cause
+        per round (reads are replayed, but a guest cannot buy unbounded policy work).
+    :param cost_source: where the cost figures came from (model, or defaults).
+    """
+
+    params: MfcParams
+    chunk_size: int
+    update_period: int = 4
+    max_chunks: int = 65_536
+    max_entries: int = 4_096
+    max_replays: int = 8
+    cost_source: str = "model"
+
+
+def min_read_size(
+    migration_cycles: float, onchip_bytes_per_cycle: float, offchip_bytes_per_cycle: float
+) -> int:
+    """§4.5: the smallest read for which migrating beats loading from DRAM.
+
+    Migrate when ``S/bw_off > migration + WS/bw_off + S/bw_on``, i.e.
+    ``S > (migration + WS/bw_off) / (1/bw_off - 1/bw_on)``.
+
+    :returns: the threshold in bytes; effectively infinite when on-chip is not faster.
+    """
+    gain_per_byte = 1.0 / offchip_bytes_per_cycle - 1.0 / onchip_bytes_per_cycle
+    if gain_per_byte <= 0:
+        return 2**62
+    fixed = migration_cycles + WORKING_SET_BYTES / offchip_bytes_per_cycle
+    return int(fixed / gain_per_byte) + 1
+
+
+def scu_options_for(topology: Topology, unify: Unify, **overrides: int) -> ScuOptions:
+    """Derive the SCU options from a machine.
+
+    On-chip bandwidth is that of the outermost level inside a unit (the LLC for ``llc``,
+    the last private level for ``l2``); off-chip is what one core achieves from DRAM.
+    Missing figures fall back to the documented defaults and ``cost_source`` says so.
+
+    :param topology: the machine.
+    :param unify: the unification level.
+    :param overrides: ``max_copies``, ``max_entries``... to override.
+    """
+    levels = topology.levels if unify is Unify.LLC else topology.private_levels()
+    outer = (levels or topology.levels)[-1]
+    node = topology.nodes[0]
+    offchip = node.core_dram_bandwidth_bytes_per_cycle or node.dram_bandwidth_bytes_per_cycle
+    missing = [
+        name
+        for name, value in (
+            ("migration cost", topology.migration_cycles),
+            ("on-chip bandwidth", outer.bandwidth_bytes_per_cycle),
+            ("DRAM bandwidth", offchip),
+        )
+        if value is None
+    ]
+    migration = topology.migration_cycles or DEFAULT_MIGRATION_CYCLES
+    onchip = outer.bandwidth_bytes_per_cycle or DEFAULT_ONCHIP_BYTES_PER_CYCLE
+    offchip = offchip or DEFAULT_OFFCHIP_BYTES_PER_CYCLE
+    source = "model" if not missing else "defaults for " + ", ".join(missing)
+    # "a core's L2": level 2 whether private or shared (Core 2's L2 is its LLC)
+    l2 = next((lv for lv in topology.levels if lv.level == 2), topology.llc)
+    units = topology.units(unify)
+    params = MfcParams(
+        min_read_size=overrides.pop("min_read_size", min_read_size(migration, onchip, offchip)),
+        migration_cycles=migration,
+        offchip_bytes_per_cycle=offchip,
+        max_copies=overrides.pop("max_copies", len(units)),
+    )
+    return ScuOptions(
+        params=params,
+        # §4.7: "The implementation's chunk size is half the size of a core's L2 cache"
+        chunk_size=overrides.pop("chunk_size", l2.size_bytes // 2),
+        cost_source=source,
+        **overrides,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScuState:
+    """What SCU keeps between rounds.
+
+    :param table: the MFC table (never mutated by a round: each round copies it).
+    :param versions: VM -> version of the last table published to it.
+    :param published: VM -> the entries of that table.
+    :param round: rounds decided so far.
+    """
+
+    table: MfcTable | None = None
+    versions: Mapping[str, int] = field(default_factory=dict)
+    published: Mapping[str, tuple[PlacementEntry, ...]] = field(default_factory=dict)
+    round: int = 0
+
+
+class ScuPolicy:
+    """Software cache unification across all VMs of a host (MFC §3-§4).
+
+    Invariants: a unit's assigned chunk bytes never exceed its capacity; a chunk is on at
+    most ``max_copies`` units; a placement entry only names vCPUs of its own VM that are
+    pinned in the chunk's unit; a table is published only when it changed.
+
+    :param units: the cache units.
+    :param options: the options (see :func:`scu_options_for`).
+    :param levels: the cache levels, for eq. 1 (empty: no counter-based estimate).
+    :param smt: logical CPUs per core.
+    """
+
+    name = "scu"
+
+    def __init__(
+        self,
+        units: tuple[CacheUnit, ...],
+        options: ScuOptions,
+        levels: tuple[CacheLevel, ...] = (),
+        smt: int = 1,
+    ) -> None:
+        self.units = units
+        self.options = options
+        self.levels = levels
+        self.smt = smt
+
+    def start(self, state: ScuState) -> None:
+        """Validate a restored state against the units (idempotent).
+
+        :raises ValueError: if the state's table over-commits a unit.
+        """
+        if state.table is None:
+            return
+        for unit in self.units:
+            if state.table.assigned_bytes(unit.id) > unit.capacity_bytes:
+                raise ValueError(f"unit {unit.id} over-committed in restored state")
+
+    def decide(
+        self, obs: Observation, state: ScuState, vcpu_units: Mapping[VcpuId, int]
+    ) -> tuple[Decision, ScuState]:
+        """One round: replay reported reads through ``mfc_access``, publish tables.
+
+        :param obs: this round's observation.
+        :param state: the previous state.
+        :param vcpu_units: vCPU -> the unit it is pinned in (after this round's pinning).
+        :returns: the decision and the new state.
+        """
+        opts = self.options
+        views = self._unit_views(obs, vcpu_units)
+        if state.table is None:
+            table = MfcTable(opts.params, views)
+        else:
+            table = state.table.copy()
+            table.set_units(views)
+
+        by_vm: dict[str, dict[int, int]] = {}
+        for vcpu, unit in vcpu_units.items():
+            by_vm.setdefault(vcpu.vm, {})[vcpu.index] = unit
+        decisions: list[ChunkDecision] = []
+        touched: set[str] = set()
+        for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
+            units_of_vm = by_vm.get(report.vm)
+            if not units_of_vm:
+                continue
+            allowed = frozenset(units_of_vm.values())
+            for access in sorted(report.chunks, key=lambda a: a.chunk):
+                key = ChunkKey(report.vm, access.chunk)
+                size = min(access.bytes_read, opts.chunk_size) if access.reads else 0
+                size = max(size, min(access.bytes_read // max(access.reads, 1), opts.chunk_size))
+                for vcpu_index, nbytes in access.vcpu_bytes:
+                    curunit = units_of_vm.get(vcpu_index)
+                    if curunit is None or nbytes <= 0:
+                        continue
+                    share = access.reads * nbytes // max(access.bytes_read, 1)
+                    for _ in range(max(1, min(share, opts.max_replays))):
+                        result = table.mfc_access(key, size, curunit, allowed)
+                    decisions.append(
+                        ChunkDecision(
+                            report.vm,
+                            access.chunk,
+                            result.unit,
+                            result.caching,
+                            result.rule,
+                            _reason(result.rule, key, curunit, result.unit, result.evicted),
+                        )
+                    )
+                    touched.add(report.vm)
+
+        next_round = state.round + 1
+        if next_round % opts.update_period == 0:
+            table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
+
+        versions = dict(state.versions)
+        published = dict(state.published)
+        actions = []
+        live_vms = {vm.name for vm in obs.vms}
+        for vm in sorted(live_vms):
+            entries = self._entries(table, vm, by_vm.get(vm, {}))
+            if vm not in touched and published.get(vm, ()) == entries:
+                continue
+            if published.get(vm) == entries:
+                continue
+            versions[vm] = versions.get(vm, 0) + 1
+            published[vm] = entries
+            rules = Counter(d.rule for d in decisions if d.vm == vm)
+            summary = ", ".join(f"{rule} x{n}" for rule, n in sorted(rules.items()))
+            table_msg = PlacementTable(
+                vm, versions[vm], opts.chunk_size, opts.params.min_read_size, entries
+            )
+            reason = f"SCU placement: {len(entries)} chunks ({summary or 'aging only'})"
+            actions.append(PublishPlacement(vm, table_msg, reason))
+        for vm in list(published):
+            if vm not in live_vms:
+                del published[vm]
+                versions.pop(vm, None)
+
+        new_state = ScuState(table, versions, published, next_round)
+        return Decision(self.name, tuple(actions), tuple(decisions)), new_state
+
+    def _unit_views(self, obs: Observation, vcpu_units: Mapping[VcpuId, int]) -> list[UnitView]:
+        busy: dict[int, float] = {}
+        misses: dict[int, list[int]] = {}
+        for sample in obs.samples:
+            where = vcpu_units.get(sample.vcpu)
+            if where is None:
+                continue
+            busy[where] = busy.get(where, 0.0) + sample.busy
+            if sample.level_misses is not None and sample.source is CounterSource.HARDWARE:
+                acc = misses.setdefault(where, [0] * len(self.levels))
+                for i, n in enumerate(sample.level_misses[: len(acc)]):
+                    acc[i] += n
+        views = []
+        for unit in self.units:
+            # eq. 1 summed over the levels inside the unit (0 without hardware counters)
+            counter_use = sum(
+                m_use(n, level.lines * copies, level.size_bytes * copies)
+                for n, level, copies in zip(
+                    misses.get(unit.id, ()), self.levels, self._copies(unit), strict=False
+                )
+            )
+            runqueue = busy.get(unit.id, 0.0) / max(len(unit.cpus), 1)
+            views.append(UnitView(unit.id, unit.capacity_bytes, counter_use, runqueue))
+        return views
+
+    def _copies(self, unit: CacheUnit) -> list[int]:
+        # instances of each level inside a unit: one per core for private levels
+        cores = max(len(unit.cpus) // self.smt, 1)
+        return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
+
+    def _entries(
+        self, table: MfcTable, vm: str, vcpu_units: Mapping[int, int]
+    ) -> tuple[PlacementEntry, ...]:
+        entries = []
+        for key, state in table.chunks.items():
+            if key.vm != vm:
+                continue
+            units = sorted(state.units & set(vcpu_units.values()))
+            if units:
+                unit = units[0]
+                vcpus = frozenset(i for i, u in vcpu_units.items() if u == unit)
+                # §4.5 competitive rule, enforced by the guest's shim per aging period
+                budget = self.options.params.migration_budget(state.size)
+                entries.append(
+                    (state.total_use(), PlacementEntry(key.chunk, vcpus, True, budget, unit))
+                )
+            elif state.use and state.size >= self.options.params.min_read_size:
+                everywhere = frozenset(vcpu_units)
+                entries.append((state.total_use(), PlacementEntry(key.chunk, everywhere, False, 0)))
+        # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
+        entries.sort(key=lambda e: (-e[0], e[1].chunk))
+        kept = [e for _, e in entries[: self.options.max_entries]]
+        return tuple(sorted(kept, key=lambda e: e.chunk))
+
+
+def _reason(
+    rule: str, key: ChunkKey, curunit: int, unit: int, evicted: tuple[ChunkKey, ...]
+) -> str:
+    where = "stays in" if unit == curunit else f"moves from unit {curunit} to"
+    load = "non-caching loads" if rule == RULE_NON_CACHING else "caching loads"
+    out = f"{rule}: chunk {key.chunk} of {key.vm} read in unit {curunit}: {where} unit {unit}"
+    out += f", {load}"
+    if evicted:
+        out += f"; evicted {', '.join(str(k.chunk) for k in evicted)}"
+    return out

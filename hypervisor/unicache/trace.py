@@ -1,0 +1,250 @@
+"""Observation traces: JSON lines of VM events, counter samples and guest reports.
+
+The schema is in docs/trace.md. A malformed line is reported with its line number and
+skipped; a file that cannot be read at all is a :class:`~unicache.errors.TraceError`.
+Everything read here is bounded like the live channel bounds guest input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unicache.errors import TraceError
+from unicache.model import (
+    MAX_FILE_ID,
+    ChunkAccess,
+    ChunkId,
+    CounterSample,
+    CounterSource,
+    GuestReport,
+    VcpuId,
+)
+
+#: trace format version this reader understands
+TRACE_VERSION = 1
+#: bounds on a trace line, as for guest messages
+MAX_LINE_BYTES = 1 << 20
+MAX_CHUNKS_PER_REPORT = 4096
+MAX_VCPUS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TraceHeader:
+    """The optional first line: which machine and unification the trace was made for.
+
+    :param model: machine model name.
+    :param unify: unification level.
+    :param interval_s: seconds per tick.
+    """
+
+    model: str | None = None
+    unify: str | None = None
+    interval_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class VmStart:
+    """A VM appears (``type: vm``)."""
+
+    name: str
+    vcpus: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class VmStop:
+    """A VM goes away (``type: vm-stop``)."""
+
+    name: str
+
+
+TraceEvent = VmStart | VmStop | CounterSample | GuestReport
+
+
+@dataclass(slots=True)
+class Trace:
+    """A parsed trace: events per tick, plus the lines that were skipped.
+
+    :param header: the header (defaults if absent).
+    :param ticks: tick -> events in file order.
+    :param skipped: ``(line number, why)`` for every malformed line.
+    """
+
+    header: TraceHeader = field(default_factory=TraceHeader)
+    ticks: dict[int, list[TraceEvent]] = field(default_factory=dict)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+
+class _Bad(Exception):
+    """A malformed line (internal: becomes an entry in ``Trace.skipped``)."""
+
+
+def read_trace(path: Path) -> Trace:
+    """Read a trace file.
+
+    :param path: the JSON-lines file.
+    :returns: the parsed trace; malformed lines are in ``skipped``.
+    :raises TraceError: if the file cannot be opened or read.
+    """
+    try:
+        handle = path.open("rb")
+    except OSError as err:
+        raise TraceError(f"cannot read trace {path}") from err
+    trace = Trace()
+    with handle:
+        try:
+            for number, raw in enumerate(_lines(handle), start=1):
+                _read_line(trace, number, raw)
+        except OSError as err:
+            raise TraceError(f"cannot read trace {path}") from err
+    return trace
+
+
+def _lines(handle: Any) -> Iterator[bytes]:
+    while True:
+        raw: bytes = handle.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            # swallow the rest of the over-long line so the next one starts clean
+            while raw and not raw.endswith(b"\n"):
+                raw = handle.readline(MAX_LINE_BYTES)
+            yield b"\x00too-long"
+            continue
+        yield raw
+
+
+def _read_line(trace: Trace, number: int, raw: bytes) -> None:
+    if raw == b"\x00too-long":
+        trace.skipped.append((number, f"line longer than {MAX_LINE_BYTES} bytes"))
+        return
+    text = raw.strip()
+    if not text or text.startswith(b"#"):
+        return
+    try:
+        obj = json.loads(text)
+        if not isinstance(obj, dict):
+            raise _Bad("not a JSON object")
+        kind = obj.get("type")
+        if kind == "header":
+            version = _int(obj, "version", 1)
+            if version != TRACE_VERSION:
+                raise _Bad(f"trace version {version} (this reader knows {TRACE_VERSION})")
+            trace.header = TraceHeader(
+                _opt_str(obj, "model"), _opt_str(obj, "unify"), _float(obj, "interval_s", 1.0)
+            )
+            return
+        tick = _int(obj, "tick")
+        event = _event(kind, obj)
+    except (_Bad, ValueError, TypeError, KeyError) as err:
+        trace.skipped.append((number, str(err) or type(err).__name__))
+        return
+    trace.ticks.setdefault(tick, []).append(event)
+
+
+def _event(kind: object, obj: dict[str, Any]) -> TraceEvent:
+    if kind == "vm":
+        vcpus = _int(obj, "vcpus")
+        if not 1 <= vcpus <= MAX_VCPUS:
+            raise _Bad(f"vcpus {vcpus} out of range 1..{MAX_VCPUS}")
+        return VmStart(_str(obj, "name"), vcpus, _int(obj, "memory_mib", 0) * 1024 * 1024)
+    if kind == "vm-stop":
+        return VmStop(_str(obj, "name"))
+    if kind == "sample":
+        return _sample(obj)
+    if kind == "report":
+        return _report(obj)
+    raise _Bad(f"unknown type {kind!r} (expected header, vm, vm-stop, sample or report)")
+
+
+def _sample(obj: dict[str, Any]) -> CounterSample:
+    levels = obj.get("level_misses")
+    if levels is not None and (
+        not isinstance(levels, list) or not all(isinstance(n, int) and n >= 0 for n in levels)
+    ):
+        raise _Bad("level_misses must be a list of non-negative integers")
+    busy = _float(obj, "busy", 0.0)
+    if not 0.0 <= busy <= 1.0:
+        raise _Bad(f"busy {busy} out of range 0..1")
+    return CounterSample(
+        vcpu=VcpuId(_str(obj, "vm"), _int(obj, "vcpu")),
+        source=CounterSource(obj.get("source", "trace")),
+        cycles=_opt_int(obj, "cycles"),
+        instructions=_opt_int(obj, "instructions"),
+        llc_references=_opt_int(obj, "llc_references"),
+        llc_misses=_opt_int(obj, "llc_misses"),
+        level_misses=None if levels is None else tuple(levels),
+        busy=busy,
+        guest_bytes=_opt_int(obj, "guest_bytes"),
+    )
+
+
+def _report(obj: dict[str, Any]) -> GuestReport:
+    chunks = obj.get("chunks")
+    if not isinstance(chunks, list):
+        raise _Bad("report needs a 'chunks' list")
+    if len(chunks) > MAX_CHUNKS_PER_REPORT:
+        raise _Bad(f"{len(chunks)} chunks in one report (limit {MAX_CHUNKS_PER_REPORT})")
+    accesses = []
+    for item in chunks:
+        if not isinstance(item, dict):
+            raise _Bad("chunk entries must be objects")
+        file_id = int(str(item["file"]), 16)
+        if not 0 <= file_id <= MAX_FILE_ID:
+            raise _Bad(f"file id {item['file']!r} is not an unsigned 64-bit hex number")
+        pairs = item.get("vcpu_bytes", [])
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x >= 0 for x in p)
+            for p in pairs
+        ):
+            raise _Bad("vcpu_bytes must be a list of [vcpu, bytes] pairs")
+        accesses.append(
+            ChunkAccess(
+                ChunkId(file_id, _int(item, "chunk")),
+                _int(item, "bytes"),
+                _int(item, "reads"),
+                _int(item, "writes", 0),
+                tuple(sorted((p[0], p[1]) for p in pairs)),
+            )
+        )
+    return GuestReport(
+        vm=_str(obj, "vm"),
+        seq=_int(obj, "seq", 0),
+        interval_s=_float(obj, "interval_s", 1.0),
+        chunks=tuple(accesses),
+    )
+
+
+def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"{key!r} must be an integer")
+    if value < 0:
+        raise _Bad(f"{key!r} must not be negative")
+    return int(value)
+
+
+def _opt_int(obj: dict[str, Any], key: str) -> int | None:
+    return None if obj.get(key) is None else _int(obj, key)
+
+
+def _float(obj: dict[str, Any], key: str, default: float) -> float:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _Bad(f"{key!r} must be a number")
+    return float(value)
+
+
+def _str(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value or len(value) > 64:
+        raise _Bad(f"{key!r} must be a non-empty string of at most 64 characters")
+    return value
+
+
+def _opt_str(obj: dict[str, Any], key: str) -> str | None:
+    return None if obj.get(key) is None else _str(obj, key)

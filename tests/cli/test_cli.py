@@ -1,0 +1,102 @@
+"""The installed ``unicache`` command, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from unicache.cpulist import parse_list
+from unicache.policy.mfc import RULES
+
+ROOT = Path(__file__).resolve().parents[2]
+UNICACHE = str(Path(sys.executable).parent / "unicache")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [UNICACHE, *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_topology_of_opteron16_shows_four_groups_of_four_with_papers_sizes() -> None:
+    out = run("topology", "--model", "opteron-16", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [len(parse_list(g["cpus"])) for g in data["llc_groups"]] == [4, 4, 4, 4]
+    assert [lv["size_bytes"] for lv in data["levels"]] == [64 * 1024, 512 * 1024, 2 << 20]
+
+
+def test_topology_without_arguments_reports_what_sysfs_says() -> None:
+    out = run("topology", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["source"].startswith("sysfs")
+    online = parse_list(Path("/sys/devices/system/cpu/online").read_text())
+    assert {c["cpu"] for c in data["cpus"]} == online
+    llc_index = sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"))[-1]
+    shared = parse_list((llc_index / "shared_cpu_list").read_text())
+    assert parse_list(data["llc_groups"][0]["cpus"]) == shared
+    assert all(lv["latency_cycles"] is None for lv in data["levels"])
+
+
+def test_replay_of_uniform_trace_gives_pinning_and_placement_with_rule_reasons() -> None:
+    out = run("replay", "--model", "opteron-16", "--trace", "examples/opteron16-uniform.jsonl",
+              "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    kinds = {a["kind"] for a in data["actions"]}
+    assert {"pin-vcpu", "publish-placement"} <= kinds
+    for action in data["actions"]:
+        if action["kind"] == "pin-vcpu":
+            assert action["reason"].startswith(("OBS-X", "OBS-L"))
+        if action["kind"] == "publish-placement":
+            assert "fig2:" in action["reason"]
+    assert all(d["rule"] in RULES for d in data["chunk_decisions"])
+
+
+def test_replay_of_cachebuster_mix_rebalances() -> None:
+    out = run("replay", "--trace", "examples/xeon5300-cachebuster-spinloop.jsonl", "--json")
+    data = json.loads(out.stdout)
+    assert data["model"] == "xeon-5300-quad"  # from the trace header
+    assert any("rebalance" in a["reason"] for a in data["actions"])
+
+
+def test_replay_reports_malformed_lines_and_goes_on(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    good = (ROOT / "examples/xeon5300-cachebuster-spinloop.jsonl").read_text().splitlines()
+    trace.write_text("\n".join([*good[:3], "{oops", *good[3:]]) + "\n")
+    out = run("replay", "--trace", str(trace), "--json")
+    assert out.returncode == 0
+    assert f"{trace}:4: skipped" in out.stderr
+    assert json.loads(out.stdout)["skipped"][0]["line"] == 4
+
+
+def test_unreadable_trace_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    out = run("replay", "--trace", str(tmp_path / "nope.jsonl"))
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "cannot read trace" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unknown_model_is_one_line_and_exit_2() -> None:
+    out = run("topology", "--model", "vax-11")
+    assert out.returncode == 2
+    assert "no machine model 'vax-11'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_flag_value_is_a_usage_error_not_a_traceback() -> None:
+    out = run("topology", "--unify", "l9")
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+
+
+def test_topology_save_writes_a_loadable_model(tmp_path: Path) -> None:
+    path = tmp_path / "host.toml"
+    assert run("topology", "--save", str(path), "--json").returncode == 0
+    again = run("topology", "--file", str(path), "--json")
+    assert again.returncode == 0
+    assert json.loads(again.stdout)["llc_groups"] == json.loads(run("topology", "--json").stdout)[
+        "llc_groups"
+    ]

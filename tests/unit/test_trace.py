@@ -1,0 +1,68 @@
+"""Observation traces: malformed lines are skipped with their line number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from unicache.errors import TraceError
+from unicache.model import CounterSample, GuestReport
+from unicache.trace import MAX_LINE_BYTES, VmStart, read_trace
+
+GOOD = [
+    '{"type":"header","version":1,"model":"opteron-16"}',
+    '{"type":"vm","tick":0,"name":"a","vcpus":2}',
+    '{"type":"sample","tick":0,"vm":"a","vcpu":0,"cycles":100,"llc_misses":5,"busy":0.5}',
+    '{"type":"report","tick":0,"vm":"a","chunks":[{"file":"ff","chunk":1,"bytes":10,'
+    '"reads":1,"vcpu_bytes":[[0,10]]}]}',
+]
+
+
+def test_good_trace_parses_into_typed_events(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(GOOD) + "\n")
+    trace = read_trace(path)
+    assert trace.header.model == "opteron-16"
+    kinds = [type(e) for e in trace.ticks[0]]
+    assert kinds == [VmStart, CounterSample, GuestReport]
+    assert not trace.skipped
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("{not json", "Expecting"),
+        ("[1,2]", "not a JSON object"),
+        ('{"type":"vm","tick":0,"name":"a","vcpus":0}', "vcpus 0 out of range"),
+        ('{"type":"sample","tick":-1,"vm":"a","vcpu":0}', "'tick' must not be negative"),
+        ('{"type":"sample","tick":0,"vm":"a","vcpu":0,"busy":7}', "busy 7"),
+        ('{"type":"report","tick":0,"vm":"a","chunks":[{"file":"zz","chunk":0,"bytes":1,'
+         '"reads":1}]}', "invalid literal"),
+        ('{"type":"report","tick":0,"vm":"a","chunks":[{"file":"1ffffffffffffffff","chunk":0,'
+         '"bytes":1,"reads":1}]}', "64-bit"),
+        ('{"type":"teleport","tick":0}', "unknown type"),
+        ('{"type":"header","version":9}', "trace version 9"),
+    ],
+    ids=["json", "array", "vcpus", "negative", "busy", "hex", "file-id-range", "type", "version"],
+)
+def test_malformed_line_is_skipped_with_its_number(tmp_path: Path, line: str, why: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([*GOOD, line, GOOD[2]]) + "\n")
+    trace = read_trace(path)
+    assert [n for n, _ in trace.skipped] == [5]
+    assert why in trace.skipped[0][1]
+    assert len(trace.ticks[0]) == 4  # the line after the bad one still counts
+
+
+def test_over_long_line_is_skipped_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"x" * (MAX_LINE_BYTES * 2) + b"\n" + GOOD[1].encode() + b"\n")
+    trace = read_trace(path)
+    assert trace.skipped[0][0] == 1 and "longer than" in trace.skipped[0][1]
+    assert isinstance(trace.ticks[0][0], VmStart)
+
+
+def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot read trace"):
+        read_trace(tmp_path / "absent.jsonl")

@@ -1,0 +1,122 @@
+"""Generate the example observation traces under examples/ (deterministic: fixed seeds).
+
+Run: .venv/bin/python tools/gen_traces.py   (rewrites examples/*.jsonl)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+FILE_SIZE = 256 * 1024  # the MFC paper's 256 KiB files (§6.1)
+CYCLES_PER_TICK = 2_000_000_000  # one second at 2 GHz
+
+
+def _zipf_weights(n: int) -> list[float]:
+    # "the nth most common element occurs 1/n times as often as the most frequent" (§6.1)
+    return [1.0 / (i + 1) for i in range(n)]
+
+
+def file_reader_trace(dist: str, seed: int) -> list[dict[str, object]]:
+    """Four VMs of 4 vCPUs each reading 16 files of 256 KiB each on opteron-16."""
+    rng = random.Random(seed)
+    vms = [f"vm{i}" for i in range(4)]
+    files_per_vm = 16
+    lines: list[dict[str, object]] = [
+        {"type": "header", "version": 1, "model": "opteron-16", "unify": "llc", "interval_s": 1.0}
+    ]
+    for vm in vms:
+        lines.append({"type": "vm", "tick": 0, "name": vm, "vcpus": 4, "memory_mib": 2048})
+    weights = _zipf_weights(files_per_vm) if dist == "zipf" else [1.0] * files_per_vm
+    for tick in range(12):
+        for v, vm in enumerate(vms):
+            per_chunk: dict[int, dict[int, int]] = {}
+            for vcpu in range(4):
+                reads = rng.randint(6, 10)
+                for _ in range(reads):
+                    f = rng.choices(range(files_per_vm), weights)[0]
+                    per_chunk.setdefault(f, {}).setdefault(vcpu, 0)
+                    per_chunk[f][vcpu] += FILE_SIZE
+                bytes_read = sum(b.get(vcpu, 0) for b in per_chunk.values())
+                lines.append(
+                    {
+                        "type": "sample",
+                        "tick": tick,
+                        "vm": vm,
+                        "vcpu": vcpu,
+                        "cycles": CYCLES_PER_TICK,
+                        "instructions": CYCLES_PER_TICK // 2,
+                        "llc_references": bytes_read // 64,
+                        "llc_misses": bytes_read // 64 // 3,
+                        "busy": round(rng.uniform(0.6, 0.95), 3),
+                    }
+                )
+            chunks = [
+                {
+                    "file": f"{(v + 1) << 32 | f:x}",
+                    "chunk": 0,
+                    "bytes": sum(b.values()),
+                    "reads": sum(b.values()) // FILE_SIZE,
+                    "writes": 0,
+                    "vcpu_bytes": sorted([c, n] for c, n in b.items()),
+                }
+                for f, b in sorted(per_chunk.items())
+            ]
+            lines.append({"type": "report", "tick": tick, "vm": vm, "seq": tick, "chunks": chunks})
+    return lines
+
+
+def cachebuster_spinloop_trace(seed: int) -> list[dict[str, object]]:
+    """OBS paper's mix on xeon-5300-quad: 4 cachebuster and 4 spinloop vCPUs on 4 cores.
+
+    One VM with 8 vCPUs. For the first ticks all weigh the same, so OBS-X alternates
+    them over the two units (even vCPUs in unit 0); at tick 3 the even vCPUs turn into
+    cachebusters, all in unit 0, so the periodic rebalance has work to do.
+    """
+    rng = random.Random(seed)
+    lines: list[dict[str, object]] = [
+        {"type": "header", "version": 1, "model": "xeon-5300-quad", "unify": "llc"},
+        {"type": "vm", "tick": 0, "name": "mix", "vcpus": 8, "memory_mib": 4096},
+    ]
+    for tick in range(21):
+        for vcpu in range(8):
+            heavy = vcpu % 2 == 0 and tick >= 3
+            if tick < 3:
+                misses = 2000
+            else:
+                misses = rng.randint(9_000_000, 11_000_000) if heavy else rng.randint(1000, 3000)
+            lines.append(
+                {
+                    "type": "sample",
+                    "tick": tick,
+                    "vm": "mix",
+                    "vcpu": vcpu,
+                    "cycles": 1_160_000_000,
+                    "instructions": 900_000_000,
+                    "llc_references": misses * 2,
+                    "llc_misses": misses,
+                    "busy": 0.5,
+                }
+            )
+    return lines
+
+
+def main() -> None:
+    """Write every example trace."""
+    EXAMPLES.mkdir(exist_ok=True)
+    outputs = {
+        "opteron16-uniform.jsonl": file_reader_trace("uniform", seed=1),
+        "opteron16-zipf.jsonl": file_reader_trace("zipf", seed=2),
+        "xeon5300-cachebuster-spinloop.jsonl": cachebuster_spinloop_trace(seed=3),
+    }
+    for name, lines in outputs.items():
+        with (EXAMPLES / name).open("w") as out:
+            for line in lines:
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+        print(f"wrote examples/{name} ({len(lines)} lines)")
+
+
+if __name__ == "__main__":
+    main()
