@@ -215,9 +215,9 @@ def topology(
         "capacity (M_on-chip)",
         "LLC group",
         "node",
-        title=f"cache units (--unify {unify})",
+        title=f"cache units (--unify {level})",
     )
-    for u in topo.units(unify):
+    for u in topo.units(level):
         units.add_row(
             str(u.id), format_list(u.cpus), _kib(u.capacity_bytes), str(u.llc_group), str(u.node)
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from unicache.model import ChunkId
 from unicache.policy import mfc
 from unicache.policy.mfc import ChunkKey, MfcParams, MfcTable, UnitView, m_use
@@ -19,7 +18,9 @@ def key(n: int, vm: str = "vm") -> ChunkKey:
     return ChunkKey(vm, ChunkId(n, 0))
 
 
-def table(capacity: int = 2 * CHUNK + 1, loads: tuple[float, ...] = (0, 0, 0), **kw: int) -> MfcTable:
+def table(
+    capacity: int = 2 * CHUNK + 1, loads: tuple[float, ...] = (0, 0, 0), **kw: int
+) -> MfcTable:
     params = MfcParams(
         min_read_size=kw.pop("min_read_size", 32 * KIB),
         migration_cycles=kw.pop("migration_cycles", 1000),

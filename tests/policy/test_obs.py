@@ -7,8 +7,6 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tests.policy.conftest import TOPO_XEON_5300, observation, sample, vm
 from unicache.model import (
     CounterSample,
     CounterSource,
@@ -18,7 +16,16 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.obs import BASE_CPU_WEIGHT, C_CREDIT, ObsOptions, ObsPolicy, ObsState, cache_weight
+from unicache.policy.obs import (
+    BASE_CPU_WEIGHT,
+    C_CREDIT,
+    ObsOptions,
+    ObsPolicy,
+    ObsState,
+    cache_weight,
+)
+
+from tests.policy.conftest import TOPO_XEON_5300, observation, sample, vm
 
 UNITS = TOPO_XEON_5300.units()
 
@@ -94,14 +101,30 @@ def test_obs_c_credits_light_co_runners_with_the_papers_formula() -> None:
     w_heavy, w_light = 0.01, 0.002
     samples = [
         sample("p", 0, int(w_heavy * 1e9), busy=1.0),
-        sample("p", 1, int(w_light * 1e9), busy=0.5),
+        sample("p", 1, int(w_light * 1e9), busy=1.0),
     ]
     decision, _ = policy.decide(observation(1, (pair,), samples), ObsState(unit_of=unit_of))
     weights = {a.vcpu.index: a.weight for a in decision.actions if isinstance(a, SetCpuWeight)}
     # t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit
-    credit = w_light / (w_heavy - w_light) * 0.5 * C_CREDIT
+    credit = w_light / (w_heavy - w_light) * 1.0 * C_CREDIT
     assert weights[1] == round(BASE_CPU_WEIGHT * (1 + credit))
     assert weights[0] == round(BASE_CPU_WEIGHT * (1 - credit))
+
+
+def test_obs_c_weights_settle_under_a_steady_noisy_workload() -> None:
+    policy = ObsPolicy(UNITS)
+    rng = random.Random(3)
+    mix = vm("mix", 4)
+    state = ObsState(unit_of={VcpuId("mix", i): 0 for i in range(4)})
+    changes = []
+    for tick in range(1, 30):
+        samples = [
+            sample("mix", i, int((10**7 if i < 2 else 3 * 10**6) * rng.uniform(0.95, 1.05)))
+            for i in range(4)
+        ]
+        decision, state = policy.decide(observation(tick, (mix,), samples), state)
+        changes.append(sum(isinstance(a, SetCpuWeight) for a in decision.actions))
+    assert changes[0] > 0 and sum(changes[5:]) == 0, changes
 
 
 def _steady_run(seed: int, ticks: int) -> list[int]:

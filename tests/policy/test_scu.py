@@ -7,8 +7,6 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tests.policy.conftest import TOPO_OPTERON_16, sample
 from unicache.model import (
     ChunkAccess,
     ChunkId,
@@ -21,6 +19,8 @@ from unicache.model import (
 )
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
+
+from tests.policy.conftest import TOPO_OPTERON_16, sample
 
 CHUNK = 256 * 1024
 

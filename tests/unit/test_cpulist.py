@@ -5,14 +5,18 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from unicache.cpulist import check_within, format_list, parse_list
 from unicache.errors import ConfigError
 
 
 @pytest.mark.parametrize(
     ("text", "values"),
-    [("", set()), ("3", {3}), ("0,2-6,15-16", {0, 2, 3, 4, 5, 6, 15, 16}), (" 1 , 4-5 ", {1, 4, 5})],
+    [
+        ("", set()),
+        ("3", {3}),
+        ("0,2-6,15-16", {0, 2, 3, 4, 5, 6, 15, 16}),
+        (" 1 , 4-5 ", {1, 4, 5}),
+    ],
     ids=["empty", "single", "xen-example", "spaces"],
 )
 def test_parse(text: str, values: set[int]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from unicache.errors import ConfigError, TopologyError
 from unicache.topology import (
     Inclusion,
@@ -156,7 +155,11 @@ def test_unknown_model_names_the_known_ones() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["not toml [", "name = 'x'\n", "name='x'\n[[levels]]\nlevel=1\nsize_kib=3\nways=8\nscope='core'\n"],
+    [
+        "not toml [",
+        "name = 'x'\n",
+        "name='x'\n[[levels]]\nlevel=1\nsize_kib=3\nways=8\nscope='core'\n",
+    ],
     ids=["syntax", "missing-sections", "bad-geometry"],
 )
 def test_bad_model_file_is_one_config_error(tmp_path: Path, text: str) -> None:

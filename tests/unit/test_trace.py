@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from unicache.errors import TraceError
 from unicache.model import CounterSample, GuestReport
 from unicache.trace import MAX_LINE_BYTES, VmStart, read_trace

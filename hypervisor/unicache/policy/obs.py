@@ -56,7 +56,9 @@ class ObsOptions:
     :param line_size: bytes per line, to turn guest bytes into line fills.
     :param heavy_weight_floor: OBS-C credits nothing while the heaviest co-runner's weight
         is below this (misses per cycle): differences between light vCPUs are noise.
-    :param heavy_margin: OBS-L calls a vCPU heavy only above ``average * (1 + margin)``.
+    :param heavy_margin: OBS-L/C call a vCPU heavy only above ``average * (1 + margin)``
+        and light only below ``average / (1 + margin)``.
+    :param weight_hysteresis: OBS-C changes a cpu.weight only by at least this much.
     """
 
     rebalance_period: int = 5
@@ -65,6 +67,7 @@ class ObsOptions:
     line_size: int = 64
     heavy_weight_floor: float = 1e-4
     heavy_margin: float = 0.25
+    weight_hysteresis: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +202,10 @@ class ObsPolicy:
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id)
             for vcpu, value, why in self._credit(members, weights, busy):
-                if cpu_weights.get(vcpu, BASE_CPU_WEIGHT) != value:
+                # hysteresis: a change smaller than weight_hysteresis is noise, keep the old
+                if abs(cpu_weights.get(vcpu, BASE_CPU_WEIGHT) - value) >= opts.weight_hysteresis:
                     actions.append(SetCpuWeight(vcpu, value, why))
-                cpu_weights[vcpu] = value
+                    cpu_weights[vcpu] = value
         cpu_weights = {v: w for v, w in cpu_weights.items() if v in live}
 
         new_state = ObsState(unit_of, weights, cpu_weights, last_rebalance)
@@ -282,30 +286,38 @@ class ObsPolicy:
         busy: Mapping[VcpuId, float],
     ) -> list[tuple[VcpuId, int, str]]:
         running = [v for v in members if busy.get(v, 0.0) > 0.0]
-        if len(running) < 2:
-            return [(v, BASE_CPU_WEIGHT, "OBS-C: no co-runner, default weight") for v in members]
         values = [weights.get(v, 0.0) for v in running]
-        largest, smallest = max(values), min(values)
+        largest = max(values, default=0.0)
+        smallest = min(values, default=0.0)
         spread = largest - smallest
-        if spread <= 0.0 or largest < self.options.heavy_weight_floor:
+        if len(running) < 2 or spread <= 0.0 or largest < self.options.heavy_weight_floor:
             why = "OBS-C: no heavy co-runner, default weight"
             return [(v, BASE_CPU_WEIGHT, why) for v in members]
-        heaviest = min(running, key=lambda v: (-weights.get(v, 0.0), v))
+        # heavy and light as OBS-L classes them; the heavy vCPUs give the credit together,
+        # so noise between similar heavy vCPUs never changes who gives
         average = sum(values) / len(values)
+        margin = 1.0 + self.options.heavy_margin
+        heavy = [v for v in running if weights.get(v, 0.0) > average * margin]
+        light = [v for v in running if weights.get(v, 0.0) * margin < average]
+        if not heavy or not light:
+            why = "OBS-C: no clearly heavier co-runner, default weight"
+            return [(v, BASE_CPU_WEIGHT, why) for v in members]
+        overlap_with = max(busy.get(v, 0.0) for v in heavy)
         out: list[tuple[VcpuId, int, str]] = []
         given = 0.0
-        for vcpu in members:
-            w = weights.get(vcpu, 0.0)
-            if vcpu == heaviest or vcpu not in running or w >= average:
-                continue
-            overlap = min(busy.get(vcpu, 0.0), busy.get(heaviest, 0.0))
+        for vcpu in light:
+            overlap = min(busy.get(vcpu, 0.0), overlap_with)
             # t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit
-            credit = min(w / spread, 1.0) * overlap * self.options.c_credit
+            credit = min(weights.get(vcpu, 0.0) / spread, 1.0) * overlap * self.options.c_credit
             given += credit
             value = round(BASE_CPU_WEIGHT * (1.0 + credit))
-            out.append((vcpu, value, f"OBS-C: credit {credit:.2%} of CPU time from {heaviest}"))
-        heavy_value = round(BASE_CPU_WEIGHT * (1.0 - given))
-        out.append((heaviest, heavy_value, f"OBS-C: gives {given:.2%} of CPU time to co-runners"))
+            out.append(
+                (vcpu, value, f"OBS-C: credit {credit:.2%} of CPU time from heavy co-runners")
+            )
+        share = given / len(heavy)
+        for vcpu in heavy:
+            value = round(BASE_CPU_WEIGHT * (1.0 - share))
+            out.append((vcpu, value, f"OBS-C: gives {share:.2%} of CPU time to light co-runners"))
         credited = {v for v, _, _ in out}
         out.extend((v, BASE_CPU_WEIGHT, "OBS-C: no credit") for v in members if v not in credited)
         return sorted(out)
