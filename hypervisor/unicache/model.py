@@ -101,6 +101,7 @@ class CounterSample:
     :param level_misses: misses per cache level, index 0 = L1 (for MFC eq. 1), if known.
     :param busy: fraction of the interval the vCPU thread was running (task-clock / wall).
     :param guest_bytes: bytes the guest agent reported this vCPU read in the interval.
+    :param task_clock_ns: CPU time the vCPU thread ran in the interval (software event).
     """
 
     vcpu: VcpuId
@@ -112,6 +113,7 @@ class CounterSample:
     level_misses: tuple[int, ...] | None = None
     busy: float = 0.0
     guest_bytes: int | None = None
+    task_clock_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,12 +32,14 @@ UNITS = TOPO_XEON_5300.units()
 
 def test_cache_weight_is_llc_misses_per_cycle_with_hardware_counters() -> None:
     s = CounterSample(VcpuId("a", 0), CounterSource.HARDWARE, cycles=2000, llc_misses=50)
-    assert cache_weight(s) .value == pytest.approx(0.025)
+    assert cache_weight(s).value == pytest.approx(0.025)
     assert cache_weight(s).source is CounterSource.HARDWARE
 
 
-def test_cache_weight_without_misses_uses_guest_bytes_and_says_so() -> None:
-    s = CounterSample(VcpuId("a", 0), CounterSource.SOFTWARE, cycles=1000, guest_bytes=6400)
+def test_cache_weight_without_misses_uses_guest_bytes_per_task_clock_and_says_so() -> None:
+    s = CounterSample(
+        VcpuId("a", 0), CounterSource.SOFTWARE, task_clock_ns=1000, guest_bytes=6400
+    )
     weight = cache_weight(s, line_size=64)
     assert weight.value == pytest.approx(0.1)
     assert weight.source is CounterSource.SOFTWARE

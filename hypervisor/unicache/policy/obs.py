@@ -85,9 +85,11 @@ class CacheWeight:
 def cache_weight(sample: CounterSample, line_size: int = 64) -> CacheWeight:
     """The OBS cache weight of one vCPU for the last interval.
 
-    With hardware counters: LLC misses per cycle. Without them (software source): the
-    guest-reported bytes read, in lines, per cycle the vCPU ran — every line a guest
-    read through the page cache is one the cache had to take in.
+    With hardware counters: LLC misses per cycle ("cache misses per cycle are the best
+    indication of cache interference"). Without them (software source): the lines the
+    guest reported reading per nanosecond of CPU time the vCPU ran (task-clock) — every
+    line a guest reads through its page cache is one the cache had to take in. The two
+    scales differ; a host has one source for all its vCPUs, and the source is recorded.
 
     :param sample: the vCPU's counter sample.
     :param line_size: bytes per cache line.
@@ -95,8 +97,10 @@ def cache_weight(sample: CounterSample, line_size: int = 64) -> CacheWeight:
     """
     if sample.llc_misses is not None and sample.cycles:
         return CacheWeight(sample.llc_misses / sample.cycles, sample.source)
-    if sample.guest_bytes is not None and sample.cycles:
-        return CacheWeight(sample.guest_bytes / line_size / sample.cycles, sample.source)
+    if sample.guest_bytes is not None:
+        ran = sample.task_clock_ns or sample.cycles
+        if ran:
+            return CacheWeight(sample.guest_bytes / line_size / ran, sample.source)
     return CacheWeight(0.0, sample.source)
 
 
