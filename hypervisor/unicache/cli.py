@@ -377,6 +377,66 @@ def _detail(rec: dict[str, Any]) -> str:
 
 
 @app.command()
+def run(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML config (see docs/operations.md).")
+    ] = None,
+    unify: Annotated[
+        str | None, typer.Option("--unify", click_type=_UNIFY_CHOICE, help="Cache unit.")
+    ] = None,
+    interval: Annotated[
+        float | None, typer.Option("--interval", help="Seconds between rounds.")
+    ] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option("--state-dir", help="Journals, sockets, VM registry.")
+    ] = None,
+    decision_log: Annotated[
+        Path | None, typer.Option("--log", help="Decision log (JSON lines).")
+    ] = None,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attach",
+            help="Manage a QEMU process started elsewhere: NAME=PID[:AGENT_SOCKET] "
+            "(repeatable; its vCPU threads are found by name, needs debug-threads=on).",
+        ),
+    ] = None,
+    rounds: Annotated[
+        int | None, typer.Option("--rounds", help="Stop after N rounds (default: run forever).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Decide and log, change nothing.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo decisions.")] = False,
+) -> None:
+    """Run the daemon: observe -> decide -> act -> log, every interval.
+
+    Restores every affinity and weight it changed on exit (SIGTERM, SIGINT) and, after a
+    crash, at its next start. Uses the VMs unicache started (`unicache vm start`) unless
+    --attach names QEMU processes.
+    """
+    import asyncio
+
+    from unicache.daemon import load_config, run_daemon, with_overrides
+    from unicache.host.procfs_source import ProcessVmSource, parse_attach
+
+    cfg = with_overrides(
+        load_config(config),
+        unify=Unify(unify) if unify else None,
+        interval_s=interval,
+        state_dir=state_dir,
+        decision_log=decision_log,
+        rounds=rounds,
+        dry_run=dry_run or None,
+    )
+    if cfg.rounds is not None and cfg.rounds < 1:
+        raise ConfigError("--rounds must be at least 1")
+    source = ProcessVmSource([parse_attach(a) for a in attach]) if attach else None
+    code = asyncio.run(run_daemon(cfg, source, echo=None if quiet else sys.stdout))
+    raise typer.Exit(code)
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     print(__version__)
@@ -386,11 +446,15 @@ def _mount_optional() -> None:
     # sub-command groups owned by other parts of the tree, mounted when present
     import importlib
 
-    try:
-        cli_bench = importlib.import_module("unicache.cli_bench")
-    except ImportError:
-        return
-    app.add_typer(cli_bench.app, name="bench", help="Benchmarks (shim, ...).")
+    for module, name, text in (
+        ("unicache.cli_bench", "bench", "Benchmarks (shim, ...)."),
+        ("unicache.cli_vm", "vm", "Start, stop and list VMs run by unicache's own QEMU."),
+    ):
+        try:
+            sub = importlib.import_module(module)
+        except ImportError:
+            continue
+        app.add_typer(sub.app, name=name, help=text)
 
 
 _mount_optional()

@@ -1,0 +1,271 @@
+"""The daemon, ``unicache run``: observe -> decide -> act -> log, every interval.
+
+It owns the startup checks (each missing capability is one line), crash recovery (the
+affinity and cgroup journals of a previous run are restored before anything else), the
+guest channel server, and the decision log (JSON lines, every action with its reason).
+On SIGTERM or SIGINT it restores every change it made and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from unicache.decisionlog import action_record, chunk_record
+from unicache.errors import ConfigError
+from unicache.host.actuate import Actuator
+from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
+from unicache.host.live import LiveHost, VmSource
+from unicache.host.perf import PerfCounters, hardware_counters_available
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.topology import Unify, load_topology
+
+log = logging.getLogger(__name__)
+
+#: keys a config file may hold (an unknown key is an error, not a warning)
+CONFIG_KEYS = frozenset(
+    {"interval_s", "unify", "model", "model_file", "state_dir", "decision_log", "dry_run"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """Daemon settings (TOML file, then command-line overrides).
+
+    :param interval_s: seconds between rounds.
+    :param unify: the unification level.
+    :param model: a machine model instead of sysfs (experiments only).
+    :param model_file: a model file instead of sysfs.
+    :param state_dir: journals, channel sockets, VM registry.
+    :param decision_log: the JSON-lines decision log (default ``state_dir/decisions.jsonl``).
+    :param dry_run: decide and log, change nothing.
+    :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
+    """
+
+    interval_s: float = 1.0
+    unify: Unify = Unify.LLC
+    model: str | None = None
+    model_file: Path | None = None
+    state_dir: Path = Path("/run/unicache")
+    decision_log: Path | None = None
+    dry_run: bool = False
+    rounds: int | None = None
+
+    @property
+    def log_path(self) -> Path:
+        """Where decisions go."""
+        return self.decision_log or self.state_dir / "decisions.jsonl"
+
+
+def load_config(path: Path | None) -> DaemonConfig:
+    """Read a TOML config; unknown keys and bad values are one ``ConfigError`` each.
+
+    :param path: the file, or ``None`` for defaults.
+    """
+    if path is None:
+        return DaemonConfig()
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"cannot read config {path}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config {path} is not valid TOML") from err
+    unknown = sorted(set(data) - CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"config {path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(CONFIG_KEYS))})"
+        )
+    try:
+        config = DaemonConfig(
+            interval_s=float(data.get("interval_s", 1.0)),
+            unify=Unify(data.get("unify", "llc")),
+            model=data.get("model"),
+            model_file=Path(data["model_file"]) if "model_file" in data else None,
+            state_dir=Path(data.get("state_dir", "/run/unicache")),
+            decision_log=Path(data["decision_log"]) if "decision_log" in data else None,
+            dry_run=bool(data.get("dry_run", False)),
+        )
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"config {path}: bad value ({err})") from err
+    if not 0.05 <= config.interval_s <= 3600:
+        raise ConfigError(f"config {path}: interval_s must be within 0.05..3600 seconds")
+    return config
+
+
+def with_overrides(config: DaemonConfig, **overrides: Any) -> DaemonConfig:
+    """The config with the command-line values that were given (``None`` = not given)."""
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass
+class DecisionLog:
+    """Appends JSON records, one per line, flushed every round.
+
+    :param path: the log file.
+    :param echo: also print a human line per record (``None`` = silent).
+    """
+
+    path: Path
+    echo: IO[str] | None = None
+    _out: IO[str] | None = field(default=None, init=False)
+
+    def open(self) -> None:
+        """Open for appending (creating the directory)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._out = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record, stamped with the wall-clock time."""
+        record = {"time": round(time.time(), 3), **record}
+        if self._out is not None:
+            self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
+        if self.echo is not None:
+            target = record.get("target") or record.get("vm") or ""
+            self.echo.write(
+                f"[{record.get('tick', '-')}] {record['kind']} {target}: "
+                f"{record.get('reason') or record.get('message', '')}\n"
+            )
+
+    def flush(self) -> None:
+        """Flush to disk and to the echo stream."""
+        if self._out is not None:
+            self._out.flush()
+        if self.echo is not None:
+            self.echo.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+
+def default_vm_source(state_dir: Path) -> VmSource:
+    """The embedded QEMU backend's VM registry under ``state_dir``."""
+    from unicache.host.qemu_source import QemuRegistrySource
+
+    source: VmSource = QemuRegistrySource(state_dir)
+    return source
+
+
+async def run_daemon(
+    config: DaemonConfig,
+    vm_source: VmSource | None = None,
+    echo: IO[str] | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the loop until ``stop`` is set, a signal arrives or ``config.rounds`` are done.
+
+    :returns: the exit code (0).
+    """
+    from unicache.channel.server import ChannelServer
+
+    stop = stop or asyncio.Event()
+    decisions = DecisionLog(config.log_path, echo)
+    decisions.open()
+
+    def note(message: str) -> None:
+        decisions.write({"kind": "note", "message": message})
+        log.info("%s", message)
+
+    topo = load_topology(config.model, config.model_file)
+    policy = UnicachePolicy(topo, config.unify)
+    note(f"topology {topo.name}: {len(policy.units)} cache units with --unify {config.unify}")
+    if len(policy.units) < 2:
+        note("only one cache unit: SCU has nothing to unify (try --unify l2)")
+    if policy.scu.options.cost_source != "model":
+        note(f"SCU costs: {policy.scu.options.cost_source} (docs/policies.md)")
+    hardware, why = hardware_counters_available()
+    note(why)
+    support = probe_cpu_weight()
+    note(support.why)
+
+    # crash recovery first: whatever a previous run left changed is put back
+    actuator = Actuator(config.state_dir / "journal.json", dry_run=config.dry_run)
+    for line in actuator.restore_all() if actuator.pending else []:
+        note(f"recovery: {line}")
+    weights = None
+    if support.root is not None and not config.dry_run:
+        weights = CgroupWeights(support.root, config.state_dir / "cgroups.json")
+        for line in weights.restore_all():
+            note(f"recovery: {line}")
+
+    channel = ChannelServer(config.state_dir / "channels")
+    source = vm_source or default_vm_source(config.state_dir)
+    perf = PerfCounters(hardware)
+    host = LiveHost(source, perf, actuator, weights, channel, channel.drain_reports)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    state = RoundState()
+    policy.start(state)
+    listening: set[str] = set()
+    rounds = 0
+    try:
+        while not stop.is_set():
+            obs = host.observe()
+            await _sync_channels(channel, host, listening, note)
+            decision, state = policy.decide(obs, state)
+            result = host.act(decision.actions)
+            for action in result.applied:
+                decisions.write(action_record(obs.tick, action))
+            for action, failure in result.failed:
+                decisions.write(
+                    {**action_record(obs.tick, action), "kind": "failed", "error": failure}
+                )
+            for chunk in decision.chunk_decisions:
+                decisions.write(chunk_record(obs.tick, chunk))
+            decisions.flush()
+            rounds += 1
+            if config.rounds is not None and rounds >= config.rounds:
+                break
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=config.interval_s)
+    finally:
+        for line in actuator.restore_all():
+            note(f"shutdown: {line}")
+        if weights is not None:
+            for line in weights.restore_all():
+                note(f"shutdown: {line}")
+        await channel.close()
+        perf.close()
+        decisions.flush()
+        decisions.close()
+    return 0
+
+
+async def _sync_channels(
+    channel: Any, host: LiveHost, listening: set[str], note: Callable[[str], None]
+) -> None:
+    running = host.running
+    for name in sorted(set(running) - listening):
+        sock = running[name].agent_socket
+        if sock is None:
+            continue
+        try:
+            await channel.add_vm(name, sock)
+            listening.add(name)
+            note(f"vm {name}: listening for its agent on {sock}")
+        except Exception as err:
+            note(f"vm {name}: no agent channel: {err}")
+    for name in sorted(listening - set(running)):
+        await channel.remove_vm(name)
+        listening.discard(name)
+        note(f"vm {name}: gone, channel closed")
+
+
+def main_run(config: DaemonConfig, echo: bool) -> int:
+    """Entry point of ``unicache run``."""
+    return asyncio.run(run_daemon(config, echo=sys.stdout if echo else None))

@@ -1,0 +1,125 @@
+"""CPU weight of vCPU threads through cgroup v2 ``cpu.weight`` (threaded cgroups).
+
+A vCPU thread gets its own threaded cgroup ``<root>/unicache/<vm>/vcpuN`` under a domain
+cgroup ``<root>/unicache/<vm>`` that holds the VM's process. Where the unified hierarchy
+has no ``cpu`` controller (cgroup v1 owns it, as on the project's development machine),
+:func:`probe_cpu_weight` says so in one line and weights are logged, not applied.
+Every move is journaled first so :meth:`CgroupWeights.restore_all` puts processes back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: where cgroup v2 may be mounted, in order of preference
+CGROUP2_MOUNTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+
+@dataclass(frozen=True, slots=True)
+class CpuWeightSupport:
+    """Whether cpu.weight can be set, and the line that tells users.
+
+    :param root: the cgroup v2 mount with a usable cpu controller, if any.
+    :param why: one line for users.
+    """
+
+    root: Path | None
+    why: str
+
+
+def _is_cgroup2(path: Path) -> bool:
+    return (path / "cgroup.controllers").is_file()
+
+
+def probe_cpu_weight(mounts: tuple[Path, ...] = CGROUP2_MOUNTS) -> CpuWeightSupport:
+    """Find a cgroup v2 hierarchy whose root offers the ``cpu`` controller."""
+    for mount in mounts:
+        if not _is_cgroup2(mount):
+            continue
+        controllers = (mount / "cgroup.controllers").read_text().split()
+        if "cpu" in controllers:
+            return CpuWeightSupport(mount, f"cpu.weight through cgroup v2 at {mount}")
+        return CpuWeightSupport(
+            None,
+            f"cgroup v2 at {mount} has no cpu controller (it has: "
+            f"{' '.join(controllers) or 'none'}; cpu is bound to cgroup v1): OBS-C weights "
+            "are logged in the decision log, not applied",
+        )
+    return CpuWeightSupport(None, "no cgroup v2 hierarchy mounted: OBS-C weights are logged only")
+
+
+def _cgroup_of(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    raise OSError(f"process {pid} has no cgroup v2 membership")
+
+
+class CgroupWeights:
+    """Sets ``cpu.weight`` per vCPU thread, journaling where each process came from.
+
+    :param root: the cgroup v2 mount (from :func:`probe_cpu_weight`).
+    :param journal: where original memberships are recorded.
+    """
+
+    def __init__(self, root: Path, journal: Path) -> None:
+        self.root = root
+        self.journal = journal
+        self._moved: dict[str, str] = self._load()  # "pid" -> original cgroup path
+
+    def _load(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self.journal.read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def _store(self) -> None:
+        self.journal.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.journal.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._moved))
+        os.replace(tmp, self.journal)
+
+    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
+        """Give one vCPU thread a cpu.weight.
+
+        :raises OSError: when the cgroup filesystem refuses.
+        """
+        domain = self.root / "unicache" / vm
+        if str(pid) not in self._moved:
+            self._moved[str(pid)] = _cgroup_of(pid)
+            self._store()  # journaled before the move
+            domain.mkdir(parents=True, exist_ok=True)
+            (self.root / "cgroup.subtree_control").write_text("+cpu")
+            (self.root / "unicache" / "cgroup.subtree_control").write_text("+cpu")
+            (domain / "cgroup.procs").write_text(str(pid))
+            (domain / "cgroup.subtree_control").write_text("+cpu")
+        leaf = domain / f"vcpu{vcpu}"
+        if not leaf.is_dir():
+            leaf.mkdir()
+            (leaf / "cgroup.type").write_text("threaded")
+        (leaf / "cgroup.threads").write_text(str(tid))
+        (leaf / "cpu.weight").write_text(str(max(1, min(weight, 10_000))))
+
+    def restore_all(self) -> list[str]:
+        """Move every journaled process back to its original cgroup and remove ours."""
+        lines = []
+        for pid, original in sorted(self._moved.items()):
+            try:
+                (self.root / original.lstrip("/") / "cgroup.procs").write_text(pid)
+                lines.append(f"restore: process {pid} back in cgroup {original}")
+            except OSError as err:
+                lines.append(f"restore: process {pid}: {err.strerror or err}")
+        self._moved.clear()
+        self._store()
+        base = self.root / "unicache"
+        if base.is_dir():
+            for leaf in sorted(base.glob("*/vcpu*"), reverse=True):
+                if not (leaf / "cgroup.threads").read_text().strip():
+                    leaf.rmdir()
+            for domain in sorted(base.glob("*")):
+                if domain.is_dir() and not (domain / "cgroup.procs").read_text().strip():
+                    domain.rmdir()
+        return lines

@@ -1,0 +1,204 @@
+"""The live host: real VMs, perf counters, affinity, cgroup weights and guest channels.
+
+Observing reads each vCPU thread's counters (hardware where they exist, task-clock
+otherwise) and drains the guest reports the channel accepted; acting pins vCPU threads
+through the journaling :class:`~unicache.host.actuate.Actuator`, sets cgroup v2 weights
+where the cpu controller exists, and publishes placement tables to guest agents. One VM's
+failure never stops the others: its actions come back as failed and are retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from unicache.host.actuate import Actuator
+from unicache.host.base import ActResult
+from unicache.host.cgroup import CgroupWeights
+from unicache.host.perf import PerfPort, ThreadCounts
+from unicache.model import (
+    Action,
+    CounterSample,
+    GuestReport,
+    Observation,
+    PinVcpu,
+    PublishPlacement,
+    SetCpuWeight,
+    Vcpu,
+    VcpuId,
+    Vm,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningVm:
+    """A running VM as a backend (embedded QEMU, libvirt) describes it.
+
+    :param name: unique name.
+    :param pid: the hypervisor process.
+    :param vcpu_threads: vCPU index -> host thread id.
+    :param agent_socket: the unix socket of its guest channel, if it has one.
+    :param memory_bytes: guest RAM.
+    """
+
+    name: str
+    pid: int
+    vcpu_threads: Mapping[int, int]
+    agent_socket: Path | None = None
+    memory_bytes: int = 0
+
+
+class VmSource(Protocol):
+    """A backend that lists the running VMs."""
+
+    def running(self) -> list[RunningVm]:
+        """The VMs running now; a VM that cannot be queried is left out (and logged)."""
+
+
+class Publisher(Protocol):
+    """Sends placement tables to guest agents (the channel server)."""
+
+    def publish(self, action: PublishPlacement) -> bool:
+        """Queue a table for a VM's agent; ``False`` if the agent is not connected."""
+
+
+class LiveHost:
+    """Observe and act on the VMs of this machine.
+
+    :param vms: where running VMs come from.
+    :param perf: per-thread counters.
+    :param actuator: journaled affinity changes.
+    :param weights: cgroup weights, or ``None`` where the cpu controller is missing.
+    :param publisher: the guest channel, or ``None`` to skip placement tables.
+    :param reports: returns the guest reports accepted since the last call.
+    :param clock: monotonic clock (seconds).
+    """
+
+    name = "live"
+
+    def __init__(
+        self,
+        vms: VmSource,
+        perf: PerfPort,
+        actuator: Actuator,
+        weights: CgroupWeights | None,
+        publisher: Publisher | None,
+        reports: Callable[[], list[GuestReport]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._vms = vms
+        self._perf = perf
+        self._actuator = actuator
+        self._weights = weights
+        self._publisher = publisher
+        self._reports = reports
+        self._clock = clock
+        self._tick = 0
+        self._last: dict[int, tuple[float, ThreadCounts]] = {}
+        self._running: dict[str, RunningVm] = {}
+
+    @property
+    def running(self) -> Mapping[str, RunningVm]:
+        """The VMs seen by the last observation."""
+        return dict(self._running)
+
+    def observe(self) -> Observation:
+        """Counters of every vCPU thread since the last call, and the guests' reports."""
+        now = self._clock()
+        running = {vm.name: vm for vm in self._vms.running()}
+        gone = set(self._running) - set(running)
+        for name in sorted(gone):
+            log.info("vm=%s gone: forgetting its threads", name)
+            for index, tid in self._running[name].vcpu_threads.items():
+                self._perf.forget(tid)
+                self._last.pop(tid, None)
+                self._actuator.forget(f"affinity/{VcpuId(name, index)}")
+        self._running = running
+        reports = [r for r in self._reports() if r.vm in running]
+        guest_bytes: dict[VcpuId, int] = {}
+        for report in reports:
+            for access in report.chunks:
+                for index, nbytes in access.vcpu_bytes:
+                    key = VcpuId(report.vm, index)
+                    guest_bytes[key] = guest_bytes.get(key, 0) + nbytes
+        vms: list[Vm] = []
+        samples: list[CounterSample] = []
+        for name, rvm in sorted(running.items()):
+            vcpus = []
+            for index, tid in sorted(rvm.vcpu_threads.items()):
+                vid = VcpuId(name, index)
+                try:
+                    cpus = frozenset(os.sched_getaffinity(tid))
+                except OSError:
+                    continue  # the thread ended between listing and now
+                vcpus.append(Vcpu(vid, tid, cpus))
+                sample = self._sample(vid, tid, now, guest_bytes.get(vid, 0))
+                if sample is not None:
+                    samples.append(sample)
+            vms.append(Vm(name, tuple(vcpus), rvm.memory_bytes))
+        self._tick += 1
+        return Observation(self._tick, tuple(vms), tuple(samples), tuple(reports))
+
+    def _sample(self, vid: VcpuId, tid: int, now: float, nbytes: int) -> CounterSample | None:
+        counts = self._perf.read(tid)
+        if counts is None:
+            return None
+        previous = self._last.get(tid)
+        self._last[tid] = (now, counts)
+        if previous is None:
+            return None  # the first reading only sets the baseline
+        then, earlier = previous
+        delta = counts.minus(earlier)
+        wall_ns = max((now - then) * 1e9, 1.0)
+        return CounterSample(
+            vcpu=vid,
+            source=delta.source,
+            cycles=delta.cycles,
+            instructions=delta.instructions,
+            llc_references=delta.llc_references,
+            llc_misses=delta.llc_misses,
+            busy=min(delta.task_clock_ns / wall_ns, 1.0),
+            guest_bytes=nbytes,
+            task_clock_ns=delta.task_clock_ns,
+        )
+
+    def act(self, actions: Sequence[Action]) -> ActResult:
+        """Carry out actions; one failure never stops the rest."""
+        applied: list[Action] = []
+        failed: list[tuple[Action, str]] = []
+        for action in actions:
+            try:
+                why = self._apply(action)
+            except OSError as err:
+                why = err.strerror or str(err)
+            if why is None:
+                applied.append(action)
+            else:
+                failed.append((action, why))
+        return ActResult(tuple(applied), tuple(failed))
+
+    def _apply(self, action: Action) -> str | None:
+        if isinstance(action, PublishPlacement):
+            if self._publisher is None:
+                return "no guest channel"
+            return None if self._publisher.publish(action) else "agent not connected"
+        rvm = self._running.get(action.vcpu.vm)
+        tid = None if rvm is None else rvm.vcpu_threads.get(action.vcpu.index)
+        if rvm is None or tid is None:
+            return f"{action.vcpu} is not running"
+        if isinstance(action, PinVcpu):
+            self._actuator.set_affinity(action.target, tid, action.cpus)
+            return None
+        if isinstance(action, SetCpuWeight):
+            if self._weights is None:
+                return "cpu.weight not available (see the startup line)"
+            self._weights.set_weight(rvm.name, rvm.pid, action.vcpu.index, tid, action.weight)
+            return None
+        return f"unknown action {action!r}"

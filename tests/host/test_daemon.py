@@ -1,0 +1,153 @@
+"""The daemon on real threads: it pins, logs every action with its reason, and restores.
+
+The "VM" is a real process whose threads carry QEMU's vCPU thread names ("CPU n/TCG"),
+attached with ``--attach NAME=PID`` exactly as an operator attaches a QEMU started
+elsewhere. Booting real QEMU is the integration tests' job (tests/integration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from unicache.host.procfs_source import vcpu_threads_of
+
+UNICACHE = str(Path(sys.executable).parent / "unicache")
+ALL = frozenset(os.sched_getaffinity(0))
+
+FAKE_QEMU = r"""
+import ctypes, threading, time
+libc = ctypes.CDLL(None)
+def vcpu(n):
+    libc.prctl(15, f"CPU {n}/TCG".encode(), 0, 0, 0)  # PR_SET_NAME, as QEMU names vCPUs
+    end = time.time() + 120
+    while time.time() < end:
+        sum(range(1000))
+for n in range(2):
+    threading.Thread(target=vcpu, args=(n,), daemon=True).start()
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def guest() -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_QEMU])
+    for _ in range(100):
+        if len(vcpu_threads_of(proc.pid)) == 2:
+            break
+        time.sleep(0.05)
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def affinities(pid: int) -> dict[int, frozenset[int]]:
+    return {i: frozenset(os.sched_getaffinity(t)) for i, t in vcpu_threads_of(pid).items()}
+
+
+def start(tmp_path: Path, pid: int, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
+         "--attach", f"vm1={pid}", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for_pins(pid: int, timeout: float = 20) -> dict[int, frozenset[int]]:
+    end = time.time() + timeout
+    while time.time() < end:
+        now = affinities(pid)
+        if now and all(len(c) == 1 for c in now.values()):
+            return now
+        time.sleep(0.1)
+    raise AssertionError(f"vCPU threads never pinned: {affinities(pid)}")
+
+
+def log_records(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+
+
+def test_daemon_pins_each_vcpu_to_its_own_unit_logs_why_and_restores(
+    tmp_path: Path, guest: int
+) -> None:
+    assert len(ALL) >= 2, "needs the project's 2-CPU machine"
+    done = subprocess.run(
+        [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
+         "--attach", f"vm1={guest}", "--rounds", "4", "--quiet"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    records = log_records(tmp_path)
+    pins = [r for r in records if r["kind"] == "pin-vcpu"]
+    assert {r["vcpu"] for r in pins} == {0, 1}
+    assert {r["cpus"] for r in pins} == {"0", "1"}  # one L2 unit each
+    assert all(r["reason"].startswith("OBS-X") for r in pins)
+    notes = [r["message"] for r in records if r["kind"] == "note"]
+    assert any("perf counters" in n for n in notes)  # what it uses, in one line
+    assert any(n.startswith("shutdown: restore") for n in notes)
+    assert affinities(guest) == {0: ALL, 1: ALL}
+
+
+def test_sigterm_restores_every_affinity(tmp_path: Path, guest: int) -> None:
+    daemon = start(tmp_path, guest)
+    try:
+        wait_for_pins(guest)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+    finally:
+        daemon.kill()
+    assert affinities(guest) == {0: ALL, 1: ALL}
+
+
+def test_after_kill_9_the_next_start_restores(tmp_path: Path, guest: int) -> None:
+    daemon = start(tmp_path, guest)
+    try:
+        pinned = wait_for_pins(guest)
+    finally:
+        daemon.kill()  # SIGKILL: no chance to clean up
+        daemon.wait()
+    assert affinities(guest) == pinned  # still changed: nobody restored yet
+    again = subprocess.run(
+        [UNICACHE, "run", "--state-dir", str(tmp_path), "--rounds", "1", "--quiet",
+         "--attach", f"other={os.getpid()}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    assert affinities(guest) == {0: ALL, 1: ALL}
+    assert any(r.get("message", "").startswith("recovery: restore") for r in log_records(tmp_path))
+
+
+def test_a_vm_that_dies_mid_run_does_not_stop_the_daemon(tmp_path: Path, guest: int) -> None:
+    other = subprocess.Popen([sys.executable, "-c", FAKE_QEMU])
+    try:
+        time.sleep(0.5)
+        daemon = start(tmp_path, guest, "--attach", f"vm2={other.pid}")
+        wait_for_pins(guest)
+        other.kill()
+        other.wait()
+        time.sleep(1.0)
+        assert daemon.poll() is None  # still serving vm1
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+    finally:
+        other.kill()
+        daemon.kill()
+    assert affinities(guest) == {0: ALL, 1: ALL}
+
+
+def test_bad_config_key_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("intervall_s = 3\n")
+    out = subprocess.run([UNICACHE, "run", "--config", str(cfg)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "unknown key 'intervall_s'" in out.stderr and "Traceback" not in out.stderr
