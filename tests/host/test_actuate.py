@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from unicache.errors import StateError
 from unicache.host.actuate import Actuator, thread_start_time
 

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from unicache.host.procfs_source import vcpu_threads_of
 
 UNICACHE = str(Path(sys.executable).parent / "unicache")
