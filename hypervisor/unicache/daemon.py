@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -21,12 +22,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from unicache.cpulist import format_list
 from unicache.decisionlog import action_record, chunk_record
 from unicache.errors import ConfigError
 from unicache.host.actuate import Actuator
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.live import LiveHost, VmSource
 from unicache.host.perf import PerfCounters, hardware_counters_available
+from unicache.model import Observation
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify, load_topology
 
@@ -228,6 +231,7 @@ async def run_daemon(
             for chunk in decision.chunk_decisions:
                 decisions.write(chunk_record(obs.tick, chunk))
             decisions.flush()
+            write_status(config.state_dir / "status.json", obs.tick, policy, state, obs)
             rounds += 1
             if config.rounds is not None and rounds >= config.rounds:
                 break
@@ -264,6 +268,45 @@ async def _sync_channels(
         await channel.remove_vm(name)
         listening.discard(name)
         note(f"vm {name}: gone, channel closed")
+
+
+def write_status(
+    path: Path, tick: int, policy: UnicachePolicy, state: RoundState, obs: Observation
+) -> None:
+    """Write what ``unicache status`` and ``unicache place`` read (atomically)."""
+    weights = state.obs.weights
+    unit_of = state.obs.unit_of
+    table = state.scu.table
+    sources = {s.vcpu: str(s.source) for s in obs.samples}
+    status = {
+        "time": round(time.time(), 3),
+        "tick": tick,
+        "unify": str(policy.unify),
+        "units": [
+            {
+                "id": u.id,
+                "cpus": format_list(u.cpus),
+                "capacity_bytes": u.capacity_bytes,
+                "cache_load": sum(w for v, w in weights.items() if unit_of.get(v) == u.id),
+                "vcpus": sum(1 for v in unit_of.values() if v == u.id),
+                "assigned_bytes": 0 if table is None else table.assigned_bytes(u.id),
+            }
+            for u in policy.units
+        ],
+        "vcpus": [
+            {
+                "vm": v.vm,
+                "vcpu": v.index,
+                "unit": unit_of[v],
+                "cache_weight": weights.get(v, 0.0),
+                "source": sources.get(v),
+            }
+            for v in sorted(unit_of)
+        ],
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(status, indent=1))
+    os.replace(tmp, path)
 
 
 def main_run(config: DaemonConfig, echo: bool) -> int:

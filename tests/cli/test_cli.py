@@ -100,3 +100,19 @@ def test_topology_save_writes_a_loadable_model(tmp_path: Path) -> None:
     assert json.loads(again.stdout)["llc_groups"] == json.loads(run("topology", "--json").stdout)[
         "llc_groups"
     ]
+
+
+def test_place_on_epyc_model_gives_lightest_units_and_xml() -> None:
+    out = run("place", "--vcpus", "4", "--model", "epyc-2s", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert len({v["unit"] for v in data["vcpus"]}) == 4
+    assert data["libvirt_xml"].startswith("<cputune>")
+
+
+def test_place_on_this_host_works_against_sysfs(tmp_path: Path) -> None:
+    out = run("place", "--vcpus", "2", "--unify", "l2", "--state-dir", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["machine"] == "host"
+    assert {v["cpus"] for v in data["vcpus"]} == {"0", "1"}
