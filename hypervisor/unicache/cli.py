@@ -408,6 +408,10 @@ def run(
         bool, typer.Option("--dry-run", help="Decide and log, change nothing.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo decisions.")] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", help="Serve Prometheus metrics on 127.0.0.1:PORT."),
+    ] = None,
 ) -> None:
     """Run the daemon: observe -> decide -> act -> log, every interval.
 
@@ -428,6 +432,7 @@ def run(
         decision_log=decision_log,
         rounds=rounds,
         dry_run=dry_run or None,
+        metrics_port=metrics_port,
     )
     if cfg.rounds is not None and cfg.rounds < 1:
         raise ConfigError("--rounds must be at least 1")
@@ -506,6 +511,96 @@ def place(
         table.add_row(str(p.vcpu), str(p.unit), format_list(p.cpus), p.reason)
     _out.print(table)
     _out.print(fragment, highlight=False, markup=False)
+
+
+StateDirOpt = Annotated[
+    Path, typer.Option("--state-dir", help="The daemon's state directory.")
+]
+
+
+@app.command()
+def status(
+    state_dir: StateDirOpt = Path("/run/unicache"),
+    json_out: JsonOpt = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh every second until Ctrl-C.")
+    ] = False,
+) -> None:
+    """Show units, vCPUs, weights and the last actions of the running daemon."""
+    from unicache.inspect import read_log, read_status
+
+    def render() -> Table:
+        data = read_status(state_dir)
+        table = Table("unit", "cpus", "load", "vCPUs", "assigned", "capacity",
+                      title=f"tick {data['tick']} (--unify {data['unify']})")
+        for u in data["units"]:
+            table.add_row(str(u["id"]), u["cpus"], f"{u['cache_load']:.3g}", str(u["vcpus"]),
+                          _kib(u["assigned_bytes"]), _kib(u["capacity_bytes"]))
+        for v in data["vcpus"]:
+            table.add_row(f"{v['vm']}/vcpu{v['vcpu']}", "", f"{v['cache_weight']:.3g}",
+                          f"unit {v['unit']}", v["source"] or "-", "")
+        return table
+
+    if json_out:
+        data = read_status(state_dir)
+        log_path = state_dir / "decisions.jsonl"
+        data["last_actions"] = [
+            r for r in read_log(log_path, 50) if r.get("kind") not in ("chunk-decision",)
+        ][-20:] if log_path.exists() else []
+        print(json.dumps(data, indent=2))
+        return
+    if not watch:
+        _out.print(render())
+        return
+    import time
+
+    from rich.live import Live
+
+    with Live(render(), console=_out, refresh_per_second=2) as live:
+        try:
+            while True:
+                time.sleep(1.0)
+                live.update(render())
+        except KeyboardInterrupt:
+            return
+
+
+@app.command()
+def explain(
+    vm: Annotated[str, typer.Argument(help="The VM.")],
+    vcpu: Annotated[int | None, typer.Argument(help="One of its vCPUs.")] = None,
+    state_dir: StateDirOpt = Path("/run/unicache"),
+    decision_log: Annotated[
+        Path | None, typer.Option("--log", help="Decision log (default STATE_DIR/decisions.jsonl).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Why a VM's vCPUs sit where they sit, from the decision log."""
+    from unicache.inspect import explain as explain_vm
+    from unicache.inspect import read_log
+
+    found = explain_vm(read_log(decision_log or state_dir / "decisions.jsonl"), vm, vcpu)
+    if json_out:
+        print(json.dumps({
+            "vm": found.vm, "vcpus": found.vcpus, "history": found.history,
+            "placement": found.placement, "rules": found.rules,
+        }, indent=2))
+        return
+    for index, rec in sorted(found.vcpus.items()):
+        _out.print(f"{vm}/vcpu{index} on cpus {rec['cpus']} (unit {rec['unit']}) since tick "
+                   f"{rec['tick']}: {rec['reason']}", highlight=False)
+    if len(found.history) > len(found.vcpus):
+        table = Table("tick", "action", "detail", "reason", title="history")
+        for rec in found.history:
+            detail = f"cpus {rec['cpus']}" if "cpus" in rec else f"weight {rec.get('weight')}"
+            table.add_row(str(rec["tick"]), rec["kind"], detail, rec["reason"])
+        _out.print(table)
+    if found.placement is not None:
+        _out.print(f"placement table v{found.placement['version']}: "
+                   f"{len(found.placement['entries'])} chunks — {found.placement['reason']}",
+                   highlight=False)
+    for rule, count in sorted(found.rules.items()):
+        _out.print(f"  {rule}: {count} chunk decisions", highlight=False)
 
 
 @app.command()

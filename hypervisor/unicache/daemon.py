@@ -29,6 +29,7 @@ from unicache.host.actuate import Actuator
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.live import LiveHost, VmSource
 from unicache.host.perf import PerfCounters, hardware_counters_available
+from unicache.metrics import DaemonMetrics
 from unicache.model import Observation
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify, load_topology
@@ -37,7 +38,16 @@ log = logging.getLogger(__name__)
 
 #: keys a config file may hold (an unknown key is an error, not a warning)
 CONFIG_KEYS = frozenset(
-    {"interval_s", "unify", "model", "model_file", "state_dir", "decision_log", "dry_run"}
+    {
+        "interval_s",
+        "unify",
+        "model",
+        "model_file",
+        "state_dir",
+        "decision_log",
+        "dry_run",
+        "metrics_port",
+    }
 )
 
 
@@ -53,6 +63,7 @@ class DaemonConfig:
     :param decision_log: the JSON-lines decision log (default ``state_dir/decisions.jsonl``).
     :param dry_run: decide and log, change nothing.
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
+    :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
     """
 
     interval_s: float = 1.0
@@ -63,6 +74,7 @@ class DaemonConfig:
     decision_log: Path | None = None
     dry_run: bool = False
     rounds: int | None = None
+    metrics_port: int | None = None
 
     @property
     def log_path(self) -> Path:
@@ -97,6 +109,7 @@ def load_config(path: Path | None) -> DaemonConfig:
             state_dir=Path(data.get("state_dir", "/run/unicache")),
             decision_log=Path(data["decision_log"]) if "decision_log" in data else None,
             dry_run=bool(data.get("dry_run", False)),
+            metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
         )
     except (TypeError, ValueError) as err:
         raise ConfigError(f"config {path}: bad value ({err})") from err
@@ -212,6 +225,14 @@ async def run_daemon(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
 
+    metrics = DaemonMetrics()
+    if config.metrics_port is not None:
+        try:
+            metrics.serve(config.metrics_port)
+        except OSError as err:
+            raise ConfigError(f"cannot serve metrics on port {config.metrics_port}") from err
+        note(f"metrics on http://127.0.0.1:{config.metrics_port}/metrics")
+
     state = RoundState()
     policy.start(state)
     listening: set[str] = set()
@@ -232,6 +253,8 @@ async def run_daemon(
                 decisions.write(chunk_record(obs.tick, chunk))
             decisions.flush()
             write_status(config.state_dir / "status.json", obs.tick, policy, state, obs)
+            errors = [(st.vm, kind, count) for st in channel.status() for kind, count in st.errors]
+            metrics.update(policy, state, obs, result, errors)
             rounds += 1
             if config.rounds is not None and rounds >= config.rounds:
                 break

@@ -150,3 +150,39 @@ def test_bad_config_key_is_one_line_and_exit_2(tmp_path: Path) -> None:
     out = subprocess.run([UNICACHE, "run", "--config", str(cfg)], capture_output=True, text=True)
     assert out.returncode == 2
     assert "unknown key 'intervall_s'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_status_explain_and_metrics_describe_what_the_daemon_did(
+    tmp_path: Path, guest: int
+) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = start(tmp_path, guest, "--metrics-port", str(port))
+    try:
+        wait_for_pins(guest)
+        time.sleep(0.5)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        text = body.decode()
+        assert 'unicache_vcpu_cache_weight{source="software"' in text or "source=" in text
+        assert "unicache_actions_total" in text
+        status = subprocess.run([UNICACHE, "status", "--state-dir", str(tmp_path), "--json"],
+                                capture_output=True, text=True, timeout=30)
+        assert status.returncode == 0, status.stderr
+        data = json.loads(status.stdout)
+        assert {(v["vm"], v["vcpu"]) for v in data["vcpus"]} == {("vm1", 0), ("vm1", 1)}
+        assert len(data["units"]) == 2
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=20)
+    why = subprocess.run([UNICACHE, "explain", "vm1", "1", "--state-dir", str(tmp_path),
+                          "--json"], capture_output=True, text=True, timeout=30)
+    assert why.returncode == 0, why.stderr
+    found = json.loads(why.stdout)
+    assert found["vcpus"]["1"]["reason"].startswith("OBS-X")
+    unknown = subprocess.run([UNICACHE, "explain", "nosuchvm", "--state-dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=30)
+    assert unknown.returncode == 2 and "never mentions" in unknown.stderr

@@ -1,0 +1,98 @@
+"""Reading what the daemon left: its status file and its decision log (for status/explain)."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from unicache.errors import ConfigError
+
+#: the most decision-log records ``explain`` reads from the end of the log
+MAX_RECORDS = 200_000
+
+
+def read_status(state_dir: Path) -> dict[str, Any]:
+    """The daemon's last ``status.json``.
+
+    :raises ConfigError: when there is none (no daemon ran with this state dir).
+    """
+    path = state_dir / "status.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise ConfigError(
+            f"no daemon status in {state_dir} (is `unicache run` running with this --state-dir?)"
+        ) from err
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"cannot read {path}") from err
+    return data
+
+
+def read_log(path: Path, limit: int = MAX_RECORDS) -> list[dict[str, Any]]:
+    """The last ``limit`` records of a decision log; unparsable lines are skipped.
+
+    :raises ConfigError: when the log cannot be read.
+    """
+    records: deque[dict[str, Any]] = deque(maxlen=limit)
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    records.append(record)
+    except OSError as err:
+        raise ConfigError(f"cannot read decision log {path}") from err
+    return list(records)
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a VM's vCPUs sit where they sit.
+
+    :param vm: the VM.
+    :param vcpus: vCPU -> its latest pin record (cpus, unit, reason, tick).
+    :param history: every pin and weight record of the VM (or vCPU), oldest first.
+    :param placement: the latest placement table record of the VM, if any.
+    :param rules: chunk decisions of the VM by Figure 2 rule.
+    """
+
+    vm: str
+    vcpus: dict[int, dict[str, Any]]
+    history: list[dict[str, Any]]
+    placement: dict[str, Any] | None
+    rules: dict[str, int]
+
+
+def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> Explanation:
+    """Collect the decisions about one VM (and one vCPU) from log records.
+
+    :raises ConfigError: when the log never mentions the VM.
+    """
+    latest: dict[int, dict[str, Any]] = {}
+    history: list[dict[str, Any]] = []
+    placement = None
+    rules: dict[str, int] = {}
+    seen = False
+    for rec in records:
+        if rec.get("vm") != vm:
+            continue
+        seen = True
+        kind = rec.get("kind")
+        if kind in ("pin-vcpu", "set-cpu-weight") and (vcpu is None or rec.get("vcpu") == vcpu):
+            history.append(rec)
+            if kind == "pin-vcpu":
+                latest[int(rec["vcpu"])] = rec
+        elif kind == "publish-placement":
+            placement = rec
+        elif kind == "chunk-decision":
+            rule = str(rec.get("rule"))
+            rules[rule] = rules.get(rule, 0) + 1
+    if not seen:
+        raise ConfigError(f"the decision log never mentions vm {vm!r}")
+    return Explanation(vm, latest, history, placement, rules)
