@@ -1,0 +1,52 @@
+"""The VMs of unicache's own QEMU backend, as the daemon sees them (a VmSource).
+
+Reads the VM registry ``unicache vm start`` writes, and asks each new QEMU once, through
+QMP ``query-cpus-fast``, which host thread runs which vCPU (thread ids do not change while
+a QEMU runs, so they are cached per QEMU process).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from unicache.errors import UnicacheError
+from unicache.host import qemu
+from unicache.host.live import RunningVm
+
+log = logging.getLogger(__name__)
+
+
+class QemuRegistrySource:
+    """Running VMs from the registry under ``registry`` (default: env or ``STATE_DIR/vms``).
+
+    :param state_dir: the daemon's state directory.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        env = os.environ.get("UNICACHE_STATE_DIR")
+        self.registry = Path(env) if env else state_dir / "vms"
+        self._threads: dict[tuple[str, int, int], dict[int, int]] = {}
+
+    def running(self) -> list[RunningVm]:
+        """The registry's live VMs with their vCPU threads; a VM QMP cannot answer is left out."""
+        out = []
+        live_keys = set()
+        for rec in qemu.list_vms(self.registry):
+            key = (rec.name, rec.pid, rec.start_ticks)
+            live_keys.add(key)
+            threads = self._threads.get(key)
+            if threads is None:
+                try:
+                    threads = qemu.QemuVm.attach(rec.name, self.registry).vcpu_threads()
+                except (UnicacheError, OSError) as err:
+                    log.warning("vm=%s: cannot query its vCPU threads: %s", rec.name, err)
+                    continue
+                self._threads[key] = threads
+            # the host channel listens unless QEMU was told to (then another tool talks)
+            sock = None if rec.agent_listen else Path(rec.agent_socket)
+            out.append(RunningVm(rec.name, rec.pid, threads, sock, rec.memory_mib << 20))
+        for key in set(self._threads) - live_keys:
+            del self._threads[key]
+        return out
