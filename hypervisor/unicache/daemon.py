@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from unicache.cpulist import format_list
-from unicache.decisionlog import action_record, chunk_record
+from unicache.decisionlog import action_record, chunk_record, report_record
 from unicache.errors import ConfigError
 from unicache.host.actuate import Actuator
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
@@ -123,6 +123,10 @@ def with_overrides(config: DaemonConfig, **overrides: Any) -> DaemonConfig:
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
+#: record kinds echoed to the console (chunk decisions and reports stay in the log file)
+ECHO_KINDS = frozenset({"note", "pin-vcpu", "set-cpu-weight", "publish-placement", "failed"})
+
+
 @dataclass
 class DecisionLog:
     """Appends JSON records, one per line, flushed every round.
@@ -145,7 +149,7 @@ class DecisionLog:
         record = {"time": round(time.time(), 3), **record}
         if self._out is not None:
             self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
-        if self.echo is not None:
+        if self.echo is not None and record["kind"] in ECHO_KINDS:
             target = record.get("target") or record.get("vm") or ""
             self.echo.write(
                 f"[{record.get('tick', '-')}] {record['kind']} {target}: "
@@ -184,6 +188,7 @@ async def run_daemon(
 
     :returns: the exit code (0).
     """
+    from unicache.channel.protocol import ChannelParams
     from unicache.channel.server import ChannelServer
 
     stop = stop or asyncio.Event()
@@ -216,7 +221,14 @@ async def run_daemon(
         for line in weights.restore_all():
             note(f"recovery: {line}")
 
-    channel = ChannelServer(config.state_dir / "channels")
+    # the guest must chunk files exactly as SCU does (MFC §4.7) and skip small reads (§4.5)
+    scu = policy.scu.options
+    params = ChannelParams(
+        chunk_size=scu.chunk_size,
+        min_read_size=min(scu.params.min_read_size, scu.chunk_size),
+        report_interval_s=max(config.interval_s, 0.1),
+    )
+    channel = ChannelServer(config.state_dir / "channels", params)
     source = vm_source or default_vm_source(config.state_dir)
     perf = PerfCounters(hardware)
     host = LiveHost(source, perf, actuator, weights, channel, channel.drain_reports)
@@ -249,6 +261,8 @@ async def run_daemon(
                 decisions.write(
                     {**action_record(obs.tick, action), "kind": "failed", "error": failure}
                 )
+            for report in obs.reports:
+                decisions.write(report_record(obs.tick, report))
             for chunk in decision.chunk_decisions:
                 decisions.write(chunk_record(obs.tick, chunk))
             decisions.flush()

@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from unicache.cpulist import format_list
-from unicache.model import Action, ChunkDecision, PinVcpu, PublishPlacement, SetCpuWeight
+from unicache.model import (
+    Action,
+    ChunkDecision,
+    GuestReport,
+    PinVcpu,
+    PublishPlacement,
+    SetCpuWeight,
+)
 
 
 def action_record(tick: int, action: Action) -> dict[str, Any]:
@@ -63,4 +70,27 @@ def chunk_record(tick: int, decision: ChunkDecision) -> dict[str, Any]:
         "caching": decision.caching,
         "rule": decision.rule,
         "reason": decision.reason,
+    }
+
+
+def report_record(tick: int, report: GuestReport) -> dict[str, Any]:
+    """What a guest reported (already validated and bounded by the channel)."""
+    return {
+        "tick": tick,
+        "kind": "guest-report",
+        "vm": report.vm,
+        "seq": report.seq,
+        "interval_s": report.interval_s,
+        "chunks": [
+            {
+                "file": f"{a.chunk.file_id:x}",
+                "chunk": a.chunk.index,
+                "bytes": a.bytes_read,
+                "reads": a.reads,
+                "writes": a.writes,
+                "vcpu_bytes": [list(p) for p in a.vcpu_bytes],
+            }
+            for a in report.chunks
+        ],
+        "reason": f"{len(report.chunks)} chunks read in {report.interval_s:g} s",
     }

@@ -116,3 +116,15 @@ def test_place_on_this_host_works_against_sysfs(tmp_path: Path) -> None:
     data = json.loads(out.stdout)
     assert data["machine"] == "host"
     assert {v["cpus"] for v in data["vcpus"]} == {"0", "1"}
+
+
+def test_help_works_for_every_command() -> None:
+    top = run("--help")
+    assert top.returncode == 0, top.stderr
+    commands = ["topology", "models", "replay", "run", "place", "status", "explain", "version"]
+    for extra in ("vm", "bench", "attach", "install-hook", "remove-hook"):
+        if extra in top.stdout:
+            commands.append(extra)
+    for command in commands:
+        out = run(command, "--help")
+        assert out.returncode == 0 and "Usage" in out.stdout, (command, out.stderr)
