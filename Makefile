@@ -11,10 +11,13 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 # Fragments owned by the parts of the tree append to these.
 SETUP_TARGETS :=
 APT_PACKAGES := build-essential pkg-config
-REQUIREMENTS := requirements.txt $(wildcard tools/sim/requirements.txt guest-agent/requirements-test.txt)
+REQUIREMENTS := requirements.txt $(wildcard tools/sim/requirements.txt \
+	guest-agent/requirements-test.txt images/requirements.txt)
 
--include tools/sim/sim.mk
--include guest-agent/agent.mk
+include tools/sim/sim.mk
+include guest-agent/agent.mk
+include images/images.mk
+include libvirt/libvirt.mk
 
 .PHONY: setup test lint typecheck pytest demo clean apt
 
@@ -48,12 +51,12 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
 
-pytest: setup
+pytest: setup image
 	$(PY) -m pytest -q tests
 
 test: lint typecheck pytest
 
-demo: setup
+demo: setup image
 	@bash tools/demo.sh
 
 clean:
