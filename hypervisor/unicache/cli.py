@@ -622,6 +622,10 @@ def _mount_optional() -> None:
         except ImportError:
             continue
         app.add_typer(sub.app, name=name, help=text)
+    from contextlib import suppress
+
+    with suppress(ImportError):  # top-level commands: attach, install-hook, remove-hook
+        importlib.import_module("unicache.cli_libvirt").register(app)
 
 
 _mount_optional()
@@ -631,7 +635,10 @@ def main() -> None:
     """Console entry point: one line and exit 2 on a user error, never a traceback."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(standalone_mode=False)
+        # without standalone mode click returns typer.Exit's code instead of exiting
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except UnicacheError as err:
         # plain write: one line, never wrapped to the terminal width
         sys.stderr.write(f"unicache: error: {err}\n")

@@ -177,10 +177,10 @@ class PlacementEntry:
     """Where the guest must read one chunk.
 
     :param chunk: which chunk.
-    :param vcpus: the VM's vCPUs (indices) pinned in the chunk's cache unit.
+    :param vcpus: the VM's vCPUs (indices) pinned in a unit that holds the chunk.
     :param caching: ``False`` = read with non-temporal loads (MFC §4.3 non-caching).
     :param migration_budget: migrations per interval the shim may spend on it (MFC §4.5).
-    :param unit: the host cache unit holding the chunk (informational for the guest).
+    :param unit: the first host cache unit holding the chunk (informational for the guest).
     """
 
     chunk: ChunkId

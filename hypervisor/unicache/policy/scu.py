@@ -305,8 +305,10 @@ class ScuPolicy:
                 continue
             units = sorted(state.units & set(vcpu_units.values()))
             if units:
+                # every holder may serve the read (Figure 2 line 31: readers go to a holder;
+                # replicas exist so that several units serve a popular chunk, §4.4)
                 unit = units[0]
-                vcpus = frozenset(i for i, u in vcpu_units.items() if u == unit)
+                vcpus = frozenset(i for i, u in vcpu_units.items() if u in units)
                 # §4.5 competitive rule, enforced by the guest's shim per aging period
                 budget = self.options.params.migration_budget(state.size)
                 entries.append(

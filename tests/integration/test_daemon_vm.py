@@ -1,0 +1,204 @@
+"""The daemon managing a real guest (QEMU, TCG here): pins, tables, shim, kills, recovery.
+
+One guest boot for the module (about 15 s under TCG), plus one short-lived second guest
+for the QEMU-kill test. Everything is checked from outside the code under test: /proc for
+affinities, the guest agent's own reports for where reads ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from unicache.host.qemu import GuestImage, QemuVm, VmConfig, ensure_image
+
+UNICACHE = str(Path(sys.executable).parent / "unicache")
+SHIM = "/usr/lib/unicache-agent/libunicache.so"
+ALL = frozenset(os.sched_getaffinity(0))
+FILE = "/root/one-chunk"
+FILE_KIB = 400  # one chunk (half of this host's 1 MiB L2 is 512 KiB), above min_read_size
+
+# The reader moves itself to a start CPU *after* the shim captured the process's own
+# affinity (the shim only ever migrates within that, as a process pinned by its user
+# must stay pinned), then reads one chunk again and again.
+READER = (
+    "import os,sys,time\n"
+    "if len(sys.argv) > 3: os.sched_setaffinity(0, {int(sys.argv[3])})\n"
+    "fd=os.open(sys.argv[1],os.O_RDONLY); end=time.time()+float(sys.argv[2])\n"
+    "while time.time()<end: os.pread(fd, 1<<20, 0)\n"
+    "print(sorted(os.sched_getaffinity(0)))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def image() -> GuestImage:
+    return ensure_image()
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("daemon-vm")
+    return base / "vms", base / "state"
+
+
+@pytest.fixture(scope="module")
+def vm(image: GuestImage, dirs: tuple[Path, Path]) -> Iterator[QemuVm]:
+    registry, _ = dirs
+    machine = QemuVm(VmConfig("ucd-main", vcpus=2, memory_mib=512,
+                              image_dir=image.directory), registry)
+    machine.start()
+    try:
+        machine.wait_for_boot(120)
+        out = machine.run_in_guest(
+            ["sh", "-c", f"head -c {FILE_KIB * 1024} /dev/urandom > {FILE} && cat {FILE} >/dev/null"]
+        )
+        assert out.ok, out.stderr
+        yield machine
+    finally:
+        machine.stop()
+
+
+def start_daemon(dirs: tuple[Path, Path], *extra: str) -> subprocess.Popen[str]:
+    registry, state = dirs
+    env = dict(os.environ, UNICACHE_STATE_DIR=str(registry))
+    return subprocess.Popen(
+        [UNICACHE, "run", "--unify", "l2", "--interval", "0.5", "--state-dir", str(state),
+         "--quiet", *extra],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def stop_daemon(daemon: subprocess.Popen[str]) -> None:
+    if daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+
+
+def records(dirs: tuple[Path, Path]) -> list[dict]:
+    path = dirs[1] / "decisions.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_until(what: str, check, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    end = time.time() + timeout
+    while time.time() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def vcpu_affinity(vm: QemuVm) -> dict[int, frozenset[int]]:
+    return {i: frozenset(os.sched_getaffinity(t)) for i, t in vm.vcpu_threads().items()}
+
+
+def read_in_guest(vm: QemuVm, seconds: float, cpu: int | None = None) -> str:
+    argv = ["python3", "-c", READER, FILE, str(seconds)]
+    if cpu is not None:
+        argv.append(str(cpu))
+    out = vm.run_in_guest(argv, env={"LD_PRELOAD": SHIM}, timeout=seconds + 60)
+    assert out.ok, out.stderr
+    return out.stdout
+
+
+def test_daemon_pins_vcpus_publishes_a_table_and_the_shim_reads_on_the_planned_vcpu(
+    vm: QemuVm, dirs: tuple[Path, Path]
+) -> None:
+    daemon = start_daemon(dirs)
+    try:
+        # 1. each vCPU thread pinned to its own L2 unit, checked from /proc
+        wait_until("pins", lambda: all(len(c) == 1 for c in vcpu_affinity(vm).values()))
+        assert sorted(vcpu_affinity(vm).values(), key=min) == [frozenset({0}), frozenset({1})]
+        wait_until("the agent channel", lambda: any(
+            "listening for its agent" in r.get("message", "") for r in records(dirs)))
+        # 2. the guest reads under the shim, from vCPU 0 only; its reports reach the host
+        read_in_guest(vm, 3, cpu=0)
+        reports = wait_until("a guest report", lambda: [
+            r for r in records(dirs) if r["kind"] == "guest-report" and r["chunks"]])
+        biggest = max((c for r in reports for c in r["chunks"]), key=lambda c: c["bytes"])
+        file_id = biggest["file"]
+
+        # 3. a placement table with the file's chunk reaches the guest
+        def entry() -> dict | None:
+            for rec in reversed(records(dirs)):
+                if rec["kind"] == "publish-placement":
+                    for e in rec["entries"]:
+                        if e["file"] == file_id and e["caching"]:
+                            return e
+            return None
+
+        planned = wait_until("a caching entry for the file", lambda: entry() or
+                             (read_in_guest(vm, 1, cpu=0) and None), timeout=90)
+        # read only from vCPU 0, the chunk lives in vCPU 0's unit alone (no replica)
+        assert planned["vcpus"] == "0", planned
+        home, other = 0, 1
+        before = len(records(dirs))
+        # 4. a reader started on the other vCPU is moved home by the shim
+        where = read_in_guest(vm, 3, cpu=other)
+        assert where.strip() == f"[{home}]", where
+        time.sleep(1.5)
+        moved = [c for r in records(dirs)[before:] if r["kind"] == "guest-report"
+                 for c in r["chunks"] if c["file"] == file_id]
+        by_vcpu: dict[int, int] = {}
+        for c in moved:
+            for vcpu, nbytes in c["vcpu_bytes"]:
+                by_vcpu[vcpu] = by_vcpu.get(vcpu, 0) + nbytes
+        assert by_vcpu.get(home, 0) > 0.9 * sum(by_vcpu.values()), by_vcpu
+    finally:
+        stop_daemon(daemon)
+    assert vcpu_affinity(vm) == {0: ALL, 1: ALL}
+
+
+def test_kill_9_of_agent_and_daemon_leaves_nothing_changed_after_recovery(
+    vm: QemuVm, dirs: tuple[Path, Path]
+) -> None:
+    daemon = start_daemon(dirs)
+    try:
+        wait_until("pins", lambda: all(len(c) == 1 for c in vcpu_affinity(vm).values()))
+        # the agent dies: the daemon keeps serving (the guest's init may restart it)
+        out = vm.run_in_guest(["sh", "-c", "pkill -9 -f '^python3 -m unicache_agent'; echo killed"])
+        assert out.ok
+        time.sleep(2)
+        assert daemon.poll() is None
+        assert all(len(c) == 1 for c in vcpu_affinity(vm).values())
+    finally:
+        daemon.kill()  # kill -9 of the daemon: nothing restored yet
+        daemon.wait()
+    assert all(len(c) == 1 for c in vcpu_affinity(vm).values())
+    again = start_daemon(dirs, "--rounds", "1")
+    assert again.wait(timeout=60) == 0, again.stderr.read() if again.stderr else ""
+    assert vcpu_affinity(vm) == {0: ALL, 1: ALL}
+    assert any(r.get("message", "").startswith("recovery: restore") for r in records(dirs))
+
+
+def test_kill_9_of_one_qemu_does_not_stop_the_daemon_serving_the_other(
+    vm: QemuVm, image: GuestImage, dirs: tuple[Path, Path]
+) -> None:
+    registry, _ = dirs
+    second = QemuVm(VmConfig("ucd-second", vcpus=1, memory_mib=256,
+                             image_dir=image.directory), registry)
+    second.start()
+    daemon = start_daemon(dirs)
+    try:
+        wait_until("both VMs pinned", lambda: all(
+            len(c) == 1 for c in (*vcpu_affinity(vm).values(), *vcpu_affinity(second).values())))
+        os.kill(second.pid, signal.SIGKILL)
+        wait_until("the daemon to notice", lambda: any(
+            "ucd-second: gone" in r.get("message", "") for r in records(dirs)))
+        assert daemon.poll() is None
+        assert all(len(c) == 1 for c in vcpu_affinity(vm).values())
+    finally:
+        stop_daemon(daemon)
+        second.stop()
+    assert vcpu_affinity(vm) == {0: ALL, 1: ALL}
