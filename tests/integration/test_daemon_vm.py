@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from unicache.host.qemu import GuestImage, QemuVm, VmConfig, ensure_image
 
 UNICACHE = str(Path(sys.executable).parent / "unicache")
@@ -57,9 +56,8 @@ def vm(image: GuestImage, dirs: tuple[Path, Path]) -> Iterator[QemuVm]:
     machine.start()
     try:
         machine.wait_for_boot(120)
-        out = machine.run_in_guest(
-            ["sh", "-c", f"head -c {FILE_KIB * 1024} /dev/urandom > {FILE} && cat {FILE} >/dev/null"]
-        )
+        make = f"head -c {FILE_KIB * 1024} /dev/urandom > {FILE} && cat {FILE} >/dev/null"
+        out = machine.run_in_guest(["sh", "-c", make])
         assert out.ok, out.stderr
         yield machine
     finally:
@@ -167,7 +165,8 @@ def test_kill_9_of_agent_and_daemon_leaves_nothing_changed_after_recovery(
     try:
         wait_until("pins", lambda: all(len(c) == 1 for c in vcpu_affinity(vm).values()))
         # the agent dies: the daemon keeps serving (the guest's init may restart it)
-        out = vm.run_in_guest(["sh", "-c", "pkill -9 -f '^python3 -m unicache_agent'; echo killed"])
+        kill = "pkill -9 -f '^python3 -m unicache_agent'; echo killed"
+        out = vm.run_in_guest(["sh", "-c", kill])
         assert out.ok
         time.sleep(2)
         assert daemon.poll() is None
