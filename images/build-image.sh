@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds the unicache demo/test guest: Debian 12 minbase + python3 + the guest agent and shim,
+# a small init (no systemd), an ext4 disk, the Debian cloud kernel and a busybox initramfs.
+#
+#   images/build-image.sh [OUT_DIR]        (default build/images/debian12; `make image` runs it)
+#
+# Cached in three layers under build/images/cache (each keyed by a hash of what it is made of):
+#   base-HASH/      debootstrap rootfs           (suite, mirror, package list)    ~1 min
+#   kernel-PKG/     the extracted cloud kernel   (the package apt resolves)       ~5 s
+#   OUT_DIR/        image.json, rootfs.ext4, vmlinuz, initrd.img (everything)      ~10 s
+# OUT_DIR/image.json records the hash of all inputs; an unchanged hash skips the build.
+# Needs root (debootstrap, chroot, file ownership in the image) and, when missing, installs
+# its host packages with apt-get.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${1:-$REPO/build/images/debian12}
+CACHE=${UNICACHE_IMAGE_CACHE:-$REPO/build/images/cache}
+SUITE=bookworm
+MIRROR=${UNICACHE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# minbase already has coreutils, grep, util-linux (mount), dash; the demo needs python3, procps.
+GUEST_PACKAGES=python3,procps
+DISK_SIZE=${UNICACHE_IMAGE_SIZE:-1G}
+HOST_PACKAGES="debootstrap qemu-system-x86 busybox-static e2fsprogs cpio kmod"
+# modules the initramfs loads (with their dependencies, in order): disk, virtio-serial, and
+# the ACPI power button + evdev so QMP system_powerdown reaches the guest init
+MODULES="virtio_pci virtio_blk virtio_console button evdev"
+
+T0=$(date +%s)
+step() { printf '[image %3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
+die() { printf 'image: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "building the guest image needs root (debootstrap, chroot)"
+[ "$(uname -m)" = x86_64 ] || die "only x86_64 hosts are supported (this is $(uname -m))"
+
+# -- 0. inputs hash: skip everything when nothing changed --------------------------------
+inputs_hash() {
+    (
+        cd "$REPO"
+        echo "suite=$SUITE mirror=$MIRROR packages=$GUEST_PACKAGES size=$DISK_SIZE mods=$MODULES"
+        find images/build-image.sh images/guest images/initramfs guest-agent/unicache_agent \
+            -type f \( -name '*.py' -o -name '*.sh' -o -name 'init' \) 2>/dev/null | LC_ALL=C sort
+        [ -f guest-agent/install.sh ] && echo guest-agent/install.sh
+        echo guest-agent/shim/libunicache.so
+        echo guest-agent/shim/uc_selftest
+    ) | while read -r f; do
+        if [ -f "$REPO/$f" ]; then echo "$f $(sha256sum < "$REPO/$f" | cut -c1-16)"; else echo "$f"; fi
+    done | sha256sum | cut -c1-16
+}
+
+# one build at a time (the demo and the tests may both ask for the image)
+mkdir -p "$CACHE"
+exec 9> "$CACHE/.lock"
+if ! flock -n 9; then
+    step "another build of the image is running: waiting for it"
+    flock 9
+fi
+
+[ -f "$REPO/guest-agent/shim/libunicache.so" ] \
+    || die "guest-agent/shim/libunicache.so is missing: run 'make shim-build' first"
+HASH=$(inputs_hash)
+if [ -f "$OUT/image.json" ] && grep -q "\"inputs_hash\": \"$HASH\"" "$OUT/image.json" \
+   && [ -f "$OUT/rootfs.ext4" ] && [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initrd.img" ]; then
+    step "up to date ($OUT, inputs $HASH)"
+    touch "$OUT/image.json"
+    exit 0
+fi
+step "building guest image into $OUT (inputs $HASH)"
+
+# -- 1. host tools ------------------------------------------------------------------------
+missing=""
+for p in $HOST_PACKAGES; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+    step "installing host packages:$missing"
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+mkdir -p "$CACHE" "$OUT"
+
+# -- 2. base rootfs (debootstrap), cached by suite/mirror/packages ------------------------
+BASE_KEY=$(echo "v2 $SUITE $MIRROR $GUEST_PACKAGES" | sha256sum | cut -c1-12)
+BASE=$CACHE/base-$BASE_KEY
+if [ ! -f "$BASE/.complete" ]; then
+    rm -rf "$BASE" "$BASE.tmp"
+    step "debootstrap --variant=minbase $SUITE (+$GUEST_PACKAGES) from $MIRROR (about 1-2 min)"
+    debootstrap --variant=minbase --include="$GUEST_PACKAGES" "$SUITE" "$BASE.tmp" "$MIRROR" \
+        > "$CACHE/debootstrap.log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 10
+        kill -0 "$pid" 2>/dev/null && step "  debootstrap: $(tail -n1 "$CACHE/debootstrap.log" | cut -c1-90)"
+    done
+    wait "$pid" || { tail -n 20 "$CACHE/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE/debootstrap.log)"; }
+    # trim what a test guest never reads
+    rm -rf "$BASE.tmp"/usr/share/doc/* "$BASE.tmp"/usr/share/man/* "$BASE.tmp"/usr/share/info/* \
+        "$BASE.tmp"/var/cache/apt/archives/*.deb "$BASE.tmp"/var/lib/apt/lists/*
+    find "$BASE.tmp/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'locale.alias' \
+        -exec rm -rf {} + 2>/dev/null || true
+    touch "$BASE.tmp/.complete"
+    mv "$BASE.tmp" "$BASE"
+    step "base rootfs ready ($(du -sh "$BASE" | cut -f1))"
+else
+    step "base rootfs cached ($BASE)"
+fi
+
+# -- 3. kernel (Debian cloud kernel, resolved through the host's apt index) ---------------
+KPKG=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+if [ -z "$KPKG" ]; then
+    apt-get update -qq
+    KPKG=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+fi
+[ -n "$KPKG" ] || die "apt cannot resolve linux-image-cloud-amd64 (is the Debian bookworm mirror in sources.list?)"
+KDIR=$CACHE/kernel-$KPKG
+if [ ! -f "$KDIR/.complete" ]; then
+    step "downloading and extracting $KPKG"
+    rm -rf "$KDIR" && mkdir -p "$KDIR/deb"
+    (cd "$KDIR/deb" && apt-get download -q "$KPKG" >/dev/null 2>&1) || die "apt-get download $KPKG failed"
+    dpkg -x "$KDIR"/deb/*.deb "$KDIR/root"
+    rm -rf "$KDIR/deb"
+    touch "$KDIR/.complete"
+fi
+KVER=$(ls "$KDIR/root/lib/modules")
+step "kernel $KVER"
+depmod -b "$KDIR/root" "$KVER"
+
+# -- 4. initramfs: busybox + virtio modules, switch_root to /dev/vda -------------------------
+STAGE=$(mktemp -d "$CACHE/stage.XXXXXX")
+trap 'rm -rf "$STAGE"' EXIT
+IRD=$STAGE/initramfs
+mkdir -p "$IRD"/{bin,dev,proc,sys,newroot,modules}
+cp /bin/busybox "$IRD/bin/busybox"
+cp "$REPO/images/initramfs/init" "$IRD/init"
+chmod 755 "$IRD/init"
+: > "$IRD/modules/order"
+for m in $MODULES; do
+    modprobe -d "$KDIR/root" -S "$KVER" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
+done | awk '!seen[$0]++' | while read -r ko; do
+    cp "$ko" "$IRD/modules/"
+    basename "$ko" >> "$IRD/modules/order"
+done
+step "initramfs: busybox + $(wc -l < "$IRD/modules/order") modules ($(tr '\n' ' ' < "$IRD/modules/order"))"
+(cd "$IRD" && find . | LC_ALL=C sort | cpio -o -H newc --quiet | gzip -9) > "$STAGE/initrd.img"
+
+# -- 5. rootfs: base + init + agent + shim + demo command runner --------------------------
+ROOT=$STAGE/rootfs
+step "assembling rootfs"
+cp -a "$BASE" "$ROOT"
+rm -f "$ROOT/.complete"
+install -m 755 "$REPO/images/guest/unicache-init.py" "$ROOT/sbin/unicache-init"
+# demo/test only: runs commands the host sends on org.unicache.control.0 (docs/images.md)
+install -D -m 755 "$REPO/images/guest/unicache-runner.py" "$ROOT/usr/local/lib/unicache-demo/runner.py"
+# demo/test only: the shim's test driver (read benchmark), built on the host like the shim
+if [ -x "$REPO/guest-agent/shim/uc_selftest" ]; then
+    install -m 755 "$REPO/guest-agent/shim/uc_selftest" "$ROOT/usr/local/lib/unicache-demo/uc_selftest"
+fi
+echo unicache-guest > "$ROOT/etc/hostname"
+printf '127.0.0.1 localhost unicache-guest\n' > "$ROOT/etc/hosts"
+# the agent and the shim (the shim is not preloaded globally: the demo and the tests set
+# LD_PRELOAD=/usr/lib/unicache-agent/libunicache.so per command, to compare on and off)
+AGENT_LIB=/usr/lib/unicache-agent
+if [ -x "$REPO/guest-agent/install.sh" ] && grep -q -- '--root' "$REPO/guest-agent/install.sh"; then
+    step "installing agent + shim with guest-agent/install.sh --root (no systemd, no global preload)"
+    "$REPO/guest-agent/install.sh" --root "$ROOT" --no-systemd --no-preload > "$STAGE/install.log" 2>&1 \
+        || { cat "$STAGE/install.log" >&2; die "guest-agent/install.sh --root failed"; }
+else
+    step "installing agent + shim by copying (guest-agent/install.sh has no --root option)"
+    mkdir -p "$ROOT$AGENT_LIB/unicache_agent"
+    cp "$REPO"/guest-agent/unicache_agent/*.py "$ROOT$AGENT_LIB/unicache_agent/"
+    install -m 755 "$REPO/guest-agent/shim/libunicache.so" "$ROOT$AGENT_LIB/libunicache.so"
+    printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m unicache_agent "$@"\n' "$AGENT_LIB" \
+        > "$ROOT/usr/bin/unicache-agent"
+    chmod 755 "$ROOT/usr/bin/unicache-agent"
+fi
+[ -f "$ROOT$AGENT_LIB/libunicache.so" ] || die "the shim is not in the image at $AGENT_LIB/libunicache.so"
+[ -x "$ROOT/usr/bin/unicache-agent" ] || die "no /usr/bin/unicache-agent in the image"
+chroot "$ROOT" python3 -m compileall -q "$AGENT_LIB" /usr/local/lib/unicache-demo >/dev/null
+chroot "$ROOT" /usr/bin/unicache-agent --version >/dev/null \
+    || die "the agent does not start in the guest rootfs (chroot $ROOT unicache-agent --version)"
+cat > "$ROOT/etc/unicache-image" <<EOF
+inputs_hash=$HASH
+kernel=$KVER
+built=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+EOF
+step "mkfs.ext4 -d ($DISK_SIZE, $(du -sh "$ROOT" | cut -f1) of files)"
+rm -f "$STAGE/rootfs.ext4"
+mkfs.ext4 -q -F -L unicache-root -d "$ROOT" "$STAGE/rootfs.ext4" "$DISK_SIZE" >/dev/null
+
+# -- 6. publish atomically-ish: files first, image.json (the make target) last --------------
+rm -f "$OUT/image.json"
+cp "$KDIR/root/boot/vmlinuz-$KVER" "$OUT/vmlinuz.tmp" && mv "$OUT/vmlinuz.tmp" "$OUT/vmlinuz"
+mv "$STAGE/initrd.img" "$OUT/initrd.img"
+mv "$STAGE/rootfs.ext4" "$OUT/rootfs.ext4"
+PYVER=$(chroot "$ROOT" python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+cat > "$OUT/image.json.tmp" <<EOF
+{
+  "name": "debian12",
+  "inputs_hash": "$HASH",
+  "kernel_version": "$KVER",
+  "kernel_package": "$KPKG",
+  "python": "$PYVER",
+  "kernel": "vmlinuz",
+  "initrd": "initrd.img",
+  "disk": "rootfs.ext4",
+  "disk_format": "raw",
+  "root_device": "/dev/vda",
+  "init": "/sbin/unicache-init",
+  "agent": "/usr/bin/unicache-agent",
+  "shim": "/usr/lib/unicache-agent/libunicache.so",
+  "agent_port": "org.unicache.agent.0",
+  "control_port": "org.unicache.control.0",
+  "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
+EOF
+mv "$OUT/image.json.tmp" "$OUT/image.json"
+step "done: $OUT (kernel $KVER, python $PYVER, disk $(du -h --apparent-size "$OUT/rootfs.ext4" | cut -f1) sparse, $(du -h "$OUT/rootfs.ext4" | cut -f1) used)"

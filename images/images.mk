@@ -1,0 +1,21 @@
+# images/images.mk — included by the top Makefile. Guest image for the demo and the
+# integration tests (not part of `setup`: `make demo` and tests/integration build it when needed).
+#   make image         build/images/debian12/{image.json,vmlinuz,initrd.img,rootfs.ext4}
+#   make image-clean   drop the built image (keeps the debootstrap/kernel cache)
+#   make image-purge   drop the image and its cache
+IMAGE_DIR := build/images/debian12
+IMAGE_INPUTS := images/build-image.sh images/initramfs/init $(wildcard images/guest/*.py) \
+	$(wildcard guest-agent/unicache_agent/*.py guest-agent/install.sh) \
+	guest-agent/shim/libunicache.so $(wildcard guest-agent/shim/uc_selftest)
+
+$(IMAGE_DIR)/image.json: $(IMAGE_INPUTS)
+	@bash images/build-image.sh $(IMAGE_DIR)
+
+.PHONY: image image-clean image-purge
+image: $(IMAGE_DIR)/image.json
+
+image-clean:
+	rm -rf $(IMAGE_DIR)
+
+image-purge:
+	rm -rf build/images
