@@ -50,6 +50,7 @@ lint: setup
 
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
+	MYPYPATH=hypervisor $(VENV)/bin/mypy --strict tools/sim/python/unicache_sim tests/sim
 
 pytest: setup image
 	$(PY) -m pytest -q tests

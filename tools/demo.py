@@ -26,7 +26,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-
 from unicache.host.qemu import QemuVm, VmConfig, list_vms
 from unicache.topology import Unify, discover_topology
 
@@ -99,10 +98,9 @@ def measure(vm: QemuVm, files: list[str], shim: bool) -> dict[str, float]:
         vm, f"{env}python3 -c '{READ_BENCH}' {SECONDS} {listing}", timeout=SECONDS * 10
     ).strip())
     for tool, argv in (("grep", "['grep', '-c', 'unicache-needle']"), ("wc", "['wc', '-l']")):
-        out[tool] = float(guest(
-            vm, f"python3 -c '{TOOL_BENCH}' {SECONDS / 2} \"{argv}\" {SHIM if shim else '-'} {listing}",
-            timeout=SECONDS * 10,
-        ).strip())
+        preload = SHIM if shim else "-"
+        script = f"python3 -c '{TOOL_BENCH}' {SECONDS / 2} \"{argv}\" {preload} {listing}"
+        out[tool] = float(guest(vm, script, timeout=SECONDS * 10).strip())
     return out
 
 
@@ -141,8 +139,8 @@ def main() -> int:
     daemon = None
     try:
         files = [f"/root/data/f{i}" for i in range(2)]
-        guest(vm, "mkdir -p /root/data && " + " && ".join(
-            f"head -c {file_size} /dev/urandom > {f}" for f in files) + " && cat /root/data/* >/dev/null")
+        writes = " && ".join(f"head -c {file_size} /dev/urandom > {f}" for f in files)
+        guest(vm, f"mkdir -p /root/data && {writes} && cat /root/data/* >/dev/null")
         console.print(f"guest files: 2 x {file_size >> 10} KiB = {2 * file_size >> 10} KiB "
                       f"(one L2 is {l2.size_bytes >> 10} KiB), in the guest's page cache")
 
@@ -155,7 +153,7 @@ def main() -> int:
             log.unlink()
         daemon = subprocess.Popen(
             [str(VENV_BIN / "unicache"), "run", "--unify", "l2", "--interval", "1",
-             "--state-dir", str(state)],
+             "--state-dir", str(state), "--connect", "none"],
             stdout=sys.stdout, stderr=sys.stderr,
         )
         time.sleep(3)

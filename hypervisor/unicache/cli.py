@@ -412,6 +412,11 @@ def run(
         int | None,
         typer.Option("--metrics-port", help="Serve Prometheus metrics on 127.0.0.1:PORT."),
     ] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option("--connect", help="libvirt URI (default: qemu:///system if reachable, "
+                     "else unicache's own QEMU VMs; 'none': unicache's own QEMU only)."),
+    ] = None,
 ) -> None:
     """Run the daemon: observe -> decide -> act -> log, every interval.
 
@@ -433,6 +438,7 @@ def run(
         rounds=rounds,
         dry_run=dry_run or None,
         metrics_port=metrics_port,
+        connect=connect,
     )
     if cfg.rounds is not None and cfg.rounds < 1:
         raise ConfigError("--rounds must be at least 1")

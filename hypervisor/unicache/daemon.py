@@ -25,7 +25,6 @@ from typing import IO, Any
 from unicache.cpulist import format_list
 from unicache.decisionlog import action_record, chunk_record, report_record
 from unicache.errors import ConfigError
-from unicache.host.actuate import Actuator
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.live import LiveHost, VmSource
 from unicache.host.perf import PerfCounters, hardware_counters_available
@@ -47,6 +46,7 @@ CONFIG_KEYS = frozenset(
         "decision_log",
         "dry_run",
         "metrics_port",
+        "connect",
     }
 )
 
@@ -64,6 +64,7 @@ class DaemonConfig:
     :param dry_run: decide and log, change nothing.
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
+    :param connect: libvirt URI; ``None`` tries qemu:///system, then unicache's own QEMU.
     """
 
     interval_s: float = 1.0
@@ -75,6 +76,7 @@ class DaemonConfig:
     dry_run: bool = False
     rounds: int | None = None
     metrics_port: int | None = None
+    connect: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -110,6 +112,7 @@ def load_config(path: Path | None) -> DaemonConfig:
             decision_log=Path(data["decision_log"]) if "decision_log" in data else None,
             dry_run=bool(data.get("dry_run", False)),
             metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
+            connect=str(data["connect"]) if "connect" in data else None,
         )
     except (TypeError, ValueError) as err:
         raise ConfigError(f"config {path}: bad value ({err})") from err
@@ -211,8 +214,15 @@ async def run_daemon(
     support = probe_cpu_weight()
     note(support.why)
 
+    # libvirt when reachable, else unicache's own QEMU (the libvirt actuator needs it)
+    from unicache.host.libvirt_backend import choose_vm_source, make_actuator
+
+    if vm_source is None:
+        vm_source, why_vms = choose_vm_source(config.connect, config.state_dir)
+        note(why_vms)
+    source = vm_source
     # crash recovery first: whatever a previous run left changed is put back
-    actuator = Actuator(config.state_dir / "journal.json", dry_run=config.dry_run)
+    actuator = make_actuator(source, config.state_dir / "journal.json", config.dry_run)
     for line in actuator.restore_all() if actuator.pending else []:
         note(f"recovery: {line}")
     weights = None
@@ -229,7 +239,6 @@ async def run_daemon(
         report_interval_s=max(config.interval_s, 0.1),
     )
     channel = ChannelServer(config.state_dir / "channels", params)
-    source = vm_source or default_vm_source(config.state_dir)
     perf = PerfCounters(hardware)
     host = LiveHost(source, perf, actuator, weights, channel, channel.drain_reports)
     loop = asyncio.get_running_loop()
@@ -252,6 +261,8 @@ async def run_daemon(
     try:
         while not stop.is_set():
             obs = host.observe()
+            for event in getattr(source, "drain_events", list)():
+                note(f"vm {event.domain}: {event.kind} ({event.detail})")
             await _sync_channels(channel, host, listening, note)
             decision, state = policy.decide(obs, state)
             result = host.act(decision.actions)
@@ -282,6 +293,9 @@ async def run_daemon(
                 note(f"shutdown: {line}")
         await channel.close()
         perf.close()
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()  # after channel.close(): restores the agent sockets' placeholders
         decisions.flush()
         decisions.close()
     return 0

@@ -1,0 +1,120 @@
+"""``unicache attach``, ``install-hook`` and ``remove-hook``: unicache meets libvirt's domains.
+
+Mounted as top-level commands of ``unicache`` by :func:`register` (typer cannot merge a
+sub-app's commands into its parent); :data:`app` holds the same commands on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+
+from unicache.topology import Unify
+
+app = typer.Typer(name="libvirt", help="libvirt integration.", no_args_is_help=True)
+_out = Console(highlight=False)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+ConnectOpt = Annotated[
+    str, typer.Option("--connect", "-C", help="libvirt URI.")
+]
+HooksDirOpt = Annotated[
+    Path, typer.Option("--hooks-dir", help="libvirt's hook directory.")
+]
+
+
+def attach(
+    domain: Annotated[str, typer.Argument(help="The libvirt domain.")],
+    connect: ConnectOpt = "qemu:///system",
+    socket_dir: Annotated[
+        Path, typer.Option("--socket-dir", help="Where the agent sockets live.")
+    ] = Path("/var/lib/unicache/channels"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Add the unicache agent channel to a domain, persistently and (if running) live.
+
+    Idempotent. The domain's QEMU connects to SOCKET_DIR/DOMAIN.sock, where the daemon
+    listens, and reconnects when the daemon restarts.
+    """
+    from unicache.host.libvirt_backend import attach_channel
+
+    result = attach_channel(connect, domain, socket_dir)
+    if json_out:
+        print(json.dumps({
+            "domain": result.domain, "socket": str(result.socket),
+            "persistent": result.persistent, "live": result.live,
+            "placeholder_socket": result.placeholder,
+        }, indent=2))
+        return
+    _out.print(f"{domain}: agent channel on {result.socket}")
+    _out.print(f"  persistent definition: {result.persistent}")
+    live = result.live
+    if live.startswith("impossible"):
+        live += " (the channel appears at the next start)"
+    _out.print(f"  running domain: {live}")
+
+
+def install_hook(
+    connect: ConnectOpt = "qemu:///system",
+    unify: Annotated[
+        str, typer.Option("--unify", click_type=click.Choice([str(u) for u in Unify]),
+                          help="Cache unit the placement uses.")
+    ] = "llc",
+    state_dir: Annotated[
+        Path, typer.Option("--state-dir", help="The daemon's state directory.")
+    ] = Path("/run/unicache"),
+    hooks_dir: HooksDirOpt = Path("/etc/libvirt/hooks"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Install the libvirt qemu hook that places each domain when it starts.
+
+    A hook already there is kept (HOOKS_DIR/qemu.unicache-orig) and still runs first.
+    """
+    from unicache.host.libvirt_hook import HookConfig
+    from unicache.host.libvirt_hook import install_hook as install
+
+    change = install(HookConfig(connect, Unify(unify), state_dir), hooks_dir)
+    _report(change, json_out)
+
+
+def remove_hook(hooks_dir: HooksDirOpt = Path("/etc/libvirt/hooks"), json_out: JsonOpt = False
+                ) -> None:
+    """Remove unicache's libvirt hook and put back the one that was there before."""
+    from unicache.host.libvirt_hook import remove_hook as remove
+
+    _report(remove(hooks_dir), json_out)
+
+
+def _report(change: Any, json_out: bool) -> None:
+    if json_out:
+        print(json.dumps({
+            "path": str(change.path), "action": change.action,
+            "backup": None if change.backup is None else str(change.backup),
+            "note": change.note,
+        }, indent=2))
+        return
+    kept = "" if change.backup is None else f" (previous hook: {change.backup})"
+    _out.print(f"{change.path}: {change.action}{kept}; {change.note}")
+
+
+#: the commands and their names, mounted at the top level by :func:`register`
+COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("attach", attach),
+    ("install-hook", install_hook),
+    ("remove-hook", remove_hook),
+)
+
+for _name, _func in COMMANDS:
+    app.command(_name)(_func)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add ``attach``, ``install-hook`` and ``remove-hook`` to ``parent`` (``unicache``)."""
+    for name, func in COMMANDS:
+        parent.command(name)(func)

@@ -1,0 +1,16 @@
+# libvirt/libvirt.mk — included by the top Makefile: the libvirt backend's dependencies.
+#   apt: libvirt-dev + pkg-config to build libvirt-python; libvirt-daemon-system and
+#        libvirt-clients (libvirtd, virtlogd, virsh) for tests/libvirt, which start them by hand
+#   pip: libvirt/requirements.txt (libvirt-python)
+#   make libvirt-test   only the libvirt tests (a real libvirtd; about a minute here)
+APT_PACKAGES += libvirt-daemon-system libvirt-clients libvirt-dev pkg-config qemu-system-x86
+REQUIREMENTS += libvirt/requirements.txt
+
+# a stamp made before this fragment existed must not hide the new packages
+$(VENV)/.apt-stamp: libvirt/libvirt.mk
+# libvirt-python compiles against libvirt-dev: apt before pip
+$(VENV)/.pip-stamp: $(VENV)/.apt-stamp libvirt/requirements.txt
+
+.PHONY: libvirt-test
+libvirt-test: setup
+	$(PY) -m pytest -q tests/libvirt

@@ -1,0 +1,152 @@
+"""The libvirt qemu hook: install/remove keep a previous hook; a started domain gets placed."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from unicache.errors import ConfigError
+from unicache.host.libvirt_hook import (
+    BACKUP_NAME,
+    DEFAULT_HOOKS_DIR,
+    MARKER,
+    HookConfig,
+    install_hook,
+    remove_hook,
+)
+from unicache.topology import Unify, discover_topology
+
+from tests.libvirt.conftest import PREFIX, URI, Libvirtd, wait_for
+
+PREVIOUS = "#!/bin/sh\necho \"$1 $2\" >> {log}\ncat >/dev/null\nexit 0\n"
+
+
+def test_install_keeps_the_previous_hook_and_remove_puts_it_back(tmp_path: Path) -> None:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    previous = hooks / "qemu"
+    previous.write_text(PREVIOUS.format(log=tmp_path / "log"))
+    previous.chmod(0o750)
+    before = previous.read_bytes()
+
+    first = install_hook(HookConfig(state_dir=tmp_path / "state"), hooks)
+    assert (first.action, first.backup) == ("installed", hooks / BACKUP_NAME)
+    assert (hooks / BACKUP_NAME).read_bytes() == before
+    assert MARKER in previous.read_text()
+    assert previous.stat().st_mode & stat.S_IXUSR
+    again = install_hook(HookConfig(unify=Unify("l2"), state_dir=tmp_path / "state"), hooks)
+    assert again.action == "updated"
+    assert "UNICACHE_HOOK_UNIFY=l2" in previous.read_text()
+    assert (hooks / BACKUP_NAME).read_bytes() == before
+
+    removed = remove_hook(hooks)
+    assert removed.action == "removed"
+    assert previous.read_bytes() == before
+    assert stat.S_IMODE(previous.stat().st_mode) == 0o750
+    assert not (hooks / BACKUP_NAME).exists()
+    assert remove_hook(hooks).action == "not-installed"
+    assert previous.read_bytes() == before
+
+
+def test_install_refuses_to_lose_a_backup(tmp_path: Path) -> None:
+    (tmp_path / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / BACKUP_NAME).write_text("#!/bin/sh\nexit 1\n")
+    with pytest.raises(ConfigError, match="move one away first"):
+        install_hook(HookConfig(), tmp_path)
+    assert (tmp_path / "qemu").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_remove_leaves_a_foreign_hook_alone(tmp_path: Path) -> None:
+    (tmp_path / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    assert remove_hook(tmp_path).action == "not-installed"
+    assert (tmp_path / "qemu").exists()
+
+
+def test_hook_places_a_started_domain_and_chains_the_previous_hook(
+    libvirtd: Libvirtd, make_domain: Any, socket_dir: Path
+) -> None:
+    if not libvirtd.ours:
+        pytest.skip("libvirtd was running before the tests: not restarting it")
+    if (DEFAULT_HOOKS_DIR / "qemu").exists() or (DEFAULT_HOOKS_DIR / BACKUP_NAME).exists():
+        pytest.skip(f"{DEFAULT_HOOKS_DIR} has a hook already: not touching a real host's hook")
+    units = discover_topology().units(Unify("l2"))
+    if len(units) < 2:
+        pytest.skip("needs two cores to see a placement")
+    calls = socket_dir / "previous.log"
+    previous = DEFAULT_HOOKS_DIR / "qemu"
+    DEFAULT_HOOKS_DIR.mkdir(parents=True, exist_ok=True)
+    previous.write_text(PREVIOUS.format(log=calls))
+    previous.chmod(0o755)
+    state = socket_dir / "state"
+    try:
+        install_hook(HookConfig(URI, Unify("l2"), state), DEFAULT_HOOKS_DIR, sys.executable)
+        libvirtd.restart()  # libvirtd looks for hooks when it starts
+        missing = socket_dir / "agent" / "hooked.sock"  # 'prepare' creates the placeholder
+        dom = make_domain("hooked", vcpus=2, channel=missing)
+        assert missing.is_socket()
+        conn = libvirtd.connect()
+        live = conn.lookupByName(dom.name())
+
+        # the background process logs its record after the last pin
+        log = state / "hook.jsonl"
+        wait_for(lambda: log.exists() and log.read_text().endswith("\n"), timeout=30,
+                 what="the hook's placement record")
+        pins = live.vcpuPinInfo(1)  # VIR_DOMAIN_AFFECT_LIVE
+        wanted = [tuple(c in u.cpus for c in range(len(pins[0]))) for u in units[:2]]
+        assert sorted(pins) == sorted(wanted)
+        assert pins[0] != pins[1]  # OBS-X spreads the two vCPUs over two units
+        record = json.loads((state / "hook.jsonl").read_text().splitlines()[-1])
+        assert record["kind"] == "hook-placement" and record["vm"] == dom.name()
+        assert [v["vcpu"] for v in record["vcpus"]] == [0, 1]
+        lines = calls.read_text().splitlines()
+        assert f"{dom.name()} prepare" in lines and f"{dom.name()} started" in lines
+        live.destroy()
+        conn.close()
+    finally:
+        remove_hook(DEFAULT_HOOKS_DIR)
+        assert not (DEFAULT_HOOKS_DIR / BACKUP_NAME).exists()
+        assert previous.read_text() == PREVIOUS.format(log=calls)
+        previous.unlink()
+        libvirtd.restart()  # forget the hook
+    assert not os.path.exists(DEFAULT_HOOKS_DIR / "qemu")
+    assert f"{PREFIX}-hooked" == dom.name()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from unicache.cli import main; main()", *args],
+        capture_output=True, text=True, check=False,
+    )
+
+
+def test_install_and_remove_hook_commands_report_in_json(tmp_path: Path) -> None:
+    installed = _cli("install-hook", "--hooks-dir", str(tmp_path), "--unify", "l2",
+                     "--state-dir", str(tmp_path / "state"), "--json")
+    assert installed.returncode == 0, installed.stderr
+    data = json.loads(installed.stdout)
+    assert (data["action"], data["backup"]) == ("installed", None)
+    assert "restart" in data["note"]
+    assert MARKER in (tmp_path / "qemu").read_text()
+    removed = _cli("remove-hook", "--hooks-dir", str(tmp_path), "--json")
+    assert json.loads(removed.stdout)["action"] == "removed"
+    assert not (tmp_path / "qemu").exists()
+
+
+def test_the_hook_program_never_fails_a_domain_start(tmp_path: Path) -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "unicache.hooks.qemu", "vm1", "prepare", "begin", "-"],
+        input="<domain", capture_output=True, text=True, check=False,
+    )
+    assert bad.returncode == 0
+    assert bad.stderr.startswith("unicache hook: vm1 prepare: domain XML does not parse")
+    other = subprocess.run(
+        [sys.executable, "-m", "unicache.hooks.qemu", "vm1", "release", "end", "-"],
+        input="<domain/>", capture_output=True, text=True, check=False,
+    )
+    assert (other.returncode, other.stderr) == (0, "")
