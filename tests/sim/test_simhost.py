@@ -1,0 +1,94 @@
+"""The simulated host (Host port) and the guest shim, and the live loop they run."""
+
+from __future__ import annotations
+
+from unicache.model import (
+    ChunkId,
+    CounterSource,
+    PinVcpu,
+    PlacementEntry,
+    PlacementTable,
+    PublishPlacement,
+    VcpuId,
+)
+from unicache.topology import load_model
+from unicache_sim.config import from_topology
+from unicache_sim.mfc import MfcSpec, run_mfc
+from unicache_sim.simhost import GuestShim, SimHost
+
+CHUNK = 256 * 1024
+
+
+def _host() -> tuple[SimHost, int, int]:
+    cfg = from_topology(load_model("opteron-16"))
+    engine = cfg.engine()
+    host = SimHost(cfg, engine, "vm0", period_cycles=1e6)
+    tid = engine.add_thread(0)
+    host.add_thread(tid, 0)
+    obj = engine.add_object(CHUNK)
+    return host, tid, obj
+
+
+def test_observe_reports_the_reads_and_counters_of_the_round() -> None:
+    host, tid, obj = _host()
+    shim = GuestShim(host)
+    shim.read_chunk(tid, obj, ChunkId(7, 0), 0, CHUNK, 0.0)
+    assert host.engine.run() == ("need", tid)
+    obs = host.observe()
+    assert obs is not None
+    (report,) = obs.reports
+    (access,) = report.chunks
+    assert access.chunk == ChunkId(7, 0) and access.bytes_read == CHUNK and access.reads == 1
+    assert access.vcpu_bytes == ((0, CHUNK),)
+    (sample,) = obs.samples
+    assert sample.source is CounterSource.SIMULATED
+    assert sample.llc_misses == CHUNK // 64  # a cold read misses every line
+    # the next round starts from zero
+    again = host.observe()
+    assert again is not None and again.reports[0].chunks == ()
+
+
+def test_pin_moves_the_vcpu_and_its_thread() -> None:
+    host, tid, _ = _host()
+    result = host.act([PinVcpu(VcpuId("vm0", 0), frozenset({8, 9}), 2, "test")])
+    assert len(result.applied) == 1 and not result.failed
+    assert host.engine.thread_cpu(tid) in (8, 9)
+    assert host.engine.thread_stats(tid).migrations == 1
+
+
+def test_actions_for_unknown_vcpus_fail_without_raising() -> None:
+    host, _, _ = _host()
+    result = host.act([PinVcpu(VcpuId("other", 0), frozenset({1}), 0, "test")])
+    assert not result.applied and len(result.failed) == 1
+
+
+def test_shim_migrates_to_the_published_vcpus_and_obeys_non_caching() -> None:
+    host, tid, obj = _host()
+    table = PlacementTable(
+        "vm0",
+        1,
+        CHUNK,
+        4096,
+        (
+            PlacementEntry(ChunkId(1, 0), frozenset({12}), True, 4, 3),
+            PlacementEntry(ChunkId(2, 0), frozenset({0}), False, 0),
+        ),
+    )
+    host.act([PublishPlacement("vm0", table, "test")])
+    shim = GuestShim(host)
+    shim.read_chunk(tid, obj, ChunkId(1, 0), 0, CHUNK, 0.0)
+    assert host.engine.run() == ("need", tid)
+    assert host.engine.thread_cpu(tid) == 12
+    assert host.thread_vcpu[tid] == 12
+    before = sum(host.engine.occupancy(level, 12) for level in range(2))
+    cold = host.engine.add_object(CHUNK)
+    shim.read_chunk(tid, cold, ChunkId(2, 0), 0, CHUNK, 0.0)
+    assert host.engine.run() == ("need", tid)
+    assert sum(host.engine.occupancy(level, 12) for level in range(2)) == before
+
+
+def test_live_loop_with_a_lag_still_gains_at_8_mib() -> None:
+    spec = MfcSpec(lag_cycles=2e6, min_measure_bytes=48 * 1024 * 1024, measure_factor=2.0)
+    (point,) = run_mfc(load_model("opteron-16"), spec, [8.0])
+    assert point.speedup > 1.3
+    assert point.get("unicache").dram_per_byte < 0.5 * point.get("linux").dram_per_byte

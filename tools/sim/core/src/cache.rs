@@ -1,0 +1,404 @@
+//! One set-associative LRU cache instance.
+//!
+//! Lines are identified by a dense 32-bit *slot* id (see [`crate::machine`]) and placed in
+//! a set by their physical line address. Each set keeps its ways ordered from most- to
+//! least-recently used (move to front): a hit rotates the prefix, a miss shifts the set
+//! and drops the last way. This is true LRU.
+
+/// Marker for an empty way.
+pub const EMPTY: u32 = u32::MAX;
+
+/// A set-associative cache with true LRU replacement.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    sets: u64,
+    ways: usize,
+    mask: Option<u64>,
+    tags: Vec<u32>,
+}
+
+/// Result of an insertion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// The line was already there (now most-recently used).
+    Present,
+    /// The line took an empty way.
+    Fresh,
+    /// The line replaced the given least-recently-used line.
+    Evicted(u32),
+}
+
+impl Cache {
+    /// New empty cache of `sets` x `ways` lines.
+    pub fn new(sets: u32, ways: u32) -> Self {
+        let sets = sets as u64;
+        let mask = if sets.is_power_of_two() {
+            Some(sets - 1)
+        } else {
+            None
+        };
+        let n = (sets as usize) * ways as usize;
+        Cache {
+            sets,
+            ways: ways as usize,
+            mask,
+            tags: vec![EMPTY; n],
+        }
+    }
+
+    /// Capacity in lines.
+    pub fn lines(&self) -> usize {
+        self.tags.len()
+    }
+
+    #[inline(always)]
+    fn base(&self, phys: u64) -> usize {
+        let set = match self.mask {
+            Some(m) => phys & m,
+            None => phys % self.sets,
+        } as usize;
+        set * self.ways
+    }
+
+    #[inline(always)]
+    fn find(&self, base: usize, id: u32) -> Option<usize> {
+        simd::find(&self.tags[base..base + self.ways], id)
+    }
+
+    /// Ask the CPU to bring the set of `phys` into its caches (a hint; no effect on state).
+    #[inline(always)]
+    pub fn prefetch(&self, phys: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let b = self.base(phys);
+            // SAFETY: prefetch never faults; the pointers stay inside the vector.
+            unsafe {
+                _mm_prefetch(self.tags.as_ptr().add(b) as *const i8, _MM_HINT_T0);
+                if self.ways > 16 {
+                    _mm_prefetch(self.tags.as_ptr().add(b + 16) as *const i8, _MM_HINT_T0);
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = phys;
+    }
+
+    /// Whether `id` is present, without changing any state.
+    #[inline]
+    pub fn contains(&self, phys: u64, id: u32) -> bool {
+        self.find(self.base(phys), id).is_some()
+    }
+
+    /// Look `id` up; on a hit make it most-recently used. Returns whether it hit.
+    #[inline]
+    pub fn touch(&mut self, phys: u64, id: u32) -> bool {
+        let b = self.base(phys);
+        match self.find(b, id) {
+            Some(0) => true,
+            Some(i) => {
+                simd::push_front(&mut self.tags[b..b + self.ways], i, id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Remove `id` if present. Returns whether it was present.
+    #[inline]
+    pub fn remove(&mut self, phys: u64, id: u32) -> bool {
+        let b = self.base(phys);
+        match self.find(b, id) {
+            Some(i) => {
+                simd::pull_down(&mut self.tags[b..b + self.ways], i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Insert `id` as most-recently used (promote if present).
+    #[inline]
+    pub fn insert(&mut self, phys: u64, id: u32) -> Inserted {
+        let b = self.base(phys);
+        match self.find(b, id) {
+            Some(0) => Inserted::Present,
+            Some(i) => {
+                simd::push_front(&mut self.tags[b..b + self.ways], i, id);
+                Inserted::Present
+            }
+            None => self.insert_absent_at(b, id),
+        }
+    }
+
+    /// Insert `id` known to be absent (the caller has just looked it up).
+    #[inline]
+    pub fn insert_absent(&mut self, phys: u64, id: u32) -> Inserted {
+        let b = self.base(phys);
+        self.insert_absent_at(b, id)
+    }
+
+    #[inline(always)]
+    fn insert_absent_at(&mut self, b: usize, id: u32) -> Inserted {
+        let end = b + self.ways;
+        let old = self.tags[end - 1];
+        simd::push_front(&mut self.tags[b..end], self.ways - 1, id);
+        if old == EMPTY {
+            Inserted::Fresh
+        } else {
+            Inserted::Evicted(old)
+        }
+    }
+
+    /// Drop every line.
+    pub fn clear(&mut self) {
+        self.tags.iter_mut().for_each(|t| *t = EMPTY);
+    }
+
+    /// Number of valid lines held.
+    pub fn occupancy(&self) -> usize {
+        self.tags.iter().filter(|&&t| t != EMPTY).count()
+    }
+}
+
+/// Set scans: AVX-512 when the build target has it (the simulator is built with
+/// `target-cpu=native`), portable scalar code otherwise. Both give the same answers.
+mod simd {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+    mod imp {
+        use std::arch::x86_64::*;
+
+        #[inline(always)]
+        fn lanes(n: usize) -> u16 {
+            if n >= 16 {
+                0xFFFF
+            } else {
+                ((1u32 << n) - 1) as u16
+            }
+        }
+
+        /// Index of `id` in `set`.
+        #[inline(always)]
+        pub fn find(set: &[u32], id: u32) -> Option<usize> {
+            let n = set.len();
+            // SAFETY: full loads only when 8 or 16 lanes lie inside `set`; otherwise the
+            // masked loads read only the `k` lanes inside it.
+            unsafe {
+                if n == 8 {
+                    let v = _mm256_loadu_si256(set.as_ptr() as *const __m256i);
+                    let m = _mm256_cmpeq_epi32_mask(v, _mm256_set1_epi32(id as i32));
+                    return if m == 0 {
+                        None
+                    } else {
+                        Some(m.trailing_zeros() as usize)
+                    };
+                }
+                let needle = _mm512_set1_epi32(id as i32);
+                let mut off = 0;
+                while off < n {
+                    let m = if n - off >= 16 {
+                        let v = _mm512_loadu_si512(set.as_ptr().add(off) as *const __m512i);
+                        _mm512_cmpeq_epi32_mask(v, needle)
+                    } else {
+                        let k = lanes(n - off);
+                        let v = _mm512_maskz_loadu_epi32(k, set.as_ptr().add(off) as *const i32);
+                        _mm512_mask_cmpeq_epi32_mask(k, v, needle)
+                    };
+                    if m != 0 {
+                        return Some(off + m.trailing_zeros() as usize);
+                    }
+                    off += 16;
+                }
+                None
+            }
+        }
+
+        /// Move `set[0..upto]` to `set[1..=upto]` and put `id` in `set[0]`.
+        #[inline(always)]
+        pub fn push_front(set: &mut [u32], upto: usize, id: u32) {
+            let n = set.len();
+            // SAFETY: the vector paths load and store whole 8- or 16-lane groups that lie
+            // inside `set` (n == 8, or n a multiple of 16); groups are written from the
+            // last to the first, and each group reads its lower neighbour before that
+            // neighbour is written.
+            unsafe {
+                if n == 8 {
+                    let p = set.as_mut_ptr() as *mut __m256i;
+                    let v = _mm256_loadu_si256(p);
+                    let shifted = _mm256_alignr_epi32(v, _mm256_set1_epi32(id as i32), 7);
+                    let keep = (0xFFu32 << (upto + 1)) as u8; // lanes above `upto` stay
+                    _mm256_storeu_si256(p, _mm256_mask_blend_epi32(keep, shifted, v));
+                    return;
+                }
+                if n.is_multiple_of(16) {
+                    let p = set.as_mut_ptr() as *mut i32;
+                    let mut c = upto / 16;
+                    loop {
+                        let v = _mm512_loadu_si512(p.add(16 * c) as *const __m512i);
+                        let prev = if c == 0 {
+                            _mm512_set1_epi32(id as i32)
+                        } else {
+                            _mm512_loadu_si512(p.add(16 * (c - 1)) as *const __m512i)
+                        };
+                        let shifted = _mm512_alignr_epi32(v, prev, 15);
+                        let first_kept = (upto + 1).saturating_sub(16 * c).min(16);
+                        let keep = (0xFFFFu32 << first_kept) as u16;
+                        let out = _mm512_mask_blend_epi32(keep, shifted, v);
+                        _mm512_storeu_si512(p.add(16 * c) as *mut __m512i, out);
+                        if c == 0 {
+                            break;
+                        }
+                        c -= 1;
+                    }
+                    return;
+                }
+            }
+            set.copy_within(0..upto, 1);
+            set[0] = id;
+        }
+
+        /// Move `set[i+1..]` to `set[i..len-1]` and empty the last way.
+        #[inline(always)]
+        pub fn pull_down(set: &mut [u32], i: usize) {
+            let n = set.len();
+            // SAFETY: whole 8- or 16-lane groups inside `set` (n == 8, or n a multiple of
+            // 16); groups are written from the first to the last, and each group reads its
+            // upper neighbour before that neighbour is written.
+            unsafe {
+                if n == 8 {
+                    let p = set.as_mut_ptr() as *mut __m256i;
+                    let v = _mm256_loadu_si256(p);
+                    let shifted = _mm256_alignr_epi32(_mm256_set1_epi32(-1), v, 1);
+                    let keep = ((1u32 << i) - 1) as u8; // lanes below `i` stay
+                    _mm256_storeu_si256(p, _mm256_mask_blend_epi32(keep, shifted, v));
+                    return;
+                }
+                if n.is_multiple_of(16) {
+                    let p = set.as_mut_ptr() as *mut i32;
+                    let groups = n / 16;
+                    for c in i / 16..groups {
+                        let v = _mm512_loadu_si512(p.add(16 * c) as *const __m512i);
+                        let next = if c + 1 == groups {
+                            _mm512_set1_epi32(-1)
+                        } else {
+                            _mm512_loadu_si512(p.add(16 * (c + 1)) as *const __m512i)
+                        };
+                        let shifted = _mm512_alignr_epi32(next, v, 1);
+                        let below = i.saturating_sub(16 * c).min(16);
+                        let keep = ((1u32 << below) - 1) as u16;
+                        let out = _mm512_mask_blend_epi32(keep, shifted, v);
+                        _mm512_storeu_si512(p.add(16 * c) as *mut __m512i, out);
+                    }
+                    return;
+                }
+            }
+            set.copy_within(i + 1..n, i);
+            set[n - 1] = u32::MAX;
+        }
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+    mod imp {
+        /// Move `set[i+1..]` to `set[i..len-1]` and empty the last way.
+        #[inline(always)]
+        pub fn pull_down(set: &mut [u32], i: usize) {
+            let n = set.len();
+            set.copy_within(i + 1..n, i);
+            set[n - 1] = u32::MAX;
+        }
+        /// Move `set[0..upto]` to `set[1..=upto]` and put `id` in `set[0]`.
+        #[inline(always)]
+        pub fn push_front(set: &mut [u32], upto: usize, id: u32) {
+            set.copy_within(0..upto, 1);
+            set[0] = id;
+        }
+
+        /// Index of `id` in `set`.
+        #[inline(always)]
+        pub fn find(set: &[u32], id: u32) -> Option<usize> {
+            set.iter().position(|&t| t == id)
+        }
+    }
+
+    pub use imp::{find, pull_down, push_front};
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn find_agrees_with_scalar_code() {
+            let mut rng = crate::rng::Rng::new(9);
+            for len in [1usize, 3, 8, 15, 16, 17, 24, 32, 40] {
+                for _ in 0..200 {
+                    let v: Vec<u32> = (0..len).map(|_| rng.below(20) as u32).collect();
+                    let id = rng.below(20) as u32;
+                    assert_eq!(find(&v, id), v.iter().position(|&t| t == id));
+                    for i in 0..len {
+                        let mut a = v.clone();
+                        let mut b = v.clone();
+                        pull_down(&mut a, i);
+                        b.copy_within(i + 1..len, i);
+                        b[len - 1] = u32::MAX;
+                        assert_eq!(a, b, "pull_down len {len} i {i}");
+                    }
+                    for upto in 0..len {
+                        let mut a = v.clone();
+                        let mut b = v.clone();
+                        push_front(&mut a, upto, 77);
+                        b.copy_within(0..upto, 1);
+                        b[0] = 77;
+                        assert_eq!(a, b, "len {len} upto {upto}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lru_evicts_least_recently_used() {
+        let mut c = Cache::new(1, 2);
+        assert_eq!(c.insert(0, 1), Inserted::Fresh);
+        assert_eq!(c.insert(0, 2), Inserted::Fresh);
+        assert!(c.touch(0, 1));
+        assert_eq!(c.insert(0, 3), Inserted::Evicted(2));
+        assert!(c.contains(0, 1) && c.contains(0, 3) && !c.contains(0, 2));
+    }
+
+    #[test]
+    fn non_power_of_two_sets_index_by_modulo() {
+        let mut c = Cache::new(3, 1);
+        c.insert(0, 0);
+        c.insert(1, 1);
+        c.insert(2, 2);
+        assert_eq!(c.occupancy(), 3);
+        assert_eq!(c.insert(3, 3), Inserted::Evicted(0));
+    }
+
+    #[test]
+    fn remove_frees_a_way() {
+        let mut c = Cache::new(1, 2);
+        c.insert(0, 1);
+        c.insert(0, 2);
+        assert!(c.remove(0, 2));
+        assert_eq!(c.insert(0, 3), Inserted::Fresh);
+        assert!(!c.remove(0, 9));
+    }
+
+    #[test]
+    fn wide_sets_find_ways_past_the_first_group_of_eight() {
+        let mut c = Cache::new(1, 20);
+        for id in 0..20 {
+            c.insert(0, id);
+        }
+        for id in 0..20 {
+            assert!(c.contains(0, id), "{id}");
+        }
+        assert_eq!(c.insert(0, 99), Inserted::Evicted(0));
+    }
+}

@@ -1,0 +1,524 @@
+//! The cache hierarchy of a whole machine: per-CPU private levels, shared levels per group,
+//! inclusion, cross-cache transfers through a presence directory, and NUMA DRAM queues.
+//!
+//! Every line has a dense *slot* id besides its physical address: caches store slots,
+//! and the directory is a plain array indexed by slot that counts, per LLC group, how many
+//! cache instances of that group hold the line. The counts are exact, so a miss knows at
+//! once whether a group-mate or another chip can supply the line, without probing.
+//! The engine assigns slots page by page as it allocates frames; a raw trace uses the
+//! line address itself as the slot.
+
+use crate::cache::{Cache, Inserted};
+use crate::config::{Inclusion, MachineConfig};
+use crate::error::{Result, SimError};
+
+/// What kind of access a thread makes to a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessKind {
+    /// Ordinary (caching) load.
+    Read,
+    /// Non-temporal load: served from wherever the line is, never allocates.
+    NonTemporal,
+    /// Store: modelled as write-allocate (no dirtiness, no invalidation of other copies).
+    Write,
+}
+
+/// Where a line was served from. `Level(i)` is the thread's own hierarchy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Own cache level `i` (0 = L1).
+    Level(usize),
+    /// Another core's cache in the same LLC group.
+    SameGroup,
+    /// A cache of another LLC group (cross-chip cache-to-cache transfer).
+    CrossGroup,
+    /// DRAM of the thread's own node.
+    DramLocal,
+    /// DRAM of another node.
+    DramRemote,
+}
+
+/// Counters of served lines, indexed like [`Machine::source_index`].
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    /// Lines served per source: levels first, then same-group, cross-group, local, remote DRAM.
+    pub served: Vec<u64>,
+    /// Lines read from DRAM per node.
+    pub dram_lines: Vec<u64>,
+    /// Cycles requests waited in DRAM queues, summed.
+    pub dram_queue_cycles: f64,
+}
+
+/// The simulated memory system.
+pub struct Machine {
+    cfg: MachineConfig,
+    /// Every cache instance, level by level (`level_base[i] + instance`).
+    caches: Vec<Cache>,
+    level_base: Vec<usize>,
+    /// `hier[cpu * n_levels + i]`: index in `caches` of level i of cpu.
+    hier: Vec<u32>,
+    hit_cycles: Vec<f64>,
+    n_levels: usize,
+    /// `inst[i][cpu]`: instance of level i serving cpu (copied out of the config).
+    inst: Vec<Vec<u32>>,
+    victim_filled: Vec<bool>,
+    /// Level is victim-filled and each of its instances sits under exactly one instance of
+    /// the level above: a victim arriving there cannot already be present.
+    sole_victim_target: Vec<bool>,
+    inclusive: Vec<bool>,
+    /// `parent[j][inst]`: instance of level j+1 under instance `inst` of level j.
+    parent: Vec<Vec<u32>>,
+    /// `covered[j][inst]`: (level, instance) pairs above instance `inst` of level j.
+    covered: Vec<Vec<Vec<(usize, u32)>>>,
+    /// Group (last-level instance) of each CPU.
+    group_of: Vec<u32>,
+    n_groups: usize,
+    /// `dir[slot * n_groups + g]`: copies of the line held in group g's caches.
+    dir: Vec<u8>,
+    /// Physical frame of each page of slots (slot >> `lpp_shift`).
+    frame_of_page: Vec<u64>,
+    /// Number of slots in use.
+    n_slots: usize,
+    lpp_shift: u32,
+    /// Slots are assigned by pages (engine) or are the line addresses (traces).
+    mode: SlotMode,
+    node_base_line: Vec<u64>,
+    busy_until: Vec<f64>,
+    service: Vec<f64>,
+    counters: Counters,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotMode {
+    Unset,
+    Pages,
+    Trace,
+}
+
+/// The largest slot id (the cache's empty marker is `u32::MAX`).
+pub const MAX_SLOT: u64 = (u32::MAX - 1) as u64;
+
+impl Machine {
+    /// Build an empty (cold) machine from a validated configuration.
+    pub fn new(cfg: MachineConfig) -> Result<Self> {
+        cfg.validate()?;
+        let n = cfg.levels.len();
+        let ncpu = cfg.n_cpus();
+        let n_inst: Vec<usize> = cfg
+            .levels
+            .iter()
+            .map(|l| l.instance_of.iter().copied().max().unwrap_or(0) as usize + 1)
+            .collect();
+        let mut caches = Vec::new();
+        let mut level_base = Vec::new();
+        for (l, &k) in cfg.levels.iter().zip(&n_inst) {
+            level_base.push(caches.len());
+            caches.extend((0..k).map(|_| Cache::new(l.sets, l.ways)));
+        }
+        let mut hier = Vec::with_capacity(ncpu * n);
+        for c in 0..ncpu {
+            for (i, l) in cfg.levels.iter().enumerate() {
+                hier.push((level_base[i] + l.instance_of[c] as usize) as u32);
+            }
+        }
+        let mut parent = vec![Vec::new(); n];
+        let mut covered: Vec<Vec<Vec<(usize, u32)>>> =
+            n_inst.iter().map(|&k| vec![Vec::new(); k]).collect();
+        for j in 0..n {
+            if j + 1 < n {
+                parent[j] = vec![0; n_inst[j]];
+                for c in 0..ncpu {
+                    parent[j][cfg.levels[j].instance_of[c] as usize] =
+                        cfg.levels[j + 1].instance_of[c];
+                }
+            }
+            for c in 0..ncpu {
+                let inst = cfg.levels[j].instance_of[c] as usize;
+                for k in 0..j {
+                    let up = (k, cfg.levels[k].instance_of[c]);
+                    if !covered[j][inst].contains(&up) {
+                        covered[j][inst].push(up);
+                    }
+                }
+            }
+        }
+        let mut sole_victim_target = vec![false; n];
+        for l in 1..n {
+            let mut children = vec![Vec::<u32>::new(); n_inst[l]];
+            for c in 0..ncpu {
+                let above = cfg.levels[l - 1].instance_of[c];
+                let list = &mut children[cfg.levels[l].instance_of[c] as usize];
+                if !list.contains(&above) {
+                    list.push(above);
+                }
+            }
+            sole_victim_target[l] =
+                cfg.levels[l].inclusion.victim_filled() && children.iter().all(|ch| ch.len() == 1);
+        }
+        let group_of: Vec<u32> = cfg.levels[n - 1].instance_of.clone();
+        let n_groups = n_inst[n - 1];
+        let line = cfg.line_size as u64;
+        let mut node_base_line = Vec::with_capacity(cfg.nodes.len());
+        let mut base = 0u64;
+        for nd in &cfg.nodes {
+            node_base_line.push(base / line);
+            base += nd.memory_bytes;
+        }
+        let service = cfg.nodes.iter().map(|nd| nd.service_line_cycles).collect();
+        let counters = Counters {
+            served: vec![0; n + 4],
+            dram_lines: vec![0; cfg.nodes.len()],
+            dram_queue_cycles: 0.0,
+        };
+        Ok(Machine {
+            busy_until: vec![0.0; cfg.nodes.len()],
+            service,
+            caches,
+            level_base,
+            hier,
+            hit_cycles: cfg.levels.iter().map(|l| l.hit_cycles).collect(),
+            n_levels: n,
+            inst: cfg.levels.iter().map(|l| l.instance_of.clone()).collect(),
+            victim_filled: cfg
+                .levels
+                .iter()
+                .map(|l| l.inclusion.victim_filled())
+                .collect(),
+            sole_victim_target,
+            inclusive: cfg
+                .levels
+                .iter()
+                .map(|l| l.inclusion == Inclusion::Inclusive)
+                .collect(),
+            parent,
+            covered,
+            group_of,
+            n_groups,
+            dir: Vec::new(),
+            frame_of_page: Vec::new(),
+            n_slots: 0,
+            lpp_shift: (cfg.page_size / cfg.line_size).trailing_zeros(),
+            mode: SlotMode::Unset,
+            node_base_line,
+            counters,
+            cfg,
+        })
+    }
+
+    /// The configuration this machine was built from.
+    pub fn config(&self) -> &MachineConfig {
+        &self.cfg
+    }
+
+    /// Index of `src` in [`Counters::served`].
+    pub fn source_index(&self, src: Source) -> usize {
+        let n = self.cfg.levels.len();
+        match src {
+            Source::Level(i) => i,
+            Source::SameGroup => n,
+            Source::CrossGroup => n + 1,
+            Source::DramLocal => n + 2,
+            Source::DramRemote => n + 3,
+        }
+    }
+
+    /// Counters accumulated since the last [`Machine::reset_counters`].
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Zero the counters (cache contents stay: use after a warm-up).
+    pub fn reset_counters(&mut self) {
+        self.counters.served.iter_mut().for_each(|x| *x = 0);
+        self.counters.dram_lines.iter_mut().for_each(|x| *x = 0);
+        self.counters.dram_queue_cycles = 0.0;
+    }
+
+    /// Empty every cache and the directory, and idle the DRAM queues.
+    pub fn flush(&mut self) {
+        self.caches.iter_mut().for_each(Cache::clear);
+        self.dir.iter_mut().for_each(|d| *d = 0);
+        self.busy_until.iter_mut().for_each(|b| *b = 0.0);
+    }
+
+    /// Valid lines held by instance `inst` of level `level`.
+    pub fn occupancy(&self, level: usize, inst: usize) -> usize {
+        self.caches[self.level_base[level] + inst].occupancy()
+    }
+
+    /// Give the lines of physical page `frame` slots; returns the first one.
+    pub fn register_page(&mut self, frame: u64) -> Result<u32> {
+        if self.mode == SlotMode::Trace {
+            return Err(SimError::Config(
+                "this machine already ran a raw trace".into(),
+            ));
+        }
+        self.mode = SlotMode::Pages;
+        let lpp = 1u64 << self.lpp_shift;
+        let first = self.n_slots as u64;
+        if first + lpp > MAX_SLOT {
+            return Err(SimError::Config("too many pages for 32-bit slots".into()));
+        }
+        self.frame_of_page.push(frame);
+        self.n_slots += lpp as usize;
+        self.dir.resize(self.n_slots * self.n_groups, 0);
+        Ok(first as u32)
+    }
+
+    /// Prepare raw-trace use: line addresses below `max_line` become their own slots.
+    pub fn prepare_trace(&mut self, max_line: u64) -> Result<()> {
+        if self.mode == SlotMode::Pages {
+            return Err(SimError::Config(
+                "this machine already holds engine pages".into(),
+            ));
+        }
+        if max_line > MAX_SLOT {
+            return Err(SimError::Config(format!(
+                "trace line {max_line} is beyond 32-bit slots"
+            )));
+        }
+        self.mode = SlotMode::Trace;
+        let need = max_line as usize + 1;
+        if self.n_slots < need {
+            self.n_slots = need;
+            self.dir.resize(need * self.n_groups, 0);
+        }
+        Ok(())
+    }
+
+    /// Physical line of a slot.
+    #[inline(always)]
+    fn phys_of(&self, slot: u32) -> u64 {
+        if self.mode == SlotMode::Trace {
+            return slot as u64;
+        }
+        let page = (slot >> self.lpp_shift) as usize;
+        let mask = (1u64 << self.lpp_shift) - 1;
+        (self.frame_of_page[page] << self.lpp_shift) | (slot as u64 & mask)
+    }
+
+    /// NUMA node holding physical line `line`.
+    #[inline]
+    pub fn node_of_line(&self, line: u64) -> usize {
+        let mut node = 0;
+        for (i, &b) in self.node_base_line.iter().enumerate() {
+            if line >= b {
+                node = i;
+            }
+        }
+        node
+    }
+
+    /// Check the directory against the caches: for every slot and group, the count must
+    /// equal the number of that group's instances holding the line. Returns the first
+    /// mismatch as (slot, group, counted, actual). For tests; O(slots x instances).
+    pub fn check_directory(&self) -> Option<(u32, usize, u8, u8)> {
+        for slot in 0..self.n_slots as u32 {
+            let phys = self.phys_of(slot);
+            let mut actual = vec![0u8; self.n_groups];
+            for j in 0..self.n_levels {
+                let count = self
+                    .level_base
+                    .get(j + 1)
+                    .copied()
+                    .unwrap_or(self.caches.len())
+                    - self.level_base[j];
+                for k in 0..count {
+                    if self.caches[self.level_base[j] + k].contains(phys, slot) {
+                        let cpu = self.inst[j]
+                            .iter()
+                            .position(|&x| x as usize == k)
+                            .unwrap_or(0);
+                        actual[self.group_of[cpu] as usize] += 1;
+                    }
+                }
+            }
+            for (g, &a) in actual.iter().enumerate() {
+                let c = self.dir[slot as usize * self.n_groups + g];
+                if c != a {
+                    return Some((slot, g, c, a));
+                }
+            }
+        }
+        None
+    }
+
+    /// Prefetch the sets `cpu` will look at for line `phys` (a hint for the host CPU).
+    #[inline(always)]
+    pub fn prefetch(&self, cpu: usize, phys: u64) {
+        let n = self.n_levels;
+        for &c in &self.hier[cpu * n..cpu * n + n] {
+            self.caches[c as usize].prefetch(phys);
+        }
+    }
+
+    #[inline(always)]
+    fn inc(&mut self, slot: u32, g: usize) {
+        let k = slot as usize * self.n_groups + g;
+        self.dir[k] = self.dir[k].wrapping_add(1);
+    }
+
+    #[inline(always)]
+    fn dec(&mut self, slot: u32, g: usize) {
+        let k = slot as usize * self.n_groups + g;
+        self.dir[k] = self.dir[k].wrapping_sub(1);
+    }
+
+    /// Access the line `phys` (slot `slot`) from `cpu` at thread time `now`;
+    /// returns where it was served from and the stall cycles.
+    #[inline]
+    pub fn access(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        let n = self.n_levels;
+        let h = cpu * n;
+        if kind == AccessKind::NonTemporal {
+            for i in 0..n {
+                if self.caches[self.hier[h + i] as usize].contains(phys, slot) {
+                    return self.count(Source::Level(i), self.hit_cycles[i]);
+                }
+            }
+            return self.miss(cpu, phys, slot, now, false);
+        }
+        for i in 0..n {
+            let c = self.hier[h + i] as usize;
+            if self.caches[c].touch(phys, slot) {
+                if i > 0 {
+                    if self.victim_filled[i] {
+                        self.caches[c].remove(phys, slot);
+                        self.dec(slot, self.group_of[cpu] as usize);
+                    }
+                    self.fill(cpu, phys, slot, i);
+                }
+                return self.count(Source::Level(i), self.hit_cycles[i]);
+            }
+        }
+        self.miss(cpu, phys, slot, now, true)
+    }
+
+    #[inline]
+    fn count(&mut self, src: Source, cycles: f64) -> (Source, f64) {
+        let k = self.source_index(src);
+        self.counters.served[k] += 1;
+        (src, cycles)
+    }
+
+    /// The line is in none of `cpu`'s own levels: a group-mate, another group, or DRAM.
+    #[inline]
+    fn miss(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        now: f64,
+        allocate: bool,
+    ) -> (Source, f64) {
+        let own = self.group_of[cpu] as usize;
+        let base = slot as usize * self.n_groups;
+        let counts = &self.dir[base..base + self.n_groups];
+        let result = if counts[own] > 0 {
+            self.count(Source::SameGroup, self.cfg.same_group_c2c_cycles)
+        } else if counts.iter().any(|&c| c > 0) {
+            self.count(Source::CrossGroup, self.cfg.cross_group_c2c_cycles)
+        } else {
+            self.dram(cpu, phys, now)
+        };
+        if allocate {
+            self.fill(cpu, phys, slot, self.n_levels);
+        }
+        result
+    }
+
+    /// Serve a line from DRAM through the node's FCFS queue.
+    #[inline]
+    fn dram(&mut self, cpu: usize, phys: u64, now: f64) -> (Source, f64) {
+        let node = self.node_of_line(phys);
+        let local = self.cfg.cpu_node[cpu] as usize == node;
+        let start = if self.busy_until[node] > now {
+            self.busy_until[node]
+        } else {
+            now
+        };
+        self.busy_until[node] = start + self.service[node];
+        let wait = start - now;
+        self.counters.dram_queue_cycles += wait;
+        self.counters.dram_lines[node] += 1;
+        let nd = &self.cfg.nodes[node];
+        if local {
+            let c = nd.local_line_cycles;
+            self.count(Source::DramLocal, wait + c)
+        } else {
+            let c = nd.remote_line_cycles;
+            self.count(Source::DramRemote, wait + c)
+        }
+    }
+
+    /// Install the line in `cpu`'s levels above `upto` that are filled on misses (L1
+    /// always). The line is known to be absent from all of them.
+    #[inline]
+    fn fill(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
+        let g = self.group_of[cpu] as usize;
+        for j in (0..upto).rev() {
+            if j > 0 && self.victim_filled[j] {
+                continue;
+            }
+            let inst = self.inst[j][cpu];
+            match self.caches[self.level_base[j] + inst as usize].insert_absent(phys, slot) {
+                Inserted::Present => {}
+                Inserted::Fresh => self.inc(slot, g),
+                Inserted::Evicted(v) => {
+                    self.inc(slot, g);
+                    self.evicted(j, inst, v, g);
+                }
+            }
+        }
+    }
+
+    /// Line `v` was pushed out of (level j, instance inst) in group g: back-invalidate above
+    /// an inclusive level, then move it into a victim-filled level below or drop it.
+    fn evicted(&mut self, mut j: usize, mut inst: u32, mut v: u32, g: usize) {
+        let n = self.n_levels;
+        loop {
+            let vphys = self.phys_of(v);
+            if j > 0 && self.inclusive[j] {
+                for idx in 0..self.covered[j][inst as usize].len() {
+                    let (k, up) = self.covered[j][inst as usize][idx];
+                    if self.caches[self.level_base[k] + up as usize].remove(vphys, v) {
+                        self.dec(v, g);
+                    }
+                }
+            }
+            if j + 1 < n && self.victim_filled[j + 1] {
+                let below = self.parent[j][inst as usize];
+                let target = &mut self.caches[self.level_base[j + 1] + below as usize];
+                let placed = if self.sole_victim_target[j + 1] {
+                    target.insert_absent(vphys, v)
+                } else {
+                    target.insert(vphys, v)
+                };
+                match placed {
+                    // another copy was already there: one copy fewer in the group
+                    Inserted::Present => {
+                        self.dec(v, g);
+                        return;
+                    }
+                    // moved down: same number of copies
+                    Inserted::Fresh => return,
+                    Inserted::Evicted(w) => {
+                        j += 1;
+                        inst = below;
+                        v = w;
+                    }
+                }
+            } else {
+                self.dec(v, g);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+"""The ``unicache-sim`` command: the MFC experiment, the speed benchmark, calibration."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+from unicache.errors import UnicacheError
+from unicache.topology import load_model
+
+from unicache_sim.mfc import (
+    BASELINES,
+    CORUNNERS,
+    DISTRIBUTIONS,
+    WORKLOADS,
+    MfcSpec,
+    PointResult,
+    run_mfc,
+)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+_err = Console(stderr=True)
+
+
+def _fail(err: Exception) -> None:
+    _err.print(f"[red]error:[/red] {err}")
+    raise typer.Exit(1)
+
+
+def _parse_sizes(text: str) -> list[float]:
+    try:
+        sizes = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as err:
+        raise UnicacheError(f"--ws-mb wants a comma-separated list of sizes, not {text!r}") from err
+    if not sizes or any(s <= 0 for s in sizes):
+        raise UnicacheError("--ws-mb needs positive sizes")
+    return sizes
+
+
+def _points_json(points: list[PointResult]) -> list[dict[str, object]]:
+    out = []
+    for p in points:
+        out.append(
+            {
+                "ws_mb": p.ws_mb,
+                "speedup": p.speedup,
+                "of_oracle": p.of_oracle,
+                "baselines": {r.baseline: asdict(r) for r in p.results},
+            }
+        )
+    return out
+
+
+@app.command()
+def mfc(
+    model: Annotated[str, typer.Option(help="machine model (unicache.topology)")] = "opteron-16",
+    workload: Annotated[str, typer.Option(help="read, grep, wc or md5sum")] = "read",
+    dist: Annotated[str, typer.Option(help="file popularity: uniform or zipf")] = "uniform",
+    ws_mb: Annotated[str, typer.Option(help="working sets in MiB")] = "1,2,4,8,16,32,64,128",
+    threads: Annotated[int, typer.Option(help="reader threads")] = 1,
+    dram_bw_scale: Annotated[float, typer.Option(help="DRAM bandwidth factor")] = 1.0,
+    lag_us: Annotated[float, typer.Option(help="host-to-guest placement lag, us")] = 0.0,
+    corunner: Annotated[str, typer.Option(help="none, mergesort, cachebuster, spinloop")] = "none",
+    seed: Annotated[int, typer.Option(help="random seed")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    plot: Annotated[Path | None, typer.Option(help="write a Figure 3-style PNG")] = None,
+) -> None:
+    """The MFC read experiment (paper §6.2): linux, unicache and oracle per working set."""
+    try:
+        if workload not in WORKLOADS:
+            raise UnicacheError(f"--workload must be one of {', '.join(WORKLOADS)}")
+        if dist not in DISTRIBUTIONS:
+            raise UnicacheError(f"--dist must be one of {', '.join(DISTRIBUTIONS)}")
+        if corunner not in CORUNNERS:
+            raise UnicacheError(f"--corunner must be one of {', '.join(CORUNNERS)}")
+        if threads < 1:
+            raise UnicacheError("--threads must be at least 1")
+        sizes = _parse_sizes(ws_mb)
+        topo = load_model(model)
+        clock = topo.clock_ghz or 2.0
+        spec = MfcSpec(
+            workload=workload,
+            dist=dist,
+            threads=threads,
+            dram_bw_scale=dram_bw_scale,
+            lag_cycles=lag_us * clock * 1e3,
+            corunner=corunner,
+            seed=seed,
+        )
+        with Progress(console=_err, transient=True) as progress:
+            task = progress.add_task("simulating", total=len(sizes) * len(BASELINES))
+
+            def step(label: str) -> None:
+                progress.update(task, advance=1, description=label)
+
+            points = run_mfc(topo, spec, sizes, step)
+        if plot is not None:
+            from unicache_sim.plot import plot_mfc
+
+            plot_mfc(points, plot, f"{model} {workload} {dist}, {threads} thread(s)")
+    except UnicacheError as err:
+        _fail(err)
+        return
+    if as_json:
+        doc = {"model": model, "spec": asdict(spec), "points": _points_json(points)}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table(title=f"MFC {workload} ({dist}) on {model}, {threads} thread(s)")
+    table.add_column("WS MiB", justify="right")
+    for b in BASELINES:
+        table.add_column(f"{b} MB/s", justify="right")
+    table.add_column("speedup", justify="right")
+    table.add_column("of oracle", justify="right")
+    for b in BASELINES:
+        table.add_column(f"DRAM/B {b}", justify="right")
+    for p in points:
+        table.add_row(
+            f"{p.ws_mb:g}",
+            *(f"{p.get(b).mb_per_s:,.0f}" for b in BASELINES),
+            f"{p.speedup:.2f}",
+            f"{p.of_oracle:.2f}",
+            *(f"{p.get(b).dram_per_byte:.3f}" for b in BASELINES),
+        )
+    Console().print(table)
+    if plot is not None:
+        Console().print(f"plot written to {plot}")
+
+
+@app.command()
+def bench(
+    model: Annotated[str, typer.Option(help="machine model")] = "opteron-16",
+    accesses: Annotated[int, typer.Option(help="line accesses")] = 8_000_000,
+    ws_mb: Annotated[int, typer.Option(help="working set of the trace, MiB")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Speed of the native core, and of pycachesim on the same single-core trace."""
+    from unicache_sim.bench import run_bench
+
+    try:
+        result = run_bench(model, accesses, ws_mb)
+    except UnicacheError as err:
+        _fail(err)
+        return
+    if as_json:
+        doc = {**asdict(result), "ratio": result.ratio}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table(title=f"simulator speed, {result.accesses:,} line accesses ({model})")
+    table.add_column("run")
+    table.add_column("M accesses/s", justify="right")
+    table.add_row(f"unicache-sim, {model} (all cores)", f"{result.multicore_rate / 1e6:.1f}")
+    table.add_row("unicache-sim, one core's L1/L2/L3", f"{result.single_core_rate / 1e6:.1f}")
+    if result.pycachesim_rate is not None:
+        table.add_row("pycachesim, same hierarchy", f"{result.pycachesim_rate / 1e6:.1f}")
+        table.add_row("ratio (same trace)", f"{result.ratio:.1f}x")
+        table.add_row("hit counts equal", str(result.counts_equal))
+    Console().print(table)
+
+
+@app.command()
+def calibrate(
+    size_mib: Annotated[int, typer.Option(help="size of the test file")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Time grep, wc and md5sum over a cached file: compute cycles per byte."""
+    from unicache_sim.calibration import calibrate as measure
+
+    try:
+        results = measure(size_mib)
+    except UnicacheError as err:
+        _fail(err)
+        return
+    if as_json:
+        sys.stdout.write(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+        return
+    table = Table(title="compute cycles per byte (this machine)")
+    for col in ("tool", "seconds", "cat seconds", "GHz", "cycles/byte"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(
+            r.tool,
+            f"{r.seconds:.4f}",
+            f"{r.cat_seconds:.4f}",
+            f"{r.clock_ghz:.2f}",
+            f"{r.cycles_per_byte:.2f}",
+        )
+    Console().print(table)
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    app()

@@ -1,0 +1,234 @@
+"""The simulated host: the Host port over the native engine, and the guest shim's reads.
+
+``SimHost`` implements :class:`unicache.host.base.Host` for one simulated VM: ``observe``
+turns the engine's per-thread counters and the reads the guest made since the last round
+into an :class:`~unicache.model.Observation` (counter samples per vCPU, a guest report
+per VM, exactly the shapes the live daemon builds); ``act`` carries out the policy's
+actions: ``PinVcpu`` moves a vCPU (and the thread on it) into its new CPU set,
+``PublishPlacement`` hands the guest its table, ``SetCpuWeight`` is accepted but has no
+effect (the engine shares a CPU first come, first served).
+
+``GuestShim`` is what libunicache does on every read: look the chunk up in the last
+published table and migrate the reading thread to one of the entry's vCPUs (within the
+entry's migration budget per round), then read with caching or non-temporal loads.
+The policy behind it is whatever drives the host: the simulator uses
+:class:`unicache.policy.round.UnicachePolicy` (OBS then SCU), as the daemon does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from unicache.host.base import ActResult
+from unicache.model import (
+    Action,
+    ChunkAccess,
+    ChunkId,
+    CounterSample,
+    CounterSource,
+    GuestReport,
+    Observation,
+    PinVcpu,
+    PlacementEntry,
+    PlacementTable,
+    PublishPlacement,
+    Vcpu,
+    VcpuId,
+    Vm,
+)
+
+from unicache_sim import _native
+from unicache_sim.config import SimConfig
+
+
+@dataclass(slots=True)
+class _ChunkReads:
+    bytes_read: int = 0
+    reads: int = 0
+    vcpu_bytes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _ThreadMark:
+    cycles: float = 0.0
+    lines: int = 0
+    misses: int = 0
+
+
+class SimHost:
+    """One VM with one vCPU per host CPU, its reader threads, on the native engine.
+
+    :param cfg: the simulated machine.
+    :param engine: the engine running the threads.
+    :param vm: the VM's name.
+    :param period_cycles: the round period (the host-guest lag).
+    """
+
+    name = "sim"
+
+    def __init__(
+        self, cfg: SimConfig, engine: _native.Engine, vm: str, period_cycles: float
+    ) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.vm = vm
+        self.period = period_cycles
+        n = cfg.n_cpus
+        #: vCPU index -> the host CPUs it may run on (floating over all at first)
+        self.affinity: dict[int, frozenset[int]] = {i: frozenset(range(n)) for i in range(n)}
+        #: vCPU index -> the host CPU it runs on
+        self.vcpu_cpu: dict[int, int] = {i: i for i in range(n)}
+        #: thread id -> vCPU index it runs on (set by the guest)
+        self.thread_vcpu: dict[int, int] = {}
+        self.table: PlacementTable | None = None
+        #: the table's entries by chunk
+        self.entries: dict[ChunkId, PlacementEntry] = {}
+        self.tick = 0
+        self.seq = 0
+        self._reads: dict[ChunkId, _ChunkReads] = {}
+        self._marks: dict[int, _ThreadMark] = {}
+
+    # --- guest side -------------------------------------------------------------------
+
+    def add_thread(self, tid: int, vcpu: int) -> None:
+        """Register a reader thread running on a vCPU."""
+        self.thread_vcpu[tid] = vcpu
+        self._marks[tid] = _ThreadMark()
+
+    def record_read(self, tid: int, chunk: ChunkId, nbytes: int) -> None:
+        """What the guest agent counts for its next report."""
+        acc = self._reads.setdefault(chunk, _ChunkReads())
+        acc.bytes_read += nbytes
+        acc.reads += 1
+        vcpu = self.thread_vcpu[tid]
+        acc.vcpu_bytes[vcpu] = acc.vcpu_bytes.get(vcpu, 0) + nbytes
+
+    # --- Host port --------------------------------------------------------------------
+
+    def observe(self) -> Observation | None:
+        """This round's observation: samples per vCPU and the guest's report."""
+        self.tick += 1
+        per_vcpu: dict[int, _ThreadMark] = {}
+        for tid, vcpu in self.thread_vcpu.items():
+            st = self.engine.thread_stats(tid)
+            cycles = st.compute_cycles + st.stall_cycles + st.migration_cycles
+            misses = st.dram_lines + st.c2c_lines
+            mark = self._marks[tid]
+            acc = per_vcpu.setdefault(vcpu, _ThreadMark())
+            acc.cycles += max(0.0, cycles - mark.cycles)
+            acc.lines += max(0, st.lines - mark.lines)
+            acc.misses += max(0, misses - mark.misses)
+            self._marks[tid] = _ThreadMark(cycles, st.lines, misses)
+        samples = tuple(
+            CounterSample(
+                VcpuId(self.vm, vcpu),
+                CounterSource.SIMULATED,
+                cycles=int(m.cycles),
+                llc_references=m.lines,
+                llc_misses=m.misses,
+                busy=min(1.0, m.cycles / self.period) if self.period > 0 else 0.0,
+            )
+            for vcpu, m in sorted(per_vcpu.items())
+        )
+        chunks = tuple(
+            ChunkAccess(chunk, r.bytes_read, r.reads, 0, tuple(sorted(r.vcpu_bytes.items())))
+            for chunk, r in sorted(self._reads.items(), key=lambda kv: (kv[0].file_id, kv[0].index))
+        )
+        self._reads = {}
+        self.seq += 1
+        seconds = self.period / (self.cfg.clock_ghz * 1e9)
+        report = GuestReport(self.vm, self.seq, seconds, chunks, guest_vcpus=self.cfg.n_cpus)
+        vcpus = tuple(
+            Vcpu(VcpuId(self.vm, i), None, self.affinity[i]) for i in range(self.cfg.n_cpus)
+        )
+        return Observation(self.tick, (Vm(self.vm, vcpus),), samples, (report,))
+
+    def act(self, actions: Sequence[Action]) -> ActResult:
+        """Carry out pinning and placement; never raises for one action."""
+        applied: list[Action] = []
+        failed: list[tuple[Action, str]] = []
+        for action in actions:
+            if isinstance(action, PinVcpu):
+                if action.vcpu.vm != self.vm or action.vcpu.index not in self.affinity:
+                    failed.append((action, f"{action.vcpu} is not running"))
+                    continue
+                cpus = frozenset(c for c in action.cpus if 0 <= c < self.cfg.n_cpus)
+                if not cpus:
+                    failed.append((action, "no simulated CPU in the set"))
+                    continue
+                self._pin(action.vcpu.index, cpus)
+            elif isinstance(action, PublishPlacement) and action.vm == self.vm:
+                self.table = action.table
+                self.entries = {e.chunk: e for e in action.table.entries}
+            applied.append(action)
+        return ActResult(tuple(applied), tuple(failed))
+
+    def _pin(self, vcpu: int, cpus: frozenset[int]) -> None:
+        self.affinity[vcpu] = cpus
+        if self.vcpu_cpu[vcpu] in cpus:
+            return
+        used = {c for v, c in self.vcpu_cpu.items() if v != vcpu}
+        free = sorted(cpus - used)
+        cpu = free[0] if free else min(cpus)
+        old = self.vcpu_cpu[vcpu]
+        self.vcpu_cpu[vcpu] = cpu
+        for tid, on in self.thread_vcpu.items():
+            if on == vcpu:
+                self.engine.move_thread(tid, cpu, _migration_cost(self.cfg, old, cpu))
+
+
+class GuestShim:
+    """libunicache's read path in the simulated guest.
+
+    :param host: the simulated host (its table is the guest's view).
+    """
+
+    def __init__(self, host: SimHost) -> None:
+        self.host = host
+        self._budget: dict[ChunkId, int] = {}
+        self._budget_tick = -1
+
+    def read_chunk(
+        self, tid: int, obj: int, chunk: ChunkId, offset: int, length: int, compute: float
+    ) -> None:
+        """Queue the read of one chunk for thread ``tid``: migrate if the table says so."""
+        host = self.host
+        if self._budget_tick != host.tick:
+            self._budget = {}
+            self._budget_tick = host.tick
+        host.record_read(tid, chunk, length)
+        entry = self._lookup(chunk)
+        table = host.table
+        kind = "read"
+        if entry is not None and table is not None and length >= table.min_read_size:
+            if not entry.caching:
+                kind = "nt"
+            elif host.thread_vcpu[tid] not in entry.vcpus and entry.vcpus:
+                spent = self._budget.get(chunk, 0)
+                if entry.migration_budget <= 0 or spent < entry.migration_budget:
+                    self._budget[chunk] = spent + 1
+                    self._migrate(tid, entry, chunk)
+        host.engine.push_access(tid, obj, offset, length, "nt" if kind == "nt" else "read", compute)
+
+    def _lookup(self, chunk: ChunkId) -> PlacementEntry | None:
+        return self.host.entries.get(chunk)
+
+    def _migrate(self, tid: int, entry: PlacementEntry, chunk: ChunkId) -> None:
+        host = self.host
+        vcpus = sorted(entry.vcpus)
+        busy = {v for t, v in host.thread_vcpu.items() if t != tid}
+        home = vcpus[(chunk.file_id * 31 + chunk.index) % len(vcpus)]
+        target = home if home not in busy else next((v for v in vcpus if v not in busy), home)
+        src = host.vcpu_cpu[host.thread_vcpu[tid]]
+        dst = host.vcpu_cpu[target]
+        host.thread_vcpu[tid] = target
+        host.engine.push_migrate(tid, dst, _migration_cost(host.cfg, src, dst))
+
+
+def _migration_cost(cfg: SimConfig, src: int, dst: int) -> float:
+    if src == dst:
+        return 0.0
+    if cfg.group_of(src) == cfg.group_of(dst):
+        return cfg.migration_cycles
+    return cfg.migration_cycles_remote
