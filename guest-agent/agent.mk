@@ -1,0 +1,19 @@
+# guest-agent/agent.mk — included by the top Makefile.
+# shim-build: guest-agent/shim/libunicache.so (and the test driver uc_selftest).
+SHIM_DIR := guest-agent/shim
+SHIM_SRCS := $(wildcard $(SHIM_DIR)/*.c $(SHIM_DIR)/*.h) $(SHIM_DIR)/Makefile
+
+$(SHIM_DIR)/libunicache.so $(SHIM_DIR)/uc_selftest &: $(SHIM_SRCS)
+	$(MAKE) -C $(SHIM_DIR) CC=gcc all
+
+.PHONY: shim-build shim-clean agent-fuzz
+shim-build: $(SHIM_DIR)/libunicache.so $(SHIM_DIR)/uc_selftest
+
+shim-clean:
+	$(MAKE) -C $(SHIM_DIR) clean
+
+# The host parser fuzz target with 1M inputs (CI runs a short version in `make test`).
+agent-fuzz: setup
+	UNICACHE_FUZZ_INPUTS=1000000 $(PY) -m pytest -q -p no:cacheprovider tests/channel/test_channel_fuzz.py -k mutated
+
+SETUP_TARGETS += shim-build

@@ -1,0 +1,55 @@
+#!/bin/sh
+# Install unicache-agent and libunicache.so into a guest, or into a mounted guest image.
+#
+#   guest-agent/install.sh [--root DIR] [--no-preload] [--no-systemd]
+#
+# --root DIR     install into an image mounted at DIR (default /: the running guest)
+# --no-preload   do not add libunicache.so to DIR/etc/ld.so.preload
+# --no-systemd   do not install and enable the systemd unit
+#
+# Needs: python3 >= 3.9 in the guest; the shim is built here with gcc (or copied if built).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=/
+preload=1
+systemd=1
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--root) root=$2; shift 2 ;;
+	--no-preload) preload=0; shift ;;
+	--no-systemd) systemd=0; shift ;;
+	*) echo "install.sh: unknown option $1" >&2; exit 2 ;;
+	esac
+done
+[ -d "$root" ] || { echo "install.sh: $root is not a directory" >&2; exit 2; }
+
+if [ ! -f "$here/shim/libunicache.so" ] || [ "$here/shim/unicache_shim.c" -nt "$here/shim/libunicache.so" ]; then
+	make -s -C "$here/shim" libunicache.so
+fi
+
+lib="$root/usr/lib/unicache-agent"
+install -d "$lib/unicache_agent" "$root/usr/bin" "$root/usr/share/doc/unicache-agent"
+install -m 0644 "$here"/unicache_agent/*.py "$lib/unicache_agent/"
+install -m 0755 "$here/shim/libunicache.so" "$lib/libunicache.so"
+cat > "$root/usr/bin/unicache-agent" <<'SH'
+#!/bin/sh
+PYTHONPATH=/usr/lib/unicache-agent exec python3 -m unicache_agent "$@"
+SH
+chmod 0755 "$root/usr/bin/unicache-agent"
+[ -f "$here/../docs/agent.md" ] && install -m 0644 "$here/../docs/agent.md" "$root/usr/share/doc/unicache-agent/"
+
+if [ "$preload" = 1 ]; then
+	f="$root/etc/ld.so.preload"
+	install -d "$root/etc"
+	touch "$f"
+	grep -qx "/usr/lib/unicache-agent/libunicache.so" "$f" ||
+		echo "/usr/lib/unicache-agent/libunicache.so" >> "$f"
+fi
+
+if [ "$systemd" = 1 ]; then
+	install -d "$root/etc/systemd/system/multi-user.target.wants"
+	install -m 0644 "$here/unicache-agent.service" "$root/etc/systemd/system/unicache-agent.service"
+	ln -sf ../unicache-agent.service \
+		"$root/etc/systemd/system/multi-user.target.wants/unicache-agent.service"
+fi
+echo "unicache-agent installed into $root"

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uc_layout.h - shared-memory layout between unicache-agent (writer of the table,
+ * reader of the counters) and libunicache.so (reader of the table, writer of the counters).
+ *
+ * Mirrored in guest-agent/unicache_agent/shm.py; documented in docs/agent.md
+ * ("Shared memory layout"). All integers are little-endian, naturally aligned.
+ *
+ * Table file (UNICACHE_TABLE, default /dev/shm/unicache-table):
+ *   [uc_table_hdr 64 B][buffer 0][buffer 1]
+ *   buffer = [uc_table_buf 64 B][nbuckets x uc_entry 64 B]
+ *   The agent writes the inactive buffer under that buffer's seqlock, then flips `active`.
+ *
+ * Counters file (UNICACHE_COUNTERS, default /dev/shm/unicache-counters):
+ *   [uc_ctr_hdr 64 B][region 0][region 1]
+ *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64, rounded to 64 B.
+ *   The shim counts into region `active`; the agent flips `active`, waits a grace period,
+ *   harvests and zeroes the other region.
+ */
+#ifndef UC_LAYOUT_H
+#define UC_LAYOUT_H
+
+#include <stdint.h>
+
+#define UC_TABLE_MAGIC 0x42544355u   /* "UCTB" */
+#define UC_CTR_MAGIC 0x54434355u     /* "UCCT" */
+#define UC_LAYOUT_VERSION 1u
+#define UC_MAX_VCPUS 256u            /* vCPU mask bits per entry */
+#define UC_MASK_WORDS (UC_MAX_VCPUS / 64u)
+#define UC_MAX_BUCKETS 65536u        /* hard bound the shim accepts */
+#define UC_MAX_SLOTS 65536u
+
+/* uc_entry.flags */
+#define UC_ENTRY_USED 1u
+#define UC_ENTRY_CACHING 2u
+
+/* migration budget meaning "no limit" */
+#define UC_BUDGET_UNLIMITED 0xffffffffu
+
+struct uc_table_hdr {
+	uint32_t magic;
+	uint32_t layout;
+	uint64_t salt;      /* per-boot salt of file ids */
+	uint32_t nbuckets;  /* per buffer, power of two */
+	uint32_t active;    /* buffer the readers use: 0 or 1 */
+	uint64_t gen;       /* bumped on every publish */
+	uint32_t agent_pid;
+	uint32_t pad0;
+	uint8_t pad[24];
+};
+
+struct uc_table_buf {
+	uint64_t seq;           /* seqlock: odd while being written */
+	uint64_t version;       /* host table version */
+	uint64_t chunk_size;    /* bytes, power of two */
+	uint64_t min_read_size; /* MFC section 4.5: shorter reads never migrate */
+	uint32_t nentries;
+	uint32_t flags;         /* bit 0: valid */
+	uint8_t pad[24];
+};
+
+struct uc_entry {
+	uint64_t file_id;
+	uint64_t chunk;
+	uint32_t flags;            /* UC_ENTRY_* */
+	uint32_t migration_budget; /* migrations per report interval (MFC section 4.5) */
+	uint64_t reserved;
+	uint64_t mask[UC_MASK_WORDS]; /* home vCPUs */
+};
+
+struct uc_ctr_hdr {
+	uint32_t magic;
+	uint32_t layout;
+	uint32_t nslots;    /* per region, power of two */
+	uint32_t max_vcpus; /* per-vCPU counters per slot */
+	uint32_t active;    /* region the shim counts into */
+	uint32_t slot_size; /* bytes */
+	uint64_t dropped[2];  /* per region: reads not counted because the region was full */
+	uint64_t clients;     /* processes that mapped the counters (monotonic) */
+	uint8_t pad[16];
+};
+
+struct uc_ctr_slot {
+	uint64_t key;        /* 0 = empty; uc_slot_key(file_id, chunk) */
+	uint64_t file_id;
+	uint64_t chunk;
+	uint64_t bytes;
+	uint64_t reads;
+	uint64_t writes;
+	uint64_t migrations;
+	uint64_t nt_reads;
+	/* followed by uint64_t vcpu_bytes[max_vcpus] */
+};
+
+_Static_assert(sizeof(struct uc_table_hdr) == 64, "table header is 64 bytes");
+_Static_assert(sizeof(struct uc_table_buf) == 64, "table buffer header is 64 bytes");
+_Static_assert(sizeof(struct uc_entry) == 64, "entry is 64 bytes");
+_Static_assert(sizeof(struct uc_ctr_hdr) == 64, "counter header is 64 bytes");
+_Static_assert(sizeof(struct uc_ctr_slot) == 64, "counter slot head is 64 bytes");
+
+/* splitmix64 finalizer: the one mixing function both sides use */
+static inline uint64_t uc_mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+/* opaque file id: no name, no raw inode number leaves the guest */
+static inline uint64_t uc_file_id_of(uint64_t salt, uint64_t dev, uint64_t ino)
+{
+	uint64_t id = uc_mix64(uc_mix64(salt ^ dev) ^ ino);
+	return id ? id : 1;
+}
+
+static inline uint64_t uc_bucket_hash(uint64_t file_id, uint64_t chunk)
+{
+	return uc_mix64(file_id ^ (chunk * 0x9e3779b97f4a7c15ull));
+}
+
+static inline uint64_t uc_slot_key(uint64_t file_id, uint64_t chunk)
+{
+	return uc_mix64(file_id + 0x632be59bd9b4e019ull * (chunk + 1)) | 1ull;
+}
+
+#endif /* UC_LAYOUT_H */

@@ -1,0 +1,1294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unicache_shim.c - libunicache.so, the LD_PRELOAD half of MFC in a guest.
+ *
+ * For read, pread, readv, preadv, preadv2 (and their *64 and fortified variants) and
+ * sendfile on regular files it:
+ *   1. looks the chunk (file id, offset / chunk_size) up in the placement table the
+ *      agent publishes in shared memory (lock-free, seqlock over a double buffer);
+ *   2. when the chunk's home vCPUs do not include the current CPU, the read is at least
+ *      min_read_size and the chunk's migration budget for this interval is not spent,
+ *      moves the thread there with sched_setaffinity (MFC section 4.2, 4.5);
+ *   3. for chunks marked non-caching, serves pread through an mmap of the file copied
+ *      with prefetchnta loads (MFC section 4.3, 5), falling back to the plain call on
+ *      anything unusual;
+ *   4. counts bytes per chunk per vCPU in the shared counters.
+ *
+ * It never changes what the call returns: every path either is the real call or
+ * produces exactly its bytes, return value, errno and file offset. Without the table
+ * (no agent) every call is the plain call.
+ *
+ * See docs/agent.md for the layout, the limits and the non-temporal path.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "uc_layout.h"
+#include "uc_nt.h"
+
+#define UC_EXPORT __attribute__((visibility("default")))
+#define UC_TLS __thread __attribute__((tls_model("initial-exec")))
+
+#define UC_DEFAULT_TABLE "/dev/shm/unicache-table"
+#define UC_DEFAULT_COUNTERS "/dev/shm/unicache-counters"
+#define UC_FD_CACHE 65536          /* fds below this get a cached file id */
+#define UC_MAX_SPLIT 16            /* a read is counted over at most this many chunks */
+#define UC_PROBES 32               /* counter slots probed before a read is dropped */
+#define UC_RETRY_NS 1000000000ll   /* retry mapping the table once a second */
+#define UC_SEQ_RETRIES 64          /* table reads retried before giving up */
+
+/* --- real functions ------------------------------------------------------------- */
+
+typedef ssize_t (*uc_read_t)(int, void *, size_t);
+typedef ssize_t (*uc_pread_t)(int, void *, size_t, off_t);
+typedef ssize_t (*uc_pread64_t)(int, void *, size_t, off64_t);
+typedef ssize_t (*uc_readv_t)(int, const struct iovec *, int);
+typedef ssize_t (*uc_preadv_t)(int, const struct iovec *, int, off_t);
+typedef ssize_t (*uc_preadv64_t)(int, const struct iovec *, int, off64_t);
+typedef ssize_t (*uc_preadv2_t)(int, const struct iovec *, int, off_t, int);
+typedef ssize_t (*uc_preadv64v2_t)(int, const struct iovec *, int, off64_t, int);
+typedef ssize_t (*uc_write_t)(int, const void *, size_t);
+typedef ssize_t (*uc_pwrite_t)(int, const void *, size_t, off_t);
+typedef ssize_t (*uc_pwrite64_t)(int, const void *, size_t, off64_t);
+typedef off_t (*uc_lseek_t)(int, off_t, int);
+typedef off64_t (*uc_lseek64_t)(int, off64_t, int);
+typedef int (*uc_close_t)(int);
+typedef int (*uc_dup_t)(int);
+typedef int (*uc_dup2_t)(int, int);
+typedef int (*uc_dup3_t)(int, int, int);
+typedef int (*uc_open_t)(const char *, int, ...);
+typedef int (*uc_openat_t)(int, const char *, int, ...);
+typedef int (*uc_open2_t)(const char *, int);
+typedef int (*uc_creat_t)(const char *, mode_t);
+typedef int (*uc_pipe_t)(int[2]);
+typedef int (*uc_pipe2_t)(int[2], int);
+typedef int (*uc_socket_t)(int, int, int);
+typedef int (*uc_socketpair_t)(int, int, int, int[2]);
+typedef int (*uc_accept_t)(int, struct sockaddr *, socklen_t *);
+typedef int (*uc_accept4_t)(int, struct sockaddr *, socklen_t *, int);
+typedef ssize_t (*uc_sendfile_t)(int, int, off_t *, size_t);
+typedef ssize_t (*uc_sendfile64_t)(int, int, off64_t *, size_t);
+typedef ssize_t (*uc_read_chk_t)(int, void *, size_t, size_t);
+typedef ssize_t (*uc_pread_chk_t)(int, void *, size_t, off_t, size_t);
+typedef ssize_t (*uc_pread64_chk_t)(int, void *, size_t, off64_t, size_t);
+
+static struct {
+	uc_read_t read;
+	uc_pread_t pread;
+	uc_pread64_t pread64;
+	uc_readv_t readv;
+	uc_preadv_t preadv;
+	uc_preadv64_t preadv64;
+	uc_preadv2_t preadv2;
+	uc_preadv64v2_t preadv64v2;
+	uc_write_t write;
+	uc_pwrite_t pwrite;
+	uc_pwrite64_t pwrite64;
+	uc_lseek_t lseek;
+	uc_lseek64_t lseek64;
+	uc_close_t close;
+	uc_dup_t dup;
+	uc_dup2_t dup2;
+	uc_dup3_t dup3;
+	uc_open_t open;
+	uc_open_t open64;
+	uc_openat_t openat;
+	uc_openat_t openat64;
+	uc_open2_t open_2;
+	uc_open2_t open64_2;
+	uc_creat_t creat;
+	uc_creat_t creat64;
+	uc_pipe_t pipe;
+	uc_pipe2_t pipe2;
+	uc_socket_t socket;
+	uc_socketpair_t socketpair;
+	uc_accept_t accept;
+	uc_accept4_t accept4;
+	uc_sendfile_t sendfile;
+	uc_sendfile64_t sendfile64;
+	uc_read_chk_t read_chk;
+	uc_pread_chk_t pread_chk;
+	uc_pread64_chk_t pread64_chk;
+} uc_real;
+
+#define UC_REAL(name)                                                              \
+	(__extension__({                                                           \
+		if (!uc_real.name)                                                 \
+			uc_real.name = (__typeof__(uc_real.name))dlsym(RTLD_NEXT, #name); \
+		uc_real.name;                                                      \
+	}))
+#define UC_REAL_SYM(field, sym)                                                    \
+	(__extension__({                                                           \
+		if (!uc_real.field)                                                \
+			uc_real.field = (__typeof__(uc_real.field))dlsym(RTLD_NEXT, sym); \
+		uc_real.field;                                                     \
+	}))
+
+/* --- shared state ---------------------------------------------------------------- */
+
+static struct {
+	int disabled;                      /* UNICACHE_DISABLE=1 */
+	int nt_read;                       /* UNICACHE_NT_READ=1: non-temporal read() too */
+	int nt_off;                        /* UNICACHE_NT=0: never use the mmap path */
+	_Atomic int mapped;                /* table and counters usable */
+	_Atomic long long next_try_ns;
+	atomic_flag mapping;
+	const unsigned char *table;
+	size_t table_len;
+	unsigned char *ctr;
+	size_t ctr_len;
+	uint64_t salt;
+	long pagesz;
+	char table_path[256];
+	char ctr_path[256];
+	int warned;
+} uc;
+
+struct uc_fd {
+	_Atomic uint64_t file_id;
+	_Atomic int64_t pos;   /* predicted file offset for read/readv */
+	_Atomic uint32_t state;
+};
+
+enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2 };
+
+static struct uc_fd uc_fds[UC_FD_CACHE];
+
+static UC_TLS int uc_in_copy;
+static UC_TLS sigjmp_buf uc_jb;
+/* the CPUs the process could use when the shim loaded: migrations stay inside them */
+static cpu_set_t uc_orig_mask;
+static int uc_orig_valid;
+
+static struct sigaction uc_old_bus, uc_old_segv;
+static _Atomic int uc_guard_state; /* 0 none, 1 installed, -1 failed */
+
+static long long uc_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static void uc_warn(const char *what, const char *path)
+{
+	char buf[512];
+	int n;
+
+	if (uc.warned)
+		return;
+	uc.warned = 1;
+	n = snprintf(buf, sizeof(buf), "libunicache[%d]: %s %s, running as the plain calls\n",
+		     (int)getpid(), what, path);
+	if (n > 0 && UC_REAL(write))
+		(void)uc_real.write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+/*
+ * Map a file read-only or read-write; returns the mapping or NULL. Only files of root or
+ * of this process's user are used, and the read-only table only when nobody else may
+ * write it: a file another user could shrink under the mapping would make us fault.
+ */
+static void *uc_map_file(const char *path, int rw, size_t min_len, size_t *len)
+{
+	struct stat st;
+	void *p;
+	int fd, flags = (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW;
+
+	fd = UC_REAL(open)(path, flags);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)min_len || !S_ISREG(st.st_mode) ||
+	    (st.st_uid != 0 && st.st_uid != geteuid()) || (!rw && (st.st_mode & 022))) {
+		UC_REAL(close)(fd);
+		return NULL;
+	}
+	p = mmap(NULL, (size_t)st.st_size, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+		 fd, 0);
+	UC_REAL(close)(fd);
+	if (p == MAP_FAILED)
+		return NULL;
+	*len = (size_t)st.st_size;
+	return p;
+}
+
+/* Try to map table and counters; validates every size against the file length. */
+static int uc_try_map(void)
+{
+	const struct uc_table_hdr *th;
+	struct uc_ctr_hdr *ch;
+	size_t tlen = 0, clen = 0, need;
+	void *t, *c;
+	int ret = -ENOENT;
+
+	t = uc_map_file(uc.table_path, 0, sizeof(struct uc_table_hdr), &tlen);
+	if (!t)
+		return -ENOENT;
+	/* without the counters (not ours to write) the table is still followed, uncounted */
+	c = uc_map_file(uc.ctr_path, 1, sizeof(struct uc_ctr_hdr), &clen);
+	th = t;
+	ch = c;
+	ret = -EINVAL;
+	if (th->magic != UC_TABLE_MAGIC || th->layout != UC_LAYOUT_VERSION ||
+	    th->nbuckets == 0 || th->nbuckets > UC_MAX_BUCKETS ||
+	    (th->nbuckets & (th->nbuckets - 1))) {
+		uc_warn("bad table header in", uc.table_path);
+		goto fail;
+	}
+	need = sizeof(*th) + 2 * (sizeof(struct uc_table_buf) +
+				  (size_t)th->nbuckets * sizeof(struct uc_entry));
+	if (tlen < need) {
+		uc_warn("short table file", uc.table_path);
+		goto fail;
+	}
+	if (ch && (ch->magic != UC_CTR_MAGIC || ch->layout != UC_LAYOUT_VERSION || ch->nslots == 0 ||
+	    ch->nslots > UC_MAX_SLOTS || (ch->nslots & (ch->nslots - 1)) || ch->max_vcpus == 0 ||
+	    ch->max_vcpus > UC_MAX_VCPUS ||
+	    ch->slot_size < sizeof(struct uc_ctr_slot) + 8u * ch->max_vcpus ||
+	    ch->slot_size % 64)) {
+		uc_warn("bad counters header in", uc.ctr_path);
+		goto fail;
+	}
+	if (ch && clen < sizeof(*ch) + 2 * (size_t)ch->nslots * ch->slot_size) {
+		uc_warn("short counters file", uc.ctr_path);
+		goto fail;
+	}
+	__atomic_store_n(&uc.table, (const unsigned char *)t, __ATOMIC_RELEASE);
+	uc.table_len = tlen;
+	__atomic_store_n(&uc.ctr, (unsigned char *)c, __ATOMIC_RELEASE);
+	uc.ctr_len = clen;
+	uc.salt = th->salt;
+	if (ch)
+		__atomic_fetch_add(&ch->clients, 1, __ATOMIC_RELAXED);
+	atomic_store_explicit(&uc.mapped, 1, memory_order_release);
+	return 0;
+fail:
+	munmap(t, tlen);
+	if (c)
+		munmap(c, clen);
+	return ret;
+}
+
+/* Is the table usable? Retries mapping at most once a second. */
+static inline int uc_ready(void)
+{
+	long long now;
+
+	if (__builtin_expect(atomic_load_explicit(&uc.mapped, memory_order_acquire), 1))
+		return 1;
+	if (uc.disabled)
+		return 0;
+	now = uc_now_ns();
+	if (now < atomic_load_explicit(&uc.next_try_ns, memory_order_relaxed))
+		return 0;
+	if (atomic_flag_test_and_set(&uc.mapping))
+		return 0;
+	atomic_store_explicit(&uc.next_try_ns, now + UC_RETRY_NS, memory_order_relaxed);
+	(void)uc_try_map();
+	atomic_flag_clear(&uc.mapping);
+	return atomic_load_explicit(&uc.mapped, memory_order_acquire);
+}
+
+/* secure_getenv: a setuid program (ld.so.preload) ignores the caller's UNICACHE_* */
+static void uc_env_path(char *dst, size_t n, const char *env, const char *def)
+{
+	const char *v = secure_getenv(env);
+
+	if (!v || !*v || strlen(v) >= n)
+		v = def;
+	strcpy(dst, v);
+}
+
+__attribute__((constructor)) static void uc_init(void)
+{
+	const char *v;
+
+	uc.pagesz = sysconf(_SC_PAGESIZE);
+	if (uc.pagesz <= 0)
+		uc.pagesz = 4096;
+	v = secure_getenv("UNICACHE_DISABLE");
+	uc.disabled = v && *v == '1';
+	v = secure_getenv("UNICACHE_NT_READ");
+	uc.nt_read = v && *v == '1';
+	v = secure_getenv("UNICACHE_NT");
+	uc.nt_off = v && *v == '0';
+	uc_env_path(uc.table_path, sizeof(uc.table_path), "UNICACHE_TABLE", UC_DEFAULT_TABLE);
+	uc_env_path(uc.ctr_path, sizeof(uc.ctr_path), "UNICACHE_COUNTERS", UC_DEFAULT_COUNTERS);
+	uc_orig_valid = sched_getaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask) == 0;
+	if (!uc.disabled)
+		(void)uc_try_map();
+	atomic_store_explicit(&uc.next_try_ns, uc_now_ns() + UC_RETRY_NS, memory_order_relaxed);
+}
+
+/*
+ * The agent replaced the table or counters file (new layout): it zeroed the old magic and
+ * unlinked the file. Map the new files on a later call. The old mappings are left in place
+ * (another thread may be reading them); this leaks one mapping per agent reconfiguration.
+ */
+static void uc_retire(void)
+{
+	atomic_store_explicit(&uc.mapped, 0, memory_order_release);
+	atomic_store_explicit(&uc.next_try_ns, 0, memory_order_relaxed);
+}
+
+/* --- table lookup ------------------------------------------------------------------ */
+
+struct uc_hit {
+	uint64_t chunk_size;
+	uint64_t min_read_size;
+	uint64_t mask[UC_MASK_WORDS];
+	uint32_t flags;
+	uint32_t budget;
+	int found;
+};
+
+/*
+ * Look (file_id, chunk) up in the active buffer. chunk_size and min_read_size are
+ * always filled when the table is valid; returns 0 when no valid table exists.
+ * Readers never block: a reader that sees the writer inside its buffer retries.
+ */
+static int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h)
+{
+	const unsigned char *tbase = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
+	const struct uc_table_hdr *th = (const void *)tbase;
+	const size_t buf_len = sizeof(struct uc_table_buf) + (size_t)th->nbuckets * 64u;
+	const uint64_t bmask = th->nbuckets - 1;
+	int tries;
+
+	if (__builtin_expect(__atomic_load_n(&th->magic, __ATOMIC_ACQUIRE) != UC_TABLE_MAGIC, 0)) {
+		uc_retire();
+		return 0;
+	}
+	for (tries = 0; tries < UC_SEQ_RETRIES; tries++) {
+		uint32_t active = __atomic_load_n(&th->active, __ATOMIC_ACQUIRE) & 1u;
+		const struct uc_table_buf *b =
+			(const void *)(tbase + sizeof(*th) + active * buf_len);
+		const struct uc_entry *e = (const void *)(b + 1);
+		uint64_t s1 = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE), i, slot, chunk, cs;
+
+		if (s1 & 1u)
+			continue;
+		cs = __atomic_load_n(&b->chunk_size, __ATOMIC_RELAXED);
+		if (!(__atomic_load_n(&b->flags, __ATOMIC_RELAXED) & 1u) || cs == 0 ||
+		    (cs & (cs - 1)))
+			return 0;
+		h->chunk_size = cs;
+		h->min_read_size = __atomic_load_n(&b->min_read_size, __ATOMIC_RELAXED);
+		h->found = 0;
+		chunk = off / cs;
+		slot = uc_bucket_hash(file_id, chunk) & bmask;
+		for (i = 0; i <= bmask; i++, slot = (slot + 1) & bmask) {
+			const struct uc_entry *x = &e[slot];
+			uint32_t fl = __atomic_load_n(&x->flags, __ATOMIC_RELAXED);
+			unsigned w;
+
+			if (!(fl & UC_ENTRY_USED))
+				break;
+			if (__atomic_load_n(&x->file_id, __ATOMIC_RELAXED) != file_id ||
+			    __atomic_load_n(&x->chunk, __ATOMIC_RELAXED) != chunk)
+				continue;
+			h->flags = fl;
+			h->budget = __atomic_load_n(&x->migration_budget, __ATOMIC_RELAXED);
+			for (w = 0; w < UC_MASK_WORDS; w++)
+				h->mask[w] = __atomic_load_n(&x->mask[w], __ATOMIC_RELAXED);
+			h->found = 1;
+			break;
+		}
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&b->seq, __ATOMIC_RELAXED) == s1 &&
+		    (__atomic_load_n(&th->active, __ATOMIC_RELAXED) & 1u) == active)
+			return 1;
+	}
+	return 0;
+}
+
+/* --- counters ------------------------------------------------------------------------ */
+
+/* The counters mapping, loaded once per call so a remap never mixes two layouts. */
+static inline struct uc_ctr_hdr *uc_ctr(void)
+{
+	return (void *)__atomic_load_n(&uc.ctr, __ATOMIC_ACQUIRE);
+}
+
+static struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id, uint64_t chunk)
+{
+
+	uint32_t region, nslots, ssz;
+	unsigned char *base;
+	uint64_t key, idx;
+	unsigned p;
+
+	if (!ch)
+		return NULL;
+	if (__builtin_expect(__atomic_load_n(&ch->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC, 0)) {
+		uc_retire();
+		return NULL;
+	}
+	region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
+	nslots = ch->nslots;
+	ssz = ch->slot_size;
+	base = (unsigned char *)ch + sizeof(*ch) + (size_t)region * nslots * ssz;
+	key = uc_slot_key(file_id, chunk);
+	idx = key & (nslots - 1u);
+
+	for (p = 0; p < UC_PROBES && p < nslots; p++, idx = (idx + 1) & (nslots - 1u)) {
+		struct uc_ctr_slot *s = (void *)(base + idx * ssz);
+		uint64_t k = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE), zero = 0;
+
+		if (k == key)
+			return s;
+		if (k != 0)
+			continue;
+		if (__atomic_compare_exchange_n(&s->key, &zero, key, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&s->file_id, file_id, __ATOMIC_RELAXED);
+			__atomic_store_n(&s->chunk, chunk, __ATOMIC_RELEASE);
+			return s;
+		}
+		if (zero == key)
+			return s;
+	}
+	__atomic_fetch_add(&ch->dropped[region], 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
+{
+	return (uint64_t *)(void *)(s + 1);
+}
+
+/* Count one completed call of `n` bytes at `off` (off < 0: offset unknown). */
+static void uc_count(uint64_t file_id, int64_t off, uint64_t cs, ssize_t n, int is_write,
+		     int nt)
+{
+	struct uc_ctr_hdr *ch = uc_ctr();
+	uint64_t chunk, left, o;
+	int cpu, i;
+
+	if (off < 0 || cs == 0 || !ch)
+		return;
+	cpu = sched_getcpu();
+	o = (uint64_t)off;
+	left = n > 0 ? (uint64_t)n : 0;
+	chunk = o / cs;
+	for (i = 0; i < UC_MAX_SPLIT; i++, chunk++) {
+		uint64_t part = cs - (o % cs);
+		struct uc_ctr_slot *s;
+
+		if (part > left || i == UC_MAX_SPLIT - 1)
+			part = left;
+		s = uc_slot(ch, file_id, chunk);
+		if (s) {
+			if (is_write) {
+				__atomic_fetch_add(&s->writes, 1, __ATOMIC_RELAXED);
+			} else {
+				__atomic_fetch_add(&s->reads, 1, __ATOMIC_RELAXED);
+				__atomic_fetch_add(&s->bytes, part, __ATOMIC_RELAXED);
+				if (nt)
+					__atomic_fetch_add(&s->nt_reads, 1, __ATOMIC_RELAXED);
+				if (cpu >= 0 && (uint32_t)cpu < ch->max_vcpus && part)
+					__atomic_fetch_add(&uc_vcpu_bytes(s)[cpu], part,
+							   __ATOMIC_RELAXED);
+			}
+		}
+		left -= part;
+		o += part;
+		if (!left)
+			break;
+	}
+}
+
+/* Spend one migration of the chunk's budget for this interval (MFC section 4.5). */
+static int uc_take_budget(uint64_t file_id, uint64_t chunk, uint32_t budget)
+{
+	struct uc_ctr_slot *s = uc_slot(uc_ctr(), file_id, chunk);
+	uint64_t m;
+
+	if (!s) /* no counters (or the region is full): only an unlimited budget migrates */
+		return budget == UC_BUDGET_UNLIMITED;
+	m = __atomic_load_n(&s->migrations, __ATOMIC_RELAXED);
+	do {
+		if (budget != UC_BUDGET_UNLIMITED && m >= budget)
+			return 0;
+	} while (!__atomic_compare_exchange_n(&s->migrations, &m, m + 1, 1, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return 1;
+}
+
+/* --- fd cache -------------------------------------------------------------------------- */
+
+static inline void uc_fd_forget(int fd)
+{
+	if (fd >= 0 && fd < UC_FD_CACHE)
+		atomic_store_explicit(&uc_fds[fd].state, UC_FD_UNKNOWN, memory_order_relaxed);
+}
+
+/*
+ * Classify fd: returns 1 and the file id for a countable regular file, 0 to pass
+ * through (pipes, sockets, O_DIRECT, O_PATH, anything fstat fails on).
+ */
+static int uc_fd_classify(int fd, uint64_t *file_id, int64_t *pos)
+{
+	struct stat st;
+	int fl;
+	struct uc_fd *c = (fd >= 0 && fd < UC_FD_CACHE) ? &uc_fds[fd] : NULL;
+
+	if (c) {
+		uint32_t s = atomic_load_explicit(&c->state, memory_order_acquire);
+
+		if (s == UC_FD_FILE) {
+			*file_id = atomic_load_explicit(&c->file_id, memory_order_relaxed);
+			*pos = atomic_load_explicit(&c->pos, memory_order_relaxed);
+			return 1;
+		}
+		if (s == UC_FD_PASS)
+			return 0;
+	}
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return 0;
+	fl = fcntl(fd, F_GETFL);
+	if (!S_ISREG(st.st_mode) || fl < 0 || (fl & O_DIRECT) || (fl & O_PATH)) {
+		if (c)
+			atomic_store_explicit(&c->state, UC_FD_PASS, memory_order_release);
+		return 0;
+	}
+	*file_id = uc_file_id_of(uc.salt, (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+	*pos = (int64_t)UC_REAL(lseek)(fd, 0, SEEK_CUR);
+	if (c) {
+		atomic_store_explicit(&c->file_id, *file_id, memory_order_relaxed);
+		atomic_store_explicit(&c->pos, *pos, memory_order_relaxed);
+		atomic_store_explicit(&c->state, UC_FD_FILE, memory_order_release);
+	}
+	return 1;
+}
+
+static inline void uc_fd_advance(int fd, int64_t pos)
+{
+	if (fd >= 0 && fd < UC_FD_CACHE)
+		atomic_store_explicit(&uc_fds[fd].pos, pos, memory_order_relaxed);
+}
+
+/* --- migration ---------------------------------------------------------------------------- */
+
+/* Move the thread to the chunk's home vCPUs if the rules allow it (MFC section 4.2). */
+static void uc_maybe_migrate(uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h)
+{
+	cpu_set_t want;
+	int cpu = sched_getcpu(), any = 0;
+	unsigned i;
+
+	/* MFC section 4.5: reads shorter than min_read_size never migrate */
+	if (n < h->min_read_size || cpu < 0)
+		return;
+	if ((unsigned)cpu < UC_MAX_VCPUS && (h->mask[cpu / 64] >> (cpu % 64)) & 1u)
+		return;
+	if (!uc_orig_valid)
+		return;
+	CPU_ZERO(&want);
+	for (i = 0; i < UC_MAX_VCPUS; i++) {
+		if ((h->mask[i / 64] >> (i % 64)) & 1u && CPU_ISSET(i, &uc_orig_mask)) {
+			CPU_SET(i, &want);
+			any = 1;
+		}
+	}
+	if (!any)
+		return;
+	/* MFC section 4.5 competitive rule: the host's per-chunk budget of migrations */
+	if (!uc_take_budget(file_id, off / h->chunk_size, h->budget))
+		return;
+	(void)sched_setaffinity(0, sizeof(want), &want);
+}
+
+/* --- non-temporal path ------------------------------------------------------------------------ */
+
+static void uc_sig_handler(int sig, siginfo_t *si, void *ctx)
+{
+	struct sigaction *old = sig == SIGBUS ? &uc_old_bus : &uc_old_segv;
+
+	if (uc_in_copy) {
+		uc_in_copy = 0;
+		siglongjmp(uc_jb, 1);
+	}
+	if (old->sa_flags & SA_SIGINFO) {
+		if (old->sa_sigaction) {
+			old->sa_sigaction(sig, si, ctx);
+			return;
+		}
+	} else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+		old->sa_handler(sig);
+		return;
+	}
+	/* default or ignore: restore it and let the fault happen again under it */
+	(void)sigaction(sig, old, NULL);
+	if (si && si->si_code <= 0)
+		(void)raise(sig);
+}
+
+static int uc_guard_ready(void)
+{
+	struct sigaction sa, cur;
+	int st = atomic_load(&uc_guard_state);
+
+	if (st == 0) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = uc_sig_handler;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGBUS, &sa, &uc_old_bus) < 0 ||
+		    sigaction(SIGSEGV, &sa, &uc_old_segv) < 0) {
+			atomic_store(&uc_guard_state, -1);
+			return 0;
+		}
+		atomic_store(&uc_guard_state, 1);
+		return 1;
+	}
+	if (st < 0)
+		return 0;
+	/* somebody may have replaced our handlers since: then stay off the mmap path */
+	if (sigaction(SIGBUS, NULL, &cur) < 0 || cur.sa_sigaction != uc_sig_handler)
+		return 0;
+	if (sigaction(SIGSEGV, NULL, &cur) < 0 || cur.sa_sigaction != uc_sig_handler)
+		return 0;
+	return 1;
+}
+
+/*
+ * Serve pread(fd, buf, n, off) from an mmap of the file with prefetchnta loads.
+ * Returns 1 and *ret when it served the call; 0 when the caller must make the real
+ * call (anything unusual: not readable, O_DIRECT, offset at or past EOF, mmap
+ * failure, a fault during the copy).
+ */
+static int uc_nt_pread(int fd, void *buf, size_t n, int64_t off, uint64_t file_id, ssize_t *ret)
+{
+	struct stat st;
+	size_t len, maplen;
+	int64_t aoff;
+	unsigned char *m;
+	int fl;
+
+	if (!UC_HAVE_NT || uc.nt_off || n == 0 || n > (size_t)SSIZE_MAX || off < 0)
+		return 0;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    uc_file_id_of(uc.salt, (uint64_t)st.st_dev, (uint64_t)st.st_ino) != file_id)
+		return 0;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & (O_DIRECT | O_PATH)))
+		return 0;
+	if (off >= (int64_t)st.st_size)
+		return 0;
+	len = (size_t)(st.st_size - off) < n ? (size_t)(st.st_size - off) : n;
+	aoff = off & ~((int64_t)uc.pagesz - 1);
+	maplen = len + (size_t)(off - aoff);
+	if (!uc_guard_ready())
+		return 0;
+	m = mmap(NULL, maplen, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)aoff);
+	if (m == MAP_FAILED)
+		return 0;
+	if (sigsetjmp(uc_jb, 1) == 0) {
+		uc_in_copy = 1;
+		uc_nt_copy(buf, m + (off - aoff), len);
+		uc_in_copy = 0;
+		munmap(m, maplen);
+		*ret = (ssize_t)len;
+		return 1;
+	}
+	/* a fault in the copy (file truncated, bad buffer): the real call decides */
+	uc_in_copy = 0;
+	munmap(m, maplen);
+	return 0;
+}
+
+/* --- the per-call logic ------------------------------------------------------------------------ */
+
+struct uc_call {
+	uint64_t file_id;
+	int64_t off;        /* offset the call reads at; -1 unknown */
+	uint64_t chunk_size;
+	int nt;             /* chunk is non-caching */
+};
+
+/*
+ * Everything before the real call. Returns 0 when the call passes straight through.
+ * `off` < 0 means "current position" (read, readv, preadv2 with -1).
+ */
+static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
+{
+	struct uc_hit h;
+	int64_t pos;
+
+	if (!uc_ready())
+		return 0;
+	if (!uc_fd_classify(fd, &c->file_id, &pos))
+		return 0;
+	c->off = off >= 0 ? off : pos;
+	c->nt = 0;
+	c->chunk_size = 0;
+	if (c->off < 0 || !uc_lookup(c->file_id, (uint64_t)c->off, &h))
+		return 1;
+	c->chunk_size = h.chunk_size;
+	if (!h.found)
+		return 1;
+	/* MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads */
+	c->nt = !(h.flags & UC_ENTRY_CACHING) && n >= h.min_read_size;
+	uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);
+	return 1;
+}
+
+/* Everything after the real call; preserves errno. `cur` = call used the file offset. */
+static void uc_post(int fd, const struct uc_call *c, ssize_t r, int cur, int is_write, int nt)
+{
+	int saved = errno;
+
+	if (cur && r > 0 && c->off >= 0)
+		uc_fd_advance(fd, c->off + r);
+	if (c->chunk_size && r >= 0)
+		uc_count(c->file_id, c->off, c->chunk_size, r, is_write, nt);
+	errno = saved;
+}
+
+/* Sum of iov lengths, read without trusting the caller's pointer (the kernel would say
+ * EFAULT, we must not crash). Returns 0 and passes through when it cannot tell. */
+static int uc_iov_total(const struct iovec *iov, int cnt, size_t *total)
+{
+	struct iovec local[64], self, remote;
+	size_t sum = 0;
+	int i;
+
+	if (cnt <= 0 || cnt > 64 || !iov)
+		return 0;
+	self.iov_base = local;
+	self.iov_len = sizeof(struct iovec) * (size_t)cnt;
+	remote.iov_base = (void *)(uintptr_t)iov;
+	remote.iov_len = self.iov_len;
+	if (process_vm_readv(getpid(), &self, 1, &remote, 1, 0) != (ssize_t)self.iov_len)
+		return 0;
+	for (i = 0; i < cnt; i++) {
+		if (local[i].iov_len > (size_t)SSIZE_MAX - sum)
+			return 0;
+		sum += local[i].iov_len;
+	}
+	*total = sum;
+	return 1;
+}
+
+/* Read a small object of the caller's without trusting the pointer (0: cannot). */
+static int uc_peek(const void *p, void *dst, size_t n)
+{
+	struct iovec self = {dst, n}, remote = {(void *)(uintptr_t)p, n};
+
+	return p && process_vm_readv(getpid(), &self, 1, &remote, 1, 0) == (ssize_t)n;
+}
+
+/*
+ * sendfile from a regular file (a web server serving static files, MFC section 4.1):
+ * migration and counting as for read, then the real call.
+ */
+static ssize_t uc_do_sendfile(int out, int in, void *offp, size_t count, int is64)
+{
+	struct uc_call c;
+	int64_t off = -1;
+	ssize_t r;
+	int saved, active, e0 = errno;
+	off_t o32 = 0;
+	off64_t o64 = 0;
+
+	if (offp && (is64 ? uc_peek(offp, &o64, sizeof(o64)) : uc_peek(offp, &o32, sizeof(o32))))
+		off = is64 ? (int64_t)o64 : (int64_t)o32;
+	active = in >= 0 && uc_ready() && uc_fd_classify(in, &c.file_id, &c.off) &&
+		 (!offp || off >= 0) && uc_pre(in, offp ? off : -1, count, &c);
+	errno = e0;
+	if (is64)
+		r = UC_REAL(sendfile64)(out, in, offp, count);
+	else
+		r = UC_REAL(sendfile)(out, in, offp, count);
+	if (active) {
+		saved = errno;
+		uc_post(in, &c, r, !offp, 0, 0);
+		errno = saved;
+	}
+	return r;
+}
+
+/* --- interposed functions ------------------------------------------------------------------------ */
+
+/*
+ * Every wrapper keeps the caller's errno (e0) across its own work: what the caller sees is
+ * exactly the real call's errno, or the unchanged value after a call served here.
+ */
+static ssize_t uc_do_read(int fd, void *buf, size_t n)
+{
+	struct uc_call c;
+	ssize_t r;
+	int saved, e0 = errno;
+
+	if (!uc_pre(fd, -1, n, &c)) {
+		errno = e0;
+		return UC_REAL(read)(fd, buf, n);
+	}
+	if (c.nt && uc.nt_read) {
+		/* opt-in: read() through the mmap path; see docs/agent.md for the limit */
+		off_t cur = UC_REAL(lseek)(fd, 0, SEEK_CUR);
+
+		if (cur >= 0 && uc_nt_pread(fd, buf, n, cur, c.file_id, &r) &&
+		    UC_REAL(lseek)(fd, cur + r, SEEK_SET) == cur + r) {
+			c.off = cur;
+			uc_post(fd, &c, r, 1, 0, 1);
+			errno = e0;
+			return r;
+		}
+		if (cur >= 0)
+			(void)UC_REAL(lseek)(fd, cur, SEEK_SET);
+	}
+	errno = e0;
+	r = UC_REAL(read)(fd, buf, n);
+	saved = errno;
+	uc_post(fd, &c, r, 1, 0, 0);
+	errno = saved;
+	return r;
+}
+
+static ssize_t uc_do_pread(int fd, void *buf, size_t n, int64_t off)
+{
+	struct uc_call c;
+	ssize_t r;
+	int saved, e0 = errno;
+
+	if (off < 0 || !uc_pre(fd, off, n, &c)) {
+		errno = e0;
+		return UC_REAL(pread64)(fd, buf, n, (off64_t)off);
+	}
+	if (c.nt && uc_nt_pread(fd, buf, n, off, c.file_id, &r)) {
+		uc_post(fd, &c, r, 0, 0, 1);
+		errno = e0;
+		return r;
+	}
+	errno = e0;
+	r = UC_REAL(pread64)(fd, buf, n, (off64_t)off);
+	saved = errno;
+	uc_post(fd, &c, r, 0, 0, 0);
+	errno = saved;
+	return r;
+}
+
+/* vectored reads: migration and counting, never the mmap path */
+static ssize_t uc_do_preadv(int fd, const struct iovec *iov, int cnt, int64_t off, int flags,
+			    int which)
+{
+	struct uc_call c;
+	size_t total = 0;
+	ssize_t r;
+	int saved, active, e0 = errno;
+
+	/* classify first: pipes and sockets never pay for reading the iovec array */
+	active = (fd >= 0 && uc_ready() && uc_fd_classify(fd, &c.file_id, &c.off) &&
+		  uc_iov_total(iov, cnt, &total) && uc_pre(fd, off, total, &c));
+	errno = e0;
+	switch (which) {
+	case 0:
+		r = UC_REAL(readv)(fd, iov, cnt);
+		break;
+	case 1:
+		r = UC_REAL(preadv64)(fd, iov, cnt, (off64_t)off);
+		break;
+	default:
+		r = UC_REAL(preadv64v2)(fd, iov, cnt, (off64_t)off, flags);
+		break;
+	}
+	if (active) {
+		saved = errno;
+		uc_post(fd, &c, r, off < 0, 0, 0);
+		errno = saved;
+	}
+	return r;
+}
+
+static ssize_t uc_do_pwrite(int fd, const void *buf, size_t n, int64_t off, int cur)
+{
+	struct uc_call c;
+	ssize_t r;
+	int saved, active, e0 = errno;
+
+	active = uc_ready() && uc_fd_classify(fd, &c.file_id, &c.off);
+	if (!cur && active)
+		c.off = off;
+	errno = e0;
+	r = cur ? UC_REAL(write)(fd, buf, n) : UC_REAL(pwrite64)(fd, buf, n, (off64_t)off);
+	if (active) {
+		struct uc_hit h;
+
+		saved = errno;
+		c.chunk_size = (c.off >= 0 && uc_lookup(c.file_id, (uint64_t)c.off, &h))
+				       ? h.chunk_size
+				       : 0;
+		c.nt = 0;
+		uc_post(fd, &c, r, cur, 1, 0);
+		errno = saved;
+	}
+	return r;
+}
+
+UC_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	return uc_do_read(fd, buf, n);
+}
+
+UC_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	if (n > buflen)
+		return UC_REAL_SYM(read_chk, "__read_chk")(fd, buf, n, buflen);
+	return uc_do_read(fd, buf, n);
+}
+
+UC_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	return uc_do_pread(fd, buf, n, (int64_t)off);
+}
+
+UC_EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off)
+{
+	return uc_do_pread(fd, buf, n, (int64_t)off);
+}
+
+UC_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+	if (n > buflen)
+		return UC_REAL_SYM(pread_chk, "__pread_chk")(fd, buf, n, off, buflen);
+	return uc_do_pread(fd, buf, n, (int64_t)off);
+}
+
+UC_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen)
+{
+	if (n > buflen)
+		return UC_REAL_SYM(pread64_chk, "__pread64_chk")(fd, buf, n, off, buflen);
+	return uc_do_pread(fd, buf, n, (int64_t)off);
+}
+
+UC_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+	return uc_do_preadv(fd, iov, cnt, -1, 0, 0);
+}
+
+UC_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	if (off < 0)
+		return UC_REAL(preadv)(fd, iov, cnt, off);
+	return uc_do_preadv(fd, iov, cnt, (int64_t)off, 0, 1);
+}
+
+UC_EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off)
+{
+	if (off < 0)
+		return UC_REAL(preadv64)(fd, iov, cnt, off);
+	return uc_do_preadv(fd, iov, cnt, (int64_t)off, 0, 1);
+}
+
+UC_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (off < -1)
+		return UC_REAL(preadv2)(fd, iov, cnt, off, flags);
+	return uc_do_preadv(fd, iov, cnt, (int64_t)off, flags, 2);
+}
+
+UC_EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+	if (off < -1)
+		return UC_REAL(preadv64v2)(fd, iov, cnt, off, flags);
+	return uc_do_preadv(fd, iov, cnt, (int64_t)off, flags, 2);
+}
+
+UC_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
+{
+	return uc_do_sendfile(out, in, offset, count, 0);
+}
+
+UC_EXPORT ssize_t sendfile64(int out, int in, off64_t *offset, size_t count)
+{
+	return uc_do_sendfile(out, in, offset, count, 1);
+}
+
+UC_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	return uc_do_pwrite(fd, buf, n, -1, 1);
+}
+
+UC_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
+}
+
+UC_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off)
+{
+	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
+}
+
+/* Offset tracking and fd reuse: keep the fd cache honest. */
+
+UC_EXPORT off_t lseek(int fd, off_t off, int whence)
+{
+	off_t r = UC_REAL(lseek)(fd, off, whence);
+
+	if (r >= 0)
+		uc_fd_advance(fd, (int64_t)r);
+	return r;
+}
+
+UC_EXPORT off64_t lseek64(int fd, off64_t off, int whence)
+{
+	off64_t r = UC_REAL(lseek64)(fd, off, whence);
+
+	if (r >= 0)
+		uc_fd_advance(fd, (int64_t)r);
+	return r;
+}
+
+UC_EXPORT int close(int fd)
+{
+	uc_fd_forget(fd);
+	return UC_REAL(close)(fd);
+}
+
+UC_EXPORT int dup(int fd)
+{
+	int r = UC_REAL(dup)(fd);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int dup2(int fd, int nfd)
+{
+	int r = UC_REAL(dup2)(fd, nfd);
+
+	uc_fd_forget(nfd);
+	return r;
+}
+
+UC_EXPORT int dup3(int fd, int nfd, int flags)
+{
+	int r = UC_REAL(dup3)(fd, nfd, flags);
+
+	uc_fd_forget(nfd);
+	return r;
+}
+
+static inline int uc_needs_mode(int flags)
+{
+	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
+}
+
+UC_EXPORT int open(const char *path, int flags, ...)
+{
+	mode_t mode = 0;
+	va_list ap;
+	int r;
+
+	if (uc_needs_mode(flags)) {
+		va_start(ap, flags);
+		mode = (mode_t)va_arg(ap, int);
+		va_end(ap);
+	}
+	r = UC_REAL(open)(path, flags, mode);
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int open64(const char *path, int flags, ...)
+{
+	mode_t mode = 0;
+	va_list ap;
+	int r;
+
+	if (uc_needs_mode(flags)) {
+		va_start(ap, flags);
+		mode = (mode_t)va_arg(ap, int);
+		va_end(ap);
+	}
+	r = UC_REAL(open64)(path, flags, mode);
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int openat(int dirfd, const char *path, int flags, ...)
+{
+	mode_t mode = 0;
+	va_list ap;
+	int r;
+
+	if (uc_needs_mode(flags)) {
+		va_start(ap, flags);
+		mode = (mode_t)va_arg(ap, int);
+		va_end(ap);
+	}
+	r = UC_REAL(openat)(dirfd, path, flags, mode);
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
+{
+	mode_t mode = 0;
+	va_list ap;
+	int r;
+
+	if (uc_needs_mode(flags)) {
+		va_start(ap, flags);
+		mode = (mode_t)va_arg(ap, int);
+		va_end(ap);
+	}
+	r = UC_REAL(openat64)(dirfd, path, flags, mode);
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int __open_2(const char *path, int flags)
+{
+	int r = UC_REAL_SYM(open_2, "__open_2")(path, flags);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int __open64_2(const char *path, int flags)
+{
+	int r = UC_REAL_SYM(open64_2, "__open64_2")(path, flags);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int creat(const char *path, mode_t mode)
+{
+	int r = UC_REAL(creat)(path, mode);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int creat64(const char *path, mode_t mode)
+{
+	int r = UC_REAL(creat64)(path, mode);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int pipe(int fds[2])
+{
+	int r = UC_REAL(pipe)(fds);
+
+	if (r == 0) {
+		uc_fd_forget(fds[0]);
+		uc_fd_forget(fds[1]);
+	}
+	return r;
+}
+
+UC_EXPORT int pipe2(int fds[2], int flags)
+{
+	int r = UC_REAL(pipe2)(fds, flags);
+
+	if (r == 0) {
+		uc_fd_forget(fds[0]);
+		uc_fd_forget(fds[1]);
+	}
+	return r;
+}
+
+UC_EXPORT int socket(int domain, int type, int proto)
+{
+	int r = UC_REAL(socket)(domain, type, proto);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int socketpair(int domain, int type, int proto, int fds[2])
+{
+	int r = UC_REAL(socketpair)(domain, type, proto, fds);
+
+	if (r == 0) {
+		uc_fd_forget(fds[0]);
+		uc_fd_forget(fds[1]);
+	}
+	return r;
+}
+
+UC_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	int r = UC_REAL(accept)(fd, addr, len);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+UC_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	int r = UC_REAL(accept4)(fd, addr, len, flags);
+
+	uc_fd_forget(r);
+	return r;
+}
+
+/* --- helpers exported for tests and the bench --------------------------------------------------- */
+
+/* The opaque file id the shim computes for (dev, ino) with the given salt. */
+UC_EXPORT uint64_t uc_file_id(uint64_t salt, uint64_t dev, uint64_t ino)
+{
+	return uc_file_id_of(salt, dev, ino);
+}
+
+/*
+ * Average cost in ns of one table lookup over `iters` lookups of `nkeys` keys
+ * (file_id, chunk k * chunk_size for k < nkeys). Returns a negative errno without a
+ * table. The keys cycle, so the figure is the warm, hit-in-L1/L2 cost.
+ */
+UC_EXPORT double uc_bench_lookup(uint64_t file_id, uint64_t nkeys, uint64_t iters, uint64_t *hits)
+{
+	struct timespec a, b;
+	struct uc_hit h;
+	uint64_t i, found = 0, cs;
+
+	if (!uc_ready() || !nkeys || !iters)
+		return -ENOENT;
+	if (!uc_lookup(file_id, 0, &h))
+		return -ENODATA;
+	cs = h.chunk_size;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (i = 0; i < iters; i++) {
+		if (uc_lookup(file_id, (i % nkeys) * cs, &h) && h.found)
+			found++;
+		__asm__ volatile("" ::: "memory");
+	}
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	if (hits)
+		*hits = found;
+	return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) /
+	       (double)iters;
+}
+
+/* 1 when the shim has mapped a table and counters. */
+UC_EXPORT int uc_active(void)
+{
+	return uc_ready();
+}

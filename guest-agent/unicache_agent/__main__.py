@@ -1,0 +1,99 @@
+"""Command line of unicache-agent (``python3 -m unicache_agent`` or ``unicache-agent``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from typing import List, Optional
+
+from . import __version__
+from .agent import Agent
+from .errors import AgentError
+from .port import FdTransport, PortTransport, SocketTransport, Transport
+from .protocol import PORT_NAME
+from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterReader, TableWriter
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="unicache-agent",
+                                 description="unicache guest agent: reports file-chunk reads "
+                                             "to the host, publishes its placement tables.")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--port", default=PORT_NAME,
+                       help="virtio-serial port name (default %(default)s)")
+    where.add_argument("--device", help="open this device instead of finding the port by name")
+    where.add_argument("--socket", help="talk over this unix socket (tests)")
+    where.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (tests)")
+    ap.add_argument("--table", default=os.environ.get("UNICACHE_TABLE", DEFAULT_TABLE),
+                    help="shared placement table file (env UNICACHE_TABLE)")
+    ap.add_argument("--counters", default=os.environ.get("UNICACHE_COUNTERS", DEFAULT_COUNTERS),
+                    help="shared counters file (env UNICACHE_COUNTERS)")
+    ap.add_argument("--counters-mode", type=lambda v: int(v, 8), default=0o666,
+                    help="file mode of the counters (octal, default 666: processes of every "
+                         "user count; 600: only the agent's user)")
+    ap.add_argument("--fanotify", action="store_true",
+                    help="also capture file reads of processes without the shim (needs root)")
+    ap.add_argument("--duration", type=float, default=0.0,
+                    help="stop after this many seconds (0: run until signalled)")
+    ap.add_argument("--log-level", default="info",
+                    choices=["debug", "info", "warning", "error"])
+    ap.add_argument("--version", action="version", version=f"unicache-agent {__version__}")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the agent.
+
+    :param argv: arguments (default ``sys.argv[1:]``).
+    :returns: the exit status: 0 stopped cleanly, 1 an error (one line on stderr).
+    """
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="unicache-agent: %(levelname)s %(message)s", stream=sys.stderr)
+    stop = {"now": False}
+
+    def _stop(_sig: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        transport: Transport
+        if args.stdio:
+            transport = FdTransport(sys.stdin.fileno(), sys.stdout.fileno())
+        elif args.socket:
+            transport = SocketTransport(args.socket)
+        else:
+            transport = PortTransport(args.port, args.device)
+        table = TableWriter(args.table)
+        counters = CounterReader(args.counters, mode=args.counters_mode)
+        capture = None
+        if args.fanotify:
+            from .fanotify import FanotifyCapture
+
+            try:
+                capture = FanotifyCapture(table.salt)
+            except AgentError as err:
+                logging.getLogger("unicache_agent").warning(
+                    "%s; file-level capture is off (shim counts only)", err)
+        agent = Agent(transport, table, counters, capture=capture)
+        end = time.monotonic() + args.duration if args.duration > 0 else None
+
+        def should_stop() -> bool:
+            return stop["now"] or (end is not None and time.monotonic() >= end)
+
+        agent.run(should_stop)
+        if capture is not None:
+            capture.close()
+    except AgentError as err:
+        print(f"unicache-agent: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

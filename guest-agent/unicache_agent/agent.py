@@ -1,0 +1,339 @@
+"""The agent loop: handshake with the host, periodic reports up, placement tables down.
+
+One thread, one ``select``. States: closed (waiting to open the port, with backoff),
+greeting (sync + hello sent, waiting for welcome, resent on a timeout), ready (reports
+every ``report_interval_s``, tables applied as they arrive). docs/agent.md describes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import __version__
+from . import protocol as p
+from .errors import AgentError, MessageError, PortError
+from .port import Transport
+from .shm import CounterReader, Harvest, ShmEntry, TableWriter
+
+log = logging.getLogger(__name__)
+
+#: seconds between attempts to open an absent port (doubles up to MAX_BACKOFF_S)
+MIN_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+#: seconds to wait for welcome before greeting again
+HELLO_TIMEOUT_S = 5.0
+#: chunk size and min_read_size used until the host sends its own (MFC §4.7: half an L2)
+DEFAULT_CHUNK_SIZE = 256 * 1024
+DEFAULT_MIN_READ_SIZE = 64 * 1024
+
+
+def guest_topology(sys_root: str = "/sys/devices/system") -> Tuple[int, Tuple[int, ...]]:
+    """The guest's online vCPU count and NUMA node ids.
+
+    :param sys_root: sysfs ``devices/system`` directory.
+    :returns: (vcpus, nodes); nodes is ``(0,)`` when sysfs has no node directory.
+    """
+    vcpus = 0
+    try:
+        with open(os.path.join(sys_root, "cpu", "online"), encoding="ascii") as f:
+            for part in f.read().strip().split(","):
+                if "-" in part:
+                    a, b = part.split("-", 1)
+                    vcpus += int(b) - int(a) + 1
+                elif part:
+                    vcpus += 1
+    except (OSError, ValueError):
+        vcpus = os.cpu_count() or 1
+    nodes: List[int] = []
+    try:
+        for name in os.listdir(os.path.join(sys_root, "node")):
+            if name.startswith("node") and name[4:].isdigit():
+                nodes.append(int(name[4:]))
+    except OSError:
+        pass
+    return max(1, min(vcpus, p.MAX_VCPUS)), tuple(sorted(nodes)[:p.MAX_NODES]) or (0,)
+
+
+class Agent:
+    """The guest agent.
+
+    :param transport: where the host is.
+    :param table: the shared placement table the shim reads.
+    :param counters: the shared counters the shim writes.
+    :param capture: optional file-level capture (fanotify) with ``drain() -> list``.
+    :param clock: monotonic clock.
+    :param report_interval_s: until the host says otherwise.
+    """
+
+    def __init__(self, transport: Transport, table: TableWriter, counters: CounterReader,
+                 capture: Optional[Any] = None, clock: Callable[[], float] = time.monotonic,
+                 report_interval_s: float = 1.0) -> None:
+        self.transport = transport
+        self.table = table
+        self.counters = counters
+        self.capture = capture
+        self.clock = clock
+        self.interval = report_interval_s
+        self.reader = p.LineReader()
+        self.ready = False
+        self.started = clock()
+        self.seq = 0
+        self.sync_id = 0
+        self.errors = 0
+        self.dropped = 0
+        self.reports_sent = 0
+        self.tables_applied = 0
+        self.host_errors: List[Tuple[str, str]] = []
+        self._parts: Dict[int, p.PlacementPart] = {}
+        self._parts_version = -1
+        self._next_report = 0.0
+        self._greet_deadline = 0.0
+        self._backoff = MIN_BACKOFF_S
+        self._next_open = 0.0
+        self._last_report_t = clock()
+        self.vcpus, self.nodes = guest_topology()
+        self._host_table = False
+        # counting starts at once: an empty table carries chunk_size until the host's arrives
+        self._default_table(p.Params(DEFAULT_CHUNK_SIZE, DEFAULT_MIN_READ_SIZE, self.interval))
+
+    def _default_table(self, params: p.Params) -> None:
+        if not self._host_table:
+            self.table.publish(0, params.chunk_size, params.min_read_size, [])
+
+    # Section: connection
+
+    def _greet(self) -> None:
+        self.sync_id += 1
+        self.reader = p.LineReader()
+        self.ready = False
+        hello = {"type": p.T_HELLO, "seq": 0, "agent": f"unicache-agent/{__version__}",
+                 "versions": [p.PROTOCOL_VERSION], "caps": list(p.CAPS),
+                 "vcpus": self.vcpus, "nodes": list(self.nodes)}
+        self._send(p.encode({"type": p.T_SYNC, "id": self.sync_id}) + p.encode(hello))
+        self._greet_deadline = self.clock() + HELLO_TIMEOUT_S
+
+    def _send(self, data: bytes) -> bool:
+        if not self.transport.is_open:
+            return False
+        try:
+            ok = self.transport.write(data)
+        except PortError as err:
+            log.warning("write failed: %s", err)
+            self._lost()
+            return False
+        if not ok:
+            self.dropped += 1
+        return ok
+
+    def _lost(self) -> None:
+        self.ready = False
+        if not self.transport.hangup_keeps_open:
+            self.transport.close()
+            self._next_open = self.clock() + self._backoff
+
+    def _try_open(self, now: float) -> None:
+        if now < self._next_open:
+            return
+        try:
+            self.transport.open()
+        except PortError as err:
+            log.info("%s; retrying in %.1f s", err, self._backoff)
+            self._next_open = now + self._backoff
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
+            return
+        self._backoff = MIN_BACKOFF_S
+        log.info("opened %s", self.transport.describe())
+        self._greet()
+
+    # Section: the loop
+
+    def step(self, max_wait_s: float = 1.0) -> None:
+        """One turn of the loop: open if needed, wait for input or a deadline, act.
+
+        :param max_wait_s: longest wait in ``select``.
+        """
+        now = self.clock()
+        if not self.transport.is_open:
+            self._try_open(now)
+            if not self.transport.is_open:
+                time.sleep(min(max_wait_s, max(0.0, self._next_open - now)))
+                return
+        if not self.ready and now >= self._greet_deadline:
+            self._greet()
+        deadline = self._next_report if self.ready else self._greet_deadline
+        wait = max(0.0, min(max_wait_s, deadline - now))
+        rfd = self.transport.rfd
+        assert rfd is not None
+        cfd = getattr(self.capture, "fd", None)
+        fds = [rfd] if cfd is None else [rfd, cfd]
+        r, _, _ = select.select(fds, [], [], wait)
+        if cfd is not None and cfd in r:
+            self.capture.poll(4096)  # type: ignore[union-attr]
+        if rfd in r:
+            try:
+                data = self.transport.read()
+            except PortError as err:
+                log.warning("%s", err)
+                self._lost()
+                return
+            if data == b"":
+                # host absent (virtio port) or peer closed (socket)
+                if self.transport.hangup_keeps_open:
+                    self.ready = False
+                    time.sleep(min(max_wait_s, 0.5))
+                else:
+                    log.info("host closed the connection")
+                    self._lost()
+                return
+            if data is not None:
+                for line in self.reader.feed(data):
+                    self._on_line(line)
+        if self.ready and self.clock() >= self._next_report:
+            self.send_report()
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Loop until ``should_stop()`` is true.
+
+        :param should_stop: polled once per turn.
+        """
+        while not should_stop():
+            self.step()
+
+    # Section: host messages
+
+    def _on_line(self, line: Optional[bytes]) -> None:
+        try:
+            if line is None:
+                raise MessageError(f"line longer than {p.MAX_LINE_BYTES} bytes",
+                                   p.E_LINE_TOO_LONG)
+            if not line.strip():
+                return
+            msg = p.decode_host_line(line)
+            self._handle(msg)
+        except MessageError as err:
+            self.errors += 1
+            log.warning("host message dropped: kind=%s %s", err.kind, err.error_message)
+            self._send(p.encode(p.error_message(err.kind, err.error_message)))
+        except AgentError as err:
+            self.errors += 1
+            log.error("%s", err)
+
+    def _handle(self, msg: Dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind == p.T_SYNC:
+            sid = msg.get("id")
+            if type(sid) is int and 0 <= sid <= p.MAX_COUNTER:
+                self._send(p.sync_ack_bytes(sid))
+            return
+        if kind == p.T_SYNC_ACK:
+            return
+        if kind == p.T_ERROR:
+            ek, em = str(msg.get("kind"))[:64], str(msg.get("message"))[:p.MAX_STRING]
+            self.host_errors = [*self.host_errors, (ek, em)][-32:]
+            log.warning("host error kind=%s %s", ek, em)
+            return
+        if kind == p.T_WELCOME:
+            params = msg.get("params")
+            if not isinstance(params, dict):
+                raise MessageError("'welcome' requires object 'params'", p.E_BAD_FIELD)
+            self._apply_params(p.parse_params(params))
+            self.ready = True
+            self._next_report = self.clock() + self.interval
+            log.info("host ready; reporting every %.1f s", self.interval)
+            return
+        if kind in p.RESERVED_TYPES:
+            raise MessageError(f"'{kind}' tables are reserved and not implemented yet",
+                               p.E_RESERVED_TYPE)
+        if not self.ready:
+            raise MessageError(f"'{kind}' before welcome", p.E_NOT_READY)
+        if kind == p.T_PARAMS:
+            self._apply_params(p.parse_params(msg))
+        elif kind == p.T_PLACEMENT:
+            self._placement(p.parse_placement(msg))
+
+    def _apply_params(self, params: p.Params) -> None:
+        self.interval = params.report_interval_s
+        self._default_table(params)
+
+    def _placement(self, part: p.PlacementPart) -> None:
+        if part.version != self._parts_version:
+            if part.version < self._parts_version:
+                return  # a late part of an older table
+            self._parts = {}
+            self._parts_version = part.version
+        self._parts[part.part] = part
+        if len(self._parts) < part.parts:
+            return
+        parts = [self._parts[i] for i in range(part.parts) if i in self._parts]
+        self._parts = {}
+        if len(parts) != part.parts:
+            raise MessageError("placement parts disagree on their count", p.E_BAD_FIELD)
+        entries = [ShmEntry(e.file_id, e.chunk, e.vcpus, e.caching, e.migration_budget)
+                   for prt in parts for e in prt.entries]
+        if len(entries) > p.MAX_TABLE_ENTRIES:
+            raise MessageError(f"table of {len(entries)} entries exceeds "
+                               f"{p.MAX_TABLE_ENTRIES}", p.E_TOO_MANY_ENTRIES)
+        n = self.table.publish(part.version, part.chunk_size, part.min_read_size, entries)
+        self._host_table = True
+        self.tables_applied += 1
+        log.info("table version=%d entries=%d published", part.version, n)
+        self._send(p.encode({"type": p.T_APPLIED, "version": part.version, "entries": n}))
+
+    # Section: reports
+
+    def build_report(self, harvest: Harvest, files: List[Tuple[int, int, int]],
+                     interval_s: float) -> bytes:
+        """Encode one report within the line and entry limits.
+
+        Chunks are sent largest byte count first; those that do not fit are counted in
+        ``health.dropped``.
+
+        :param harvest: counted chunks.
+        :param files: file-level (file_id, accesses, modifies) records.
+        :param interval_s: time the harvest covers.
+        :returns: the encoded line.
+        """
+        chunks = [[f"{c.file_id:x}", c.chunk, min(c.bytes_read, p.MAX_COUNTER),
+                   min(c.reads, p.MAX_COUNTER), min(c.writes, p.MAX_COUNTER),
+                   [[v, min(b, p.MAX_COUNTER)] for v, b in c.vcpu_bytes
+                    if 0 <= v < p.MAX_VCPUS]]
+                  for c in harvest.chunks[:p.MAX_ENTRIES_PER_MESSAGE]]
+        frecs = [[f"{fid:x}", min(a, p.MAX_COUNTER), min(m, p.MAX_COUNTER)]
+                 for fid, a, m in files[:p.MAX_FILE_RECORDS]]
+        lost = (len(harvest.chunks) - len(chunks)) + (len(files) - len(frecs))
+        self.seq += 1
+        while True:
+            msg = {"type": p.T_REPORT, "seq": self.seq,
+                   "interval_s": round(min(max(interval_s, 0.0), 3600.0), 3),
+                   "vcpus": self.vcpus, "nodes": list(self.nodes), "chunks": chunks,
+                   "files": frecs,
+                   "health": {"uptime_s": round(self.clock() - self.started, 3),
+                              "shim_clients": min(harvest.clients, p.MAX_COUNTER),
+                              "dropped": min(self.dropped + harvest.dropped + lost,
+                                             p.MAX_COUNTER),
+                              "errors": self.errors}}
+            try:
+                return p.encode(msg)
+            except MessageError:
+                cut = max(1, len(chunks) // 4) if chunks else 0
+                fcut = 0 if chunks else max(1, len(frecs) // 4)
+                lost += cut + fcut
+                chunks = chunks[:len(chunks) - cut]
+                frecs = frecs[:len(frecs) - fcut]
+
+    def send_report(self) -> None:
+        """Harvest the counters and send one report."""
+        now = self.clock()
+        harvest = self.counters.harvest()
+        files = self.capture.drain() if self.capture is not None else []
+        line = self.build_report(harvest, files, now - self._last_report_t)
+        self._last_report_t = now
+        if self._send(line):
+            self.reports_sent += 1
+            self.dropped = 0
+            self.errors = 0
+        self._next_report = now + self.interval

@@ -1,0 +1,367 @@
+"""Shared memory between the agent and libunicache.so: the placement table and the counters.
+
+The layout mirrors ``guest-agent/shim/uc_layout.h`` byte for byte and is documented in
+docs/agent.md ("Shared memory layout"). The agent is the only writer of the table and the
+only reader (and zeroer) of the counters; the shim reads the table and adds to the counters.
+
+Table: a 64-byte header and two buffers. :meth:`TableWriter.publish` fills the inactive
+buffer under that buffer's seqlock (odd sequence while writing), then flips ``active``; a
+reader that overlaps a write sees the sequence change and retries, so a table is replaced
+atomically from the shim's point of view.
+
+Counters: a 64-byte header and two regions. The shim adds into region ``active``;
+:meth:`CounterReader.harvest` flips ``active``, waits a grace period for calls already past
+the flip, reads the other region and zeroes it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import struct
+import time
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from .errors import ShmError
+
+#: "UCTB", "UCCT" little-endian, as in uc_layout.h
+TABLE_MAGIC = 0x42544355
+CTR_MAGIC = 0x54434355
+LAYOUT_VERSION = 1
+MAX_VCPUS = 256
+MASK_WORDS = MAX_VCPUS // 64
+MAX_BUCKETS = 65536
+MAX_SLOTS = 65536
+ENTRY_USED = 1
+ENTRY_CACHING = 2
+BUDGET_UNLIMITED = 0xFFFFFFFF
+
+DEFAULT_TABLE = "/dev/shm/unicache-table"
+DEFAULT_COUNTERS = "/dev/shm/unicache-counters"
+#: default number of hash buckets per table buffer (load factor <= 1/2 at MAX_TABLE_ENTRIES)
+DEFAULT_BUCKETS = 16384
+#: default counter slots per region
+DEFAULT_SLOTS = 8192
+
+_M64 = (1 << 64) - 1
+_HDR = struct.Struct("<IIQIIQII24x")  # magic layout salt nbuckets active gen agent_pid pad0
+_BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
+_ENTRY = struct.Struct("<QQIIQ4Q")  # file_id chunk flags budget reserved mask[4]
+_CHDR = struct.Struct("<IIIIII2QQ16x")  # magic layout nslots max_vcpus active slot_size drop[2] cl
+_SLOT = struct.Struct("<8Q")  # key file_id chunk bytes reads writes migrations nt_reads
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+
+_HDR_ACTIVE_OFF = 20
+_HDR_GEN_OFF = 24
+
+
+def mix64(x: int) -> int:
+    """The splitmix64 finalizer both sides use (``uc_mix64``).
+
+    :param x: unsigned 64-bit input.
+    :returns: the mixed value.
+    """
+    x &= _M64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _M64
+    x ^= x >> 31
+    return x
+
+
+def file_id_of(salt: int, dev: int, ino: int) -> int:
+    """The opaque file id of (st_dev, st_ino) under the per-boot salt (``uc_file_id_of``).
+
+    :param salt: the table's salt.
+    :param dev: ``st_dev``.
+    :param ino: ``st_ino``.
+    :returns: a non-zero unsigned 64-bit id.
+    """
+    fid = mix64(mix64((salt ^ dev) & _M64) ^ (ino & _M64))
+    return fid or 1
+
+
+def bucket_hash(file_id: int, chunk: int) -> int:
+    """Bucket hash of a table key (``uc_bucket_hash``)."""
+    return mix64(file_id ^ ((chunk * 0x9E3779B97F4A7C15) & _M64))
+
+
+@dataclass(frozen=True)
+class ShmEntry:
+    """One placement entry as the shim sees it.
+
+    :param file_id: opaque file id.
+    :param chunk: chunk index.
+    :param vcpus: home vCPUs (indices < MAX_VCPUS).
+    :param caching: ``False``: the shim reads it through the non-temporal path.
+    :param migration_budget: migrations per report interval (MFC §4.5 competitive rule).
+    """
+
+    file_id: int
+    chunk: int
+    vcpus: FrozenSet[int]
+    caching: bool = True
+    migration_budget: int = BUDGET_UNLIMITED
+
+
+@dataclass(frozen=True)
+class ChunkCounts:
+    """What the shim counted for one chunk in one harvested region."""
+
+    file_id: int
+    chunk: int
+    bytes_read: int
+    reads: int
+    writes: int
+    migrations: int
+    nt_reads: int
+    vcpu_bytes: Tuple[Tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Harvest:
+    """One harvested counter region.
+
+    :param chunks: per-chunk counts, largest byte count first.
+    :param dropped: reads the shim could not count because the region was full.
+    :param clients: processes that ever mapped the counters.
+    """
+
+    chunks: Tuple[ChunkCounts, ...]
+    dropped: int
+    clients: int
+
+
+def _retire(fd: int, path: str) -> None:
+    """Zero the magic of a file the shims may have mapped, then unlink it.
+
+    Shims notice the zero magic and map the new file; the old inode stays valid for them,
+    so nobody is ever left with a mapping beyond the end of a shrunk file (SIGBUS).
+    """
+    with mmap.mmap(fd, 4, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+        m[0:4] = bytes(4)
+    os.unlink(path)
+
+
+def _open_map(path: str, size: int, magic: int, mode: int) -> Tuple[mmap.mmap, bool]:
+    """Open (creating if needed) a shared file of ``size`` bytes; returns (map, created).
+
+    Never follows a symlink. An existing file that is not ours (another owner, or writable
+    by others when ``mode`` says it must not be) is unlinked and recreated, so nobody but
+    the agent can shrink a file the shims map. An existing file of another size is retired
+    and replaced, never resized in place.
+    """
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags | os.O_CREAT, mode)
+        st = os.fstat(fd)
+        foreign = st.st_uid != os.geteuid() or bool(st.st_mode & 0o022 & ~mode)
+        if foreign or st.st_size not in (0, size):
+            if (not foreign and st.st_size >= 4
+                    and _U32.unpack(os.pread(fd, 4, 0))[0] == magic):
+                _retire(fd, path)
+            else:
+                os.unlink(path)
+            os.close(fd)
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+            st = os.fstat(fd)
+        os.fchmod(fd, mode)  # whatever the umask said
+    except OSError as err:
+        raise ShmError(f"cannot open {path}") from err
+    try:
+        created = st.st_size == 0
+        if st.st_size != size:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), created
+    except OSError as err:
+        raise ShmError(f"cannot map {path}") from err
+    finally:
+        os.close(fd)
+
+
+#: the table: written by the agent only, read by every process
+TABLE_MODE = 0o644
+#: the counters: every process using the shim adds to them (see docs/agent.md for the
+#: trade-off; ``--counters-mode 0600`` limits counting to the agent's user)
+COUNTERS_MODE = 0o666
+
+
+class TableWriter:
+    """Writer of the placement table file (one per guest; the agent holds it).
+
+    :param path: the table file (``UNICACHE_TABLE``).
+    :param nbuckets: hash buckets per buffer, a power of two <= MAX_BUCKETS.
+    :raises ShmError: when the file cannot be created or mapped.
+    """
+
+    def __init__(self, path: str = DEFAULT_TABLE, nbuckets: int = DEFAULT_BUCKETS) -> None:
+        if nbuckets <= 0 or nbuckets > MAX_BUCKETS or nbuckets & (nbuckets - 1):
+            raise ShmError(f"nbuckets must be a power of two <= {MAX_BUCKETS}, not {nbuckets}")
+        self.path = path
+        self.nbuckets = nbuckets
+        self._buf_len = _BUF.size + nbuckets * _ENTRY.size
+        size = _HDR.size + 2 * self._buf_len
+        self._map, _ = _open_map(path, size, TABLE_MAGIC, TABLE_MODE)
+        magic, layout, salt, nb, active, gen, _pid, _ = _HDR.unpack_from(self._map, 0)
+        if magic == TABLE_MAGIC and layout == LAYOUT_VERSION and nb == nbuckets and salt:
+            #: the per-boot salt of file ids, kept across agent restarts
+            self.salt: int = salt
+            self._gen = gen
+        else:
+            self.salt = secrets.randbits(64) | 1
+            self._gen = 0
+            self._map[:] = bytes(size)
+            _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, self.salt, nbuckets, 0, 0,
+                           os.getpid(), 0)
+        self.version = 0
+
+    @property
+    def capacity(self) -> int:
+        """Most entries a table may hold (half the buckets: probes stay short)."""
+        return self.nbuckets // 2
+
+    def _active(self) -> int:
+        return int(_U32.unpack_from(self._map, _HDR_ACTIVE_OFF)[0]) & 1
+
+    def publish(self, version: int, chunk_size: int, min_read_size: int,
+                entries: Iterable[ShmEntry]) -> int:
+        """Replace the table atomically (seqlock on the inactive buffer, then flip).
+
+        :param version: the host's table version.
+        :param chunk_size: bytes per chunk, a power of two.
+        :param min_read_size: MFC §4.5 threshold below which reads never migrate.
+        :param entries: the entries (at most :attr:`capacity`; duplicates keep the last).
+        :returns: the number of entries written.
+        :raises ShmError: on a bad chunk size or too many entries.
+        """
+        if chunk_size <= 0 or chunk_size & (chunk_size - 1):
+            raise ShmError(f"chunk_size must be a power of two, not {chunk_size}")
+        slots: Dict[int, bytes] = {}
+        index: Dict[Tuple[int, int], int] = {}
+        mask_bits = self.nbuckets - 1
+        for e in entries:
+            key = (e.file_id & _M64, e.chunk & _M64)
+            mask = [0] * MASK_WORDS
+            for v in e.vcpus:
+                if 0 <= v < MAX_VCPUS:
+                    mask[v // 64] |= 1 << (v % 64)
+            flags = ENTRY_USED | (ENTRY_CACHING if e.caching else 0)
+            budget = min(max(e.migration_budget, 0), BUDGET_UNLIMITED)
+            packed = _ENTRY.pack(key[0], key[1], flags, budget, 0, *mask)
+            if key in index:
+                slots[index[key]] = packed
+                continue
+            if len(index) >= self.capacity:
+                raise ShmError(f"table holds at most {self.capacity} entries")
+            slot = bucket_hash(key[0], key[1]) & mask_bits
+            while slot in slots:
+                slot = (slot + 1) & mask_bits
+            slots[slot] = packed
+            index[key] = slot
+        target = 1 - self._active()
+        base = _HDR.size + target * self._buf_len
+        seq = int(_U64.unpack_from(self._map, base)[0])
+        seq = seq + 1 if seq % 2 == 0 else seq + 2  # odd: writing
+        _U64.pack_into(self._map, base, seq)
+        ebase = base + _BUF.size
+        self._map[ebase:ebase + self.nbuckets * _ENTRY.size] = bytes(self.nbuckets * _ENTRY.size)
+        for slot, packed in slots.items():
+            off = ebase + slot * _ENTRY.size
+            self._map[off:off + _ENTRY.size] = packed
+        _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, len(index), 1)
+        _U64.pack_into(self._map, base, seq + 1)  # even: done
+        _U32.pack_into(self._map, _HDR_ACTIVE_OFF, target)
+        self._gen += 1
+        _U64.pack_into(self._map, _HDR_GEN_OFF, self._gen)
+        self.version = version
+        return len(index)
+
+    def read_active(self) -> Tuple[int, int, int, List[ShmEntry]]:
+        """Read the active buffer back (for tests and ``status``).
+
+        :returns: (version, chunk_size, min_read_size, entries).
+        """
+        base = _HDR.size + self._active() * self._buf_len
+        _seq, version, cs, mrs, _n, _flags = _BUF.unpack_from(self._map, base)
+        out: List[ShmEntry] = []
+        for i in range(self.nbuckets):
+            fid, chunk, flags, budget, _r, *mask = _ENTRY.unpack_from(
+                self._map, base + _BUF.size + i * _ENTRY.size)
+            if flags & ENTRY_USED:
+                vcpus = frozenset(w * 64 + b for w in range(MASK_WORDS) for b in range(64)
+                                  if mask[w] >> b & 1)
+                out.append(ShmEntry(fid, chunk, vcpus, bool(flags & ENTRY_CACHING), budget))
+        return int(version), int(cs), int(mrs), out
+
+    def close(self) -> None:
+        """Unmap the file (the file itself stays for the shim)."""
+        self._map.close()
+
+
+class CounterReader:
+    """Creator and harvester of the counters file.
+
+    :param path: the counters file (``UNICACHE_COUNTERS``).
+    :param max_vcpus: per-vCPU counters per slot (the guest's possible CPUs, <= 256).
+    :param nslots: slots per region, a power of two <= MAX_SLOTS.
+    :param mode: file mode (0o666: processes of every user count).
+    :raises ShmError: when the file cannot be created or mapped.
+    """
+
+    def __init__(self, path: str = DEFAULT_COUNTERS, max_vcpus: Optional[int] = None,
+                 nslots: int = DEFAULT_SLOTS, mode: int = COUNTERS_MODE) -> None:
+        if nslots <= 0 or nslots > MAX_SLOTS or nslots & (nslots - 1):
+            raise ShmError(f"nslots must be a power of two <= {MAX_SLOTS}, not {nslots}")
+        ncpu = max_vcpus if max_vcpus is not None else (os.cpu_count() or 1)
+        self.max_vcpus = max(1, min(ncpu, MAX_VCPUS))
+        self.nslots = nslots
+        raw = _SLOT.size + 8 * self.max_vcpus
+        self.slot_size = (raw + 63) // 64 * 64
+        self._region_len = nslots * self.slot_size
+        self.path = path
+        size = _CHDR.size + 2 * self._region_len
+        self._map, _ = _open_map(path, size, CTR_MAGIC, mode)
+        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl = _CHDR.unpack_from(self._map, 0)
+        if not (magic == CTR_MAGIC and layout == LAYOUT_VERSION and ns == nslots
+                and mv == self.max_vcpus and ss == self.slot_size):
+            self._map[:] = bytes(size)
+            _CHDR.pack_into(self._map, 0, CTR_MAGIC, LAYOUT_VERSION, nslots, self.max_vcpus, 0,
+                            self.slot_size, 0, 0, 0)
+
+    def harvest(self, grace_s: float = 0.01) -> Harvest:
+        """Flip the active region, wait ``grace_s``, read and zero the old region.
+
+        :param grace_s: time for calls that loaded the old region index to finish counting.
+        :returns: what the shim counted since the previous harvest.
+        """
+        active = int(_U32.unpack_from(self._map, 16)[0]) & 1
+        _U32.pack_into(self._map, 16, 1 - active)
+        if grace_s > 0:
+            time.sleep(grace_s)
+        base = _CHDR.size + active * self._region_len
+        region = self._map[base:base + self._region_len]
+        chunks: List[ChunkCounts] = []
+        vfmt = struct.Struct(f"<{self.max_vcpus}Q")
+        for i in range(self.nslots):
+            off = i * self.slot_size
+            key, fid, chunk, nbytes, reads, writes, migr, nt = _SLOT.unpack_from(region, off)
+            if key == 0:
+                continue
+            per = vfmt.unpack_from(region, off + _SLOT.size)
+            pairs = tuple((v, b) for v, b in enumerate(per) if b)
+            chunks.append(ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, pairs))
+        self._map[base:base + self._region_len] = bytes(self._region_len)
+        doff = 24 + 8 * active
+        dropped = int(_U64.unpack_from(self._map, doff)[0])
+        _U64.pack_into(self._map, doff, 0)
+        clients = int(_U64.unpack_from(self._map, 40)[0])
+        chunks.sort(key=lambda c: (-c.bytes_read, c.file_id, c.chunk))
+        return Harvest(tuple(chunks), dropped, clients)
+
+    def close(self) -> None:
+        """Unmap the file."""
+        self._map.close()

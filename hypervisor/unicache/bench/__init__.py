@@ -1,0 +1,1 @@
+"""Benchmarks of unicache's own components (``unicache bench ...``)."""

@@ -1,0 +1,318 @@
+"""The asyncio host channel: one unix socket per VM, which QEMU's virtio-serial chardev connects to.
+
+QEMU side (docs/protocol.md "Transport")::
+
+    -chardev socket,id=uc0,path=SOCK,reconnect=1
+    -device virtio-serial-pci -device virtserialport,chardev=uc0,name=org.unicache.agent.0
+
+The server listens on SOCK; QEMU connects and reconnects. A new connection for a VM
+replaces the old one. When QEMU listens instead (``server=on``),
+:meth:`ChannelServer.connect_vm` dials its socket and dials again whenever the connection
+ends. All protocol work happens in :class:`~unicache.channel.session.GuestSession`; this
+module only moves bytes, pauses reading when a guest exceeds its byte budget, and caps what
+it buffers for a guest that does not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from unicache.channel import protocol as p
+from unicache.channel.session import GuestSession, Runstate
+from unicache.errors import ConfigError, StateError, UnicacheError
+from unicache.model import Action, GuestReport, PublishPlacement
+
+log = logging.getLogger(__name__)
+
+#: bytes read from a socket at a time
+READ_CHUNK = 65536
+#: bytes queued for a guest that does not read before further lines are dropped
+MAX_WRITE_BUFFER = 1 << 20
+
+ClockT = Callable[[], float]
+ReportCallbackT = Callable[[GuestReport], None]
+
+
+@dataclass(frozen=True, slots=True)
+class VmChannelStatus:
+    """What ``unicache status`` shows about one VM's channel.
+
+    :param vm: the VM.
+    :param socket: the unix socket path.
+    :param connected: whether QEMU is connected.
+    :param state: handshake state.
+    :param agent: the agent's name from its hello, if any.
+    :param reports: reports accepted since start.
+    :param errors: problems found since start, by kind.
+    :param applied_version: the last table version the guest says it applied (-1: none).
+    :param dropped_out: lines not sent because the guest was not reading.
+    """
+
+    vm: str
+    socket: str
+    connected: bool
+    state: str
+    agent: str | None
+    reports: int
+    errors: tuple[tuple[str, int], ...]
+    applied_version: int
+    dropped_out: int
+
+
+class _VmSlot:
+    """Per-VM state: the session survives reconnections; the writer does not."""
+
+    def __init__(self, vm: str, path: Path, params: p.ChannelParams) -> None:
+        self.vm = vm
+        self.path = path
+        self.session = GuestSession(vm, params)
+        self.server: asyncio.AbstractServer | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.dialer: asyncio.Task[None] | None = None
+        self.dropped_out = 0
+
+
+class ChannelServer:
+    """Host end of the guest channels of all managed VMs.
+
+    :param socket_dir: where per-VM sockets go by default (``<dir>/<vm>.sock``).
+    :param params: parameters sent to every guest in welcome.
+    :param on_report: called with each accepted report; without it reports wait for
+        :meth:`drain_reports` (bounded per VM).
+    :param clock: monotonic clock (tests pass a fake one).
+    """
+
+    def __init__(self, socket_dir: Path, params: p.ChannelParams | None = None,
+                 on_report: ReportCallbackT | None = None,
+                 clock: ClockT = time.monotonic) -> None:
+        self.socket_dir = socket_dir
+        self.params = params or p.ChannelParams()
+        self.on_report = on_report
+        self.clock = clock
+        self._vms: dict[str, _VmSlot] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # Section: public interface
+
+    async def add_vm(self, vm: str, path: Path | None = None) -> Path:
+        """Listen on the VM's socket.
+
+        :param vm: the VM's name.
+        :param path: the socket path (default ``socket_dir/<vm>.sock``).
+        :returns: the socket path.
+        :raises ConfigError: when the name is unusable or the socket cannot be created.
+        :raises StateError: when the VM is already added.
+        """
+        if not vm or "/" in vm or len(vm) > 64:
+            raise ConfigError(f"bad VM name {vm!r}")
+        if vm in self._vms:
+            raise StateError(f"vm {vm} has a channel already", "added", "absent")
+        sock = path or self.socket_dir / f"{vm}.sock"
+        slot = _VmSlot(vm, sock, self.params)
+        try:
+            sock.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                sock.unlink()
+            slot.server = await asyncio.start_unix_server(
+                lambda r, w: self._on_connect(slot, r, w), path=str(sock))
+            os.chmod(sock, 0o600)
+        except OSError as err:
+            raise ConfigError(f"cannot listen on {sock}") from err
+        self._vms[vm] = slot
+        log.info("vm=%s socket=%s listening", vm, sock)
+        return sock
+
+    async def connect_vm(self, vm: str, path: Path, retry_s: float = 1.0) -> None:
+        """Connect to a socket QEMU listens on (``-chardev socket,...,server=on``; libvirt
+        ``<source mode='bind'>``), and connect again whenever the connection ends.
+
+        :param vm: the VM's name.
+        :param path: QEMU's socket.
+        :param retry_s: pause between attempts.
+        :raises ConfigError: on a bad name.
+        :raises StateError: when the VM is already added.
+        """
+        if not vm or "/" in vm or len(vm) > 64:
+            raise ConfigError(f"bad VM name {vm!r}")
+        if vm in self._vms:
+            raise StateError(f"vm {vm} has a channel already", "added", "absent")
+        slot = _VmSlot(vm, path, self.params)
+        self._vms[vm] = slot
+        slot.dialer = asyncio.create_task(self._dial(slot, retry_s))
+        log.info("vm=%s socket=%s connecting", vm, path)
+
+    async def _dial(self, slot: _VmSlot, retry_s: float) -> None:
+        while self._vms.get(slot.vm) is slot:
+            try:
+                reader, writer = await asyncio.open_unix_connection(str(slot.path))
+            except OSError as err:
+                log.debug("vm=%s connect %s: %s", slot.vm, slot.path, err)
+            else:
+                await self._on_connect(slot, reader, writer)
+            await asyncio.sleep(retry_s)
+
+    async def remove_vm(self, vm: str) -> None:
+        """Stop listening for (or connecting to) a VM and drop its connection and state."""
+        slot = self._vms.pop(vm, None)
+        if slot is None:
+            return
+        if slot.writer is not None:
+            slot.writer.close()
+        if slot.dialer is not None:
+            slot.dialer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await slot.dialer
+            return  # the socket is QEMU's
+        if slot.server is not None:
+            slot.server.close()
+            await slot.server.wait_closed()
+        with contextlib.suppress(OSError):
+            slot.path.unlink()
+
+    async def close(self) -> None:
+        """Stop every channel (closing a connection ends its task; stragglers are cancelled)."""
+        for vm in list(self._vms):
+            await self.remove_vm(vm)
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=2.0)
+            for task in pending:
+                task.cancel()
+
+    def publish(self, action: PublishPlacement) -> bool:
+        """Send a placement table (now if the guest is ready, else after its hello).
+
+        :param action: the policy's action.
+        :returns: whether it was sent now.
+        :raises StateError: when the VM has no channel.
+        :raises ProtocolError: when the table exceeds the protocol's limits.
+        """
+        slot = self._slot(action.vm)
+        lines = slot.session.set_table(action.table)
+        self._send(slot, lines)
+        log.info("vm=%s table version=%d entries=%d sent=%s reason=%s", action.vm,
+                 action.table.version, len(action.table.entries), bool(lines), action.reason)
+        return bool(lines) and slot.writer is not None
+
+    def publish_all(self, actions: Iterable[Action]
+                    ) -> tuple[list[PublishPlacement], list[tuple[PublishPlacement, str]]]:
+        """Carry out the PublishPlacement actions of a policy round (others are skipped).
+
+        :param actions: a decision's actions.
+        :returns: (applied, failed with the reason); a table for a VM that is not connected
+            yet counts as applied: it is sent right after the agent's hello.
+        """
+        applied: list[PublishPlacement] = []
+        failed: list[tuple[PublishPlacement, str]] = []
+        for action in actions:
+            if not isinstance(action, PublishPlacement):
+                continue
+            try:
+                self.publish(action)
+                applied.append(action)
+            except UnicacheError as err:
+                log.error("vm=%s table version=%d not sent: %s", action.vm,
+                          action.table.version, err)
+                failed.append((action, str(err)))
+        return applied, failed
+
+    def set_params(self, vm: str, params: p.ChannelParams) -> None:
+        """Change one VM's parameters (sent now if ready)."""
+        slot = self._slot(vm)
+        self._send(slot, slot.session.set_params(params))
+
+    def drain_reports(self) -> list[GuestReport]:
+        """Reports received since the last call, all VMs, oldest first per VM."""
+        out: list[GuestReport] = []
+        for slot in self._vms.values():
+            out.extend(slot.session.drain())
+        return out
+
+    def status(self) -> list[VmChannelStatus]:
+        """One status line per VM."""
+        out = []
+        for slot in self._vms.values():
+            s = slot.session
+            out.append(VmChannelStatus(
+                slot.vm, str(slot.path), slot.writer is not None, s.state.value,
+                s.hello.agent if s.hello else None, s.stats.reports,
+                tuple(sorted(s.stats.errors_by_kind.items())), s.stats.applied_version,
+                slot.dropped_out))
+        return out
+
+    def is_ready(self, vm: str) -> bool:
+        """Whether the VM's agent completed the handshake on the current connection."""
+        slot = self._vms.get(vm)
+        return bool(slot and slot.writer is not None
+                    and slot.session.state is Runstate.READY)
+
+    def session(self, vm: str) -> GuestSession:
+        """The VM's protocol session (for tests and status)."""
+        return self._slot(vm).session
+
+    # Section: connection handling
+
+    def _slot(self, vm: str) -> _VmSlot:
+        slot = self._vms.get(vm)
+        if slot is None:
+            raise StateError(f"vm {vm} has no channel", "absent", "added")
+        return slot
+
+    async def _on_connect(self, slot: _VmSlot, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None and slot.dialer is None:
+            self._tasks.add(task)
+        old = slot.writer
+        if old is not None:
+            log.info("vm=%s reconnected; dropping the previous connection", slot.vm)
+            old.close()
+        slot.writer = writer
+        self._send(slot, slot.session.connected())
+        try:
+            await self._pump(slot, reader)
+        except (ConnectionError, OSError) as err:
+            log.info("vm=%s connection lost: %s", slot.vm, err)
+        except Exception as err:  # a bug of ours must not take the daemon down
+            log.error("vm=%s channel failed: %s: %s", slot.vm, type(err).__name__, err)
+            log.debug("vm=%s channel failure", slot.vm, exc_info=True)
+        finally:
+            if slot.writer is writer:
+                slot.writer = None
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _pump(self, slot: _VmSlot, reader: asyncio.StreamReader) -> None:
+        while True:
+            pause = slot.session.throttle_s(self.clock())
+            if pause > 0:
+                await asyncio.sleep(min(pause, 5.0))
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                log.info("vm=%s disconnected", slot.vm)
+                return
+            result = slot.session.feed(data, self.clock())
+            self._send(slot, result.outgoing)
+            if self.on_report is not None:
+                for report in slot.session.drain():
+                    try:
+                        self.on_report(report)
+                    except Exception as err:
+                        log.error("vm=%s report callback failed: %s", slot.vm, err)
+
+    def _send(self, slot: _VmSlot, lines: Iterable[bytes]) -> None:
+        writer = slot.writer
+        if writer is None or writer.is_closing():
+            return
+        for line in lines:
+            if writer.transport.get_write_buffer_size() + len(line) > MAX_WRITE_BUFFER:
+                slot.dropped_out += 1
+                continue
+            writer.write(line)

@@ -1,0 +1,131 @@
+"""The real agent process talks to the real host channel over a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from unicache.channel import ChannelParams, ChannelServer
+from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
+from unicache_agent.shm import CounterReader, TableWriter
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = ROOT / "guest-agent" / "shim"
+
+
+def test_agent_reports_shim_counts_and_applies_tables(tmp_path: Path) -> None:
+    subprocess.run(["make", "-s", "-C", str(SHIM), "all"], check=True)
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(300_000))
+    env = {**os.environ, "UNICACHE_TABLE": str(tmp_path / "table"),
+           "UNICACHE_COUNTERS": str(tmp_path / "counters"),
+           "PYTHONPATH": str(ROOT / "guest-agent")}
+    reports: list[GuestReport] = []
+
+    async def main() -> None:
+        server = ChannelServer(tmp_path, params=ChannelParams(report_interval_s=0.2),
+                               on_report=reports.append)
+        sock = await server.add_vm("vm1")
+        agent = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "unicache_agent", "--socket", str(sock), "--duration", "20",
+            env=env, stderr=subprocess.PIPE)
+        try:
+            for _ in range(200):
+                if server.is_ready("vm1"):
+                    break
+                await asyncio.sleep(0.05)
+            assert server.is_ready("vm1")
+            # a process reading under the shim is counted and reported
+            await asyncio.to_thread(
+                subprocess.run, ["cat", str(data)], check=True, stdout=subprocess.DEVNULL,
+                env={**env, "LD_PRELOAD": str(SHIM / "libunicache.so")})
+            for _ in range(100):
+                if sum(c.bytes_read for r in reports for c in r.chunks) >= 300_000:
+                    break
+                await asyncio.sleep(0.05)
+            assert sum(c.bytes_read for r in reports for c in r.chunks) == 300_000
+            fid = reports[-1].chunks[0].chunk.file_id if reports[-1].chunks else next(
+                c.chunk.file_id for r in reports for c in r.chunks)
+            table = PlacementTable("vm1", 4, 65536, 4096, (
+                PlacementEntry(ChunkId(fid, 0), frozenset({1}), False, 3),
+                PlacementEntry(ChunkId(fid, 1), frozenset({0}), True, 0)))
+            server.publish(PublishPlacement("vm1", table, "test"))
+            for _ in range(100):
+                if server.status()[0].applied_version == 4:
+                    break
+                await asyncio.sleep(0.05)
+            assert server.status()[0].applied_version == 4
+        finally:
+            agent.terminate()
+            _, err = await agent.communicate()
+            await server.close()
+        assert agent.returncode == 0, err.decode()[-2000:]
+
+    asyncio.run(main())
+    t = TableWriter(str(tmp_path / "table"))
+    version, cs, mrs, entries = t.read_active()
+    assert (version, cs, mrs) == (4, 65536, 4096)
+    assert {(e.chunk, e.vcpus, e.caching, e.migration_budget) for e in entries} == {
+        (0, frozenset({1}), False, 3), (1, frozenset({0}), True, 0)}
+    t.close()
+    CounterReader(str(tmp_path / "counters")).close()
+
+
+def test_agent_without_host_waits_and_retries(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "guest-agent")}
+    res = subprocess.run(
+        [sys.executable, "-m", "unicache_agent", "--socket", str(tmp_path / "absent.sock"),
+         "--table", str(tmp_path / "t"), "--counters", str(tmp_path / "c"),
+         "--duration", "1.5"], env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0
+    assert res.stderr.count("retrying in") >= 2
+    assert "Traceback" not in res.stderr
+
+
+def test_agent_bad_table_path_is_one_line_error(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "guest-agent")}
+    res = subprocess.run(
+        [sys.executable, "-m", "unicache_agent", "--stdio", "--table",
+         str(tmp_path / "no" / "dir" / "t"), "--duration", "1"],
+        env=env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert res.returncode == 1
+    assert res.stderr.startswith("unicache-agent: cannot open")
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_agent_reconnects_after_the_host_restarts(tmp_path: Path) -> None:
+    env = {**os.environ, "UNICACHE_TABLE": str(tmp_path / "table"),
+           "UNICACHE_COUNTERS": str(tmp_path / "counters"),
+           "PYTHONPATH": str(ROOT / "guest-agent")}
+
+    async def wait_ready(server: ChannelServer) -> bool:
+        for _ in range(300):
+            if server.is_ready("vm1"):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def main() -> None:
+        server = ChannelServer(tmp_path)
+        sock = await server.add_vm("vm1")
+        agent = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "unicache_agent", "--socket", str(sock), "--duration", "30",
+            env=env, stderr=subprocess.PIPE)
+        try:
+            assert await wait_ready(server)
+            await server.close()  # the host goes away
+            await asyncio.sleep(0.3)
+            server = ChannelServer(tmp_path)
+            await server.add_vm("vm1", sock)  # and comes back on the same socket
+            assert await wait_ready(server)
+        finally:
+            agent.terminate()
+            _, err = await agent.communicate()
+            await server.close()
+        assert "host closed the connection" in err.decode()
+        assert err.decode().count("host ready") == 2
+
+    asyncio.run(main())

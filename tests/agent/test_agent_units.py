@@ -1,0 +1,279 @@
+"""Agent pieces: port discovery, framing, shared table, placement assembly, host errors."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from unicache_agent import protocol as p
+from unicache_agent.agent import Agent, guest_topology
+from unicache_agent.errors import PortError, ShmError
+from unicache_agent.port import FdTransport, find_port
+from unicache_agent.shm import CounterReader, ShmEntry, TableWriter
+
+AGENT_DIR = Path(__file__).resolve().parents[2] / "guest-agent" / "unicache_agent"
+
+
+def test_port_found_through_sysfs_without_udev(tmp_path: Path) -> None:
+    sysd = tmp_path / "sys"
+    for name, port in (("vport0p1", "org.qemu.guest_agent.0"), ("vport0p2", p.PORT_NAME)):
+        (sysd / name).mkdir(parents=True)
+        (sysd / name / "name").write_text(port + "\n")
+    found = find_port(dev_dir=str(tmp_path / "none"), sys_dir=str(sysd), devfs="/dev")
+    assert found == "/dev/vport0p2"
+
+
+def test_port_found_through_udev_link_first(tmp_path: Path) -> None:
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / p.PORT_NAME).write_text("")
+    assert find_port(dev_dir=str(tmp_path / "dev"), sys_dir=str(tmp_path / "x")) == str(
+        tmp_path / "dev" / p.PORT_NAME)
+
+
+def test_missing_port_is_a_port_error(tmp_path: Path) -> None:
+    with pytest.raises(PortError, match="no virtio-serial port"):
+        find_port(dev_dir=str(tmp_path), sys_dir=str(tmp_path))
+
+
+def test_line_reader_bounds_and_sync() -> None:
+    r = p.LineReader(max_line=16)
+    assert r.feed(b"abc\nde") == [b"abc"]
+    assert r.feed(b"f\n" + b"x" * 40 + b"\nok\n") == [b"def", None, b"ok"]
+    assert r.feed(b"partial\xffnext\n") == [b"next"]
+    assert r.syncs == 1
+
+
+def test_table_publish_is_read_back_and_flips_buffers(tmp_path: Path) -> None:
+    t = TableWriter(str(tmp_path / "t"), nbuckets=64)
+    entries = [ShmEntry(i * 7919 + 1, i, frozenset({i % 3, 200}), i % 2 == 0, i)
+               for i in range(32)]
+    assert t.publish(5, 65536, 1000, entries) == 32
+    version, cs, mrs, back = t.read_active()
+    assert (version, cs, mrs) == (5, 65536, 1000)
+    assert sorted(back, key=lambda e: e.chunk) == entries
+    t.publish(6, 65536, 1000, entries[:3])
+    assert len(t.read_active()[3]) == 3
+    salt = t.salt
+    t.close()
+    assert TableWriter(str(tmp_path / "t"), nbuckets=64).salt == salt  # kept across restarts
+
+
+def test_table_refuses_more_than_capacity(tmp_path: Path) -> None:
+    t = TableWriter(str(tmp_path / "t"), nbuckets=64)
+    with pytest.raises(ShmError, match="at most 32"):
+        t.publish(1, 65536, 0, [ShmEntry(i + 1, 0, frozenset({0})) for i in range(33)])
+
+
+def test_counters_harvest_empty_then_zeroed(tmp_path: Path) -> None:
+    c = CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64)
+    h = c.harvest(0)
+    assert h.chunks == () and h.dropped == 0
+
+
+def test_guest_topology_from_sysfs(tmp_path: Path) -> None:
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "online").write_text("0-3,6\n")
+    for n in (0, 1):
+        (tmp_path / "node" / f"node{n}").mkdir(parents=True)
+    assert guest_topology(str(tmp_path)) == (5, (0, 1))
+
+
+class FakeHost:
+    """The host end of a socketpair, speaking raw protocol lines."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.sock, theirs = socket.socketpair()
+        self.sock.settimeout(5)
+        fd = theirs.detach()
+        self.table = TableWriter(str(tmp_path / "t"), nbuckets=64)
+        self.agent = Agent(FdTransport(fd, fd), self.table,
+                           CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64))
+        self.buf = b""
+
+    def send(self, obj: object) -> None:
+        self.sock.sendall(json.dumps(obj).encode() + b"\n")
+        self.agent.step(0.2)
+
+    def recv(self) -> dict[str, object]:
+        while b"\n" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line.lstrip(b"\xff"))  # type: ignore[no-any-return]
+
+    def handshake(self) -> None:
+        self.agent.step(0.1)
+        assert self.recv()["type"] == "sync"
+        assert self.recv()["type"] == "hello"
+        self.send({"v": 1, "type": "welcome", "version": 1, "caps": [],
+                   "params": {"chunk_size": 65536, "min_read_size": 0,
+                              "report_interval_s": 60}})
+        assert self.agent.ready
+
+
+def test_agent_assembles_parts_and_answers_applied(tmp_path: Path) -> None:
+    h = FakeHost(tmp_path)
+    h.handshake()
+    base = {"v": 1, "type": "placement", "version": 3, "parts": 2, "chunk_size": 65536,
+            "min_read_size": 4096}
+    h.send({**base, "part": 1, "entries": [["b", 0, [1], True, 5]]})
+    assert h.table.read_active()[0] == 0  # not applied before all parts arrived
+    h.send({**base, "part": 0, "entries": [["a", 2, [0], False, 0]]})
+    assert h.recv() == {"v": 1, "type": "applied", "version": 3, "entries": 2}
+    assert {(e.file_id, e.chunk) for e in h.table.read_active()[3]} == {(0xA, 2), (0xB, 0)}
+
+
+@pytest.mark.parametrize(
+    ("msg", "kind"),
+    [
+        ({"v": 1, "type": "colors"}, "reserved-type"),
+        ({"v": 1, "type": "replicas"}, "reserved-type"),
+        ({"v": 1, "type": "launch"}, "unknown-type"),
+        ({"v": 1, "type": "placement", "version": 1, "part": 0, "parts": 1,
+          "chunk_size": 1000, "min_read_size": 0, "entries": []}, "bad-field"),
+        ({"v": 1, "type": "placement", "version": 1, "part": 0, "parts": 1,
+          "chunk_size": 65536, "min_read_size": 0, "entries": [["a", 0, [999], True, 0]]},
+         "bad-field"),
+        ({"v": 2, "type": "params"}, "unsupported-version"),
+    ],
+    ids=["colors", "replicas", "unknown", "chunk-size", "vcpu-range", "version"],
+)
+def test_agent_answers_bad_host_messages_with_named_errors(
+        tmp_path: Path, msg: dict[str, object], kind: str) -> None:
+    h = FakeHost(tmp_path)
+    h.handshake()
+    h.send(msg)
+    reply = h.recv()
+    assert reply["type"] == "error" and reply["kind"] == kind
+
+
+def test_agent_report_fits_the_line_limit(tmp_path: Path) -> None:
+    from unicache_agent.shm import ChunkCounts, Harvest
+
+    h = FakeHost(tmp_path)
+    many = tuple(ChunkCounts(i + 1, i, 10**12, 10**6, 0, 0, 0,
+                             tuple((v, 10**9) for v in range(64)))
+                 for i in range(3000))
+    line = h.agent.build_report(Harvest(many, 7, 1), [], 1.0)
+    assert len(line) <= p.MAX_LINE_BYTES
+    msg = json.loads(line)
+    assert 0 < len(msg["chunks"]) <= p.MAX_ENTRIES_PER_MESSAGE
+    assert msg["health"]["dropped"] >= 3000 - len(msg["chunks"])
+
+
+def test_agent_sources_parse_as_python_3_9() -> None:
+    for path in sorted(AGENT_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
+        assert not any(isinstance(n, ast.Match) for n in ast.walk(tree)), path
+        imports = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                   for a in n.names}
+        imports |= {n.module.split(".")[0] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+        assert imports <= sys.stdlib_module_names, (path, imports - sys.stdlib_module_names)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
+def test_fanotify_counts_reads_of_processes_without_shim(tmp_path: Path) -> None:
+    import subprocess
+
+    from unicache_agent.fanotify import FanotifyCapture
+    from unicache_agent.shm import file_id_of
+
+    f = tmp_path / "x"
+    f.write_bytes(b"hello" * 1000)
+    try:
+        cap = FanotifyCapture(99, str(tmp_path))
+    except Exception as err:  # containers may forbid it
+        pytest.skip(f"fanotify unavailable: {err}")
+    subprocess.run(["cat", str(f)], check=True, stdout=subprocess.DEVNULL)
+    st = f.stat()
+    recs = {fid: (a, m) for fid, a, m in cap.drain()}
+    cap.close()
+    assert recs[file_id_of(99, st.st_dev, st.st_ino)][0] >= 1
+
+
+def test_install_script_into_an_image_root(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = AGENT_DIR.parent / "install.sh"
+    subprocess.run(["sh", str(script), "--root", str(tmp_path)], check=True,
+                   capture_output=True)
+    lib = tmp_path / "usr/lib/unicache-agent"
+    assert (lib / "libunicache.so").is_file()
+    assert (tmp_path / "etc/ld.so.preload").read_text().splitlines() == [
+        "/usr/lib/unicache-agent/libunicache.so"]
+    assert (tmp_path / "etc/systemd/system/multi-user.target.wants/"
+            "unicache-agent.service").exists()
+    subprocess.run(["sh", str(script), "--root", str(tmp_path)], check=True,
+                   capture_output=True)  # idempotent: one preload line
+    assert len((tmp_path / "etc/ld.so.preload").read_text().splitlines()) == 1
+    res = subprocess.run([sys.executable, "-m", "unicache_agent", "--version"],
+                         env={**os.environ, "PYTHONPATH": str(lib)}, capture_output=True,
+                         text=True, check=True)
+    assert res.stdout.startswith("unicache-agent 0.1.0")
+
+
+def test_relayout_retires_the_old_file_instead_of_shrinking_it(tmp_path: Path) -> None:
+    import mmap
+
+    path = tmp_path / "t"
+    TableWriter(str(path), nbuckets=128).close()
+    old_ino = path.stat().st_ino
+    with open(path, "r+b") as f:
+        old = mmap.mmap(f.fileno(), 0)  # what a running shim holds
+    TableWriter(str(path), nbuckets=64).close()
+    assert path.stat().st_ino != old_ino
+    assert old[0:4] == bytes(4)  # shims see a zero magic and map the new file
+    assert len(old) > path.stat().st_size  # and their old mapping is still whole
+    old.close()
+
+
+def _python39() -> str | None:
+    """A working python3.9 (PATH, /usr/bin, pyenv versions), or None."""
+    import glob
+    import subprocess
+
+    found = [shutil.which("python3.9"), "/usr/bin/python3.9",
+             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))]
+    for exe in found:
+        if exe and os.path.exists(exe):
+            res = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2])"],
+                                 capture_output=True, text=True, check=False)
+            if res.returncode == 0 and res.stdout.strip() == "(3, 9)":
+                return exe
+    return None
+
+
+PYTHON39 = _python39()
+
+
+@pytest.mark.skipif(PYTHON39 is None, reason="needs a python3.9 interpreter")
+def test_agent_runs_on_python_3_9(tmp_path: Path) -> None:
+    import subprocess
+
+    assert PYTHON39 is not None
+
+    host = (b'{"v":1,"type":"welcome","version":1,"caps":[],"params":{"chunk_size":65536,'
+            b'"min_read_size":0,"report_interval_s":0.2}}\n'
+            b'{"v":1,"type":"placement","version":2,"part":0,"parts":1,"chunk_size":65536,'
+            b'"min_read_size":0,"entries":[["ab",1,[0,1],true,3]]}\n')
+    proc = subprocess.Popen(
+        [PYTHON39, "-m", "unicache_agent", "--stdio", "--table", str(tmp_path / "t"),
+         "--counters", str(tmp_path / "c"), "--duration", "1.5"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(AGENT_DIR.parent)})
+    assert proc.stdin is not None
+    proc.stdin.write(host)
+    proc.stdin.flush()  # stdin stays open: EOF would mean "host gone"
+    proc.wait(timeout=60)  # --duration ends it
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err.decode()[-1000:]
+    types = [json.loads(x.lstrip(b"\xff"))["type"] for x in out.splitlines() if x]
+    assert types[:3] == ["sync", "hello", "applied"]
+    assert "report" in types

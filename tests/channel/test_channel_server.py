@@ -1,0 +1,164 @@
+"""The asyncio channel over real unix sockets: handshake, errors, floods, reconnection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from unicache.channel import ChannelServer
+from unicache.channel import protocol as p
+from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
+
+HELLO = (b'{"v":1,"type":"hello","seq":0,"agent":"raw","versions":[1],"caps":["report"],'
+         b'"vcpus":2,"nodes":[0]}\n')
+REPORT = (b'{"v":1,"type":"report","seq":1,"interval_s":1,"vcpus":2,"nodes":[0],'
+          b'"chunks":[["ab",3,100,1,0,[[1,100]]]]}\n')
+
+
+def run(fn: Callable[[ChannelServer, Path], Awaitable[None]], tmp_path: Path,
+        **kw: Any) -> None:
+    async def main() -> None:
+        server = ChannelServer(tmp_path, **kw)
+        sock = await server.add_vm("vm1")
+        try:
+            await asyncio.wait_for(fn(server, sock), 20)
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+async def read_msgs(reader: asyncio.StreamReader, n: int) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    while len(out) < n:
+        raw = await reader.readline()
+        assert raw, "server closed the connection"
+        out.append(json.loads(raw.lstrip(b"\xff")))
+    return out
+
+
+def test_handshake_report_and_table(tmp_path: Path) -> None:
+    got: list[GuestReport] = []
+
+    async def body(server: ChannelServer, sock: Path) -> None:
+        r, w = await asyncio.open_unix_connection(str(sock))
+        assert (await read_msgs(r, 1))[0]["type"] == "sync"
+        w.write(HELLO + REPORT)
+        welcome = (await read_msgs(r, 1))[0]
+        assert welcome["type"] == "welcome" and welcome["caps"] == ["report"]
+        table = PlacementTable("vm1", 3, 262144, 65536,
+                               (PlacementEntry(ChunkId(0xAB, 3), frozenset({1}), True, 2),))
+        assert server.publish(PublishPlacement("vm1", table, "test"))
+        [placement] = await read_msgs(r, 1)
+        assert placement["entries"] == [["ab", 3, [1], True, 2]]
+        w.write(b'{"v":1,"type":"applied","version":3,"entries":1}\n')
+        await w.drain()
+        for _ in range(100):
+            if server.status()[0].applied_version == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert server.status()[0].applied_version == 3
+        assert [(x.vm, x.chunks[0].chunk) for x in got] == [("vm1", ChunkId(0xAB, 3))]
+        w.close()
+
+    run(body, tmp_path, on_report=got.append)
+
+
+def test_garbage_oversize_and_flood_get_named_errors_and_server_survives(
+        tmp_path: Path) -> None:
+    async def body(server: ChannelServer, sock: Path) -> None:
+        r, w = await asyncio.open_unix_connection(str(sock))
+        await read_msgs(r, 1)
+        w.write(b"\x00\x01garbage\n")
+        assert (await read_msgs(r, 1))[0]["kind"] == "bad-json"
+        await asyncio.sleep(0.6)  # error replies are limited per second
+        w.write(b"A" * (p.MAX_LINE_BYTES + 10) + b"\n")
+        err = (await read_msgs(r, 1))[0]
+        assert err["kind"] == "line-too-long" and str(p.MAX_LINE_BYTES) in str(err["message"])
+        await asyncio.sleep(0.6)
+        w.write(HELLO + REPORT * 500)  # a flood
+        msgs = await read_msgs(r, 2)
+        assert [m["type"] for m in msgs] == ["welcome", "error"]
+        assert msgs[1]["kind"] == "rate-limited"
+        await w.drain()
+        await asyncio.sleep(0.1)
+        reports = server.drain_reports()
+        assert 0 < len(reports) <= p.RATE_BURST
+        # still serving: a fresh connection completes its handshake
+        r2, w2 = await asyncio.open_unix_connection(str(sock))
+        await read_msgs(r2, 1)
+        w2.write(HELLO)
+        assert (await read_msgs(r2, 1))[0]["type"] == "welcome"
+        assert server.is_ready("vm1")
+        st = server.status()[0]
+        assert dict(st.errors)["rate-limited"] >= 1 and dict(st.errors)["line-too-long"] == 1
+        w.close()
+        w2.close()
+
+    run(body, tmp_path)
+
+
+def test_reconnect_replaces_connection_and_resends_table(tmp_path: Path) -> None:
+    async def body(server: ChannelServer, sock: Path) -> None:
+        table = PlacementTable("vm1", 9, 262144, 0,
+                               (PlacementEntry(ChunkId(5, 0), frozenset({0})),))
+        assert not server.publish(PublishPlacement("vm1", table, "before connect"))
+        r1, w1 = await asyncio.open_unix_connection(str(sock))
+        await read_msgs(r1, 1)
+        r2, w2 = await asyncio.open_unix_connection(str(sock))
+        await read_msgs(r2, 1)
+        assert await r1.read() == b""  # the old connection is dropped
+        w2.write(HELLO)
+        msgs = await read_msgs(r2, 2)
+        assert [m["type"] for m in msgs] == ["welcome", "placement"]
+        assert msgs[1]["version"] == 9
+        w1.close()
+        w2.close()
+
+    run(body, tmp_path)
+
+
+def test_publish_all_applies_tables_and_reports_failures(tmp_path: Path) -> None:
+    async def body(server: ChannelServer, sock: Path) -> None:
+        ok = PublishPlacement("vm1", PlacementTable("vm1", 1, 262144, 0, ()), "ok")
+        unknown = PublishPlacement("vm9", PlacementTable("vm9", 1, 262144, 0, ()), "no vm")
+        bad = PublishPlacement("vm1", PlacementTable("vm1", 2, 1000, 0, ()), "bad chunk")
+        applied, failed = server.publish_all([ok, unknown, bad])
+        assert applied == [ok]
+        assert [(a.vm, "no channel" in why or "chunk_size" in why) for a, why in failed] == [
+            ("vm9", True), ("vm1", True)]
+
+    run(body, tmp_path)
+
+
+def test_connect_mode_dials_qemu_and_redials_after_a_drop(tmp_path: Path) -> None:
+    async def main() -> None:
+        conns: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
+            asyncio.Queue())
+
+        async def qemu(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await conns.put((r, w))
+
+        qsock = tmp_path / "qemu.sock"  # QEMU listens here (server=on)
+        fake = await asyncio.start_unix_server(qemu, path=str(qsock))
+        server = ChannelServer(tmp_path)
+        await server.connect_vm("vm1", qsock, retry_s=0.05)
+        try:
+            r, w = await asyncio.wait_for(conns.get(), 5)
+            assert (await read_msgs(r, 1))[0]["type"] == "sync"
+            w.write(HELLO)
+            assert (await read_msgs(r, 1))[0]["type"] == "welcome"
+            assert server.is_ready("vm1")
+            w.close()  # QEMU drops the connection (e.g. the guest rebooted)
+            r2, w2 = await asyncio.wait_for(conns.get(), 5)
+            assert (await read_msgs(r2, 1))[0]["type"] == "sync"
+            w2.close()
+        finally:
+            await server.close()
+            fake.close()
+        assert qsock.exists()  # QEMU's socket is left alone
+
+    asyncio.run(main())

@@ -1,0 +1,35 @@
+"""Fixtures for the preload shim tests: the built shim, a table and counters."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from unicache_agent.shm import CounterReader, TableWriter
+
+from tests.shim.shimtools import SHIM_DIR, ShimEnv
+
+
+@pytest.fixture(scope="session")
+def shim_build() -> Path:
+    """Builds the shim (idempotent) and returns its directory."""
+    subprocess.run(["make", "-s", "-C", str(SHIM_DIR), "all"], check=True)
+    return Path(SHIM_DIR)
+
+
+@pytest.fixture
+def shim_env(shim_build: Path, tmp_path: Path) -> Iterator[ShimEnv]:
+    table = TableWriter(str(tmp_path / "table"), nbuckets=4096)
+    counters = CounterReader(str(tmp_path / "counters"), nslots=4096)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNICACHE_")}
+    env.update(LD_PRELOAD=str(shim_build / "libunicache.so"),
+               UNICACHE_TABLE=str(tmp_path / "table"),
+               UNICACHE_COUNTERS=str(tmp_path / "counters"))
+    yield ShimEnv(table, counters, env, shim_build / "uc_selftest")
+    table.close()
+    counters.close()
+
+

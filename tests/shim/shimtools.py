@@ -1,0 +1,55 @@
+"""Helpers of the preload shim tests: paths, the ShimEnv bundle, random files."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM_DIR = ROOT / "guest-agent" / "shim"
+sys.path.insert(0, str(ROOT / "guest-agent"))
+
+from unicache_agent.shm import CounterReader, TableWriter, file_id_of  # noqa: E402
+
+CHUNK = 65536
+
+
+@dataclass
+class ShimEnv:
+    """A table, counters and the environment that points the shim at them."""
+
+    table: TableWriter
+    counters: CounterReader
+    env: dict[str, str]
+    selftest: Path
+
+    def file_id(self, path: Path) -> int:
+        st = path.stat()
+        return int(file_id_of(self.table.salt, st.st_dev, st.st_ino))
+
+    def run(self, *args: str, cpu: int | None = None,
+            extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, **(extra or {})}
+        return subprocess.run([str(self.selftest), *args], env=env, capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+
+
+def make_files(dirpath: Path, seed: int) -> list[Path]:
+    """Random files: empty, tiny, page and chunk boundaries, and a few large ones."""
+    rng = random.Random(seed)
+    sizes = [0, 1, 4095, 4096, CHUNK - 1, CHUNK + 1, 3 * CHUNK,
+             rng.randrange(1, 1 << 20), rng.randrange(1 << 20, 3 << 20)]
+    out = []
+    for i, size in enumerate(sizes):
+        p = dirpath / f"f{i}"
+        p.write_bytes(rng.randbytes(size))
+        out.append(p)
+    return out
+
+
+def cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
