@@ -18,6 +18,7 @@ include tools/sim/sim.mk
 include guest-agent/agent.mk
 include images/images.mk
 include libvirt/libvirt.mk
+include tools/colormem/colormem.mk
 
 .PHONY: setup test lint typecheck pytest demo clean apt
 

@@ -119,8 +119,6 @@ def test_daemon_keeps_state_across_libvirtd_restart_and_a_destroyed_domain(
 def test_unicache_run_uses_libvirt_pins_through_it_and_restores(
     libvirtd: Libvirtd, make_domain: Any, socket_dir: Path
 ) -> None:
-    if "connect" not in DaemonConfig.__dataclass_fields__:
-        pytest.skip("the daemon has no --connect yet (libvirt/daemon-wiring.patch not applied)")
     dom = make_domain("run", vcpus=2)
     state = socket_dir / "run-state"
     out = subprocess.run(

@@ -1,0 +1,481 @@
+"""NCC for VMs: node-local replicas of guest page-cache chunks read from remote NUMA nodes.
+
+Follows the dual-layered file cache paper (dual-layered-file-cache-ccnuma.md) §3.2, with
+a guest chunk's primary page-cache copy in the place of the NC entry and a node-local
+replica in the place of the NCC entry:
+
+* generation ("Generation of NCC entries"): a chunk read ``NCC_THRESHOLD`` = 2 times
+  from the same remote node gets a replica on that node; a timer (the caller's round,
+  "every second" in the paper) enables or disables generation per node from its share of
+  free memory;
+* management ("Management of NCC entries"): per node, a variation of MQ with 8 LRU queues
+  ``Q_0..Q_7``, ``Q_i`` holding replicas accessed ``2^i .. 2^(i+1)-1`` times; a hit moves
+  a replica to the MRU end of its queue; aging lowers every frequency by one (never below
+  one); victims are taken from ``Q_0`` to ``Q_7``, LRU first;
+* reclaim ("Hooks for reclaiming NCC entries"): of every three pages asked for, two come
+  from the replicas and one from the primary cache; reclaiming a primary copy drops all
+  its replicas;
+* coherence ("Cache Coherence"): any write to a chunk drops every replica of it and
+  resets its remote-read counters.
+
+Pure: no I/O, no clock, no threads; the same state and events give the same decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from unicache.model import ChunkId
+
+#: §3.2 "Generation of NCC entries": remote reads from one node before a replica is made
+NCC_THRESHOLD = 2
+#: §3.2 "Management of NCC entries": MQ with eight LRU queues Q_0 .. Q_7
+MQ_QUEUES = 8
+#: §3.2 "Hooks for reclaiming": replicas shrink twice as fast as the primary cache
+NCC_RECLAIM_RATIO = 2
+#: §3.2 "Generation of NCC entries": generation off below this share of free memory
+#: (the paper keeps the value unstated; 10 % is unicache's default)
+MIN_FREE_RATIO = 0.10
+
+# Rule names as they appear in reasons, logs and metrics.
+RULE_REPLICATE = "§3.2 generation threshold"
+RULE_PRESSURE = "§3.2 memory-tight timer"
+RULE_MQ_EVICT = "§3.2 MQ victim Q_0..Q_7"
+RULE_WRITE = "§3.2 coherence write-invalidate"
+RULE_PRIMARY_RECLAIMED = "§3.2 NC entry reclaimed"
+RULE_RECLAIM = "§3.2 reclaim 2:1"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ReplicaKey:
+    """A chunk of one VM (guests choose file ids, so the VM is part of the key).
+
+    :param vm: the VM.
+    :param chunk: the chunk.
+    """
+
+    vm: str
+    chunk: ChunkId
+
+    def __str__(self) -> str:
+        return f"{self.vm}/{self.chunk}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMemory:
+    """Free memory of one host NUMA node, observed once per round.
+
+    :param node: the node.
+    :param free_bytes: free memory.
+    :param total_bytes: total memory.
+    """
+
+    node: int
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A guest read of a chunk by a vCPU running on ``node``.
+
+    :param key: the chunk.
+    :param node: the node of the reading vCPU.
+    :param home: the node holding the primary copy.
+    """
+
+    key: ReplicaKey
+    node: int
+    home: int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A write (or memory-mapped write) to a chunk.
+
+    :param key: the chunk.
+    """
+
+    key: ReplicaKey
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryReclaimed:
+    """The primary copy of a chunk was reclaimed.
+
+    :param key: the chunk.
+    """
+
+    key: ReplicaKey
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """The host must free pages (chunks) on a node.
+
+    :param node: the node.
+    :param pages: how many chunks to free.
+    """
+
+    node: int
+    pages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Age:
+    """The primary cache refilled its inactive list: age every replica (MQ aging)."""
+
+
+#: every event the policy handles, in the order they happened
+NccEvent = Read | Write | PrimaryReclaimed | Reclaim | Age
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate:
+    """Make a replica of a chunk on a node.
+
+    :param key: the chunk.
+    :param node: the node.
+    :param reason: one line for humans.
+    """
+
+    key: ReplicaKey
+    node: int
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"replica/{self.key}/{self.node}"
+
+
+@dataclass(frozen=True, slots=True)
+class DropReplica:
+    """Drop the replica of a chunk on a node.
+
+    :param key: the chunk.
+    :param node: the node.
+    :param rule: the rule that produced it.
+    :param reason: one line for humans.
+    """
+
+    key: ReplicaKey
+    node: int
+    rule: str
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"replica/{self.key}/{self.node}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimPrimary:
+    """The primary cache's share of a reclaim: the caller frees this many primary chunks.
+
+    :param node: the node.
+    :param pages: how many chunks.
+    :param reason: one line for humans.
+    """
+
+    node: int
+    pages: int
+    reason: str
+
+
+#: every action the policy returns
+NccAction = Replicate | DropReplica | ReclaimPrimary
+
+
+@dataclass(frozen=True, slots=True)
+class NccParams:
+    """Parameters of NCC.
+
+    :param ncc_threshold: §3.2 remote reads from one node before replicating.
+    :param min_free_ratio: §3.2 generation is off on a node below this free share.
+    :param max_replicas_per_node: replicas a node may hold (its NCC capacity, in chunks).
+    :param reclaim_ratio: §3.2 replicas freed per primary page freed.
+    """
+
+    ncc_threshold: int = NCC_THRESHOLD
+    min_free_ratio: float = MIN_FREE_RATIO
+    max_replicas_per_node: int = 1024
+    reclaim_ratio: int = NCC_RECLAIM_RATIO
+
+    def __post_init__(self) -> None:
+        if self.ncc_threshold < 1 or self.max_replicas_per_node < 0 or self.reclaim_ratio < 0:
+            raise ValueError(f"invalid NccParams: {self}")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Replica:
+    """One replica and its MQ bookkeeping.
+
+    :param key: the chunk.
+    :param node: the node holding it.
+    :param freq: accesses, aged (>= 1).
+    :param last: logical time of the last access (the policy's event counter).
+    """
+
+    key: ReplicaKey
+    node: int
+    freq: int
+    last: int
+
+    @property
+    def queue(self) -> int:
+        """MQ queue index: ``Q_i`` holds frequencies ``2^i .. 2^(i+1)-1``, capped at Q_7."""
+        return min(MQ_QUEUES - 1, max(1, self.freq).bit_length() - 1)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RemoteCount:
+    """Remote reads of a chunk from one node since its last write or replica.
+
+    :param key: the chunk.
+    :param node: the reading node.
+    :param count: reads.
+    """
+
+    key: ReplicaKey
+    node: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NccState:
+    """Everything NCC remembers between rounds (immutable; each round returns a new one).
+
+    :param replicas: live replicas, sorted.
+    :param counters: remote-read counters, sorted.
+    :param disabled: nodes whose replica generation is off (memory tight).
+    :param clock: logical time (events handled so far), for LRU order.
+    """
+
+    replicas: tuple[Replica, ...] = ()
+    counters: tuple[RemoteCount, ...] = ()
+    disabled: frozenset[int] = frozenset()
+    clock: int = 0
+
+    def replica_nodes(self, key: ReplicaKey) -> frozenset[int]:
+        """Nodes holding a replica of a chunk."""
+        return frozenset(r.node for r in self.replicas if r.key == key)
+
+
+@dataclass(frozen=True, slots=True)
+class NccDecision:
+    """What one NCC round decided.
+
+    :param actions: replicate/drop/reclaim actions, in order.
+    :param served: for each read, the node whose copy serves it (home or replica node).
+    :param state: the state after the round.
+    """
+
+    actions: tuple[NccAction, ...]
+    served: tuple[int, ...]
+    state: NccState
+
+
+def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
+    """Replicas in MQ victim order: lower queue first, then least recently used.
+
+    :param replicas: replicas of one node.
+    :returns: them, first victim first.
+    """
+    return tuple(sorted(replicas, key=lambda r: (r.queue, r.last, r.key)))
+
+
+class _Work:
+    """Mutable scratch copy of a state, used only inside :func:`ncc_round`."""
+
+    def __init__(self, state: NccState, params: NccParams) -> None:
+        self.params = params
+        self.replicas = {(r.key, r.node): r for r in state.replicas}
+        self.counters = {(c.key, c.node): c.count for c in state.counters}
+        self.disabled = state.disabled
+        self.clock = state.clock
+        self.actions: list[NccAction] = []
+        self.served: list[int] = []
+
+    def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
+        del self.replicas[(key, node)]
+        self.actions.append(DropReplica(key, node, rule, f"{rule}: {why}"))
+
+    def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
+        for k, node in sorted(k for k in self.replicas if k[0] == key):
+            self.drop(k, node, rule, why)
+
+    def on_node(self, node: int) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.node == node]
+
+    def read(self, ev: Read) -> None:
+        if ev.node == ev.home:
+            self.served.append(ev.home)
+            return
+        have = self.replicas.get((ev.key, ev.node))
+        if have is not None:
+            self.replicas[(ev.key, ev.node)] = Replica(ev.key, ev.node, have.freq + 1, self.clock)
+            self.served.append(ev.node)
+            return
+        self.served.append(ev.home)
+        count = self.counters.get((ev.key, ev.node), 0) + 1
+        self.counters[(ev.key, ev.node)] = count
+        if count < self.params.ncc_threshold:
+            return
+        if ev.node in self.disabled:
+            return  # RULE_PRESSURE: generation is off on this node
+        if self.params.max_replicas_per_node == 0:
+            return
+        resident = self.on_node(ev.node)
+        if len(resident) >= self.params.max_replicas_per_node:
+            victim = mq_order(resident)[0]
+            self.drop(
+                victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
+            )
+        self.replicas[(ev.key, ev.node)] = Replica(ev.key, ev.node, 1, self.clock)
+        del self.counters[(ev.key, ev.node)]
+        self.actions.append(
+            Replicate(
+                ev.key,
+                ev.node,
+                f"{RULE_REPLICATE}: {count} reads from node {ev.node} of a chunk on {ev.home}",
+            )
+        )
+
+    def write(self, ev: Write) -> None:
+        self.drop_all(ev.key, RULE_WRITE, "chunk written")
+        for k in [k for k in self.counters if k[0] == ev.key]:
+            del self.counters[k]
+
+    def reclaim(self, ev: Reclaim) -> None:
+        ratio = self.params.reclaim_ratio
+        want = -(-ev.pages * ratio // (ratio + 1))  # ceil: 3 pages -> 2 replicas + 1 primary
+        victims = mq_order(self.on_node(ev.node))[:want]
+        for v in victims:
+            self.drop(v.key, v.node, RULE_RECLAIM, f"node {ev.node} asked for {ev.pages}")
+        primary = ev.pages - len(victims)
+        if primary > 0:
+            self.actions.append(
+                ReclaimPrimary(
+                    ev.node,
+                    primary,
+                    f"{RULE_RECLAIM}: {len(victims)} of {ev.pages} from replicas",
+                )
+            )
+
+    def age(self) -> None:
+        for k, r in self.replicas.items():
+            self.replicas[k] = Replica(r.key, r.node, max(1, r.freq - 1), r.last)
+
+    def state(self) -> NccState:
+        return NccState(
+            replicas=tuple(sorted(self.replicas.values())),
+            counters=tuple(sorted(RemoteCount(k, n, c) for (k, n), c in self.counters.items())),
+            disabled=self.disabled,
+            clock=self.clock,
+        )
+
+
+def memory_tight_nodes(memory: Iterable[NodeMemory], params: NccParams) -> frozenset[int]:
+    """§3.2 timer: the nodes whose free share is below ``min_free_ratio``.
+
+    :param memory: free memory per node.
+    :param params: the parameters.
+    :returns: nodes where replica generation is off.
+    """
+    return frozenset(
+        m.node
+        for m in memory
+        if m.total_bytes <= 0 or m.free_bytes / m.total_bytes < params.min_free_ratio
+    )
+
+
+def ncc_round(
+    state: NccState,
+    memory: Iterable[NodeMemory],
+    events: Iterable[NccEvent],
+    params: NccParams,
+) -> NccDecision:
+    """One round of NCC: free-memory check, then the events in order.
+
+    1. Nodes below ``min_free_ratio`` free memory stop generating replicas (others
+       resume); existing replicas stay until reclaimed.
+    2. A read from the home node is served by the primary; from another node, by its
+       replica if any (a hit: frequency + 1, MRU); otherwise the primary serves it and
+       the node's counter grows; at ``ncc_threshold`` a replica is made (MQ victim
+       dropped first when the node is full).
+    3. A write drops every replica of the chunk and resets its counters.
+    4. A reclaimed primary copy drops every replica of the chunk.
+    5. A reclaim of ``n`` pages drops ``ceil(n*2/3)`` replicas in MQ order and asks the
+       primary cache for the rest.
+    6. Aging lowers every replica's frequency by one, never below one.
+
+    :param state: the state after the previous round.
+    :param memory: free memory per node, observed this round.
+    :param events: the events of the round, in order.
+    :param params: the parameters.
+    :returns: actions, which node served each read, and the new state.
+    """
+    work = _Work(state, params)
+    work.disabled = memory_tight_nodes(memory, params)
+    for ev in events:
+        work.clock += 1
+        if isinstance(ev, Read):
+            work.read(ev)
+        elif isinstance(ev, Write):
+            work.write(ev)
+        elif isinstance(ev, PrimaryReclaimed):
+            work.drop_all(ev.key, RULE_PRIMARY_RECLAIMED, "primary copy reclaimed")
+        elif isinstance(ev, Reclaim):
+            work.reclaim(ev)
+        else:
+            work.age()
+    return NccDecision(tuple(work.actions), tuple(work.served), work.state())
+
+
+class NccPolicy:
+    """NCC with fixed parameters: ``start`` validates a restored state, ``decide`` runs
+    :func:`ncc_round`.
+
+    Invariants of every state it returns (checked by ``start``):
+
+    1. at most ``max_replicas_per_node`` replicas on a node;
+    2. at most one replica of a chunk per node, with frequency >= 1;
+    3. no replica of a chunk and a pending counter for the same node at once.
+
+    :param params: the parameters.
+    """
+
+    name = "ncc"
+
+    def __init__(self, params: NccParams | None = None) -> None:
+        self.params = params or NccParams()
+
+    def start(self, state: NccState) -> None:
+        """Validate a restored state (idempotent).
+
+        :raises ValueError: naming the broken invariant and the remedy.
+        """
+        where = [(r.key, r.node) for r in state.replicas]
+        per_node: dict[int, int] = {}
+        for r in state.replicas:
+            per_node[r.node] = per_node.get(r.node, 0) + 1
+            if r.freq < 1:
+                raise ValueError(f"ncc invariant 2: replica {r.key} on {r.node} has freq < 1")
+        if any(count > self.params.max_replicas_per_node for count in per_node.values()):
+            raise ValueError(
+                "ncc invariant 1: a node holds more replicas than max_replicas_per_node; "
+                "raise it or discard the state"
+            )
+        if len(set(where)) != len(where):
+            raise ValueError("ncc invariant 2: duplicate replica; discard the state")
+        if {(c.key, c.node) for c in state.counters} & set(where):
+            raise ValueError("ncc invariant 3: counter for a replicated chunk; discard the state")
+
+    def decide(
+        self, state: NccState, memory: Iterable[NodeMemory], events: Iterable[NccEvent]
+    ) -> NccDecision:
+        """One round (see :func:`ncc_round`); the same inputs give the same decision."""
+        return ncc_round(state, memory, events, self.params)
