@@ -54,6 +54,7 @@ def test_no_unit_is_ever_overcommitted_and_no_chunk_exceeds_max_copies(setup, se
         for u, view in t.units.items():
             assigned = sum(st_.size for st_ in t.chunks.values() if u in st_.units)
             assert assigned == t.assigned_bytes(u)
+            assert t.chunks_on(u) == sorted(k for k, st_ in t.chunks.items() if u in st_.units)
             assert assigned <= view.capacity
         assert all(len(st_.units) <= setup[0] for st_ in t.chunks.values())
 

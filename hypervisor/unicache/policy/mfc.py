@@ -176,6 +176,9 @@ class MfcTable:
         self.chunks: dict[ChunkKey, ChunkState] = {}
         # sum over chunks on a unit of S(f): the second term of eq. 2, kept incrementally
         self._assigned: dict[int, int] = dict.fromkeys(self.units, 0)
+        # the chunks on each unit (the inverse of f.cores), so LFU lookups scan one unit's
+        # few chunks instead of every chunk the host remembers
+        self._on_unit: dict[int, set[ChunkKey]] = {u: set() for u in self.units}
 
     # --- bookkeeping ----------------------------------------------------------------------
 
@@ -191,6 +194,7 @@ class MfcTable:
         other = MfcTable(self.params, self.units.values())
         other.chunks = {key: st.copy() for key, st in self.chunks.items()}
         other._assigned = dict(self._assigned)
+        other._on_unit = {u: set(keys) for u, keys in self._on_unit.items()}
         return other
 
     def set_units(self, units: Iterable[UnitView]) -> None:
@@ -198,6 +202,7 @@ class MfcTable:
         self.units = {u.id: u for u in units}
         for unit in self.units:
             self._assigned.setdefault(unit, 0)
+            self._on_unit.setdefault(unit, set())
 
     def assigned_bytes(self, unit: int) -> int:
         """``sum_{f on c} S(f)`` of eq. 2."""
@@ -212,12 +217,14 @@ class MfcTable:
         state = self.chunks[key]
         if unit not in state.units:
             state.units.add(unit)
+            self._on_unit.setdefault(unit, set()).add(key)
             self._assigned[unit] = self._assigned.get(unit, 0) + state.size
 
     def _remove(self, key: ChunkKey, unit: int) -> None:
         state = self.chunks[key]
         if unit in state.units:
             state.units.discard(unit)
+            self._on_unit[unit].discard(key)
             self._assigned[unit] -= state.size
 
     def _chunk(self, key: ChunkKey, size: int) -> ChunkState:
@@ -231,6 +238,7 @@ class MfcTable:
                 self._assigned[unit] -= state.size
                 if self.units[unit].capacity - self._assigned[unit] < size:
                     state.units.discard(unit)
+                    self._on_unit[unit].discard(key)
                 else:
                     self._assigned[unit] += size
             state.size = size
@@ -238,14 +246,14 @@ class MfcTable:
 
     def chunks_on(self, unit: int) -> list[ChunkKey]:
         """Chunks believed cached on a unit, in key order."""
-        return sorted(k for k, st in self.chunks.items() if unit in st.units)
+        return sorted(self._on_unit.get(unit, ()))
 
     def lookup_lfu(self, unit: int, exclude: ChunkKey | None = None) -> ChunkKey | None:
         """``lookup_lfu_file(c)``: the least-used chunk on a unit (ties: lowest key)."""
         best: tuple[int, ChunkKey] | None = None
-        for key, state in self.chunks.items():
-            if unit in state.units and key != exclude:
-                candidate = (state.use.get(unit, 0), key)
+        for key in self._on_unit.get(unit, ()):
+            if key != exclude:
+                candidate = (self.chunks[key].use.get(unit, 0), key)
                 if best is None or candidate < best:
                     best = candidate
         return None if best is None else best[1]
@@ -255,11 +263,11 @@ class MfcTable:
     ) -> tuple[ChunkKey, int] | None:
         # ``lookup_lfu_file()`` over every allowed unit; sort keys: use count, unit, chunk
         best: tuple[int, int, ChunkKey] | None = None
-        for key, state in self.chunks.items():
-            if key == exclude:
-                continue
-            for unit in state.units & allowed:
-                candidate = (state.use.get(unit, 0), unit, key)
+        for unit in allowed:
+            for key in self._on_unit.get(unit, ()):
+                if key == exclude:
+                    continue
+                candidate = (self.chunks[key].use.get(unit, 0), unit, key)
                 if best is None or candidate < best:
                     best = candidate
         return None if best is None else (best[2], best[1])

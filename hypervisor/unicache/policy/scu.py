@@ -29,6 +29,7 @@ from unicache.model import (
 from unicache.policy.mfc import (
     RULE_NON_CACHING,
     ChunkKey,
+    ChunkState,
     MfcParams,
     MfcTable,
     UnitView,
@@ -243,8 +244,11 @@ class ScuPolicy:
         published = dict(state.published)
         actions = []
         live_vms = {vm.name for vm in obs.vms}
+        chunks_of: dict[str, list[tuple[ChunkKey, ChunkState]]] = {}
+        for key, chunk_state in table.chunks.items():  # one pass, not one per VM
+            chunks_of.setdefault(key.vm, []).append((key, chunk_state))
         for vm in sorted(live_vms):
-            entries = self._entries(table, vm, by_vm.get(vm, {}))
+            entries = self._entries(chunks_of.get(vm, []), by_vm.get(vm, {}))
             if vm not in touched and published.get(vm, ()) == entries:
                 continue
             if published.get(vm) == entries:
@@ -297,12 +301,10 @@ class ScuPolicy:
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
 
     def _entries(
-        self, table: MfcTable, vm: str, vcpu_units: Mapping[int, int]
+        self, chunks: list[tuple[ChunkKey, ChunkState]], vcpu_units: Mapping[int, int]
     ) -> tuple[PlacementEntry, ...]:
         entries = []
-        for key, state in table.chunks.items():
-            if key.vm != vm:
-                continue
+        for key, state in chunks:
             units = sorted(state.units & set(vcpu_units.values()))
             if units:
                 # every holder may serve the read (Figure 2 line 31: readers go to a holder;
