@@ -135,7 +135,8 @@ def main() -> int:
     step("Booting a 2-vCPU guest with the unicache agent (accelerator chosen by a probe)")
     vm = QemuVm(VmConfig("demo", vcpus=2, memory_mib=1024), registry)
     record = vm.start()
-    console.print(f"guest up: pid {record.pid}, accelerator {record.accel}")
+    why = vm.accel.line() if vm.accel is not None else f"accelerator: {record.accel}"
+    console.print(f"guest up: pid {record.pid}; {why}")
     daemon = None
     try:
         files = [f"/root/data/f{i}" for i in range(2)]
@@ -179,7 +180,8 @@ def main() -> int:
     console.print(
         "Honest note: this host's two cores share one 32 MiB L3 and the guest runs under "
         f"{record.accel.upper()} on a nested machine, so both runs are served from the same "
-        "L3; what 'on' adds here is the shim's work and thread migration, not more cache. "
+        "L3; what 'on' adds here is the shim's work and its thread migrations (slow under "
+        "TCG), not more cache. "
         "The cache effect is shown by the simulator below."
     )
 
