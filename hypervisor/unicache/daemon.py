@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 import tomllib
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from typing import IO, Any
 
 from unicache.cpulist import format_list
 from unicache.decisionlog import action_record, chunk_record, report_record
-from unicache.errors import ConfigError
+from unicache.errors import ConfigError, UnicacheError
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.live import LiveHost, VmSource
 from unicache.host.perf import PerfCounters, hardware_counters_available
@@ -313,7 +312,7 @@ async def _sync_channels(
             await channel.add_vm(name, sock)
             listening.add(name)
             note(f"vm {name}: listening for its agent on {sock}")
-        except Exception as err:
+        except (UnicacheError, OSError) as err:  # one VM's channel never stops the others
             note(f"vm {name}: no agent channel: {err}")
     for name in sorted(listening - set(running)):
         await channel.remove_vm(name)
@@ -358,8 +357,3 @@ def write_status(
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(status, indent=1))
     os.replace(tmp, path)
-
-
-def main_run(config: DaemonConfig, echo: bool) -> int:
-    """Entry point of ``unicache run``."""
-    return asyncio.run(run_daemon(config, echo=sys.stdout if echo else None))
