@@ -13,8 +13,49 @@ pub const EMPTY: u32 = u32::MAX;
 pub struct Cache {
     sets: u64,
     ways: usize,
-    mask: Option<u64>,
-    tags: Vec<u32>,
+    /// `sets - 1`, used when `pow2`.
+    mask: u64,
+    pow2: bool,
+    tags: Tags,
+}
+
+/// 64-byte block of tags: sets of 8, 16 or 32 ways then never straddle a host cache line.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Block([u32; 16]);
+
+/// The tag array, 64-byte aligned, seen as a slice of `len` tags.
+#[derive(Debug, Clone)]
+struct Tags {
+    blocks: Vec<Block>,
+    len: usize,
+}
+
+impl Tags {
+    fn new(len: usize) -> Self {
+        Tags {
+            blocks: vec![Block([EMPTY; 16]); len.div_ceil(16)],
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for Tags {
+    type Target = [u32];
+    #[inline(always)]
+    fn deref(&self) -> &[u32] {
+        // SAFETY: `Block` is 16 contiguous u32 without padding (repr(C), size 64), and
+        // `len` <= 16 * blocks.len().
+        unsafe { std::slice::from_raw_parts(self.blocks.as_ptr() as *const u32, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Tags {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [u32] {
+        // SAFETY: as in `deref`, with unique access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.blocks.as_mut_ptr() as *mut u32, self.len) }
+    }
 }
 
 /// Result of an insertion.
@@ -32,17 +73,15 @@ impl Cache {
     /// New empty cache of `sets` x `ways` lines.
     pub fn new(sets: u32, ways: u32) -> Self {
         let sets = sets as u64;
-        let mask = if sets.is_power_of_two() {
-            Some(sets - 1)
-        } else {
-            None
-        };
+        let pow2 = sets.is_power_of_two();
+        let mask = sets.wrapping_sub(1);
         let n = (sets as usize) * ways as usize;
         Cache {
             sets,
             ways: ways as usize,
             mask,
-            tags: vec![EMPTY; n],
+            pow2,
+            tags: Tags::new(n),
         }
     }
 
@@ -53,16 +92,34 @@ impl Cache {
 
     #[inline(always)]
     fn base(&self, phys: u64) -> usize {
-        let set = match self.mask {
-            Some(m) => phys & m,
-            None => phys % self.sets,
+        let set = if self.pow2 {
+            phys & self.mask
+        } else {
+            phys % self.sets
         } as usize;
         set * self.ways
     }
 
+    /// The ways of the set starting at `b` (a value of [`Cache::base`]).
+    #[inline(always)]
+    fn set(&self, b: usize) -> &[u32] {
+        debug_assert!(b + self.ways <= self.tags.len());
+        // SAFETY: `base` returns set * ways with set < sets, so b + ways <= sets * ways.
+        unsafe { self.tags.get_unchecked(b..b + self.ways) }
+    }
+
+    /// Mutable ways of the set starting at `b` (a value of [`Cache::base`]).
+    #[inline(always)]
+    fn set_mut(&mut self, b: usize) -> &mut [u32] {
+        debug_assert!(b + self.ways <= self.tags.len());
+        let w = self.ways;
+        // SAFETY: as in `set`.
+        unsafe { self.tags.get_unchecked_mut(b..b + w) }
+    }
+
     #[inline(always)]
     fn find(&self, base: usize, id: u32) -> Option<usize> {
-        simd::find(&self.tags[base..base + self.ways], id)
+        simd::find(self.set(base), id)
     }
 
     /// Ask the CPU to bring the set of `phys` into its caches (a hint; no effect on state).
@@ -97,7 +154,25 @@ impl Cache {
         match self.find(b, id) {
             Some(0) => true,
             Some(i) => {
-                simd::push_front(&mut self.tags[b..b + self.ways], i, id);
+                simd::push_front(self.set_mut(b), i, id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Look `id` up; on a hit either take it out (`take`) or make it most-recently used.
+    /// Returns whether it hit. Same as [`Cache::touch`] then, if `take`, [`Cache::remove`].
+    #[inline(always)]
+    pub fn touch_or_take(&mut self, phys: u64, id: u32, take: bool) -> bool {
+        let b = self.base(phys);
+        match self.find(b, id) {
+            Some(i) => {
+                if take {
+                    simd::pull_down(self.set_mut(b), i);
+                } else if i > 0 {
+                    simd::push_front(self.set_mut(b), i, id);
+                }
                 true
             }
             None => false,
@@ -110,7 +185,7 @@ impl Cache {
         let b = self.base(phys);
         match self.find(b, id) {
             Some(i) => {
-                simd::pull_down(&mut self.tags[b..b + self.ways], i);
+                simd::pull_down(self.set_mut(b), i);
                 true
             }
             None => false,
@@ -121,10 +196,25 @@ impl Cache {
     #[inline]
     pub fn insert(&mut self, phys: u64, id: u32) -> Inserted {
         let b = self.base(phys);
+        if self.ways >= 16 {
+            // one shift either way: up to the hit way, or over the whole set
+            let last = self.ways - 1;
+            let hit = self.find(b, id);
+            let upto = hit.unwrap_or(last);
+            let old = self.set(b)[last];
+            simd::push_front(self.set_mut(b), upto, id);
+            return if hit.is_some() {
+                Inserted::Present
+            } else if old == EMPTY {
+                Inserted::Fresh
+            } else {
+                Inserted::Evicted(old)
+            };
+        }
         match self.find(b, id) {
             Some(0) => Inserted::Present,
             Some(i) => {
-                simd::push_front(&mut self.tags[b..b + self.ways], i, id);
+                simd::push_front(self.set_mut(b), i, id);
                 Inserted::Present
             }
             None => self.insert_absent_at(b, id),
@@ -140,9 +230,9 @@ impl Cache {
 
     #[inline(always)]
     fn insert_absent_at(&mut self, b: usize, id: u32) -> Inserted {
-        let end = b + self.ways;
-        let old = self.tags[end - 1];
-        simd::push_front(&mut self.tags[b..end], self.ways - 1, id);
+        let last = self.ways - 1;
+        let old = self.set(b)[self.ways - 1];
+        simd::push_front(self.set_mut(b), last, id);
         if old == EMPTY {
             Inserted::Fresh
         } else {
@@ -194,6 +284,30 @@ mod simd {
                     };
                 }
                 let needle = _mm512_set1_epi32(id as i32);
+                if n == 16 {
+                    let v = _mm512_loadu_si512(set.as_ptr() as *const __m512i);
+                    let m = _mm512_cmpeq_epi32_mask(v, needle);
+                    return if m == 0 {
+                        None
+                    } else {
+                        Some(m.trailing_zeros() as usize)
+                    };
+                }
+                if n == 32 {
+                    let p = set.as_ptr() as *const __m256i;
+                    let nd = _mm256_set1_epi32(id as i32);
+                    let m = (_mm256_cmpeq_epi32_mask(_mm256_loadu_si256(p), nd) as u32)
+                        | ((_mm256_cmpeq_epi32_mask(_mm256_loadu_si256(p.add(1)), nd) as u32) << 8)
+                        | ((_mm256_cmpeq_epi32_mask(_mm256_loadu_si256(p.add(2)), nd) as u32)
+                            << 16)
+                        | ((_mm256_cmpeq_epi32_mask(_mm256_loadu_si256(p.add(3)), nd) as u32)
+                            << 24);
+                    return if m == 0 {
+                        None
+                    } else {
+                        Some(m.trailing_zeros() as usize)
+                    };
+                }
                 let mut off = 0;
                 while off < n {
                     let m = if n - off >= 16 {
@@ -228,6 +342,55 @@ mod simd {
                     let shifted = _mm256_alignr_epi32(v, _mm256_set1_epi32(id as i32), 7);
                     let keep = (0xFFu32 << (upto + 1)) as u8; // lanes above `upto` stay
                     _mm256_storeu_si256(p, _mm256_mask_blend_epi32(keep, shifted, v));
+                    return;
+                }
+                if n == 32 {
+                    // branch-free, in 8-lane groups: lanes above `upto` kept
+                    let p = set.as_mut_ptr() as *mut __m256i;
+                    let keep_all = ((!0u64) << (upto + 1)) as u32;
+                    let v0 = _mm256_loadu_si256(p);
+                    let v1 = _mm256_loadu_si256(p.add(1));
+                    let v2 = _mm256_loadu_si256(p.add(2));
+                    let v3 = _mm256_loadu_si256(p.add(3));
+                    let s0 = _mm256_alignr_epi32(v0, _mm256_set1_epi32(id as i32), 7);
+                    let s1 = _mm256_alignr_epi32(v1, v0, 7);
+                    let s2 = _mm256_alignr_epi32(v2, v1, 7);
+                    let s3 = _mm256_alignr_epi32(v3, v2, 7);
+                    _mm256_storeu_si256(p, _mm256_mask_blend_epi32(keep_all as u8, s0, v0));
+                    _mm256_storeu_si256(
+                        p.add(1),
+                        _mm256_mask_blend_epi32((keep_all >> 8) as u8, s1, v1),
+                    );
+                    _mm256_storeu_si256(
+                        p.add(2),
+                        _mm256_mask_blend_epi32((keep_all >> 16) as u8, s2, v2),
+                    );
+                    _mm256_storeu_si256(
+                        p.add(3),
+                        _mm256_mask_blend_epi32((keep_all >> 24) as u8, s3, v3),
+                    );
+                    return;
+                }
+                if n == 16 || n == 32 {
+                    // branch-free: every group is rewritten, lanes above `upto` kept
+                    let p = set.as_mut_ptr() as *mut i32;
+                    let a = _mm512_loadu_si512(p as *const __m512i);
+                    let idv = _mm512_set1_epi32(id as i32);
+                    let keep_all = ((!0u64) << (upto + 1)) as u32;
+                    let sa = _mm512_alignr_epi32(a, idv, 15);
+                    if n == 32 {
+                        let b = _mm512_loadu_si512(p.add(16) as *const __m512i);
+                        let sb = _mm512_alignr_epi32(b, a, 15);
+                        let kb = (keep_all >> 16) as u16;
+                        _mm512_storeu_si512(
+                            p.add(16) as *mut __m512i,
+                            _mm512_mask_blend_epi32(kb, sb, b),
+                        );
+                    }
+                    _mm512_storeu_si512(
+                        p as *mut __m512i,
+                        _mm512_mask_blend_epi32(keep_all as u16, sa, a),
+                    );
                     return;
                 }
                 if n.is_multiple_of(16) {
@@ -271,6 +434,33 @@ mod simd {
                     let shifted = _mm256_alignr_epi32(_mm256_set1_epi32(-1), v, 1);
                     let keep = ((1u32 << i) - 1) as u8; // lanes below `i` stay
                     _mm256_storeu_si256(p, _mm256_mask_blend_epi32(keep, shifted, v));
+                    return;
+                }
+                if n == 16 || n == 32 {
+                    // branch-free: every group is rewritten, lanes below `i` kept
+                    let p = set.as_mut_ptr() as *mut i32;
+                    let a = _mm512_loadu_si512(p as *const __m512i);
+                    let empty = _mm512_set1_epi32(-1);
+                    let keep_all = ((1u64 << i) - 1) as u32;
+                    if n == 32 {
+                        let b = _mm512_loadu_si512(p.add(16) as *const __m512i);
+                        let sa = _mm512_alignr_epi32(b, a, 1);
+                        let sb = _mm512_alignr_epi32(empty, b, 1);
+                        _mm512_storeu_si512(
+                            p as *mut __m512i,
+                            _mm512_mask_blend_epi32(keep_all as u16, sa, a),
+                        );
+                        _mm512_storeu_si512(
+                            p.add(16) as *mut __m512i,
+                            _mm512_mask_blend_epi32((keep_all >> 16) as u16, sb, b),
+                        );
+                    } else {
+                        let sa = _mm512_alignr_epi32(empty, a, 1);
+                        _mm512_storeu_si512(
+                            p as *mut __m512i,
+                            _mm512_mask_blend_epi32(keep_all as u16, sa, a),
+                        );
+                    }
                     return;
                 }
                 if n.is_multiple_of(16) {

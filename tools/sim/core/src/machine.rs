@@ -8,7 +8,7 @@
 //! The engine assigns slots page by page as it allocates frames; a raw trace uses the
 //! line address itself as the slot.
 
-use crate::cache::{Cache, Inserted};
+use crate::cache::{Cache, Inserted, EMPTY};
 use crate::config::{Inclusion, MachineConfig};
 use crate::error::{Result, SimError};
 
@@ -62,14 +62,14 @@ pub struct Machine {
     /// `inst[i][cpu]`: instance of level i serving cpu (copied out of the config).
     inst: Vec<Vec<u32>>,
     victim_filled: Vec<bool>,
-    /// Level is victim-filled and each of its instances sits under exactly one instance of
-    /// the level above: a victim arriving there cannot already be present.
-    sole_victim_target: Vec<bool>,
-    inclusive: Vec<bool>,
-    /// `parent[j][inst]`: instance of level j+1 under instance `inst` of level j.
-    parent: Vec<Vec<u32>>,
-    /// `covered[j][inst]`: (level, instance) pairs above instance `inst` of level j.
-    covered: Vec<Vec<Vec<(usize, u32)>>>,
+    /// `below[c]`: index in `caches` of the instance under cache `c` (unused for the last level).
+    below: Vec<u32>,
+    /// `covered_c[c]`: indices in `caches` of the instances above cache `c`.
+    covered_c: Vec<Vec<u32>>,
+    /// `victim_action[j]`: what happens to a line evicted from level j.
+    victim_action: Vec<VictimAction>,
+    /// Levels filled on a miss below them (L1 always, then non-victim-filled ones), L1 last.
+    fill_levels: Vec<usize>,
     /// Group (last-level instance) of each CPU.
     group_of: Vec<u32>,
     n_groups: usize,
@@ -86,6 +86,32 @@ pub struct Machine {
     busy_until: Vec<f64>,
     service: Vec<f64>,
     counters: Counters,
+}
+
+/// What becomes of a line evicted from a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct VictimAction {
+    /// The level is inclusive (and not L1): drop the line from the levels above.
+    back_invalidate: bool,
+    /// Where the line goes next.
+    down: Down,
+}
+
+/// A level that drops its victims without touching the levels above.
+const LAST_DROP: VictimAction = VictimAction {
+    back_invalidate: false,
+    down: Down::Drop,
+};
+
+/// Destination of an evicted line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Down {
+    /// Out of the hierarchy (no victim-filled level below).
+    Drop,
+    /// Into the victim-filled level below, where it cannot already be.
+    Sole,
+    /// Into the victim-filled level below, where another copy may already be.
+    Shared,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +181,39 @@ impl Machine {
             sole_victim_target[l] =
                 cfg.levels[l].inclusion.victim_filled() && children.iter().all(|ch| ch.len() == 1);
         }
+        let mut below = vec![u32::MAX; caches.len()];
+        let mut covered_c = vec![Vec::new(); caches.len()];
+        for j in 0..n {
+            for (k, up) in covered[j].iter().enumerate() {
+                covered_c[level_base[j] + k] = up
+                    .iter()
+                    .map(|&(l, i)| (level_base[l] + i as usize) as u32)
+                    .collect();
+            }
+            if j + 1 < n {
+                for (k, &p) in parent[j].iter().enumerate() {
+                    below[level_base[j] + k] = (level_base[j + 1] + p as usize) as u32;
+                }
+            }
+        }
+        let fill_levels: Vec<usize> = (0..n)
+            .rev()
+            .filter(|&j| j == 0 || !cfg.levels[j].inclusion.victim_filled())
+            .collect();
+        let victim_action: Vec<VictimAction> = (0..n)
+            .map(|j| VictimAction {
+                back_invalidate: j > 0 && cfg.levels[j].inclusion == Inclusion::Inclusive,
+                down: if j + 1 < n && cfg.levels[j + 1].inclusion.victim_filled() {
+                    if sole_victim_target[j + 1] {
+                        Down::Sole
+                    } else {
+                        Down::Shared
+                    }
+                } else {
+                    Down::Drop
+                },
+            })
+            .collect();
         let group_of: Vec<u32> = cfg.levels[n - 1].instance_of.clone();
         let n_groups = n_inst[n - 1];
         let line = cfg.line_size as u64;
@@ -184,14 +243,10 @@ impl Machine {
                 .iter()
                 .map(|l| l.inclusion.victim_filled())
                 .collect(),
-            sole_victim_target,
-            inclusive: cfg
-                .levels
-                .iter()
-                .map(|l| l.inclusion == Inclusion::Inclusive)
-                .collect(),
-            parent,
-            covered,
+            below,
+            covered_c,
+            victim_action,
+            fill_levels,
             group_of,
             n_groups,
             dir: Vec::new(),
@@ -366,7 +421,7 @@ impl Machine {
 
     /// Access the line `phys` (slot `slot`) from `cpu` at thread time `now`;
     /// returns where it was served from and the stall cycles.
-    #[inline]
+    #[inline(always)]
     pub fn access(
         &mut self,
         cpu: usize,
@@ -385,23 +440,24 @@ impl Machine {
             }
             return self.miss(cpu, phys, slot, now, false);
         }
-        for i in 0..n {
+        if self.caches[self.hier[h] as usize].touch(phys, slot) {
+            return self.count(Source::Level(0), self.hit_cycles[0]);
+        }
+        for i in 1..n {
             let c = self.hier[h + i] as usize;
-            if self.caches[c].touch(phys, slot) {
-                if i > 0 {
-                    if self.victim_filled[i] {
-                        self.caches[c].remove(phys, slot);
-                        self.dec(slot, self.group_of[cpu] as usize);
-                    }
-                    self.fill(cpu, phys, slot, i);
+            let take = self.victim_filled[i];
+            if self.caches[c].touch_or_take(phys, slot, take) {
+                if take {
+                    self.dec(slot, self.group_of[cpu] as usize);
                 }
+                self.fill(cpu, phys, slot, i);
                 return self.count(Source::Level(i), self.hit_cycles[i]);
             }
         }
         self.miss(cpu, phys, slot, now, true)
     }
 
-    #[inline]
+    #[inline(always)]
     fn count(&mut self, src: Source, cycles: f64) -> (Source, f64) {
         let k = self.source_index(src);
         self.counters.served[k] += 1;
@@ -409,7 +465,7 @@ impl Machine {
     }
 
     /// The line is in none of `cpu`'s own levels: a group-mate, another group, or DRAM.
-    #[inline]
+    #[inline(always)]
     fn miss(
         &mut self,
         cpu: usize,
@@ -421,10 +477,17 @@ impl Machine {
         let own = self.group_of[cpu] as usize;
         let base = slot as usize * self.n_groups;
         let counts = &self.dir[base..base + self.n_groups];
-        let result = if counts[own] > 0 {
-            self.count(Source::SameGroup, self.cfg.same_group_c2c_cycles)
-        } else if counts.iter().any(|&c| c > 0) {
-            self.count(Source::CrossGroup, self.cfg.cross_group_c2c_cycles)
+        let same = counts[own] > 0;
+        let result = if same || counts.iter().any(|&c| c > 0) {
+            // selects rather than branches: which cache serves is data-dependent
+            let n = self.n_levels;
+            let (src, k, cycles) = if same {
+                (Source::SameGroup, n, self.cfg.same_group_c2c_cycles)
+            } else {
+                (Source::CrossGroup, n + 1, self.cfg.cross_group_c2c_cycles)
+            };
+            self.counters.served[k] += 1;
+            (src, cycles)
         } else {
             self.dram(cpu, phys, now)
         };
@@ -460,64 +523,80 @@ impl Machine {
 
     /// Install the line in `cpu`'s levels above `upto` that are filled on misses (L1
     /// always). The line is known to be absent from all of them.
-    #[inline]
+    #[inline(always)]
     fn fill(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
         let g = self.group_of[cpu] as usize;
-        for j in (0..upto).rev() {
-            if j > 0 && self.victim_filled[j] {
+        let h = cpu * self.n_levels;
+        for k in 0..self.fill_levels.len() {
+            let j = self.fill_levels[k];
+            if j >= upto {
                 continue;
             }
-            let inst = self.inst[j][cpu];
-            match self.caches[self.level_base[j] + inst as usize].insert_absent(phys, slot) {
+            let c = self.hier[h + j];
+            match self.caches[c as usize].insert_absent(phys, slot) {
                 Inserted::Present => {}
                 Inserted::Fresh => self.inc(slot, g),
                 Inserted::Evicted(v) => {
                     self.inc(slot, g);
-                    self.evicted(j, inst, v, g);
+                    self.evicted(j, c, v, g);
                 }
             }
         }
     }
 
-    /// Line `v` was pushed out of (level j, instance inst) in group g: back-invalidate above
+    /// Line `v` was pushed out of (level j, cache index c) in group g: back-invalidate above
     /// an inclusive level, then move it into a victim-filled level below or drop it.
-    fn evicted(&mut self, mut j: usize, mut inst: u32, mut v: u32, g: usize) {
-        let n = self.n_levels;
+    #[inline(always)]
+    fn evicted(&mut self, mut j: usize, mut c: u32, mut v: u32, g: usize) {
         loop {
             let vphys = self.phys_of(v);
-            if j > 0 && self.inclusive[j] {
-                for idx in 0..self.covered[j][inst as usize].len() {
-                    let (k, up) = self.covered[j][inst as usize][idx];
-                    if self.caches[self.level_base[k] + up as usize].remove(vphys, v) {
+            let action = self.victim_action[j];
+            if action.back_invalidate {
+                for idx in 0..self.covered_c[c as usize].len() {
+                    let up = self.covered_c[c as usize][idx];
+                    if self.caches[up as usize].remove(vphys, v) {
                         self.dec(v, g);
                     }
                 }
             }
-            if j + 1 < n && self.victim_filled[j + 1] {
-                let below = self.parent[j][inst as usize];
-                let target = &mut self.caches[self.level_base[j + 1] + below as usize];
-                let placed = if self.sole_victim_target[j + 1] {
-                    target.insert_absent(vphys, v)
-                } else {
-                    target.insert(vphys, v)
-                };
-                match placed {
-                    // another copy was already there: one copy fewer in the group
-                    Inserted::Present => {
-                        self.dec(v, g);
+            let placed = match action.down {
+                Down::Drop => {
+                    self.dec(v, g);
+                    return;
+                }
+                Down::Sole => self.caches[self.below[c as usize] as usize].insert_absent(vphys, v),
+                Down::Shared => {
+                    let below = self.below[c as usize] as usize;
+                    let placed = self.caches[below].insert(vphys, v);
+                    if self.victim_action[j + 1] == LAST_DROP {
+                        // the level below drops its victims: one copy fewer either way
+                        // (the arriving copy if already there, else the evicted line)
+                        let gone = match placed {
+                            Inserted::Present => v,
+                            Inserted::Evicted(x) => x,
+                            Inserted::Fresh => EMPTY,
+                        };
+                        if gone != EMPTY {
+                            self.dec(gone, g);
+                        }
                         return;
                     }
-                    // moved down: same number of copies
-                    Inserted::Fresh => return,
-                    Inserted::Evicted(w) => {
-                        j += 1;
-                        inst = below;
-                        v = w;
-                    }
+                    placed
                 }
-            } else {
-                self.dec(v, g);
-                return;
+            };
+            match placed {
+                // another copy was already there: one copy fewer in the group
+                Inserted::Present => {
+                    self.dec(v, g);
+                    return;
+                }
+                // moved down: same number of copies
+                Inserted::Fresh => return,
+                Inserted::Evicted(w) => {
+                    c = self.below[c as usize];
+                    j += 1;
+                    v = w;
+                }
             }
         }
     }
