@@ -90,3 +90,12 @@ def test_corrupt_journal_is_a_state_error_that_names_the_remedy(tmp_path: Path) 
     (tmp_path / "journal.json").write_text("{nope")
     with pytest.raises(StateError, match="remove it to start afresh"):
         Actuator(tmp_path / "journal.json")
+
+
+def test_a_vcpu_without_host_thread_is_never_pinned_as_the_calling_thread(
+    tmp_path: Path,
+) -> None:
+    before = os.sched_getaffinity(0)
+    with pytest.raises(ProcessLookupError, match="no host thread"):
+        Actuator(tmp_path / "journal.json").set_affinity("affinity/xen/vcpu0", 0, {0})
+    assert os.sched_getaffinity(0) == before

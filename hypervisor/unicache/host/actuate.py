@@ -114,6 +114,9 @@ class Actuator:
         :raises OSError: if the thread is gone or the set is invalid.
         """
         wanted = frozenset(cpus)
+        if tid <= 0:
+            # 0 would be the calling thread: a vCPU without a host thread is its backend's
+            raise ProcessLookupError(f"{key}: no host thread to pin")
         if self.dry_run or self._last.get(key) == wanted:
             return wanted
         saved = self._saved.get(key)

@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -405,6 +405,9 @@ class LibvirtVmSource:
             except ProtocolError as err:
                 self._note(f"domain {dom.name()}: {err}; left out")
                 continue
+            if self.driver != "QEMU":
+                # no host threads: this round's vCPU CPU times and pins from the hypervisor
+                known = replace(known, vm=replace(known.vm, vcpu_times=_vcpu_times(dom)))
             seen[known.vm.name] = known
         with self._lock:
             for name in sorted(set(self._known) - set(seen)):
@@ -771,6 +774,19 @@ def make_actuator(source: VmSource, journal: Path, dry_run: bool = False) -> Act
 
 
 # Section: choosing the backend -----------------------------------------------------------
+
+
+def _vcpu_times(dom: Any) -> dict[int, tuple[frozenset[int], int]]:
+    """vCPU -> (its CPUs, CPU time ns) from ``virDomainGetVcpus``; empty if it fails."""
+    try:
+        infos, maps = dom.vcpus()
+    except libvirt.libvirtError as err:
+        log.info("domain %s: no vCPU times this round: %s", dom.name(), _message(err))
+        return {}
+    return {
+        int(info[0]): (frozenset(i for i, on in enumerate(cpumap) if on), int(info[2]))
+        for info, cpumap in zip(infos, maps, strict=False)
+    }
 
 
 def choose_vm_source(connect_uri: str | None, state_dir: Path) -> tuple[VmSource, str]:

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +24,7 @@ from unicache.host.perf import PerfPort, ThreadCounts
 from unicache.model import (
     Action,
     CounterSample,
+    CounterSource,
     GuestReport,
     Observation,
     PinVcpu,
@@ -46,6 +47,8 @@ class RunningVm:
     :param vcpu_threads: vCPU index -> host thread id.
     :param agent_socket: the unix socket of its guest channel, if it has one.
     :param memory_bytes: guest RAM.
+    :param vcpu_times: vCPUs that run on no host thread (Xen through libvirt): index ->
+        (their CPUs, cumulative CPU time in ns) as the hypervisor reports them this round.
     """
 
     name: str
@@ -53,6 +56,7 @@ class RunningVm:
     vcpu_threads: Mapping[int, int]
     agent_socket: Path | None = None
     memory_bytes: int = 0
+    vcpu_times: Mapping[int, tuple[frozenset[int], int]] = field(default_factory=dict)
 
 
 class VmSource(Protocol):
@@ -102,6 +106,7 @@ class LiveHost:
         self._clock = clock
         self._tick = 0
         self._last: dict[int, tuple[float, ThreadCounts]] = {}
+        self._last_time: dict[VcpuId, tuple[float, int]] = {}
         self._running: dict[str, RunningVm] = {}
 
     @property
@@ -119,6 +124,9 @@ class LiveHost:
             for index, tid in self._running[name].vcpu_threads.items():
                 self._perf.forget(tid)
                 self._last.pop(tid, None)
+                self._actuator.forget(f"affinity/{VcpuId(name, index)}")
+            for index in self._running[name].vcpu_times:
+                self._last_time.pop(VcpuId(name, index), None)
                 self._actuator.forget(f"affinity/{VcpuId(name, index)}")
         self._running = running
         reports = [r for r in self._reports() if r.vm in running]
@@ -142,7 +150,15 @@ class LiveHost:
                 sample = self._sample(vid, tid, now, guest_bytes.get(vid, 0))
                 if sample is not None:
                     samples.append(sample)
-            vms.append(Vm(name, tuple(vcpus), rvm.memory_bytes))
+            for index, (cpus, cpu_ns) in sorted(rvm.vcpu_times.items()):
+                if index in rvm.vcpu_threads:
+                    continue
+                vid = VcpuId(name, index)
+                vcpus.append(Vcpu(vid, None, cpus))
+                timed = self._time_sample(vid, cpu_ns, now, guest_bytes.get(vid, 0))
+                if timed is not None:
+                    samples.append(timed)
+            vms.append(Vm(name, tuple(sorted(vcpus, key=lambda v: v.id)), rvm.memory_bytes))
         self._tick += 1
         return Observation(self._tick, tuple(vms), tuple(samples), tuple(reports))
 
@@ -169,6 +185,25 @@ class LiveHost:
             task_clock_ns=delta.task_clock_ns,
         )
 
+    def _time_sample(
+        self, vid: VcpuId, cpu_ns: int, now: float, nbytes: int
+    ) -> CounterSample | None:
+        # a vCPU without a host thread: its CPU time as the hypervisor counts it stands in
+        # for task-clock (no per-thread perf counters exist for it)
+        previous = self._last_time.get(vid)
+        self._last_time[vid] = (now, cpu_ns)
+        if previous is None:
+            return None
+        then, earlier = previous
+        ran = max(cpu_ns - earlier, 0)
+        return CounterSample(
+            vcpu=vid,
+            source=CounterSource.SOFTWARE,
+            busy=min(ran / max((now - then) * 1e9, 1.0), 1.0),
+            guest_bytes=nbytes,
+            task_clock_ns=ran,
+        )
+
     def act(self, actions: Sequence[Action]) -> ActResult:
         """Carry out actions; one failure never stops the rest."""
         applied: list[Action] = []
@@ -190,13 +225,17 @@ class LiveHost:
                 return "no guest channel"
             return None if self._publisher.publish(action) else "agent not connected"
         rvm = self._running.get(action.vcpu.vm)
-        tid = None if rvm is None else rvm.vcpu_threads.get(action.vcpu.index)
-        if rvm is None or tid is None:
+        index = action.vcpu.index
+        if rvm is None or (index not in rvm.vcpu_threads and index not in rvm.vcpu_times):
             return f"{action.vcpu} is not running"
+        tid = rvm.vcpu_threads.get(index)
         if isinstance(action, PinVcpu):
-            self._actuator.set_affinity(action.target, tid, action.cpus)
+            # no host thread (Xen): tid 0 tells the actuator to pin through the hypervisor
+            self._actuator.set_affinity(action.target, tid or 0, action.cpus)
             return None
         if isinstance(action, SetCpuWeight):
+            if tid is None:
+                return "cpu.weight needs a host thread; this vCPU has none"
             if self._weights is None:
                 return "cpu.weight not available (see the startup line)"
             self._weights.set_weight(rvm.name, rvm.pid, action.vcpu.index, tid, action.weight)
