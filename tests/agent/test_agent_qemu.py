@@ -1,7 +1,7 @@
 """The agent and the shim in a real guest (QEMU, TCG) with the host channel over virtio-serial.
 
-Runs when the guest image has been built (``make image``; tests/integration builds it too)
-and QEMU is installed; skipped otherwise, with the reason. Commands run in the guest through
+Builds the guest image when it is missing (``make image``, as tests/integration does) and
+fails, never skips, without QEMU. Commands run in the guest through
 the image's demo runner (images/guest/unicache-runner.py, control port).
 """
 
@@ -14,16 +14,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from unicache.channel import ChannelParams, ChannelServer
+from unicache.host.qemu import ensure_image
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
 
-IMAGE = Path(__file__).resolve().parents[2] / "build" / "images" / "debian12"
-QEMU = shutil.which("qemu-system-x86_64")
-
-pytestmark = pytest.mark.skipif(
-    QEMU is None or not (IMAGE / "image.json").exists(),
-    reason="needs qemu-system-x86_64 and the guest image (make image)")
+IMAGE = ensure_image().directory
+QEMU = shutil.which("qemu-system-x86_64") or "qemu-system-x86_64 (not installed: make setup)"
 
 
 async def guest_run(ctl: Path, argv: list[str], timeout: float = 60) -> dict[str, object]:
