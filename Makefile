@@ -19,6 +19,7 @@ include guest-agent/agent.mk
 include images/images.mk
 include libvirt/libvirt.mk
 include tools/colormem/colormem.mk
+-include qemu-patches/qemu.mk
 
 .PHONY: setup test lint typecheck pytest demo clean apt
 

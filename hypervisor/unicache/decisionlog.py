@@ -11,10 +11,13 @@ from typing import Any
 from unicache.cpulist import format_list
 from unicache.model import (
     Action,
+    AssignColor,
     ChunkDecision,
+    DropReplica,
     GuestReport,
     PinVcpu,
     PublishPlacement,
+    Replicate,
     SetCpuWeight,
 )
 
@@ -50,9 +53,28 @@ def action_record(tick: int, action: Action) -> dict[str, Any]:
                     "vcpus": format_list(e.vcpus),
                     "caching": e.caching,
                     "migration_budget": e.migration_budget,
+                    "color_node": e.color_node,
+                    "replica_nodes": format_list(e.replica_nodes),
                 }
                 for e in table.entries
             ],
+        )
+    elif isinstance(action, AssignColor):
+        record.update(
+            vm=action.vm,
+            file=f"{action.file_id:x}",
+            chunks=f"{action.first_chunk}-{action.last_chunk}",
+            color=action.color,
+            color_node=action.color_node,
+            rule=action.rule,
+        )
+    elif isinstance(action, Replicate | DropReplica):
+        record.update(
+            vm=action.vm,
+            file=f"{action.chunk.file_id:x}",
+            chunk=action.chunk.index,
+            node=action.node,
+            rule=action.rule,
         )
     record["reason"] = action.reason
     return record

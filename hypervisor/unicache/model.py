@@ -45,17 +45,44 @@ class Vcpu:
 
 
 @dataclass(frozen=True, slots=True)
+class GuestNode:
+    """One guest NUMA node as the host built it.
+
+    :param node: the guest's node id.
+    :param vcpus: vCPU indices on the node (empty: a memory-only node).
+    :param memory_bytes: the node's memory.
+    :param colors: host LLC page colors backing the node's memory; empty = not colored
+        (its pages may have any color). SRM-buffer confines page cache to colored nodes.
+    """
+
+    node: int
+    vcpus: frozenset[int]
+    memory_bytes: int
+    colors: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Vm:
     """A virtual machine managed by unicache.
 
     :param name: unique name on the host.
     :param vcpus: its vCPUs, ordered by index.
     :param memory_bytes: guest RAM.
+    :param nodes: its guest NUMA nodes, by node id (empty: unknown or one node).
     """
 
     name: str
     vcpus: tuple[Vcpu, ...]
     memory_bytes: int = 0
+    nodes: tuple[GuestNode, ...] = ()
+
+    def colored_nodes(self) -> tuple[GuestNode, ...]:
+        """The guest nodes backed by host pages of chosen colors, by node id."""
+        return tuple(n for n in self.nodes if n.colors)
+
+    def node_of_vcpu(self, index: int) -> int:
+        """The guest node of a vCPU (-1 when the VM has no NUMA layout or lacks the vCPU)."""
+        return next((n.node for n in self.nodes if index in n.vcpus), -1)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -125,6 +152,10 @@ class ChunkAccess:
     :param reads: number of read calls.
     :param writes: number of write calls that touched the chunk.
     :param vcpu_bytes: ``(vcpu index, bytes read)`` pairs, sorted by vCPU index.
+    :param home_node: the guest node holding the chunk's page-cache pages (its first
+        page), -1 when unknown (NCC's primary copy).
+    :param node_reads: ``(guest node, reads)`` pairs, sorted by node: reads by threads
+        running on that node's vCPUs (NCC counts remote reads per node).
     """
 
     chunk: ChunkId
@@ -132,6 +163,8 @@ class ChunkAccess:
     reads: int
     writes: int = 0
     vcpu_bytes: tuple[tuple[int, int], ...] = ()
+    home_node: int = -1
+    node_reads: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +184,20 @@ class AgentHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeMemory:
+    """Free memory of one NUMA node (a guest's, from its report; or the host's).
+
+    :param node: the node.
+    :param free_bytes: free memory.
+    :param total_bytes: total memory.
+    """
+
+    node: int
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class GuestReport:
     """One periodic report from a guest agent, already validated and bounded by the channel.
 
@@ -161,6 +208,10 @@ class GuestReport:
     :param guest_vcpus: how many vCPUs the guest sees online.
     :param guest_nodes: the guest's NUMA node ids.
     :param health: the agent's health.
+    :param node_memory: the guest nodes' free memory (NCC turns replication off on a
+        node whose free share is low).
+    :param modified_files: file ids written in the interval by processes without the shim
+        (fanotify/inotify), whose replicas must all be dropped.
     """
 
     vm: str
@@ -170,6 +221,8 @@ class GuestReport:
     guest_vcpus: int = 0
     guest_nodes: tuple[int, ...] = ()
     health: AgentHealth = field(default_factory=AgentHealth)
+    node_memory: tuple[NodeMemory, ...] = ()
+    modified_files: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +234,10 @@ class PlacementEntry:
     :param caching: ``False`` = read with non-temporal loads (MFC §4.3 non-caching).
     :param migration_budget: migrations per interval the shim may spend on it (MFC §4.5).
     :param unit: the first host cache unit holding the chunk (informational for the guest).
+    :param color_node: SRM-buffer: the guest node (a colored memory-only node) where the
+        page cache of this chunk must be allocated; -1 = wherever the guest kernel puts it.
+    :param replica_nodes: NCC: guest nodes that keep a node-local replica of the chunk
+        and serve reads from threads running there.
     """
 
     chunk: ChunkId
@@ -188,6 +245,8 @@ class PlacementEntry:
     caching: bool = True
     migration_budget: int = 0
     unit: int = -1
+    color_node: int = -1
+    replica_nodes: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +273,9 @@ class ActionKind(enum.StrEnum):
     PIN_VCPU = "pin-vcpu"
     SET_CPU_WEIGHT = "set-cpu-weight"
     PUBLISH_PLACEMENT = "publish-placement"
+    ASSIGN_COLOR = "assign-color"
+    REPLICATE = "replicate"
+    DROP_REPLICA = "drop-replica"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +340,94 @@ class PublishPlacement:
         return f"placement/{self.vm}"
 
 
+@dataclass(frozen=True, slots=True)
+class AssignColor:
+    """SRM-buffer: the page cache of a run of a guest file's chunks goes to one color node.
+
+    Carried out by the VM's next placement table (``PlacementEntry.color_node``); hosts
+    record it, the guest's shim enforces it.
+
+    :param vm: which VM.
+    :param file_id: the guest's opaque file id.
+    :param first_chunk: first chunk index of the run.
+    :param last_chunk: last chunk index of the run (inclusive).
+    :param color: the color index in the VM's colored zone (its colored nodes, in order).
+    :param color_node: the guest node holding that color.
+    :param rule: the paper rule that produced it.
+    :param reason: one line for humans.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.ASSIGN_COLOR
+    vm: str
+    file_id: int
+    first_chunk: int
+    last_chunk: int
+    color: int
+    color_node: int
+    rule: str
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"color/{self.vm}/{self.file_id:016x}:{self.first_chunk}"
+
+
+@dataclass(frozen=True, slots=True)
+class Replicate:
+    """NCC: keep a node-local replica of a chunk on a guest node.
+
+    Carried out by the VM's next placement table (``PlacementEntry.replica_nodes``).
+
+    :param vm: which VM.
+    :param chunk: the chunk.
+    :param node: the guest node that gets the replica.
+    :param rule: the paper rule that produced it.
+    :param reason: one line for humans.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.REPLICATE
+    vm: str
+    chunk: ChunkId
+    node: int
+    rule: str
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"replica/{self.vm}/{self.chunk}@{self.node}"
+
+
+@dataclass(frozen=True, slots=True)
+class DropReplica:
+    """NCC: drop the replica of a chunk on a guest node.
+
+    :param vm: which VM.
+    :param chunk: the chunk.
+    :param node: the guest node that loses the replica.
+    :param rule: the paper rule that produced it.
+    :param reason: one line for humans.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.DROP_REPLICA
+    vm: str
+    chunk: ChunkId
+    node: int
+    rule: str
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key under which the reconciler remembers what it applied."""
+        return f"replica/{self.vm}/{self.chunk}@{self.node}"
+
+
 #: every action a policy can return
-Action = PinVcpu | SetCpuWeight | PublishPlacement
+Action = PinVcpu | SetCpuWeight | PublishPlacement | AssignColor | Replicate | DropReplica
+
+#: actions a host carries out through the VM's placement table, not on their own
+TABLE_ACTIONS = (AssignColor, Replicate, DropReplica)
 
 
 @dataclass(frozen=True, slots=True)

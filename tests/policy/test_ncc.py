@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from unicache.model import ChunkId
+from unicache.model import ChunkId, NodeMemory
 from unicache.policy.ncc import (
     MQ_QUEUES,
     NCC_THRESHOLD,
@@ -21,7 +21,6 @@ from unicache.policy.ncc import (
     NccParams,
     NccPolicy,
     NccState,
-    NodeMemory,
     PrimaryReclaimed,
     Read,
     Reclaim,

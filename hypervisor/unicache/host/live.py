@@ -22,6 +22,7 @@ from unicache.host.base import ActResult
 from unicache.host.cgroup import CgroupWeights
 from unicache.host.perf import PerfPort, ThreadCounts
 from unicache.model import (
+    TABLE_ACTIONS,
     Action,
     CounterSample,
     CounterSource,
@@ -224,6 +225,9 @@ class LiveHost:
             if self._publisher is None:
                 return "no guest channel"
             return None if self._publisher.publish(action) else "agent not connected"
+        if isinstance(action, TABLE_ACTIONS):
+            # carried out by the PublishPlacement of the same decision (its entries)
+            return None
         rvm = self._running.get(action.vcpu.vm)
         index = action.vcpu.index
         if rvm is None or (index not in rvm.vcpu_threads and index not in rvm.vcpu_times):

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from unicache.model import ChunkId
+from unicache.model import ChunkId, NodeMemory
 
 #: §3.2 "Generation of NCC entries": remote reads from one node before a replica is made
 NCC_THRESHOLD = 2
@@ -60,20 +60,6 @@ class ReplicaKey:
 
     def __str__(self) -> str:
         return f"{self.vm}/{self.chunk}"
-
-
-@dataclass(frozen=True, slots=True)
-class NodeMemory:
-    """Free memory of one host NUMA node, observed once per round.
-
-    :param node: the node.
-    :param free_bytes: free memory.
-    :param total_bytes: total memory.
-    """
-
-    node: int
-    free_bytes: int
-    total_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
