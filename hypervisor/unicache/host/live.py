@@ -26,6 +26,7 @@ from unicache.model import (
     Action,
     CounterSample,
     CounterSource,
+    GuestNode,
     GuestReport,
     Observation,
     PinVcpu,
@@ -50,6 +51,7 @@ class RunningVm:
     :param memory_bytes: guest RAM.
     :param vcpu_times: vCPUs that run on no host thread (Xen through libvirt): index ->
         (their CPUs, cumulative CPU time in ns) as the hypervisor reports them this round.
+    :param nodes: its guest NUMA nodes as the backend built them (colored ones included).
     """
 
     name: str
@@ -58,6 +60,7 @@ class RunningVm:
     agent_socket: Path | None = None
     memory_bytes: int = 0
     vcpu_times: Mapping[int, tuple[frozenset[int], int]] = field(default_factory=dict)
+    nodes: tuple[GuestNode, ...] = ()
 
 
 class VmSource(Protocol):
@@ -159,7 +162,9 @@ class LiveHost:
                 timed = self._time_sample(vid, cpu_ns, now, guest_bytes.get(vid, 0))
                 if timed is not None:
                     samples.append(timed)
-            vms.append(Vm(name, tuple(sorted(vcpus, key=lambda v: v.id)), rvm.memory_bytes))
+            vms.append(
+                Vm(name, tuple(sorted(vcpus, key=lambda v: v.id)), rvm.memory_bytes, rvm.nodes)
+            )
         self._tick += 1
         return Observation(self._tick, tuple(vms), tuple(samples), tuple(reports))
 

@@ -1,7 +1,9 @@
-"""One policy round: OBS places and pins vCPUs, then SCU places chunks on those units.
+"""One policy round: OBS pins vCPUs, SRM colors and NCC replicates, SCU publishes tables.
 
 The order matters: SCU can only send a VM's reads to units where that VM has vCPUs, so
-it runs on the pinning OBS has just decided. Pure, like the policies it combines.
+it runs on the pinning OBS has just decided; the colors (SRM-buffer) and replicas (NCC)
+of chunks ride on SCU's placement tables, so they are decided before SCU builds them.
+Pure, like the policies it combines.
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from unicache.model import Decision, Observation
+from unicache.model import ChunkId, Decision, Observation
+from unicache.policy.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.ncc import NccParams
 from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
-from unicache.policy.scu import ScuOptions, ScuPolicy, ScuState, scu_options_for
+from unicache.policy.replicas import ReplicaState, replicas_round
+from unicache.policy.scu import ChunkExtras, ScuOptions, ScuPolicy, ScuState, scu_options_for
 from unicache.topology import Topology, Unify
 
 
@@ -33,19 +38,24 @@ class RoundState:
 
     :param obs: OBS's state.
     :param scu: SCU's state.
+    :param colors: SRM-buffer's state (VMs with colored guest nodes).
+    :param replicas: NCC's state (VMs with several guest nodes).
     """
 
     obs: ObsState = field(default_factory=ObsState)
     scu: ScuState = field(default_factory=ScuState)
+    colors: ColorState = field(default_factory=ColorState)
+    replicas: ReplicaState = field(default_factory=ReplicaState)
 
 
 class UnicachePolicy:
-    """OBS-X/L/C followed by SCU, over the cache units of one unification level.
+    """OBS-X/L/C, SRM-buffer and NCC, then SCU, over the cache units of one unification level.
 
     :param topology: the machine.
     :param unify: the unification level.
     :param obs_options: OBS options (defaults from the paper).
     :param scu_options: SCU options (default: derived from the machine).
+    :param ncc_params: NCC parameters (defaults from the paper).
     """
 
     name = "unicache"
@@ -56,6 +66,7 @@ class UnicachePolicy:
         unify: Unify = Unify.LLC,
         obs_options: ObsOptions | None = None,
         scu_options: ScuOptions | None = None,
+        ncc_params: NccParams | None = None,
     ) -> None:
         self.topology = topology
         self.unify = unify
@@ -65,6 +76,10 @@ class UnicachePolicy:
         self.scu = ScuPolicy(
             self.units, scu_options or scu_options_for(topology, unify), topology.levels, smt
         )
+        self.color_options = ColorOptions(
+            chunk_size=self.scu.options.chunk_size, page_size=topology.page_size
+        )
+        self.ncc_params = ncc_params or NccParams()
 
     def start(self, state: RoundState) -> None:
         """Validate a restored state (idempotent)."""
@@ -72,19 +87,30 @@ class UnicachePolicy:
         self.scu.start(state.scu)
 
     def decide(self, obs: Observation, state: RoundState) -> tuple[Decision, RoundState]:
-        """One round: OBS first, then SCU on OBS's placement.
+        """One round: OBS, SRM-buffer and NCC, then SCU's tables carrying all of them.
 
-        :returns: the combined decision (OBS actions first) and the new state.
+        :returns: the combined decision (OBS, color, replica, then table actions) and the
+            new state.
         """
         obs_decision, obs_state = self.obs.decide(obs, state.obs)
-        scu_decision, scu_state = self.scu.decide(obs, state.scu, obs_state.unit_of)
+        colors = colors_round(obs.vms, obs.reports, state.colors, self.color_options)
+        replicas = replicas_round(obs.vms, obs.reports, state.replicas, self.ncc_params)
+        extras: dict[str, dict[ChunkId, ChunkExtras]] = {}
+        for vm, nodes in colors.color_nodes.items():
+            for chunk, node in nodes.items():
+                extras.setdefault(vm, {})[chunk] = ChunkExtras(color_node=node)
+        for vm, held in replicas.replica_nodes.items():
+            for chunk, where in held.items():
+                color = extras.get(vm, {}).get(chunk, ChunkExtras()).color_node
+                extras.setdefault(vm, {})[chunk] = ChunkExtras(color, where)
+        scu_decision, scu_state = self.scu.decide(obs, state.scu, obs_state.unit_of, extras)
         decision = Decision(
             self.name,
-            obs_decision.actions + scu_decision.actions,
+            obs_decision.actions + colors.actions + replicas.actions + scu_decision.actions,
             scu_decision.chunk_decisions,
             obs_decision.refusals + scu_decision.refusals,
         )
-        return decision, RoundState(obs_state, scu_state)
+        return decision, RoundState(obs_state, scu_state, colors.state, replicas.state)
 
 
 _check: Policy = UnicachePolicy.__new__(UnicachePolicy)

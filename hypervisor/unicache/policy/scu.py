@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from unicache.model import (
     ChunkDecision,
+    ChunkId,
     CounterSource,
     Decision,
     Observation,
@@ -186,15 +187,22 @@ class ScuPolicy:
                 raise ValueError(f"unit {unit.id} over-committed in restored state")
 
     def decide(
-        self, obs: Observation, state: ScuState, vcpu_units: Mapping[VcpuId, int]
+        self,
+        obs: Observation,
+        state: ScuState,
+        vcpu_units: Mapping[VcpuId, int],
+        extras: Mapping[str, Mapping[ChunkId, ChunkExtras]] | None = None,
     ) -> tuple[Decision, ScuState]:
         """One round: replay reported reads through ``mfc_access``, publish tables.
 
         :param obs: this round's observation.
         :param state: the previous state.
         :param vcpu_units: vCPU -> the unit it is pinned in (after this round's pinning).
+        :param extras: per VM, the color node and replica nodes of chunks (SRM, NCC),
+            merged into the VM's table (chunks SCU does not place get entries of their own).
         :returns: the decision and the new state.
         """
+        extras = extras or {}
         opts = self.options
         views = self._unit_views(obs, vcpu_units)
         if state.table is None:
@@ -248,7 +256,7 @@ class ScuPolicy:
         for key, chunk_state in table.chunks.items():  # one pass, not one per VM
             chunks_of.setdefault(key.vm, []).append((key, chunk_state))
         for vm in sorted(live_vms):
-            entries = self._entries(chunks_of.get(vm, []), by_vm.get(vm, {}))
+            entries = self._entries(chunks_of.get(vm, []), by_vm.get(vm, {}), extras.get(vm, {}))
             if vm not in touched and published.get(vm, ()) == entries:
                 continue
             if published.get(vm) == entries:
@@ -301,7 +309,10 @@ class ScuPolicy:
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
 
     def _entries(
-        self, chunks: list[tuple[ChunkKey, ChunkState]], vcpu_units: Mapping[int, int]
+        self,
+        chunks: list[tuple[ChunkKey, ChunkState]],
+        vcpu_units: Mapping[int, int],
+        extras: Mapping[ChunkId, ChunkExtras],
     ) -> tuple[PlacementEntry, ...]:
         entries = []
         for key, state in chunks:
@@ -322,7 +333,26 @@ class ScuPolicy:
         # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
         entries.sort(key=lambda e: (-e[0], e[1].chunk))
         kept = [e for _, e in entries[: self.options.max_entries]]
-        return tuple(sorted(kept, key=lambda e: e.chunk))
+        merged = {e.chunk: e for e in kept}
+        for chunk, extra in extras.items():
+            # SRM colors and NCC replicas ride on SCU's entry, or on one that never migrates
+            entry = merged.get(chunk) or PlacementEntry(chunk, frozenset())
+            merged[chunk] = replace(
+                entry, color_node=extra.color_node, replica_nodes=extra.replica_nodes
+            )
+        return tuple(merged[c] for c in sorted(merged))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkExtras:
+    """What other policies add to a chunk's placement entry.
+
+    :param color_node: SRM-buffer's color node (-1: none).
+    :param replica_nodes: NCC's replica nodes.
+    """
+
+    color_node: int = -1
+    replica_nodes: frozenset[int] = frozenset()
 
 
 def _reason(

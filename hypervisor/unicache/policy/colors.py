@@ -1,0 +1,240 @@
+"""SRM-buffer over guest reports: which colored guest node each run of a streaming file gets.
+
+:mod:`unicache.policy.srm` is the paper's Figure 7 at page granularity, as a kernel would
+run it on every buffer-cache miss. A host sees guests only through their reports, which
+count chunks, one report interval late. This module adapts one to the other:
+
+* the colors of a VM's colored zone are its colored guest NUMA nodes (``Vm.colored_nodes``,
+  in node order): color ``c`` is the node ``colored_nodes[c]``, backed by host pages whose
+  LLC colors are that node's ``colors``;
+* one chunk stands for ``chunk_size / page_size`` pages, so the policy's ``T_l`` (§3.2,
+  256 pages) becomes ``T_l * page_size / chunk_size`` chunks (at least one);
+* which files are streaming comes from :func:`~unicache.policy.srm.detect_weak_locality`;
+  the others keep normal placement (§4.5's adverse case), and lose their colors;
+* the report arrives after the read, so a streaming file's next ``lookahead_runs`` runs of
+  ``T_l`` pages are colored ahead of the stream: the guest finds their color node in its
+  table before it reads them (the host-guest lag of the live system);
+* a guest's file ids are opaque and the agent does not report processes, so every small
+  streaming file of one VM belongs to one same-application sequence (pid 0).
+
+Pure: no I/O, no clock; the same state and observation give the same decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from unicache.model import AssignColor, ChunkId, GuestReport, Vm
+from unicache.policy import srm
+
+#: pages per color of a sequence (SRM §3.2 ``T_l``)
+T_L = srm.T_L
+#: runs of ``T_l`` pages colored ahead of a stream (covers one report interval of lag)
+LOOKAHEAD_RUNS = 1
+#: the most colored chunks remembered per VM (a guest cannot grow the table without bound)
+MAX_COLORED_CHUNKS = 2_048
+
+
+@dataclass(frozen=True, slots=True)
+class ColorOptions:
+    """How SRM-buffer runs over reports.
+
+    :param chunk_size: bytes per chunk (the placement table's).
+    :param page_size: bytes per page.
+    :param t_l: §3.2 ``T_l``, in pages.
+    :param lookahead_runs: runs of ``T_l`` pages colored ahead of a stream.
+    :param max_colored_chunks: the most colored chunks per VM.
+    """
+
+    chunk_size: int
+    page_size: int = 4096
+    t_l: int = T_L
+    lookahead_runs: int = LOOKAHEAD_RUNS
+    max_colored_chunks: int = MAX_COLORED_CHUNKS
+
+    def __post_init__(self) -> None:
+        if min(self.chunk_size, self.page_size, self.t_l) < 1 or self.lookahead_runs < 0:
+            raise ValueError(f"invalid ColorOptions: {self}")
+
+    @property
+    def t_l_chunks(self) -> int:
+        """``T_l`` in chunks: the pages of one color run divided by the pages of a chunk."""
+        return max(1, self.t_l * self.page_size // self.chunk_size)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ColoredChunk:
+    """A chunk whose page cache goes to one color.
+
+    :param chunk: the chunk.
+    :param color: the color (index into the VM's colored nodes).
+    """
+
+    chunk: ChunkId
+    color: int
+
+
+@dataclass(frozen=True, slots=True)
+class VmColors:
+    """SRM-buffer's state for one VM.
+
+    :param vm: the VM.
+    :param srm: the policy's state, in chunk units.
+    :param seen: chunks read in the previous interval, for weak-locality detection.
+    :param colored: the colored chunks, oldest first.
+    """
+
+    vm: str
+    srm: srm.SrmState
+    seen: frozenset[tuple[str, int, int]] = frozenset()
+    colored: tuple[ColoredChunk, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ColorState:
+    """SRM-buffer's state for every VM with colored nodes, by VM name.
+
+    :param vms: per-VM states, sorted by VM.
+    """
+
+    vms: tuple[VmColors, ...] = ()
+
+    def of(self, vm: str) -> VmColors | None:
+        """The state of one VM, if it has one."""
+        return next((v for v in self.vms if v.vm == vm), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ColorDecision:
+    """What one round decided.
+
+    :param actions: new color runs, one action per run of chunks with one color.
+    :param color_nodes: per VM, the color node of every colored chunk.
+    :param state: the state after the round.
+    """
+
+    actions: tuple[AssignColor, ...]
+    color_nodes: Mapping[str, Mapping[ChunkId, int]]
+    state: ColorState = field(default_factory=ColorState)
+
+
+def _params(vm: Vm, options: ColorOptions) -> srm.SrmParams:
+    return srm.SrmParams(n_colors=len(vm.colored_nodes()), t_l=options.t_l_chunks)
+
+
+def _runs(
+    vm: Vm, misses: list[srm.BufferMiss], colors: tuple[int, ...], why: dict[int, str]
+) -> list[AssignColor]:
+    """Group consecutive chunks of one file with one color into one action each."""
+    nodes = vm.colored_nodes()
+    actions: list[AssignColor] = []
+    start = 0
+    for i in range(1, len(misses) + 1):
+        if (
+            i < len(misses)
+            and misses[i].file_id == misses[start].file_id
+            and misses[i].block == misses[i - 1].block + 1
+            and colors[i] == colors[start]
+        ):
+            continue
+        first, last, color = misses[start], misses[i - 1], colors[start]
+        rule = why.get(start, srm.RULE_SAME_FILE)
+        actions.append(
+            AssignColor(
+                vm.name,
+                first.file_id,
+                first.block,
+                last.block,
+                color,
+                nodes[color].node,
+                rule.split(":")[0],
+                f"{rule}: chunks {first.block}-{last.block} of {first.file_id:016x} "
+                f"to color {color} (guest node {nodes[color].node})",
+            )
+        )
+        start = i
+    return actions
+
+
+def _vm_round(
+    vm: Vm, reports: list[GuestReport], prev: VmColors | None, options: ColorOptions
+) -> tuple[VmColors, list[AssignColor]]:
+    params = _params(vm, options)
+    if prev is None or len(prev.srm.free) != params.n_colors:
+        prev = VmColors(vm.name, srm.SrmState.initial(params))  # the colored zone changed
+    locality = srm.detect_weak_locality(reports, options.chunk_size, prev.seen)
+    colored = {c.chunk: c.color for c in prev.colored}
+    # §4.5: files re-read within the LLC's reach lose their colors and spread again
+    events: list[srm.SrmEvent] = [srm.CloseFile(vm.name, f) for _, f in sorted(locality.strong)]
+    colored = {c: k for c, k in colored.items() if (vm.name, c.file_id) not in locality.strong}
+    # the chunks of streaming files read this interval, and the runs ahead of each stream
+    reached: dict[int, int] = {}
+    wanted: set[ChunkId] = set()
+    for report in reports:
+        for access in report.chunks:
+            fid = access.chunk.file_id
+            if (vm.name, fid) in locality.weak:
+                wanted.add(access.chunk)
+                reached[fid] = max(reached.get(fid, -1), access.chunk.index)
+    ahead = options.lookahead_runs * params.t_l
+    for fid, last in reached.items():
+        wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead))
+    misses = [
+        srm.BufferMiss(vm.name, 0, c.file_id, c.index, reached[c.file_id] + 1 + ahead)
+        for c in sorted(wanted - colored.keys())
+    ]
+    events += misses
+    decision = srm.srm_round(prev.srm, events, params, locality.weak)
+    # decision.pages holds one color per BufferMiss, in order (CloseFile allocates none)
+    colors = decision.pages[-len(misses) :] if misses else ()
+    starts = {a.sequence: a.reason for a in decision.assignments}
+    why: dict[int, str] = {}
+    for i, miss in enumerate(misses):
+        if i == 0 or miss.file_id != misses[i - 1].file_id:
+            key = srm.SequenceKey(vm.name, srm.SequenceKind.FILE, miss.file_id)
+            if miss.file_blocks <= params.t_l:
+                key = srm.SequenceKey(vm.name, srm.SequenceKind.PROCESS, 0)
+            why[i] = starts.get(key, srm.RULE_SAME_FILE)
+    actions = _runs(vm, misses, colors, why)
+    for miss, color in zip(misses, colors, strict=True):
+        colored[ChunkId(miss.file_id, miss.block)] = color
+    kept = list(colored.items())[-options.max_colored_chunks :]  # dicts keep insertion order
+    return VmColors(
+        vm.name, decision.state, locality.seen, tuple(ColoredChunk(c, k) for c, k in kept)
+    ), actions
+
+
+def colors_round(
+    vms: Iterable[Vm], reports: Iterable[GuestReport], state: ColorState, options: ColorOptions
+) -> ColorDecision:
+    """One round of SRM-buffer for every VM with colored guest nodes.
+
+    1. Classify the VM's files by locality from this and the previous interval's reports.
+    2. Strong-locality files close their sequences and lose their colors (§4.5).
+    3. Each chunk of a streaming file read this interval, and the next ``lookahead_runs``
+       runs of ``T_l`` pages of its stream, is a buffer miss of Figure 7 (same-file for
+       files longer than ``T_l``, otherwise the VM's same-application sequence).
+    4. Consecutive chunks of one file that got one color become one ``AssignColor``.
+
+    :param vms: the managed VMs (those without colored nodes are skipped).
+    :param reports: this round's guest reports.
+    :param state: the state after the previous round.
+    :param options: the options.
+    :returns: the actions, every colored chunk's node, and the new state.
+    """
+    by_vm: dict[str, list[GuestReport]] = {}
+    for report in reports:
+        by_vm.setdefault(report.vm, []).append(report)
+    out: list[VmColors] = []
+    actions: list[AssignColor] = []
+    nodes: dict[str, dict[ChunkId, int]] = {}
+    for vm in sorted(vms, key=lambda v: v.name):
+        colored_nodes = vm.colored_nodes()
+        if not colored_nodes:
+            continue
+        vm_state, vm_actions = _vm_round(vm, by_vm.get(vm.name, []), state.of(vm.name), options)
+        out.append(vm_state)
+        actions += vm_actions
+        nodes[vm.name] = {c.chunk: colored_nodes[c.color].node for c in vm_state.colored}
+    return ColorDecision(tuple(actions), nodes, ColorState(tuple(out)))

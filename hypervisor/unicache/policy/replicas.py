@@ -1,0 +1,147 @@
+"""NCC over guest reports: which guest NUMA nodes keep a replica of each chunk.
+
+:mod:`unicache.policy.ncc` is the dual-layered file cache's §3.2 over read events. This
+module turns guest reports into those events, one NCC instance per VM (guest node ids
+of different VMs are unrelated):
+
+* a chunk record's ``home_node`` is the node of its primary page-cache copy and its
+  ``node_reads`` the reads per reading node: each becomes that many ``Read`` events (at
+  most ``max_reads_per_record``, so a guest cannot buy unbounded policy work);
+* a chunk record with writes, and every chunk of a file the agent saw modified without
+  the shim, becomes a ``Write`` after the reads: every replica of it is dropped (§3.2
+  "Cache Coherence");
+* the report's free memory per node drives the §3.2 timer (generation off when tight);
+* one ``Age`` per round (MQ aging).
+
+Pure: no I/O, no clock; the same state and observation give the same decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Replicate, Vm
+from unicache.policy import ncc
+
+#: at most this many Read events per chunk record and node
+MAX_READS_PER_RECORD = 4
+
+
+@dataclass(frozen=True, slots=True)
+class VmReplicas:
+    """NCC's state for one VM.
+
+    :param vm: the VM.
+    :param ncc: the policy's state.
+    :param memory: the guest nodes' free memory from the last report that had it.
+    """
+
+    vm: str
+    ncc: ncc.NccState = field(default_factory=ncc.NccState)
+    memory: tuple[NodeMemory, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """NCC's state for every VM with more than one guest node, sorted by VM.
+
+    :param vms: per-VM states.
+    """
+
+    vms: tuple[VmReplicas, ...] = ()
+
+    def of(self, vm: str) -> VmReplicas | None:
+        """The state of one VM, if it has one."""
+        return next((v for v in self.vms if v.vm == vm), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDecision:
+    """What one round decided.
+
+    :param actions: replicas made and dropped, in order.
+    :param replica_nodes: per VM, the nodes holding a replica of each replicated chunk.
+    :param state: the state after the round.
+    """
+
+    actions: tuple[Replicate | DropReplica, ...]
+    replica_nodes: Mapping[str, Mapping[ChunkId, frozenset[int]]]
+    state: ReplicaState = field(default_factory=ReplicaState)
+
+
+def _events(
+    vm: str, reports: list[GuestReport], known: ncc.NccState, max_reads: int
+) -> list[ncc.NccEvent]:
+    reads: list[ncc.NccEvent] = []
+    writes: list[ncc.NccEvent] = []
+    modified: set[int] = set()
+    for report in sorted(reports, key=lambda r: r.seq):
+        modified |= report.modified_files
+        for access in sorted(report.chunks, key=lambda a: a.chunk):
+            key = ncc.ReplicaKey(vm, access.chunk)
+            if access.home_node >= 0:
+                for node, count in access.node_reads:
+                    reads += [ncc.Read(key, node, access.home_node)] * min(count, max_reads)
+            if access.writes > 0:
+                writes.append(ncc.Write(key))
+    # §3.2 coherence for writers without the shim: every known chunk of a modified file
+    held = {r.key for r in known.replicas} | {c.key for c in known.counters}
+    held |= {e.key for e in reads if isinstance(e, ncc.Read)}
+    writes += [ncc.Write(k) for k in sorted(held) if k.chunk.file_id in modified]
+    return [*reads, *writes, ncc.Age()]
+
+
+def replicas_round(
+    vms: Iterable[Vm],
+    reports: Iterable[GuestReport],
+    state: ReplicaState,
+    params: ncc.NccParams,
+    max_reads: int = MAX_READS_PER_RECORD,
+) -> ReplicaDecision:
+    """One round of NCC for every VM whose guest has more than one NUMA node.
+
+    1. The VM's reports become reads (home node, reading node), then writes, then aging.
+    2. :func:`~unicache.policy.ncc.ncc_round` decides replicas on the VM's nodes, with
+       generation off on nodes short of free memory.
+    3. Replicas made and dropped become actions; the live replicas go into the tables.
+
+    :param vms: the managed VMs.
+    :param reports: this round's guest reports.
+    :param state: the state after the previous round.
+    :param params: NCC's parameters.
+    :param max_reads: the most Read events per chunk record and node.
+    :returns: the actions, every replicated chunk's nodes, and the new state.
+    """
+    by_vm: dict[str, list[GuestReport]] = {}
+    for report in reports:
+        by_vm.setdefault(report.vm, []).append(report)
+    out: list[VmReplicas] = []
+    actions: list[Replicate | DropReplica] = []
+    nodes: dict[str, dict[ChunkId, frozenset[int]]] = {}
+    for vm in sorted(vms, key=lambda v: v.name):
+        mine = by_vm.get(vm.name, [])
+        guest_nodes = {n for r in mine for n in r.guest_nodes} | {n.node for n in vm.nodes}
+        prev = state.of(vm.name) or VmReplicas(vm.name)
+        if len(guest_nodes) < 2 and not prev.ncc.replicas:
+            continue
+        memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
+        decision = ncc.ncc_round(
+            prev.ncc, memory, _events(vm.name, mine, prev.ncc, max_reads), params
+        )
+        for act in decision.actions:
+            if isinstance(act, ncc.Replicate):
+                actions.append(
+                    Replicate(
+                        vm.name, act.key.chunk, act.node, act.reason.split(":")[0], act.reason
+                    )
+                )
+            elif isinstance(act, ncc.DropReplica):
+                actions.append(DropReplica(vm.name, act.key.chunk, act.node, act.rule, act.reason))
+            # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
+        held: dict[ChunkId, set[int]] = {}
+        for replica in decision.state.replicas:
+            held.setdefault(replica.key.chunk, set()).add(replica.node)
+        nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
+        out.append(VmReplicas(vm.name, decision.state, tuple(memory)))
+    return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)))

@@ -1,0 +1,173 @@
+"""SRM-buffer and NCC over guest reports, alone and inside the whole policy round."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from unicache.model import (
+    AssignColor,
+    ChunkAccess,
+    ChunkId,
+    DropReplica,
+    GuestNode,
+    GuestReport,
+    NodeMemory,
+    Observation,
+    PublishPlacement,
+    Replicate,
+    Vcpu,
+    VcpuId,
+    Vm,
+)
+from unicache.policy import srm
+from unicache.policy.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.ncc import NCC_THRESHOLD, NccParams
+from unicache.policy.replicas import ReplicaState, replicas_round
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.topology import Unify
+
+from tests.policy.conftest import TOPO_OPTERON_16, sample
+
+CHUNK = 256 * 1024  # opteron-16: half its 512 KiB L2
+MIB = 1 << 20
+OPTS = ColorOptions(chunk_size=CHUNK)  # T_l = 256 pages = 1 MiB = 4 chunks
+
+
+def _vm(name: str = "vm0", colored: int = 2, cpu_nodes: int = 1) -> Vm:
+    nodes = [GuestNode(n, frozenset({n}), 256 * MIB) for n in range(cpu_nodes)]
+    nodes += [
+        GuestNode(cpu_nodes + c, frozenset(), 64 * MIB, frozenset(range(c * 8, c * 8 + 8)))
+        for c in range(colored)
+    ]
+    vcpus = tuple(Vcpu(VcpuId(name, i), None, frozenset(range(16))) for i in range(cpu_nodes))
+    return Vm(name, vcpus, 512 * MIB, tuple(nodes))
+
+
+def _stream(vm: str, file_id: int, chunks: range, seq: int = 0) -> GuestReport:
+    """Each chunk read once, whole: a streaming reader."""
+    return GuestReport(
+        vm, seq, 1.0,
+        tuple(ChunkAccess(ChunkId(file_id, i), CHUNK, 1, 0, ((0, CHUNK),)) for i in chunks),
+    )
+
+
+def test_streaming_file_runs_of_t_l_pages_rotate_over_the_colored_nodes() -> None:
+    vm = _vm(colored=2)
+    decision = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), OPTS)
+    nodes = decision.color_nodes["vm0"]
+    # chunks 0-3 (T_l pages) in one color, 4-7 in the other; 8-11 colored ahead (lookahead)
+    run0 = {nodes[ChunkId(7, i)] for i in range(4)}
+    run1 = {nodes[ChunkId(7, i)] for i in range(4, 8)}
+    assert len(run0) == len(run1) == 1 and run0 != run1
+    assert run0 | run1 == {1, 2}
+    assert all(ChunkId(7, i) in nodes for i in range(8, 12))
+    assert ChunkId(7, 12) not in nodes
+    runs = [a for a in decision.actions if isinstance(a, AssignColor)]
+    assert [(a.first_chunk, a.last_chunk) for a in runs] == [(0, 3), (4, 7), (8, 11)]
+    assert all(srm.RULE_SAME_FILE in a.reason for a in runs)
+
+
+def test_a_reread_file_loses_its_colors() -> None:
+    vm = _vm()
+    first = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), OPTS)
+    again = colors_round([vm], [_stream("vm0", 7, range(8), seq=1)], first.state, OPTS)
+    assert ChunkId(7, 0) in first.color_nodes["vm0"]
+    assert not again.color_nodes["vm0"]  # read in two intervals: strong locality (§4.5)
+
+
+def test_vms_without_colored_nodes_get_no_colors() -> None:
+    vm = _vm(colored=0)
+    decision = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), OPTS)
+    assert decision.color_nodes == {} and decision.actions == ()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    files=st.lists(st.tuples(st.integers(1, 6), st.integers(0, 60), st.integers(1, 40)),
+                   min_size=1, max_size=12),
+    colored=st.integers(1, 4),
+)
+def test_colors_stay_on_colored_nodes_and_the_plan_is_bounded(
+    files: list[tuple[int, int, int]], colored: int
+) -> None:
+    vm = _vm(colored=colored)
+    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=64)
+    allowed = {n.node for n in vm.colored_nodes()}
+    state = ColorState()
+    for seq, (fid, start, length) in enumerate(files):
+        decision = colors_round([vm], [_stream("vm0", fid, range(start, start + length), seq)],
+                                state, opts)
+        state = decision.state
+        nodes = decision.color_nodes["vm0"]
+        assert set(nodes.values()) <= allowed
+        assert len(nodes) <= 64
+        assert all(a.color_node in allowed for a in decision.actions)
+        srm.SrmPolicy(srm.SrmParams(colored, opts.t_l_chunks)).start(state.vms[0].srm)
+
+
+def _remote(vm: str, chunk: ChunkId, home: int, reader: int, reads: int, writes: int = 0,
+            seq: int = 0, memory: tuple[NodeMemory, ...] = ()) -> GuestReport:
+    access = ChunkAccess(chunk, CHUNK * reads, reads, writes, ((reader, CHUNK * reads),),
+                         home_node=home, node_reads=((reader, reads),))
+    return GuestReport(vm, seq, 1.0, (access,), guest_nodes=(0, 1), node_memory=memory)
+
+
+def test_second_remote_read_from_one_node_makes_a_replica_there() -> None:
+    vm = _vm(colored=0, cpu_nodes=2)
+    chunk = ChunkId(9, 3)
+    once = replicas_round([vm], [_remote("vm0", chunk, 0, 1, 1)], ReplicaState(), NccParams())
+    assert not once.actions
+    twice = replicas_round([vm], [_remote("vm0", chunk, 0, 1, 1, seq=1)], once.state, NccParams())
+    assert NCC_THRESHOLD == 2
+    assert [(type(a), a.node) for a in twice.actions] == [(Replicate, 1)]
+    assert twice.replica_nodes["vm0"][chunk] == {1}
+
+
+def test_a_write_drops_every_replica_and_a_modified_file_too() -> None:
+    vm = _vm(colored=0, cpu_nodes=2)
+    chunk = ChunkId(9, 3)
+    made = replicas_round([vm], [_remote("vm0", chunk, 0, 1, 2)], ReplicaState(), NccParams())
+    assert made.replica_nodes["vm0"][chunk] == {1}
+    written = replicas_round([vm], [_remote("vm0", chunk, 0, 1, 0, writes=1, seq=1)],
+                             made.state, NccParams())
+    assert [type(a) for a in written.actions] == [DropReplica]
+    assert chunk not in written.replica_nodes["vm0"]
+    remade = replicas_round([vm], [_remote("vm0", chunk, 0, 1, 2, seq=2)], written.state,
+                            NccParams())
+    modified = GuestReport("vm0", 3, 1.0, (), guest_nodes=(0, 1), modified_files=frozenset({9}))
+    dropped = replicas_round([vm], [modified], remade.state, NccParams())
+    assert [(type(a), a.chunk) for a in dropped.actions] == [(DropReplica, chunk)]
+
+
+def test_no_replicas_on_a_node_short_of_memory() -> None:
+    vm = _vm(colored=0, cpu_nodes=2)
+    tight = (NodeMemory(0, MIB * 100, MIB * 200), NodeMemory(1, MIB, MIB * 200))
+    decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 0, 1, 4, memory=tight)],
+                              ReplicaState(), NccParams())
+    assert not decision.actions
+
+
+def test_reads_from_the_home_node_never_replicate() -> None:
+    vm = _vm(colored=0, cpu_nodes=2)
+    decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 1, 1, 4)], ReplicaState(),
+                              NccParams())
+    assert not decision.actions
+
+
+def test_round_publishes_color_and_replica_nodes_in_the_vms_table() -> None:
+    vm = _vm(colored=2, cpu_nodes=2)
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC)
+    state = RoundState()
+    remote = _remote("vm0", ChunkId(5, 0), 0, 1, 2)
+    reports = (_stream("vm0", 7, range(4)), remote)
+    samples = tuple(sample("vm0", v.id.index, 10**6) for v in vm.vcpus)
+    decision, state = policy.decide(Observation(0, (vm,), samples, reports), state)
+    tables = [a.table for a in decision.actions if isinstance(a, PublishPlacement)]
+    assert len(tables) == 1
+    entries = {e.chunk: e for e in tables[0].entries}
+    assert entries[ChunkId(7, 0)].color_node in {2, 3}
+    assert entries[ChunkId(7, 4)].color_node in {2, 3}  # colored ahead of the stream
+    assert entries[ChunkId(5, 0)].replica_nodes == {1}
+    kinds = [type(a) for a in decision.actions]
+    assert AssignColor in kinds and Replicate in kinds
+    assert kinds.index(Replicate) < kinds.index(PublishPlacement)
