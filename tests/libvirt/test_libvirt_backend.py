@@ -77,6 +77,10 @@ def test_discovery_finds_threads_channel_numa_of_a_running_domain(
     assert [(c.id, sorted(c.vcpus)) for c in xml.cells] == [(0, [0]), (1, [1])]
     assert xml.numatune is not None and xml.numatune.nodeset == frozenset({0})
     assert xml.numatune.mode == "strict"
+    # the guest's nodes reach the policies (NCC replicates across them)
+    assert [(n.node, sorted(n.vcpus), n.colors) for n in vm.nodes] == [
+        (0, [0], frozenset()), (1, [1], frozenset())
+    ]
 
 
 def test_pinning_goes_through_libvirt_and_is_restored(

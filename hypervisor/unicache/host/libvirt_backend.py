@@ -50,6 +50,7 @@ from unicache.host.libvirt_xml import (
     parse_query_cpus_fast,
 )
 from unicache.host.live import RunningVm, VmSource
+from unicache.model import GuestNode
 
 
 def _optional(module: str) -> Any:
@@ -451,7 +452,9 @@ class LibvirtVmSource:
             reply = libvirt_qemu.qemuMonitorCommand(dom, '{"execute":"query-cpus-fast"}', 0)
             threads = parse_query_cpus_fast(reply)
             pid = _tgid(next(iter(threads.values()))) if threads else 0
-        vm = RunningVm(name, pid, threads, xml.agent_socket, xml.memory_bytes)
+        # guest NUMA cells: NCC replicates across them (libvirt has no colored memory)
+        nodes = tuple(GuestNode(c.id, c.vcpus, c.memory_bytes) for c in xml.cells)
+        vm = RunningVm(name, pid, threads, xml.agent_socket, xml.memory_bytes, nodes=nodes)
         if xml.agent_socket is not None:
             self._share_socket(xml.agent_socket, pid)
             if xml.agent_mode == "connect":
