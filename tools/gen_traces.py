@@ -103,6 +103,56 @@ def cachebuster_spinloop_trace(seed: int) -> list[dict[str, object]]:
     return lines
 
 
+def colors_replicas_trace() -> list[dict[str, object]]:
+    """One VM on opteron-242-2node: a backup stream gets colors, a hot file gets replicas.
+
+    The VM has a vCPU on each of the host's two nodes (guest nodes 0 and 1) and two
+    colored memory-only nodes (2: host colors 0-7, 3: colors 8-15 of the 16 colors of the
+    1 MiB 16-way L2). vCPU 0 streams a large file once (weak locality: SRM colors it);
+    vCPU 1 reads a hot file whose page cache is on node 0 three times a tick (NCC
+    replicates it on node 1); a write at tick 4 and a shim-less writer at tick 6 drop
+    the replicas again.
+    """
+    chunk = 512 * 1024  # half of the 1 MiB L2
+    lines: list[dict[str, object]] = [
+        {"type": "header", "version": 1, "model": "opteron-242-2node", "unify": "llc"},
+        {
+            "type": "vm", "tick": 0, "name": "web", "vcpus": 2, "memory_mib": 1792,
+            "nodes": [
+                {"node": 0, "vcpus": "0", "memory_mib": 768},
+                {"node": 1, "vcpus": "1", "memory_mib": 768},
+                {"node": 2, "vcpus": "", "memory_mib": 128, "colors": "0-7"},
+                {"node": 3, "vcpus": "", "memory_mib": 128, "colors": "8-15"},
+            ],
+        },
+    ]
+    backup, hot = 0xBAC0, 0x40
+    for tick in range(8):
+        for vcpu in range(2):
+            lines.append({"type": "sample", "tick": tick, "vm": "web", "vcpu": vcpu,
+                          "cycles": 1_600_000_000, "instructions": 800_000_000,
+                          "llc_references": 60_000, "llc_misses": 20_000, "busy": 0.8})
+        chunks: list[dict[str, object]] = [
+            {"file": f"{backup:x}", "chunk": tick * 4 + i, "bytes": chunk, "reads": 1,
+             "writes": 0, "vcpu_bytes": [[0, chunk]], "home_node": 2 + (i // 2) % 2,
+             "node_reads": [[0, 1]]}
+            for i in range(4)
+        ]
+        for i in range(2):
+            written = tick == 4 and i == 1
+            chunks.append({"file": f"{hot:x}", "chunk": i, "bytes": 3 * chunk, "reads": 3,
+                           "writes": int(written), "vcpu_bytes": [[1, 3 * chunk]],
+                           "home_node": 0, "node_reads": [[1, 3]]})
+        report: dict[str, object] = {
+            "type": "report", "tick": tick, "vm": "web", "seq": tick, "chunks": chunks,
+            "node_memory": [[n, 600 << 20, 768 << 20] for n in (0, 1)],
+        }
+        if tick == 6:
+            report["modified_files"] = [f"{hot:x}"]
+        lines.append(report)
+    return lines
+
+
 def main() -> None:
     """Write every example trace."""
     EXAMPLES.mkdir(exist_ok=True)
@@ -110,6 +160,7 @@ def main() -> None:
         "opteron16-uniform.jsonl": file_reader_trace("uniform", seed=1),
         "opteron16-zipf.jsonl": file_reader_trace("zipf", seed=2),
         "xeon5300-cachebuster-spinloop.jsonl": cachebuster_spinloop_trace(seed=3),
+        "opteron242-colors-replicas.jsonl": colors_replicas_trace(),
     }
     for name, lines in outputs.items():
         with (EXAMPLES / name).open("w") as out:

@@ -13,14 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unicache.errors import TraceError
+from unicache.cpulist import parse_list
+from unicache.errors import ConfigError, TraceError
 from unicache.model import (
     MAX_FILE_ID,
     ChunkAccess,
     ChunkId,
     CounterSample,
     CounterSource,
+    GuestNode,
     GuestReport,
+    NodeMemory,
     VcpuId,
 )
 
@@ -30,6 +33,8 @@ TRACE_VERSION = 1
 MAX_LINE_BYTES = 1 << 20
 MAX_CHUNKS_PER_REPORT = 4096
 MAX_VCPUS = 1024
+MAX_NODES = 64
+MAX_COLORS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +53,12 @@ class TraceHeader:
 
 @dataclass(frozen=True, slots=True)
 class VmStart:
-    """A VM appears (``type: vm``)."""
+    """A VM appears (``type: vm``), with its guest NUMA nodes if the trace gives them."""
 
     name: str
     vcpus: int
     memory_bytes: int
+    nodes: tuple[GuestNode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +157,8 @@ def _event(kind: object, obj: dict[str, Any]) -> TraceEvent:
         vcpus = _int(obj, "vcpus")
         if not 1 <= vcpus <= MAX_VCPUS:
             raise _Bad(f"vcpus {vcpus} out of range 1..{MAX_VCPUS}")
-        return VmStart(_str(obj, "name"), vcpus, _int(obj, "memory_mib", 0) * 1024 * 1024)
+        memory = _int(obj, "memory_mib", 0) * 1024 * 1024
+        return VmStart(_str(obj, "name"), vcpus, memory, _nodes(obj.get("nodes", []), vcpus))
     if kind == "vm-stop":
         return VmStop(_str(obj, "name"))
     if kind == "sample":
@@ -202,6 +209,9 @@ def _report(obj: dict[str, Any]) -> GuestReport:
             for p in pairs
         ):
             raise _Bad("vcpu_bytes must be a list of [vcpu, bytes] pairs")
+        home = item.get("home_node", -1)
+        if home != -1 and (not isinstance(home, int) or not 0 <= home < MAX_NODES):
+            raise _Bad(f"home_node must be -1 or a node id below {MAX_NODES}")
         accesses.append(
             ChunkAccess(
                 ChunkId(file_id, _int(item, "chunk")),
@@ -209,14 +219,75 @@ def _report(obj: dict[str, Any]) -> GuestReport:
                 _int(item, "reads"),
                 _int(item, "writes", 0),
                 tuple(sorted((p[0], p[1]) for p in pairs)),
+                home_node=int(home),
+                node_reads=_pairs(item.get("node_reads", []), "node_reads"),
             )
         )
+    memory = obj.get("node_memory", [])
+    if not isinstance(memory, list) or len(memory) > MAX_NODES or not all(
+        isinstance(m, list) and len(m) == 3 and all(_natural(x) for x in m) for m in memory
+    ):
+        raise _Bad(f"node_memory must be at most {MAX_NODES} [node, free, total] triples")
+    modified = obj.get("modified_files", [])
+    if not isinstance(modified, list) or len(modified) > MAX_CHUNKS_PER_REPORT:
+        raise _Bad("modified_files must be a list of hex file ids")
     return GuestReport(
         vm=_str(obj, "vm"),
         seq=_int(obj, "seq", 0),
         interval_s=_float(obj, "interval_s", 1.0),
         chunks=tuple(accesses),
+        guest_nodes=tuple(sorted({n for a in accesses for n, _ in a.node_reads})),
+        node_memory=tuple(NodeMemory(m[0], m[1], m[2]) for m in memory),
+        modified_files=frozenset(_file_id(f) for f in modified),
     )
+
+
+def _natural(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _file_id(text: object) -> int:
+    try:
+        value = int(str(text), 16)
+    except ValueError:
+        raise _Bad(f"file id {text!r} is not a hex number") from None
+    if not 0 <= value <= MAX_FILE_ID:
+        raise _Bad(f"file id {text!r} is not an unsigned 64-bit hex number")
+    return value
+
+
+def _pairs(value: object, name: str) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, list) or len(value) > MAX_NODES or not all(
+        isinstance(p, list) and len(p) == 2 and all(_natural(x) for x in p) for p in value
+    ):
+        raise _Bad(f"{name} must be at most {MAX_NODES} [node, count] pairs")
+    if any(p[0] >= MAX_NODES for p in value):
+        raise _Bad(f"{name}: node ids must be below {MAX_NODES}")
+    return tuple(sorted((p[0], p[1]) for p in value))
+
+
+def _nodes(value: object, vcpus: int) -> tuple[GuestNode, ...]:
+    """``nodes`` of a ``vm`` line: ``{node, vcpus, memory_mib, colors}`` objects."""
+    if not isinstance(value, list) or len(value) > MAX_NODES:
+        raise _Bad(f"nodes must be a list of at most {MAX_NODES} objects")
+    nodes = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise _Bad("nodes entries must be objects")
+        try:
+            cpus = parse_list(str(item.get("vcpus", "")))
+            colors = parse_list(str(item.get("colors", "")))
+        except ConfigError as err:
+            raise _Bad(f"nodes: {err}") from None
+        node = _int(item, "node")
+        if node >= MAX_NODES or any(c >= vcpus for c in cpus) or any(
+            c >= MAX_COLORS for c in colors
+        ):
+            raise _Bad(f"nodes: node {node} out of range, or a vCPU or color that does not exist")
+        nodes.append(GuestNode(node, cpus, _int(item, "memory_mib", 0) << 20, colors))
+    if len({n.node for n in nodes}) != len(nodes):
+        raise _Bad("nodes: a node id appears twice")
+    return tuple(sorted(nodes, key=lambda n: n.node))
 
 
 def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:

@@ -63,6 +63,23 @@ def test_replay_of_cachebuster_mix_rebalances() -> None:
     assert any("rebalance" in a["reason"] for a in data["actions"])
 
 
+def test_replay_of_colors_replicas_trace_colors_the_stream_and_replicates_the_hot_file() -> None:
+    out = run("replay", "--trace", "examples/opteron242-colors-replicas.jsonl", "--json")
+    assert out.returncode == 0, out.stderr
+    actions = json.loads(out.stdout)["actions"]
+    colors = [a for a in actions if a["kind"] == "assign-color"]
+    assert colors and {a["color_node"] for a in colors} == {2, 3}
+    assert all(a["file"] == "bac0" and "same-file" in a["rule"] for a in colors)
+    made = [(a["tick"], a["chunk"]) for a in actions if a["kind"] == "replicate"]
+    dropped = [(a["tick"], a["chunk"]) for a in actions if a["kind"] == "drop-replica"]
+    assert (0, 0) in made and (0, 1) in made
+    assert dropped == [(4, 1), (6, 0), (6, 1)]  # the write, then the shim-less writer
+    tables = [a for a in actions if a["kind"] == "publish-placement"]
+    last = {(e["file"], e["chunk"]): e for e in tables[-1]["entries"]}
+    assert last[("40", 0)]["replica_nodes"] == "1"
+    assert last[("bac0", 30)]["color_node"] in (2, 3)
+
+
 def test_replay_reports_malformed_lines_and_goes_on(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     good = (ROOT / "examples/xeon5300-cachebuster-spinloop.jsonl").read_text().splitlines()

@@ -41,9 +41,16 @@ def test_good_trace_parses_into_typed_events(tmp_path: Path) -> None:
         ('{"type":"report","tick":0,"vm":"a","chunks":[{"file":"1ffffffffffffffff","chunk":0,'
          '"bytes":1,"reads":1}]}', "64-bit"),
         ('{"type":"teleport","tick":0}', "unknown type"),
+        ('{"type":"vm","tick":0,"name":"a","vcpus":1,"nodes":[{"node":0,"vcpus":"3"}]}',
+         "does not exist"),
+        ('{"type":"report","tick":0,"vm":"a","chunks":[{"file":"1","chunk":0,"bytes":1,'
+         '"reads":1,"home_node":99}]}', "home_node"),
+        ('{"type":"report","tick":0,"vm":"a","chunks":[],"node_memory":[[0,1]]}',
+         "node_memory"),
         ('{"type":"header","version":9}', "trace version 9"),
     ],
-    ids=["json", "array", "vcpus", "negative", "busy", "hex", "file-id-range", "type", "version"],
+    ids=["json", "array", "vcpus", "negative", "busy", "hex", "file-id-range", "type",
+         "node-vcpu", "home-node", "node-memory", "version"],
 )
 def test_malformed_line_is_skipped_with_its_number(tmp_path: Path, line: str, why: str) -> None:
     path = tmp_path / "t.jsonl"
@@ -52,6 +59,26 @@ def test_malformed_line_is_skipped_with_its_number(tmp_path: Path, line: str, wh
     assert [n for n, _ in trace.skipped] == [5]
     assert why in trace.skipped[0][1]
     assert len(trace.ticks[0]) == 4  # the line after the bad one still counts
+
+
+def test_guest_nodes_colors_and_node_reads_parse(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"type":"vm","tick":0,"name":"a","vcpus":2,"nodes":[{"node":0,"vcpus":"0-1",'
+        '"memory_mib":64},{"node":1,"memory_mib":32,"colors":"0-7"}]}\n'
+        '{"type":"report","tick":0,"vm":"a","modified_files":["ff"],"node_memory":[[1,5,9]],'
+        '"chunks":[{"file":"1","chunk":2,"bytes":1,"reads":3,"home_node":1,'
+        '"node_reads":[[0,3]]}]}\n'
+    )
+    trace = read_trace(path)
+    assert not trace.skipped
+    start, report = trace.ticks[0]
+    assert isinstance(start, VmStart) and isinstance(report, GuestReport)
+    assert [(n.node, n.vcpus, n.memory_bytes >> 20, n.colors) for n in start.nodes] == [
+        (0, frozenset({0, 1}), 64, frozenset()), (1, frozenset(), 32, frozenset(range(8)))
+    ]
+    assert report.chunks[0].home_node == 1 and report.chunks[0].node_reads == ((0, 3),)
+    assert report.modified_files == {0xFF} and report.node_memory[0].free_bytes == 5
 
 
 def test_over_long_line_is_skipped_without_reading_it_whole(tmp_path: Path) -> None:

@@ -80,6 +80,13 @@ class VmError(UnicacheError):
 # --------------------------------------------------------------------------- values
 
 
+#: how a node's memory is backed (``NumaNode.backing``, decided at start)
+BACKING_RAM = "ram"
+BACKING_COLORED = "colored"
+BACKING_HUGEPAGE = "hugepage"
+_BACKINGS = ("", BACKING_RAM, BACKING_COLORED, BACKING_HUGEPAGE)
+
+
 @dataclass(frozen=True, slots=True)
 class NumaNode:
     """One guest NUMA node: the vCPUs on it (none: a memory-only node) and its memory.
@@ -87,19 +94,36 @@ class NumaNode:
     :param node: node id (0, 1, ...).
     :param cpus: vCPU indexes on the node.
     :param memory_mib: memory of the node.
+    :param colors: host LLC page colors its memory must come from (empty: not colored).
+    :param ncolors: the host LLC's colors ``colors`` refer to (0: not known yet; set at start).
+    :param backing: how the memory is backed, set at start: ``ram``, ``colored``
+        (``memory-backend-colored`` of the patched QEMU) or ``hugepage`` (the fallback:
+        2 MiB hugepages, guest colors equal host colors within each 2 MiB page).
     """
 
     node: int
     cpus: frozenset[int]
     memory_mib: int
+    colors: frozenset[int] = frozenset()
+    ncolors: int = 0
+    backing: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """JSON form: ``{"node": 0, "cpus": "0-1", "memory_mib": 512}``."""
-        return {"node": self.node, "cpus": format_list(self.cpus), "memory_mib": self.memory_mib}
+        """JSON form: ``{"node": 0, "cpus": "0-1", "memory_mib": 512}``, plus ``colors``,
+        ``ncolors`` and ``backing`` when set."""
+        out: dict[str, Any] = {"node": self.node, "cpus": format_list(self.cpus),
+                               "memory_mib": self.memory_mib}
+        if self.colors:
+            out["colors"] = format_list(self.colors)
+        if self.ncolors:
+            out["ncolors"] = self.ncolors
+        if self.backing:
+            out["backing"] = self.backing
+        return out
 
     @classmethod
     def from_json(cls, obj: object) -> NumaNode:
-        """Parse :meth:`to_json`'s form.
+        """Parse :meth:`to_json`'s form (records without colors are uncolored nodes).
 
         :raises ConfigError: when a member is missing or of the wrong type.
         """
@@ -108,14 +132,35 @@ class NumaNode:
         node, cpus, mem = obj.get("node"), obj.get("cpus"), obj.get("memory_mib")
         if not isinstance(node, int) or not isinstance(cpus, str) or not isinstance(mem, int):
             raise ConfigError("a numa node record needs node (int), cpus (str), memory_mib (int)")
-        return cls(node, parse_list(cpus), mem)
+        colors, ncolors, backing = obj.get("colors", ""), obj.get("ncolors", 0), obj.get(
+            "backing", "")
+        if not isinstance(colors, str) or not isinstance(ncolors, int) or backing not in _BACKINGS:
+            raise ConfigError("a numa node record's colors (str), ncolors (int) or backing "
+                              f"({', '.join(b for b in _BACKINGS if b)}) is malformed")
+        return cls(node, parse_list(cpus), mem, parse_list(colors), ncolors, str(backing))
+
+    def guest_colors(self) -> frozenset[int]:
+        """The host colors the daemon's policies see for this node (``GuestNode.colors``).
+
+        A ``colored`` node: its colors. A ``hugepage`` node: all ``ncolors`` colors (within a
+        2 MiB page guest colors equal host colors, so the guest can color it itself; which
+        colors its pages hold is not chosen). Any other node: none (not colored).
+        """
+        if self.backing == BACKING_COLORED:
+            return self.colors
+        if self.backing == BACKING_HUGEPAGE and self.ncolors:
+            return frozenset(range(self.ncolors))
+        return frozenset()
 
 
 def parse_numa(spec: str, vcpus: int, memory_mib: int) -> tuple[NumaNode, ...]:
     """Parse a guest NUMA layout.
 
-    Grammar: ``node ("/" node)*`` with ``node ::= cpulist ":" MiB``; an empty cpulist (or
-    ``-``) is a memory-only node. Example for 2 vCPUs and 1024 MiB: ``0-1:768/-:256``.
+    Grammar: ``node ("/" node)*`` with ``node ::= cpulist ":" MiB ["@" colorlist]``; an empty
+    cpulist (or ``-``) is a memory-only node, ``@colorlist`` (e.g. ``@0-15``) builds the
+    node's memory from host pages of those LLC page colors. Example for 2 vCPUs and
+    1024 MiB with a colored memory-only node: ``0-1:768/-:256@0-15``. With a colored node,
+    every node's memory must be a multiple of 2 MiB (hugepage fallback and alignment).
 
     :param spec: the layout.
     :param vcpus: the VM's vCPU count (every vCPU must be on exactly one node).
@@ -126,12 +171,23 @@ def parse_numa(spec: str, vcpus: int, memory_mib: int) -> tuple[NumaNode, ...]:
     nodes: list[NumaNode] = []
     seen: set[int] = set()
     for i, part in enumerate(spec.strip().split("/")):
-        cpus_text, sep, mem_text = part.strip().partition(":")
+        body, at, colors_text = part.strip().partition("@")
+        cpus_text, sep, mem_text = body.strip().partition(":")
         if not sep or not mem_text.strip().isdigit():
             raise ConfigError(
-                f"numa node {i} {part!r}: expected CPULIST:MIB (e.g. 0-1:512 or -:256)")
+                f"numa node {i} {part!r}: expected CPULIST:MIB[@COLORS] (e.g. 0-1:512 or "
+                "-:256@0-15)")
         cpus_text = cpus_text.strip()
         cpus = frozenset() if cpus_text in ("", "-") else parse_list(cpus_text)
+        colors: frozenset[int] = frozenset()
+        if at:
+            try:
+                colors = parse_list(colors_text.strip())
+            except (ConfigError, ValueError) as err:
+                raise ConfigError(f"numa node {i}: bad color list {colors_text!r} "
+                                  "(e.g. 0-15 or 0,4-7)") from err
+            if not colors:
+                raise ConfigError(f"numa node {i}: '@' needs colors (e.g. @0-15)")
         bad = sorted(c for c in cpus if c >= vcpus)
         if bad:
             raise ConfigError(f"numa node {i}: vCPU {bad[0]} does not exist ({vcpus} vCPUs)")
@@ -141,13 +197,18 @@ def parse_numa(spec: str, vcpus: int, memory_mib: int) -> tuple[NumaNode, ...]:
         mem = int(mem_text)
         if mem <= 0:
             raise ConfigError(f"numa node {i}: memory must be positive")
-        nodes.append(NumaNode(i, cpus, mem))
+        nodes.append(NumaNode(i, cpus, mem, colors))
     missing = sorted(set(range(vcpus)) - seen)
     if missing:
         raise ConfigError(f"numa layout {spec!r} leaves vCPU {missing[0]} on no node")
     total = sum(n.memory_mib for n in nodes)
     if total != memory_mib:
         raise ConfigError(f"numa layout {spec!r} has {total} MiB, the VM has {memory_mib} MiB")
+    if any(n.colors for n in nodes):
+        odd = [n for n in nodes if n.memory_mib % 2]
+        if odd:
+            raise ConfigError(f"numa node {odd[0].node}: {odd[0].memory_mib} MiB is odd; with "
+                              "a colored node every node needs a multiple of 2 MiB")
     return tuple(nodes)
 
 

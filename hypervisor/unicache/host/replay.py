@@ -63,6 +63,7 @@ class ReplayHost:
                     for vid in (VcpuId(name, i) for i in range(start.vcpus))
                 ),
                 start.memory_bytes,
+                start.nodes,
             )
             for name, start in sorted(self._vms.items())
         )

@@ -139,7 +139,7 @@ def _runs(
         ):
             continue
         first, last, color = misses[start], misses[i - 1], colors[start]
-        rule = why.get(start, srm.RULE_SAME_FILE)
+        rule = why.get(start, srm.RULE_SAME_FILE).split(":")[0]
         actions.append(
             AssignColor(
                 vm.name,
@@ -148,7 +148,7 @@ def _runs(
                 last.block,
                 color,
                 nodes[color].node,
-                rule.split(":")[0],
+                rule,
                 f"{rule}: chunks {first.block}-{last.block} of {first.file_id:016x} "
                 f"to color {color} (guest node {nodes[color].node})",
             )
