@@ -598,6 +598,7 @@ def explain(
         print(json.dumps({
             "vm": found.vm, "vcpus": found.vcpus, "history": found.history,
             "placement": found.placement, "rules": found.rules,
+            "colors": found.colors, "replicas": found.replicas,
         }, indent=2))
         return
     for index, rec in sorted(found.vcpus.items()):
@@ -615,6 +616,13 @@ def explain(
                    highlight=False)
     for rule, count in sorted(found.rules.items()):
         _out.print(f"  {rule}: {count} chunk decisions", highlight=False)
+    for title, records in (("colors (SRM-buffer)", found.colors[-10:]),
+                           ("replicas (NCC)", found.replicas[-10:])):
+        if records:
+            table = Table("tick", "action", "detail", "reason", title=f"last {title}")
+            for rec in records:
+                table.add_row(str(rec["tick"]), rec["kind"], _detail(rec), rec["reason"])
+            _out.print(table)
 
 
 @app.command()

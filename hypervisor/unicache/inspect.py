@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class Explanation:
     :param history: every pin and weight record of the VM (or vCPU), oldest first.
     :param placement: the latest placement table record of the VM, if any.
     :param rules: chunk decisions of the VM by Figure 2 rule.
+    :param colors: SRM-buffer color runs of the VM (``assign-color``), oldest first.
+    :param replicas: NCC records of the VM (``replicate``, ``drop-replica``), oldest first.
     """
 
     vm: str
@@ -67,6 +69,8 @@ class Explanation:
     history: list[dict[str, Any]]
     placement: dict[str, Any] | None
     rules: dict[str, int]
+    colors: list[dict[str, Any]] = field(default_factory=list)
+    replicas: list[dict[str, Any]] = field(default_factory=list)
 
 
 def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> Explanation:
@@ -78,6 +82,8 @@ def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> 
     history: list[dict[str, Any]] = []
     placement = None
     rules: dict[str, int] = {}
+    colors: list[dict[str, Any]] = []
+    replicas: list[dict[str, Any]] = []
     seen = False
     for rec in records:
         if rec.get("vm") != vm:
@@ -93,6 +99,10 @@ def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> 
         elif kind == "chunk-decision":
             rule = str(rec.get("rule"))
             rules[rule] = rules.get(rule, 0) + 1
+        elif kind == "assign-color":
+            colors.append(rec)
+        elif kind in ("replicate", "drop-replica"):
+            replicas.append(rec)
     if not seen:
         raise ConfigError(f"the decision log never mentions vm {vm!r}")
-    return Explanation(vm, latest, history, placement, rules)
+    return Explanation(vm, latest, history, placement, rules, colors, replicas)

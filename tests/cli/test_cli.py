@@ -63,7 +63,9 @@ def test_replay_of_cachebuster_mix_rebalances() -> None:
     assert any("rebalance" in a["reason"] for a in data["actions"])
 
 
-def test_replay_of_colors_replicas_trace_colors_the_stream_and_replicates_the_hot_file() -> None:
+def test_replay_of_colors_replicas_trace_colors_the_stream_and_replicates_the_hot_file(
+    tmp_path: Path,
+) -> None:
     out = run("replay", "--trace", "examples/opteron242-colors-replicas.jsonl", "--json")
     assert out.returncode == 0, out.stderr
     actions = json.loads(out.stdout)["actions"]
@@ -78,6 +80,16 @@ def test_replay_of_colors_replicas_trace_colors_the_stream_and_replicates_the_ho
     last = {(e["file"], e["chunk"]): e for e in tables[-1]["entries"]}
     assert last[("40", 0)]["replica_nodes"] == "1"
     assert last[("bac0", 30)]["color_node"] in (2, 3)
+    # explain collects the same records from a decision log
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    why = run("explain", "web", "--log", str(log), "--json")
+    assert why.returncode == 0, why.stderr
+    found = json.loads(why.stdout)
+    assert len(found["colors"]) == len(colors)
+    assert [r["kind"] for r in found["replicas"]].count("drop-replica") == 3
+    text = run("explain", "web", "--log", str(log))
+    assert "replicas (NCC)" in text.stdout and "guest node" in text.stdout
 
 
 def test_replay_reports_malformed_lines_and_goes_on(tmp_path: Path) -> None:
