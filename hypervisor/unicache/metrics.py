@@ -60,6 +60,18 @@ class DaemonMetrics:
             ["vm", "kind"],
             registry=self.registry,
         )
+        self.colored_chunks = Gauge(
+            "unicache_colored_chunks",
+            "Chunks whose page cache SRM-buffer confines to a colored guest node",
+            ["vm"],
+            registry=self.registry,
+        )
+        self.replicas = Gauge(
+            "unicache_replicas",
+            "Node-local replicas NCC keeps, by VM and guest node",
+            ["vm", "node"],
+            registry=self.registry,
+        )
         self.rounds = Counter("unicache_rounds", "Policy rounds run", registry=self.registry)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
@@ -92,6 +104,16 @@ class DaemonMetrics:
             self.unit_assigned.labels(str(uid)).set(
                 0 if table is None else table.assigned_bytes(uid)
             )
+        self.colored_chunks.clear()
+        for colors in state.colors.vms:
+            self.colored_chunks.labels(colors.vm).set(len(colors.colored))
+        self.replicas.clear()
+        for held in state.replicas.vms:
+            per_node: dict[int, int] = {}
+            for replica in held.ncc.replicas:
+                per_node[replica.node] = per_node.get(replica.node, 0) + 1
+            for node, count in sorted(per_node.items()):
+                self.replicas.labels(held.vm, str(node)).set(count)
         for action in result.applied:
             self.actions.labels(str(action.kind)).inc()
         for action, _ in result.failed:
