@@ -55,16 +55,23 @@ def test_streaming_file_runs_of_t_l_pages_rotate_over_the_colored_nodes() -> Non
     vm = _vm(colored=2)
     decision = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), OPTS)
     nodes = decision.color_nodes["vm0"]
-    # chunks 0-3 (T_l pages) in one color, 4-7 in the other; 8-11 colored ahead (lookahead)
+    # chunks 0-3 (T_l pages) in one color, 4-7 in the other; then 8 chunks colored ahead:
+    # as many as the stream read in this interval
     run0 = {nodes[ChunkId(7, i)] for i in range(4)}
     run1 = {nodes[ChunkId(7, i)] for i in range(4, 8)}
     assert len(run0) == len(run1) == 1 and run0 != run1
     assert run0 | run1 == {1, 2}
-    assert all(ChunkId(7, i) in nodes for i in range(8, 12))
-    assert ChunkId(7, 12) not in nodes
+    assert all(ChunkId(7, i) in nodes for i in range(8, 16))
+    assert ChunkId(7, 16) not in nodes
     runs = [a for a in decision.actions if isinstance(a, AssignColor)]
-    assert [(a.first_chunk, a.last_chunk) for a in runs] == [(0, 3), (4, 7), (8, 11)]
+    assert [(a.first_chunk, a.last_chunk) for a in runs] == [(0, 3), (4, 7), (8, 11), (12, 15)]
     assert all(srm.RULE_SAME_FILE in a.reason for a in runs)
+
+
+def test_a_slow_stream_is_colored_at_least_one_run_ahead() -> None:
+    decision = colors_round([_vm()], [_stream("vm0", 7, range(1))], ColorState(), OPTS)
+    nodes = decision.color_nodes["vm0"]
+    assert sorted(c.index for c in nodes) == [0, 1, 2, 3, 4]  # T_l = 4 chunks ahead
 
 
 def test_a_reread_file_loses_its_colors() -> None:

@@ -11,9 +11,10 @@ count chunks, one report interval late. This module adapts one to the other:
   256 pages) becomes ``T_l * page_size / chunk_size`` chunks (at least one);
 * which files are streaming comes from :func:`~unicache.policy.srm.detect_weak_locality`;
   the others keep normal placement (§4.5's adverse case), and lose their colors;
-* the report arrives after the read, so a streaming file's next ``lookahead_runs`` runs of
-  ``T_l`` pages are colored ahead of the stream: the guest finds their color node in its
-  table before it reads them (the host-guest lag of the live system);
+* the report arrives after the read, so each stream is colored ahead by what it read in
+  the last interval (its rate times the host-guest lag), and by at least
+  ``lookahead_runs`` runs of ``T_l`` pages: the guest finds the color node of the chunks
+  it is about to read in its table before it reads them;
 * a guest's file ids are opaque and the agent does not report processes, so every small
   streaming file of one VM belongs to one same-application sequence (pid 0).
 
@@ -170,6 +171,7 @@ def _vm_round(
     colored = {c: k for c, k in colored.items() if (vm.name, c.file_id) not in locality.strong}
     # the chunks of streaming files read this interval, and the runs ahead of each stream
     reached: dict[int, int] = {}
+    rate: dict[int, int] = {}
     wanted: set[ChunkId] = set()
     for report in reports:
         for access in report.chunks:
@@ -177,11 +179,15 @@ def _vm_round(
             if (vm.name, fid) in locality.weak:
                 wanted.add(access.chunk)
                 reached[fid] = max(reached.get(fid, -1), access.chunk.index)
-    ahead = options.lookahead_runs * params.t_l
+                rate[fid] = rate.get(fid, 0) + 1
+    ahead: dict[int, int] = {}
     for fid, last in reached.items():
-        wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead))
+        # one interval's worth of the stream, in whole T_l runs, bounded by the plan's size
+        runs = max(options.lookahead_runs, -(-rate[fid] // params.t_l))
+        ahead[fid] = min(runs * params.t_l, options.max_colored_chunks // 4)
+        wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead[fid]))
     misses = [
-        srm.BufferMiss(vm.name, 0, c.file_id, c.index, reached[c.file_id] + 1 + ahead)
+        srm.BufferMiss(vm.name, 0, c.file_id, c.index, reached[c.file_id] + 1 + ahead[c.file_id])
         for c in sorted(wanted - colored.keys())
     ]
     events += misses
@@ -212,8 +218,9 @@ def colors_round(
 
     1. Classify the VM's files by locality from this and the previous interval's reports.
     2. Strong-locality files close their sequences and lose their colors (§4.5).
-    3. Each chunk of a streaming file read this interval, and the next ``lookahead_runs``
-       runs of ``T_l`` pages of its stream, is a buffer miss of Figure 7 (same-file for
+    3. Each chunk of a streaming file read this interval, and as many chunks ahead of the
+       stream as it read this interval (at least ``lookahead_runs`` runs of ``T_l``
+       pages), is a buffer miss of Figure 7 (same-file for
        files longer than ``T_l``, otherwise the VM's same-application sequence).
     4. Consecutive chunks of one file that got one color become one ``AssignColor``.
 
