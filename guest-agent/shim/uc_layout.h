@@ -12,10 +12,16 @@
  *   The agent writes the inactive buffer under that buffer's seqlock, then flips `active`.
  *
  * Counters file (UNICACHE_COUNTERS, default /dev/shm/unicache-counters):
- *   [uc_ctr_hdr 64 B][region 0][region 1]
- *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64, rounded to 64 B.
+ *   [uc_ctr_hdr 64 B][region 0][region 1][uc_gen_hdr 64 B][ngens x u64 generations]
+ *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64 (bytes per vCPU)
+ *   + nnodes x u64 (reads per guest node) + u64 home (guest node + 1 of the chunk's first
+ *   page-cache page, 0 unknown), rounded to 64 B.
  *   The shim counts into region `active`; the agent flips `active`, waits a grace period,
  *   harvests and zeroes the other region.
+ *   Generations (layout 2): one u64 per hash bucket of file ids, bumped before and after
+ *   every write the shim sees and by the agent for writes it learns of (fanotify); a replica
+ *   filled under one generation is not served under another. A fast hint only: every serve
+ *   is also checked against fstat (docs/replicas.md "Coherence").
  */
 #ifndef UC_LAYOUT_H
 #define UC_LAYOUT_H
@@ -24,15 +30,19 @@
 
 #define UC_TABLE_MAGIC 0x42544355u   /* "UCTB" */
 #define UC_CTR_MAGIC 0x54434355u     /* "UCCT" */
-#define UC_LAYOUT_VERSION 1u
+#define UC_LAYOUT_VERSION 2u         /* 2: color/replica entries, generations */
 #define UC_MAX_VCPUS 256u            /* vCPU mask bits per entry */
 #define UC_MASK_WORDS (UC_MAX_VCPUS / 64u)
 #define UC_MAX_BUCKETS 65536u        /* hard bound the shim accepts */
 #define UC_MAX_SLOTS 65536u
+#define UC_MAX_NODES 32u             /* replica_nodes bits; per-node read counters */
+#define UC_MAX_GENS 65536u
 
 /* uc_entry.flags */
 #define UC_ENTRY_USED 1u
 #define UC_ENTRY_CACHING 2u
+#define UC_ENTRY_COLOR 4u            /* color_node is valid (SRM-buffer) */
+#define UC_ENTRY_REPLICA 8u          /* replica_nodes is valid (NCC) */
 
 /* migration budget meaning "no limit" */
 #define UC_BUDGET_UNLIMITED 0xffffffffu
@@ -64,8 +74,10 @@ struct uc_entry {
 	uint64_t chunk;
 	uint32_t flags;            /* UC_ENTRY_* */
 	uint32_t migration_budget; /* migrations per report interval (MFC section 4.5) */
-	uint64_t reserved;
-	uint64_t mask[UC_MASK_WORDS]; /* home vCPUs */
+	uint16_t color_node;       /* guest node for the chunk's page cache (UC_ENTRY_COLOR) */
+	uint16_t pad16;
+	uint32_t replica_nodes;    /* guest nodes 0..31 keeping a replica (UC_ENTRY_REPLICA) */
+	uint64_t mask[UC_MASK_WORDS]; /* home vCPUs; may be empty (color/replica-only entry) */
 };
 
 struct uc_ctr_hdr {
@@ -77,7 +89,20 @@ struct uc_ctr_hdr {
 	uint32_t slot_size; /* bytes */
 	uint64_t dropped[2];  /* per region: reads not counted because the region was full */
 	uint64_t clients;     /* processes that mapped the counters (monotonic) */
-	uint8_t pad[16];
+	uint32_t nnodes;      /* per-node read counters per slot (<= UC_MAX_NODES) */
+	uint32_t ngens;       /* file generations, power of two <= UC_MAX_GENS */
+	uint8_t pad[8];
+};
+
+/* After the two regions: shim-wide statistics (monotonic, never zeroed), then generations. */
+struct uc_gen_hdr {
+	uint64_t replica_serves;   /* reads served from a replica */
+	uint64_t replica_fills;    /* replicas filled */
+	uint64_t replica_rejects;  /* serves refused: file changed since the fill */
+	uint64_t fill_aborts;      /* fills abandoned: file too recently changed or changed during */
+	uint64_t color_reads;      /* reads made under a color node's memory policy */
+	uint64_t gen_bumps;        /* generation bumps by shim writers */
+	uint64_t pad[2];
 };
 
 struct uc_ctr_slot {
@@ -97,6 +122,7 @@ _Static_assert(sizeof(struct uc_table_buf) == 64, "table buffer header is 64 byt
 _Static_assert(sizeof(struct uc_entry) == 64, "entry is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_hdr) == 64, "counter header is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_slot) == 64, "counter slot head is 64 bytes");
+_Static_assert(sizeof(struct uc_gen_hdr) == 64, "generation header is 64 bytes");
 
 /* splitmix64 finalizer: the one mixing function both sides use */
 static inline uint64_t uc_mix64(uint64_t x)
@@ -124,6 +150,12 @@ static inline uint64_t uc_bucket_hash(uint64_t file_id, uint64_t chunk)
 static inline uint64_t uc_slot_key(uint64_t file_id, uint64_t chunk)
 {
 	return uc_mix64(file_id + 0x632be59bd9b4e019ull * (chunk + 1)) | 1ull;
+}
+
+/* generation bucket of a file id */
+static inline uint64_t uc_gen_hash(uint64_t file_id)
+{
+	return uc_mix64(file_id ^ 0x2545f4914f6cdd1dull);
 }
 
 #endif /* UC_LAYOUT_H */

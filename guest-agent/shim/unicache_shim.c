@@ -12,7 +12,13 @@
  *   3. for chunks marked non-caching, serves pread through an mmap of the file copied
  *      with prefetchnta loads (MFC section 4.3, 5), falling back to the plain call on
  *      anything unusual;
- *   4. counts bytes per chunk per vCPU in the shared counters.
+ *   4. counts bytes per chunk per vCPU and reads per guest node in the shared counters,
+ *      and once per chunk per interval the guest node of its first page-cache page;
+ *   5. for chunks with a color node (SRM-buffer), makes the real call under a preferred
+ *      memory policy for that node, so the page cache it brings in lands there;
+ *   6. for chunks replicated on the calling thread's node (NCC), serves pread from a
+ *      node-local replica, checked against the file's fstat and a shared generation on
+ *      every serve (docs/replicas.md "Coherence").
  *
  * It never changes what the call returns: every path either is the real call or
  * produces exactly its bytes, return value, errno and file offset. Without the table
@@ -25,8 +31,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -38,6 +46,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -56,6 +65,21 @@
 #define UC_PROBES 32               /* counter slots probed before a read is dropped */
 #define UC_RETRY_NS 1000000000ll   /* retry mapping the table once a second */
 #define UC_SEQ_RETRIES 64          /* table reads retried before giving up */
+#define UC_REPLICA_SLOTS 64        /* replica buffers per process */
+#define UC_REPLICA_MB 64           /* default UNICACHE_REPLICA_MB: replica memory per process */
+#define UC_REPLICA_MARGIN_MS 20    /* default UNICACHE_REPLICA_MARGIN_MS (> a jiffy) */
+#define UC_COARSE_FS_MARGIN_NS 2000000000ll /* ctime with zero nanoseconds: a coarse fs */
+#define UC_POLICY_BITS 1024        /* nodemask bits for get/set_mempolicy */
+#define UC_HOME_BUSY 0xffffull     /* home field: being looked up, or not resident */
+
+/* mempolicy ABI (linux/mempolicy.h), raw system calls: no libnuma */
+#define UC_MPOL_PREFERRED 1
+#define UC_MPOL_BIND 2
+#define UC_MPOL_MF_STRICT 1
+#define UC_MPOL_MF_MOVE 2
+
+/* Read by the agent (it looks for this string in the library to announce its caps). */
+__attribute__((used)) static const char uc_caps_marker[] = "unicache-shim-caps=colors,replicas";
 
 /* --- real functions ------------------------------------------------------------- */
 
@@ -91,6 +115,13 @@ typedef ssize_t (*uc_sendfile64_t)(int, int, off64_t *, size_t);
 typedef ssize_t (*uc_read_chk_t)(int, void *, size_t, size_t);
 typedef ssize_t (*uc_pread_chk_t)(int, void *, size_t, off_t, size_t);
 typedef ssize_t (*uc_pread64_chk_t)(int, void *, size_t, off64_t, size_t);
+typedef ssize_t (*uc_writev_t)(int, const struct iovec *, int);
+typedef ssize_t (*uc_pwritev_t)(int, const struct iovec *, int, off_t);
+typedef ssize_t (*uc_pwritev64_t)(int, const struct iovec *, int, off64_t);
+typedef ssize_t (*uc_pwritev2_t)(int, const struct iovec *, int, off_t, int);
+typedef ssize_t (*uc_pwritev64v2_t)(int, const struct iovec *, int, off64_t, int);
+typedef int (*uc_ftruncate_t)(int, off_t);
+typedef int (*uc_ftruncate64_t)(int, off64_t);
 
 static struct {
 	uc_read_t read;
@@ -129,6 +160,13 @@ static struct {
 	uc_read_chk_t read_chk;
 	uc_pread_chk_t pread_chk;
 	uc_pread64_chk_t pread64_chk;
+	uc_writev_t writev;
+	uc_pwritev_t pwritev;
+	uc_pwritev64_t pwritev64;
+	uc_pwritev2_t pwritev2;
+	uc_pwritev64v2_t pwritev64v2;
+	uc_ftruncate_t ftruncate;
+	uc_ftruncate64_t ftruncate64;
 } uc_real;
 
 #define UC_REAL(name)                                                              \
@@ -150,6 +188,11 @@ static struct {
 	int disabled;                      /* UNICACHE_DISABLE=1 */
 	int nt_read;                       /* UNICACHE_NT_READ=1: non-temporal read() too */
 	int nt_off;                        /* UNICACHE_NT=0: never use the mmap path */
+	int rep_read;                      /* UNICACHE_REPLICA_READ=1: read() from replicas too */
+	int rep_off;                       /* UNICACHE_REPLICA=0: never serve replicas */
+	int color_off;                     /* UNICACHE_COLOR=0: never set a memory policy */
+	size_t rep_bytes;                  /* UNICACHE_REPLICA_MB */
+	long long rep_margin_ns;           /* UNICACHE_REPLICA_MARGIN_MS */
 	_Atomic int mapped;                /* table and counters usable */
 	_Atomic long long next_try_ns;
 	atomic_flag mapping;
@@ -157,6 +200,8 @@ static struct {
 	size_t table_len;
 	unsigned char *ctr;
 	size_t ctr_len;
+	struct uc_gen_hdr *gens;           /* statistics + generations; NULL without counters */
+	uint32_t ngens;
 	uint64_t salt;
 	long pagesz;
 	char table_path[256];
@@ -264,15 +309,24 @@ static int uc_try_map(void)
 	}
 	if (ch && (ch->magic != UC_CTR_MAGIC || ch->layout != UC_LAYOUT_VERSION || ch->nslots == 0 ||
 	    ch->nslots > UC_MAX_SLOTS || (ch->nslots & (ch->nslots - 1)) || ch->max_vcpus == 0 ||
-	    ch->max_vcpus > UC_MAX_VCPUS ||
-	    ch->slot_size < sizeof(struct uc_ctr_slot) + 8u * ch->max_vcpus ||
+	    ch->max_vcpus > UC_MAX_VCPUS || ch->nnodes == 0 || ch->nnodes > UC_MAX_NODES ||
+	    ch->ngens == 0 || ch->ngens > UC_MAX_GENS || (ch->ngens & (ch->ngens - 1)) ||
+	    ch->slot_size < sizeof(struct uc_ctr_slot) + 8u * (ch->max_vcpus + ch->nnodes + 1u) ||
 	    ch->slot_size % 64)) {
 		uc_warn("bad counters header in", uc.ctr_path);
 		goto fail;
 	}
-	if (ch && clen < sizeof(*ch) + 2 * (size_t)ch->nslots * ch->slot_size) {
+	if (ch && clen < sizeof(*ch) + 2 * (size_t)ch->nslots * ch->slot_size +
+				 sizeof(struct uc_gen_hdr) + 8u * (size_t)ch->ngens) {
 		uc_warn("short counters file", uc.ctr_path);
 		goto fail;
+	}
+	if (ch) {
+		uc.ngens = ch->ngens;
+		__atomic_store_n(&uc.gens,
+				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + sizeof(*ch) +
+							       2 * (size_t)ch->nslots * ch->slot_size),
+				 __ATOMIC_RELEASE);
 	}
 	__atomic_store_n(&uc.table, (const unsigned char *)t, __ATOMIC_RELEASE);
 	uc.table_len = tlen;
@@ -320,6 +374,8 @@ static void uc_env_path(char *dst, size_t n, const char *env, const char *def)
 	strcpy(dst, v);
 }
 
+static void uc_rep_atfork_child(void);
+
 __attribute__((constructor)) static void uc_init(void)
 {
 	const char *v;
@@ -333,9 +389,23 @@ __attribute__((constructor)) static void uc_init(void)
 	uc.nt_read = v && *v == '1';
 	v = secure_getenv("UNICACHE_NT");
 	uc.nt_off = v && *v == '0';
+	v = secure_getenv("UNICACHE_REPLICA_READ");
+	uc.rep_read = v && *v == '1';
+	v = secure_getenv("UNICACHE_REPLICA");
+	uc.rep_off = v && *v == '0';
+	v = secure_getenv("UNICACHE_COLOR");
+	uc.color_off = v && *v == '0';
+	v = secure_getenv("UNICACHE_REPLICA_MB");
+	uc.rep_bytes = (size_t)(v && *v ? strtoul(v, NULL, 10) : UC_REPLICA_MB) << 20;
+	v = secure_getenv("UNICACHE_REPLICA_MARGIN_MS");
+	uc.rep_margin_ns = (v && *v ? (long long)strtoul(v, NULL, 10) : UC_REPLICA_MARGIN_MS) *
+			   1000000ll;
+	if (uc.rep_margin_ns < 10000000ll) /* never below 10 ms: more than a jiffy at HZ=100 */
+		uc.rep_margin_ns = 10000000ll;
 	uc_env_path(uc.table_path, sizeof(uc.table_path), "UNICACHE_TABLE", UC_DEFAULT_TABLE);
 	uc_env_path(uc.ctr_path, sizeof(uc.ctr_path), "UNICACHE_COUNTERS", UC_DEFAULT_COUNTERS);
 	uc_orig_valid = sched_getaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask) == 0;
+	(void)pthread_atfork(NULL, NULL, uc_rep_atfork_child);
 	if (!uc.disabled)
 		(void)uc_try_map();
 	atomic_store_explicit(&uc.next_try_ns, uc_now_ns() + UC_RETRY_NS, memory_order_relaxed);
@@ -360,6 +430,8 @@ struct uc_hit {
 	uint64_t mask[UC_MASK_WORDS];
 	uint32_t flags;
 	uint32_t budget;
+	uint32_t replica_nodes;
+	int color_node;
 	int found;
 };
 
@@ -410,6 +482,8 @@ static int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h)
 				continue;
 			h->flags = fl;
 			h->budget = __atomic_load_n(&x->migration_budget, __ATOMIC_RELAXED);
+			h->color_node = __atomic_load_n(&x->color_node, __ATOMIC_RELAXED);
+			h->replica_nodes = __atomic_load_n(&x->replica_nodes, __ATOMIC_RELAXED);
 			for (w = 0; w < UC_MASK_WORDS; w++)
 				h->mask[w] = __atomic_load_n(&x->mask[w], __ATOMIC_RELAXED);
 			h->found = 1;
@@ -421,6 +495,116 @@ static int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h)
 			return 1;
 	}
 	return 0;
+}
+
+/* --- guest NUMA nodes ---------------------------------------------------------------- */
+
+static signed char uc_cpu_node[UC_MAX_VCPUS]; /* node of each CPU (0 when sysfs says nothing) */
+static _Atomic uint32_t uc_node_mask;         /* guest nodes 0..31 that exist */
+static _Atomic int uc_nodes_state;            /* 0 unread, 1 being read, 2 ready */
+
+/* Read a small sysfs file into buf (NUL-terminated); returns its length or -1. */
+static ssize_t uc_read_small(const char *path, char *buf, size_t n)
+{
+	int fd = UC_REAL(open)(path, O_RDONLY | O_CLOEXEC);
+	ssize_t r;
+
+	if (fd < 0)
+		return -1;
+	r = UC_REAL(read)(fd, buf, n - 1);
+	UC_REAL(close)(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = 0;
+	return r;
+}
+
+/* Parse a cpulist ("0-3,8") of ids below `limit`: with `node` < 0 return the mask of its
+ * ids below 32 (the online nodes), else set uc_cpu_node[cpu] = node for each CPU in it. */
+static uint32_t uc_parse_list(const char *s, unsigned limit, int node)
+{
+	uint32_t mask = 0;
+	char *end;
+
+	while (*s) {
+		unsigned long a = strtoul(s, &end, 10), b, i;
+
+		if (end == s)
+			break;
+		b = a;
+		s = end;
+		if (*s == '-') {
+			b = strtoul(s + 1, &end, 10);
+			s = end;
+		}
+		for (i = a; i <= b && i < limit; i++) {
+			if (node < 0 && i < 32)
+				mask |= 1u << i;
+			else if (node >= 0)
+				uc_cpu_node[i] = (signed char)node;
+		}
+		while (*s == ',' || *s == '\n' || *s == ' ')
+			s++;
+	}
+	return mask;
+}
+
+/* The CPU -> node map, from /sys/devices/system/node (once per process, on first need). */
+static void uc_nodes_init(void)
+{
+	char buf[1024], path[80];
+	uint32_t mask;
+	int expect = 0, n;
+
+	if (!atomic_compare_exchange_strong(&uc_nodes_state, &expect, 1))
+		return;
+	mask = uc_read_small("/sys/devices/system/node/online", buf, sizeof(buf)) > 0
+		       ? uc_parse_list(buf, UC_MAX_NODES, -1)
+		       : 0;
+	for (n = 0; n < (int)UC_MAX_NODES; n++) {
+		if (!(mask >> n & 1u))
+			continue;
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", n);
+		if (uc_read_small(path, buf, sizeof(buf)) >= 0)
+			(void)uc_parse_list(buf, UC_MAX_VCPUS, n);
+	}
+	atomic_store(&uc_node_mask, mask ? mask : 1u);
+	atomic_store(&uc_nodes_state, 2);
+}
+
+/* Guest node of a CPU; -1 while the map is being read by another thread. */
+static inline int uc_node_of(int cpu)
+{
+	if (__builtin_expect(atomic_load_explicit(&uc_nodes_state, memory_order_acquire) != 2, 0)) {
+		uc_nodes_init();
+		if (atomic_load_explicit(&uc_nodes_state, memory_order_acquire) != 2)
+			return -1;
+	}
+	return cpu >= 0 && cpu < (int)UC_MAX_VCPUS ? uc_cpu_node[cpu] : -1;
+}
+
+/*
+ * Guest node of the page-cache page at `off` of fd, without I/O: mincore says whether it
+ * is resident, MADV_POPULATE_READ maps it (an error, never a signal, if it went away) and
+ * move_pages with no target nodes names its node. -1 when unknown.
+ */
+static int uc_page_node(int fd, uint64_t off)
+{
+	unsigned char vec = 0;
+	void *m, *pages[1];
+	int status = -1, node = -1;
+
+	m = mmap(NULL, (size_t)uc.pagesz, PROT_READ, MAP_SHARED, fd, (off_t)off);
+	if (m == MAP_FAILED)
+		return -1;
+	if (mincore(m, (size_t)uc.pagesz, &vec) == 0 && (vec & 1u) &&
+	    madvise(m, (size_t)uc.pagesz, 22 /* MADV_POPULATE_READ */) == 0) {
+		pages[0] = m;
+		if (syscall(SYS_move_pages, 0, 1ul, pages, NULL, &status, 0) == 0 && status >= 0)
+			node = status;
+	}
+	munmap(m, (size_t)uc.pagesz);
+	return node;
 }
 
 /* --- counters ------------------------------------------------------------------------ */
@@ -478,17 +662,22 @@ static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
 	return (uint64_t *)(void *)(s + 1);
 }
 
-/* Count one completed call of `n` bytes at `off` (off < 0: offset unknown). */
-static void uc_count(uint64_t file_id, int64_t off, uint64_t cs, ssize_t n, int is_write,
-		     int nt)
+/*
+ * Count one completed call of `n` bytes at `off` (off < 0: offset unknown) on fd. Reads
+ * also count per guest node, and the first read of a chunk in an interval records the
+ * node of the chunk's first page-cache page (its home, NCC's primary copy).
+ */
+static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t n,
+		     int is_write, int nt)
 {
 	struct uc_ctr_hdr *ch = uc_ctr();
 	uint64_t chunk, left, o;
-	int cpu, i;
+	int cpu, i, node;
 
 	if (off < 0 || cs == 0 || !ch)
 		return;
 	cpu = sched_getcpu();
+	node = is_write ? -1 : uc_node_of(cpu);
 	o = (uint64_t)off;
 	left = n > 0 ? (uint64_t)n : 0;
 	chunk = o / cs;
@@ -510,6 +699,25 @@ static void uc_count(uint64_t file_id, int64_t off, uint64_t cs, ssize_t n, int 
 				if (cpu >= 0 && (uint32_t)cpu < ch->max_vcpus && part)
 					__atomic_fetch_add(&uc_vcpu_bytes(s)[cpu], part,
 							   __ATOMIC_RELAXED);
+				if (node >= 0 && (uint32_t)node < ch->nnodes)
+					__atomic_fetch_add(&uc_vcpu_bytes(s)[ch->max_vcpus + node], 1,
+							   __ATOMIC_RELAXED);
+				/* one node: the agent knows the home without asking the kernel */
+				if (fd >= 0 && n > 0 && ch->nnodes > 1) {
+					uint64_t *home = &uc_vcpu_bytes(s)[ch->max_vcpus + ch->nnodes];
+					uint64_t zero = 0;
+
+					if (__atomic_load_n(home, __ATOMIC_RELAXED) == 0 &&
+					    __atomic_compare_exchange_n(home, &zero, UC_HOME_BUSY, 0,
+									__ATOMIC_RELAXED,
+									__ATOMIC_RELAXED)) {
+						int hn = uc_page_node(fd, chunk * cs);
+
+						if (hn >= 0 && hn < (int)UC_MAX_NODES)
+							__atomic_store_n(home, (uint64_t)hn + 1,
+									 __ATOMIC_RELAXED);
+					}
+				}
 			}
 		}
 		left -= part;
@@ -719,6 +927,419 @@ static int uc_nt_pread(int fd, void *buf, size_t n, int64_t off, uint64_t file_i
 	return 0;
 }
 
+/* --- colors: page cache on the sequence's node (SRM-buffer) -------------------------------- */
+
+struct uc_policy {
+	int mode;
+	unsigned long mask[UC_POLICY_BITS / (8 * sizeof(unsigned long))];
+	int set;
+};
+
+/*
+ * Make the thread's page-cache allocations prefer `node` (SRM-buffer section 3.2: the
+ * pages of one sequence get one color; here a color is a guest node). Saves the current
+ * policy in *old; keeps errno. Returns 1 when a policy was set.
+ */
+static int uc_color_enter(int node, struct uc_policy *old)
+{
+	unsigned long want[UC_POLICY_BITS / (8 * sizeof(unsigned long))];
+	int saved = errno;
+
+	old->set = 0;
+	if (uc.color_off || node < 0 || node >= (int)UC_MAX_NODES)
+		return 0;
+	(void)uc_node_of(-1);
+	if (!(atomic_load(&uc_node_mask) >> node & 1u))
+		return 0;
+	memset(old->mask, 0, sizeof(old->mask));
+	if (syscall(SYS_get_mempolicy, &old->mode, old->mask, (unsigned long)UC_POLICY_BITS,
+		    NULL, 0ul) != 0) {
+		errno = saved;
+		return 0;
+	}
+	memset(want, 0, sizeof(want));
+	want[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+	old->set = syscall(SYS_set_mempolicy, UC_MPOL_PREFERRED, want,
+			   (unsigned long)UC_POLICY_BITS) == 0;
+	if (old->set) {
+		struct uc_gen_hdr *g = __atomic_load_n(&uc.gens, __ATOMIC_ACQUIRE);
+
+		if (g)
+			__atomic_fetch_add(&g->color_reads, 1, __ATOMIC_RELAXED);
+	}
+	errno = saved;
+	return old->set;
+}
+
+/* Restore the policy uc_color_enter saved; keeps errno. */
+static void uc_color_leave(const struct uc_policy *old)
+{
+	int saved = errno;
+
+	if (old->set)
+		(void)syscall(SYS_set_mempolicy, old->mode, old->mask, (unsigned long)UC_POLICY_BITS);
+	errno = saved;
+}
+
+/* --- replicas: node-local copies of chunks (NCC) ------------------------------------------ */
+
+/*
+ * One replica buffer of this process. `lock`: >0 readers serving from it, -1 the one thread
+ * filling it, 0 free. Every lock is a try: a busy replica means the real call, never a wait.
+ */
+struct uc_replica {
+	_Atomic int lock;
+	int valid;
+	int node;
+	uint64_t file_id;
+	uint64_t chunk;
+	uint64_t cs;         /* chunk size of the table it was filled under */
+	uint64_t gen;        /* file generation the fill started under */
+	unsigned char *buf;  /* mmap'd, mbind'ed to `node` */
+	size_t cap;
+	size_t len;          /* bytes of the chunk held (short at EOF) */
+	dev_t dev;           /* fstat snapshot of the file at the fill */
+	ino_t ino;
+	off_t size;
+	struct timespec mtim;
+	struct timespec ctim;
+	long long filled_ns; /* when it was filled (victim choice) */
+};
+
+static struct uc_replica uc_reps[UC_REPLICA_SLOTS];
+
+/* A child forked while another thread held a replica lock would never get it back. */
+static void uc_rep_atfork_child(void)
+{
+	int i;
+
+	for (i = 0; i < (int)UC_REPLICA_SLOTS; i++) {
+		if (atomic_load_explicit(&uc_reps[i].lock, memory_order_relaxed) < 0)
+			uc_reps[i].valid = 0; /* a fill was under way: its buffer is partial */
+		atomic_store_explicit(&uc_reps[i].lock, 0, memory_order_relaxed);
+	}
+}
+
+static inline int uc_rd_try(_Atomic int *l)
+{
+	int v = atomic_load_explicit(l, memory_order_relaxed);
+
+	while (v >= 0)
+		if (atomic_compare_exchange_weak_explicit(l, &v, v + 1, memory_order_acquire,
+							  memory_order_relaxed))
+			return 1;
+	return 0;
+}
+
+static inline void uc_rd_done(_Atomic int *l)
+{
+	atomic_fetch_sub_explicit(l, 1, memory_order_release);
+}
+
+static inline int uc_wr_try(_Atomic int *l)
+{
+	int zero = 0;
+
+	return atomic_compare_exchange_strong_explicit(l, &zero, -1, memory_order_acquire,
+						       memory_order_relaxed);
+}
+
+static inline void uc_wr_done(_Atomic int *l)
+{
+	atomic_store_explicit(l, 0, memory_order_release);
+}
+
+static inline void uc_stat_add(size_t field_off)
+{
+	struct uc_gen_hdr *g = __atomic_load_n(&uc.gens, __ATOMIC_ACQUIRE);
+
+	if (g)
+		__atomic_fetch_add((uint64_t *)(void *)((unsigned char *)g + field_off), 1,
+				   __ATOMIC_RELAXED);
+}
+#define UC_STAT(field) uc_stat_add(offsetof(struct uc_gen_hdr, field))
+
+/* The shared generation of a file id (0 without counters). */
+static inline uint64_t *uc_gen_slot(uint64_t file_id)
+{
+	struct uc_gen_hdr *g = __atomic_load_n(&uc.gens, __ATOMIC_ACQUIRE);
+
+	if (!g)
+		return NULL;
+	return (uint64_t *)(void *)(g + 1) + (uc_gen_hash(file_id) & (uc.ngens - 1u));
+}
+
+static inline uint64_t uc_gen_of(uint64_t file_id)
+{
+	uint64_t *p = uc_gen_slot(file_id);
+
+	return p ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* A write the shim sees: every replica of the file (in every process) is stale now. */
+static inline void uc_gen_bump(uint64_t file_id)
+{
+	uint64_t *p = uc_gen_slot(file_id);
+
+	if (p) {
+		__atomic_fetch_add(p, 1, __ATOMIC_ACQ_REL);
+		UC_STAT(gen_bumps);
+	}
+}
+
+static inline int uc_ts_eq(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/* The file is still what the replica was filled from (no change since the fill's fstat). */
+static inline int uc_same_file(const struct uc_replica *r, const struct stat *st)
+{
+	return r->dev == st->st_dev && r->ino == st->st_ino && r->size == st->st_size &&
+	       uc_ts_eq(&r->ctim, &st->st_ctim) && uc_ts_eq(&r->mtim, &st->st_mtim);
+}
+
+static inline long long uc_ts_ns(const struct timespec *t)
+{
+	return (long long)t->tv_sec * 1000000000ll + t->tv_nsec;
+}
+
+static size_t uc_rep_nslots(uint64_t cs)
+{
+	size_t n = cs ? uc.rep_bytes / cs : 0;
+
+	return n > UC_REPLICA_SLOTS ? UC_REPLICA_SLOTS : n;
+}
+
+/* tests only: a build with -DUC_MUTANT_NO_SERVE_CHECK must fail the coherence test */
+#ifdef UC_MUTANT_NO_SERVE_CHECK
+#define UC_MUTANT_SERVE_CHECK(x) ((void)(x), 1)
+#else
+#define UC_MUTANT_SERVE_CHECK(x) (x)
+#endif
+
+/* The file changed too recently for a fill to be safe (see uc_rep_fill step 3). */
+static int uc_rep_too_fresh(const struct stat *st)
+{
+	struct timespec now;
+	long long margin = uc.rep_margin_ns;
+
+	if (st->st_ctim.tv_nsec == 0) /* a file system with coarse (second) timestamps */
+		margin += UC_COARSE_FS_MARGIN_NS;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return uc_ts_ns(&now) - uc_ts_ns(&st->st_ctim) <= margin;
+}
+
+/* A buffer of cap bytes whose pages come from `node` only (mbind MPOL_BIND). */
+static int uc_rep_buffer(struct uc_replica *r, int node, size_t cap)
+{
+	unsigned long mask[UC_POLICY_BITS / (8 * sizeof(unsigned long))];
+	void *p;
+
+	if (r->buf && r->cap == cap && r->node == node)
+		return 1;
+	if (r->buf)
+		munmap(r->buf, r->cap);
+	r->buf = NULL;
+	r->cap = 0;
+	p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	memset(mask, 0, sizeof(mask));
+	mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+	if (syscall(SYS_mbind, p, cap, UC_MPOL_BIND, mask, (unsigned long)UC_POLICY_BITS,
+		    (unsigned long)(UC_MPOL_MF_STRICT | UC_MPOL_MF_MOVE)) != 0) {
+		munmap(p, cap);
+		return 0;
+	}
+	r->buf = p;
+	r->cap = cap;
+	r->node = node;
+	return 1;
+}
+
+/*
+ * Fill replica r (write-locked by the caller) with chunk `chunk` of fd's file. Coherence
+ * (docs/replicas.md "Coherence"), in this order:
+ *   1. g0 = the file's generation, t0 = the real-time clock;
+ *   2. on a descriptor of our own: lseek(SEEK_DATA) takes the inode lock shared (ext4,
+ *      tmpfs), so a buffered write in flight (it holds the lock exclusively from its
+ *      ctime update to the end of its copy) has finished before we go on;
+ *   3. fstat: the file's ctime must be older than t0 - margin (margin > the kernel's
+ *      timestamp granularity), so any write after this point sets another ctime;
+ *   4. read the chunk; fstat again and the generation again: both unchanged, or no fill.
+ */
+static int uc_rep_fill(struct uc_replica *r, int fd, uint64_t file_id, uint64_t chunk,
+		       uint64_t cs, int node)
+{
+	struct stat s1, s2;
+	struct timespec t0;
+	char path[64];
+	uint64_t g0, start = chunk * cs;
+	size_t len, got = 0;
+	long long margin = uc.rep_margin_ns;
+	int fd2, ok = 0;
+
+	r->valid = 0;
+	g0 = uc_gen_of(file_id);
+	clock_gettime(CLOCK_REALTIME, &t0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	fd2 = UC_REAL(open)(path, O_RDONLY | O_CLOEXEC);
+	if (fd2 < 0)
+		return 0;
+	(void)UC_REAL(lseek)(fd2, 0, SEEK_DATA);
+	if (fstat(fd2, &s1) < 0 || !S_ISREG(s1.st_mode) ||
+	    uc_file_id_of(uc.salt, (uint64_t)s1.st_dev, (uint64_t)s1.st_ino) != file_id ||
+	    s1.st_size <= (off_t)start)
+		goto out;
+	if (s1.st_ctim.tv_nsec == 0) /* a file system with coarse (second) timestamps */
+		margin += UC_COARSE_FS_MARGIN_NS;
+	/* t0 was read before the barrier and this fstat: the margin counts from then */
+	if (uc_ts_ns(&t0) - uc_ts_ns(&s1.st_ctim) <= margin)
+		goto abort;
+	len = (uint64_t)s1.st_size - start < cs ? (size_t)((uint64_t)s1.st_size - start)
+						 : (size_t)cs;
+	if (!uc_rep_buffer(r, node, (size_t)cs))
+		goto out;
+	while (got < len) {
+		ssize_t k = UC_REAL(pread64)(fd2, r->buf + got, len - got, (off64_t)(start + got));
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			goto abort;
+		got += (size_t)k;
+	}
+	if (fstat(fd2, &s2) < 0 || s2.st_size != s1.st_size ||
+	    !uc_ts_eq(&s2.st_ctim, &s1.st_ctim) || !uc_ts_eq(&s2.st_mtim, &s1.st_mtim) ||
+	    uc_gen_of(file_id) != g0)
+		goto abort;
+	r->file_id = file_id;
+	r->chunk = chunk;
+	r->cs = cs;
+	r->gen = g0;
+	r->len = len;
+	r->dev = s1.st_dev;
+	r->ino = s1.st_ino;
+	r->size = s1.st_size;
+	r->mtim = s1.st_mtim;
+	r->ctim = s1.st_ctim;
+	r->filled_ns = uc_ts_ns(&t0);
+	r->valid = 1;
+	ok = 1;
+	UC_STAT(replica_fills);
+	goto out;
+abort:
+	UC_STAT(fill_aborts);
+out:
+	UC_REAL(close)(fd2);
+	return ok;
+}
+
+/* Copy from a replica into the caller's buffer under the fault guard; 1 when done. */
+static int uc_rep_copy(void *dst, const unsigned char *src, size_t n)
+{
+	if (!uc_guard_ready())
+		return 0;
+	if (sigsetjmp(uc_jb, 1) == 0) {
+		/* volatile: the stores around a builtin memcpy must not be optimised away */
+		*(volatile int *)&uc_in_copy = 1;
+		__asm__ volatile("" ::: "memory");
+		memcpy(dst, src, n);
+		__asm__ volatile("" ::: "memory");
+		*(volatile int *)&uc_in_copy = 0;
+		return 1;
+	}
+	uc_in_copy = 0; /* a bad caller buffer: the real call says EFAULT */
+	return 0;
+}
+
+/*
+ * Serve pread(fd, buf, n, off) from this process's replica of the chunk on `node`, filling
+ * it first when needed. Every serve checks, after the caller's call began: the file's
+ * generation and its fstat (size, ctime, mtime, inode) against the fill's snapshot. Returns
+ * 1 and *ret when served; 0 when the caller must make the real call (range past the
+ * chunk, at or past EOF, not readable, O_DIRECT, a busy or unfillable replica).
+ */
+static int uc_rep_pread(int fd, void *buf, size_t n, int64_t off, uint64_t file_id,
+			uint64_t cs, int node, ssize_t *ret)
+{
+	struct uc_replica *r;
+	struct stat st;
+	uint64_t chunk, start, end;
+	struct uc_replica *hit = NULL;
+	size_t nslots = uc_rep_nslots(cs), len, set, ways, w;
+	int fl, served = 0, saved = errno;
+
+	if (uc.rep_off || n == 0 || n > (size_t)SSIZE_MAX || off < 0 || !nslots)
+		return 0;
+	chunk = (uint64_t)off / cs;
+	start = chunk * cs;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || off >= st.st_size)
+		goto out;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & (O_DIRECT | O_PATH)))
+		goto out;
+	end = (uint64_t)off + n < (uint64_t)st.st_size ? (uint64_t)off + n : (uint64_t)st.st_size;
+	if (end > start + cs)
+		goto out; /* spans chunks: the real call */
+	len = (size_t)(end - (uint64_t)off);
+	/* two ways per set: two hot chunks that hash alike do not evict each other */
+	ways = nslots >= 2 ? 2 : 1;
+	set = (size_t)(uc_mix64(uc_bucket_hash(file_id, chunk) + (uint64_t)node) %
+		       (nslots / ways)) * ways;
+	for (w = 0; w < ways; w++) {
+		r = &uc_reps[set + w];
+		if (!uc_rd_try(&r->lock))
+			continue;
+		if (r->valid && r->file_id == file_id && r->chunk == chunk && r->cs == cs &&
+		    r->node == node) {
+			if (UC_MUTANT_SERVE_CHECK(uc_same_file(r, &st) && uc_gen_of(file_id) == r->gen) &&
+			    end - start <= r->len) {
+				served = uc_rep_copy(buf, r->buf + (off - (int64_t)start), len);
+				if (served)
+					UC_STAT(replica_serves);
+				uc_rd_done(&r->lock);
+				goto out;
+			}
+			UC_STAT(replica_rejects);
+			hit = r;
+		}
+		uc_rd_done(&r->lock);
+		if (hit)
+			break;
+	}
+	if (!hit) { /* the way to fill: an empty one, else the one filled longest ago */
+		hit = &uc_reps[set];
+		if (ways == 2 && hit->valid &&
+		    (!uc_reps[set + 1].valid || uc_reps[set + 1].filled_ns < hit->filled_ns))
+			hit = &uc_reps[set + 1];
+	}
+	r = hit;
+	if (!uc_wr_try(&r->lock))
+		goto out;
+	if (r->file_id == file_id && r->chunk == chunk && r->cs == cs && r->node == node)
+		r->valid = 0; /* not servable (checked above): dropped now, not rejected again */
+	if (uc_rep_too_fresh(&st)) {
+		UC_STAT(fill_aborts); /* cheaply: no descriptor opened while the file is written */
+		uc_wr_done(&r->lock);
+		goto out;
+	}
+	/* fill, then serve under the same lock with the same checks */
+	if (uc_rep_fill(r, fd, file_id, chunk, cs, node) && fstat(fd, &st) == 0 &&
+	    uc_same_file(r, &st) && uc_gen_of(file_id) == r->gen && end - start <= r->len) {
+		served = uc_rep_copy(buf, r->buf + (off - (int64_t)start), len);
+		if (served)
+			UC_STAT(replica_serves);
+	}
+	uc_wr_done(&r->lock);
+out:
+	errno = saved;
+	if (served)
+		*ret = (ssize_t)len;
+	return served;
+}
+
 /* --- the per-call logic ------------------------------------------------------------------------ */
 
 struct uc_call {
@@ -726,6 +1347,8 @@ struct uc_call {
 	int64_t off;        /* offset the call reads at; -1 unknown */
 	uint64_t chunk_size;
 	int nt;             /* chunk is non-caching */
+	int color;          /* guest node for the page cache this call brings in; -1 none */
+	int rep_node;       /* serve from the replica on this node; -1 none */
 };
 
 /*
@@ -744,6 +1367,8 @@ static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 	c->off = off >= 0 ? off : pos;
 	c->nt = 0;
 	c->chunk_size = 0;
+	c->color = -1;
+	c->rep_node = -1;
 	if (c->off < 0 || !uc_lookup(c->file_id, (uint64_t)c->off, &h))
 		return 1;
 	c->chunk_size = h.chunk_size;
@@ -752,6 +1377,17 @@ static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 	/* MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads */
 	c->nt = !(h.flags & UC_ENTRY_CACHING) && n >= h.min_read_size;
 	uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);
+	if (__builtin_expect(h.flags & (UC_ENTRY_COLOR | UC_ENTRY_REPLICA), 0)) {
+		if (h.flags & UC_ENTRY_COLOR)
+			c->color = h.color_node;
+		if (h.flags & UC_ENTRY_REPLICA) {
+			/* NCC: threads on a node that keeps a replica read it (after migrating) */
+			int node = uc_node_of(sched_getcpu());
+
+			if (node >= 0 && node < (int)UC_MAX_NODES && (h.replica_nodes >> node & 1u))
+				c->rep_node = node;
+		}
+	}
 	return 1;
 }
 
@@ -763,7 +1399,7 @@ static void uc_post(int fd, const struct uc_call *c, ssize_t r, int cur, int is_
 	if (cur && r > 0 && c->off >= 0)
 		uc_fd_advance(fd, c->off + r);
 	if (c->chunk_size && r >= 0)
-		uc_count(c->file_id, c->off, c->chunk_size, r, is_write, nt);
+		uc_count(is_write ? -1 : fd, c->file_id, c->off, c->chunk_size, r, is_write, nt);
 	errno = saved;
 }
 
@@ -815,13 +1451,20 @@ static ssize_t uc_do_sendfile(int out, int in, void *offp, size_t count, int is6
 
 	if (offp && (is64 ? uc_peek(offp, &o64, sizeof(o64)) : uc_peek(offp, &o32, sizeof(o32))))
 		off = is64 ? (int64_t)o64 : (int64_t)o32;
+	struct uc_policy pol;
+
+	pol.set = 0;
+
 	active = in >= 0 && uc_ready() && uc_fd_classify(in, &c.file_id, &c.off) &&
 		 (!offp || off >= 0) && uc_pre(in, offp ? off : -1, count, &c);
+	if (active && c.color >= 0)
+		uc_color_enter(c.color, &pol);
 	errno = e0;
 	if (is64)
 		r = UC_REAL(sendfile64)(out, in, offp, count);
 	else
 		r = UC_REAL(sendfile)(out, in, offp, count);
+	uc_color_leave(&pol);
 	if (active) {
 		saved = errno;
 		uc_post(in, &c, r, !offp, 0, 0);
@@ -846,6 +1489,21 @@ static ssize_t uc_do_read(int fd, void *buf, size_t n)
 		errno = e0;
 		return UC_REAL(read)(fd, buf, n);
 	}
+	if (c.rep_node >= 0 && uc.rep_read) {
+		/* opt-in, as the non-temporal read(): lseek around a replica pread */
+		off_t cur = UC_REAL(lseek)(fd, 0, SEEK_CUR);
+
+		if (cur >= 0 && uc_rep_pread(fd, buf, n, cur, c.file_id, c.chunk_size, c.rep_node,
+					     &r) &&
+		    UC_REAL(lseek)(fd, cur + r, SEEK_SET) == cur + r) {
+			c.off = cur;
+			uc_post(fd, &c, r, 1, 0, 0);
+			errno = e0;
+			return r;
+		}
+		if (cur >= 0)
+			(void)UC_REAL(lseek)(fd, cur, SEEK_SET);
+	}
 	if (c.nt && uc.nt_read) {
 		/* opt-in: read() through the mmap path; see docs/agent.md for the limit */
 		off_t cur = UC_REAL(lseek)(fd, 0, SEEK_CUR);
@@ -860,8 +1518,17 @@ static ssize_t uc_do_read(int fd, void *buf, size_t n)
 		if (cur >= 0)
 			(void)UC_REAL(lseek)(fd, cur, SEEK_SET);
 	}
-	errno = e0;
-	r = UC_REAL(read)(fd, buf, n);
+	if (__builtin_expect(c.color >= 0, 0)) {
+		struct uc_policy pol;
+
+		uc_color_enter(c.color, &pol);
+		errno = e0;
+		r = UC_REAL(read)(fd, buf, n);
+		uc_color_leave(&pol);
+	} else {
+		errno = e0;
+		r = UC_REAL(read)(fd, buf, n);
+	}
 	saved = errno;
 	uc_post(fd, &c, r, 1, 0, 0);
 	errno = saved;
@@ -878,13 +1545,28 @@ static ssize_t uc_do_pread(int fd, void *buf, size_t n, int64_t off)
 		errno = e0;
 		return UC_REAL(pread64)(fd, buf, n, (off64_t)off);
 	}
+	if (c.rep_node >= 0 &&
+	    uc_rep_pread(fd, buf, n, off, c.file_id, c.chunk_size, c.rep_node, &r)) {
+		uc_post(fd, &c, r, 0, 0, 0);
+		errno = e0;
+		return r;
+	}
 	if (c.nt && uc_nt_pread(fd, buf, n, off, c.file_id, &r)) {
 		uc_post(fd, &c, r, 0, 0, 1);
 		errno = e0;
 		return r;
 	}
-	errno = e0;
-	r = UC_REAL(pread64)(fd, buf, n, (off64_t)off);
+	if (__builtin_expect(c.color >= 0, 0)) {
+		struct uc_policy pol;
+
+		uc_color_enter(c.color, &pol);
+		errno = e0;
+		r = UC_REAL(pread64)(fd, buf, n, (off64_t)off);
+		uc_color_leave(&pol);
+	} else {
+		errno = e0;
+		r = UC_REAL(pread64)(fd, buf, n, (off64_t)off);
+	}
 	saved = errno;
 	uc_post(fd, &c, r, 0, 0, 0);
 	errno = saved;
@@ -901,8 +1583,14 @@ static ssize_t uc_do_preadv(int fd, const struct iovec *iov, int cnt, int64_t of
 	int saved, active, e0 = errno;
 
 	/* classify first: pipes and sockets never pay for reading the iovec array */
+	struct uc_policy pol;
+
+	pol.set = 0;
+
 	active = (fd >= 0 && uc_ready() && uc_fd_classify(fd, &c.file_id, &c.off) &&
 		  uc_iov_total(iov, cnt, &total) && uc_pre(fd, off, total, &c));
+	if (active && c.color >= 0)
+		uc_color_enter(c.color, &pol);
 	errno = e0;
 	switch (which) {
 	case 0:
@@ -915,6 +1603,7 @@ static ssize_t uc_do_preadv(int fd, const struct iovec *iov, int cnt, int64_t of
 		r = UC_REAL(preadv64v2)(fd, iov, cnt, (off64_t)off, flags);
 		break;
 	}
+	uc_color_leave(&pol);
 	if (active) {
 		saved = errno;
 		uc_post(fd, &c, r, off < 0, 0, 0);
@@ -932,12 +1621,15 @@ static ssize_t uc_do_pwrite(int fd, const void *buf, size_t n, int64_t off, int 
 	active = uc_ready() && uc_fd_classify(fd, &c.file_id, &c.off);
 	if (!cur && active)
 		c.off = off;
+	if (active)
+		uc_gen_bump(c.file_id); /* before: a replica fill running now fails */
 	errno = e0;
 	r = cur ? UC_REAL(write)(fd, buf, n) : UC_REAL(pwrite64)(fd, buf, n, (off64_t)off);
 	if (active) {
 		struct uc_hit h;
 
 		saved = errno;
+		uc_gen_bump(c.file_id); /* after: no replica filled during the write survives */
 		c.chunk_size = (c.off >= 0 && uc_lookup(c.file_id, (uint64_t)c.off, &h))
 				       ? h.chunk_size
 				       : 0;
@@ -1040,6 +1732,91 @@ UC_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 UC_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off)
 {
 	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
+}
+
+/*
+ * Other calls that change a file's bytes: they only bump the file's generation (before and
+ * after), so replicas in every process drop at once (counting stays with write/pwrite).
+ */
+static inline void uc_bump_fd(int fd)
+{
+	uint64_t fid;
+	int64_t pos;
+	int e0 = errno;
+
+	if (uc_ready() && uc_fd_classify(fd, &fid, &pos))
+		uc_gen_bump(fid);
+	errno = e0;
+}
+
+UC_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	ssize_t r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(writev)(fd, iov, cnt);
+	uc_bump_fd(fd);
+	return r;
+}
+
+UC_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+	ssize_t r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(pwritev)(fd, iov, cnt, off);
+	uc_bump_fd(fd);
+	return r;
+}
+
+UC_EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off)
+{
+	ssize_t r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(pwritev64)(fd, iov, cnt, off);
+	uc_bump_fd(fd);
+	return r;
+}
+
+UC_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	ssize_t r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(pwritev2)(fd, iov, cnt, off, flags);
+	uc_bump_fd(fd);
+	return r;
+}
+
+UC_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
+{
+	ssize_t r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(pwritev64v2)(fd, iov, cnt, off, flags);
+	uc_bump_fd(fd);
+	return r;
+}
+
+UC_EXPORT int ftruncate(int fd, off_t len)
+{
+	int r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(ftruncate)(fd, len);
+	uc_bump_fd(fd);
+	return r;
+}
+
+UC_EXPORT int ftruncate64(int fd, off64_t len)
+{
+	int r;
+
+	uc_bump_fd(fd);
+	r = UC_REAL(ftruncate64)(fd, len);
+	uc_bump_fd(fd);
+	return r;
 }
 
 /* Offset tracking and fd reuse: keep the fd cache honest. */
@@ -1285,6 +2062,12 @@ UC_EXPORT double uc_bench_lookup(uint64_t file_id, uint64_t nkeys, uint64_t iter
 		*hits = found;
 	return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) /
 	       (double)iters;
+}
+
+/* The node the shim reads for a CPU (tests); -1 unknown. */
+UC_EXPORT int uc_cpu_to_node(int cpu)
+{
+	return uc_node_of(cpu);
 }
 
 /* 1 when the shim has mapped a table and counters. */

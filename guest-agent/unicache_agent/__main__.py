@@ -11,11 +11,11 @@ import time
 from typing import List, Optional
 
 from . import __version__
-from .agent import Agent
+from .agent import DEFAULT_SHIM, Agent, guest_topology, shim_caps
 from .errors import AgentError
 from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
-from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterReader, TableWriter
+from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, MAX_NODES, CounterReader, TableWriter
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--counters-mode", type=lambda v: int(v, 8), default=0o666,
                     help="file mode of the counters (octal, default 666: processes of every "
                          "user count; 600: only the agent's user)")
+    ap.add_argument("--shim", default=os.environ.get("UNICACHE_SHIM", DEFAULT_SHIM),
+                    help="the guest's libunicache.so: the agent announces the colors and "
+                         "replicas capabilities only when it enforces them (env UNICACHE_SHIM)")
     ap.add_argument("--fanotify", action="store_true",
                     help="also capture file reads of processes without the shim (needs root)")
     ap.add_argument("--duration", type=float, default=0.0,
@@ -70,17 +73,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             transport = PortTransport(args.port, args.device)
         table = TableWriter(args.table)
-        counters = CounterReader(args.counters, mode=args.counters_mode)
+        _vcpus, nodes = guest_topology()
+        counters = CounterReader(args.counters, mode=args.counters_mode,
+                                 nnodes=min(max(nodes) + 1, MAX_NODES))
         capture = None
         if args.fanotify:
             from .fanotify import FanotifyCapture
 
             try:
-                capture = FanotifyCapture(table.salt)
+                # writes of processes without the shim invalidate replicas (generations)
+                capture = FanotifyCapture(table.salt, on_modify=counters.bump_generation)
             except AgentError as err:
                 logging.getLogger("unicache_agent").warning(
                     "%s; file-level capture is off (shim counts only)", err)
-        agent = Agent(transport, table, counters, capture=capture)
+        agent = Agent(transport, table, counters, capture=capture,
+                      extra_caps=shim_caps(args.shim))
         end = time.monotonic() + args.duration if args.duration > 0 else None
 
         def should_stop() -> bool:

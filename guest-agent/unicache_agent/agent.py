@@ -11,12 +11,13 @@ import logging
 import os
 import select
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from . import __version__
 from . import protocol as p
 from .errors import AgentError, MessageError, PortError
 from .port import Transport
+from .shm import MAX_NODES as SHM_MAX_NODES
 from .shm import CounterReader, Harvest, ShmEntry, TableWriter
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,60 @@ HELLO_TIMEOUT_S = 5.0
 #: chunk size and min_read_size used until the host sends its own (MFC §4.7: half an L2)
 DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_MIN_READ_SIZE = 64 * 1024
+#: the string libunicache.so carries when it enforces colors and replicas
+SHIM_CAPS_MARKER = b"unicache-shim-caps="
+#: where install.sh puts the shim
+DEFAULT_SHIM = "/usr/lib/unicache-agent/libunicache.so"
+
+
+def shim_caps(path: str = DEFAULT_SHIM) -> Tuple[str, ...]:
+    """The optional capabilities the installed shim enforces (its ``unicache-shim-caps=``
+    marker), among ``colors`` and ``replicas``; none when the file is absent or older.
+
+    :param path: the shim library.
+    :returns: the capabilities, in protocol order.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(16 << 20)
+    except OSError:
+        return ()
+    at = data.find(SHIM_CAPS_MARKER)
+    if at < 0:
+        return ()
+    end = data.find(b"\0", at)
+    words = data[at + len(SHIM_CAPS_MARKER):end if end >= 0 else at + 128].split(b",")
+    return tuple(c for c in p.SHIM_CAPS if c.encode() in words)
+
+
+def node_memory(sys_root: str = "/sys/devices/system",
+                nodes: Sequence[int] = ()) -> Tuple[Tuple[int, int, int], ...]:
+    """Free and total memory of each guest node, from ``nodeN/meminfo``.
+
+    :param sys_root: sysfs ``devices/system`` directory.
+    :param nodes: the node ids to read.
+    :returns: ``(node, free_bytes, total_bytes)`` for each node whose meminfo was readable.
+    """
+    out: List[Tuple[int, int, int]] = []
+    for n in list(nodes)[:p.MAX_NODES]:
+        free = total = -1
+        try:
+            with open(os.path.join(sys_root, "node", f"node{n}", "meminfo"),
+                      encoding="ascii") as f:
+                for line in f:
+                    parts = line.split()
+                    # "Node 0 MemTotal:  123 kB"
+                    if len(parts) >= 4 and parts[2] in ("MemTotal:", "MemFree:"):
+                        val = int(parts[3]) * (1024 if parts[-1] == "kB" else 1)
+                        if parts[2] == "MemTotal:":
+                            total = val
+                        else:
+                            free = val
+        except (OSError, ValueError):
+            continue
+        if 0 <= free <= total <= p.MAX_COUNTER:
+            out.append((n, free, total))
+    return tuple(out)
 
 
 def guest_topology(sys_root: str = "/sys/devices/system") -> Tuple[int, Tuple[int, ...]]:
@@ -67,11 +122,15 @@ class Agent:
     :param capture: optional file-level capture (fanotify) with ``drain() -> list``.
     :param clock: monotonic clock.
     :param report_interval_s: until the host says otherwise.
+    :param extra_caps: optional capabilities to announce besides :data:`protocol.CAPS`
+        (``colors``/``replicas`` when the shim enforces them, see :func:`shim_caps`).
+    :param sys_root: sysfs ``devices/system`` (topology and node memory).
     """
 
     def __init__(self, transport: Transport, table: TableWriter, counters: CounterReader,
                  capture: Optional[Any] = None, clock: Callable[[], float] = time.monotonic,
-                 report_interval_s: float = 1.0) -> None:
+                 report_interval_s: float = 1.0, extra_caps: Sequence[str] = (),
+                 sys_root: str = "/sys/devices/system") -> None:
         self.transport = transport
         self.table = table
         self.counters = counters
@@ -95,7 +154,14 @@ class Agent:
         self._backoff = MIN_BACKOFF_S
         self._next_open = 0.0
         self._last_report_t = clock()
-        self.vcpus, self.nodes = guest_topology()
+        self.sys_root = sys_root
+        self.vcpus, self.nodes = guest_topology(sys_root)
+        self.caps: Tuple[str, ...] = tuple(p.CAPS) + tuple(
+            c for c in p.SHIM_CAPS if c in extra_caps)
+        #: capabilities the host's welcome granted
+        self.granted: FrozenSet[str] = frozenset()
+        #: placement fields ignored because they named a node this guest lacks
+        self.field_errors = 0
         self._host_table = False
         # counting starts at once: an empty table carries chunk_size until the host's arrives
         self._default_table(p.Params(DEFAULT_CHUNK_SIZE, DEFAULT_MIN_READ_SIZE, self.interval))
@@ -111,7 +177,7 @@ class Agent:
         self.reader = p.LineReader()
         self.ready = False
         hello = {"type": p.T_HELLO, "seq": 0, "agent": f"unicache-agent/{__version__}",
-                 "versions": [p.PROTOCOL_VERSION], "caps": list(p.CAPS),
+                 "versions": [p.PROTOCOL_VERSION], "caps": list(self.caps),
                  "vcpus": self.vcpus, "nodes": list(self.nodes)}
         self._send(p.encode({"type": p.T_SYNC, "id": self.sync_id}) + p.encode(hello))
         self._greet_deadline = self.clock() + HELLO_TIMEOUT_S
@@ -241,6 +307,9 @@ class Agent:
             if not isinstance(params, dict):
                 raise MessageError("'welcome' requires object 'params'", p.E_BAD_FIELD)
             self._apply_params(p.parse_params(params))
+            caps = msg.get("caps")
+            self.granted = frozenset(c for c in caps if isinstance(c, str) and c in self.caps
+                                     ) if isinstance(caps, list) else frozenset()
             self.ready = True
             self._next_report = self.clock() + self.interval
             log.info("host ready; reporting every %.1f s", self.interval)
@@ -272,8 +341,7 @@ class Agent:
         self._parts = {}
         if len(parts) != part.parts:
             raise MessageError("placement parts disagree on their count", p.E_BAD_FIELD)
-        entries = [ShmEntry(e.file_id, e.chunk, e.vcpus, e.caching, e.migration_budget)
-                   for prt in parts for e in prt.entries]
+        entries = [self._shm_entry(e) for prt in parts for e in prt.entries]
         if len(entries) > p.MAX_TABLE_ENTRIES:
             raise MessageError(f"table of {len(entries)} entries exceeds "
                                f"{p.MAX_TABLE_ENTRIES}", p.E_TOO_MANY_ENTRIES)
@@ -282,6 +350,30 @@ class Agent:
         self.tables_applied += 1
         log.info("table version=%d entries=%d published", part.version, n)
         self._send(p.encode({"type": p.T_APPLIED, "version": part.version, "entries": n}))
+
+    def _shm_entry(self, e: p.WireEntry) -> ShmEntry:
+        """The table entry of a wire entry; a color or replica node this guest lacks is
+        ignored (that field only) and counted in ``field_errors`` and ``health.errors``."""
+        color = e.color_node
+        if color >= 0 and (p.CAP_COLORS not in self.granted or color not in self.nodes
+                           or color >= SHM_MAX_NODES):
+            self._field_error(f"color_node {color} of chunk {e.file_id:x}:{e.chunk}")
+            color = -1
+        replicas = e.replica_nodes
+        if replicas and (p.CAP_REPLICAS not in self.granted
+                         or any(n not in self.nodes or n >= SHM_MAX_NODES for n in replicas)):
+            self._field_error(f"replica_nodes {sorted(replicas)} of chunk "
+                              f"{e.file_id:x}:{e.chunk}")
+            replicas = frozenset()
+        return ShmEntry(e.file_id, e.chunk, e.vcpus, e.caching, e.migration_budget, color,
+                        replicas)
+
+    def _field_error(self, what: str) -> None:
+        self.field_errors += 1
+        self.errors += 1
+        if self.field_errors <= 8 or self.field_errors % 1000 == 0:
+            log.warning("placement %s names no node of this guest (nodes %s); field ignored "
+                        "(%d so far)", what, list(self.nodes), self.field_errors)
 
     # Section: reports
 
@@ -297,20 +389,32 @@ class Agent:
         :param interval_s: time the harvest covers.
         :returns: the encoded line.
         """
-        chunks = [[f"{c.file_id:x}", c.chunk, min(c.bytes_read, p.MAX_COUNTER),
-                   min(c.reads, p.MAX_COUNTER), min(c.writes, p.MAX_COUNTER),
-                   [[v, min(b, p.MAX_COUNTER)] for v, b in c.vcpu_bytes
-                    if 0 <= v < p.MAX_VCPUS]]
-                  for c in harvest.chunks[:p.MAX_ENTRIES_PER_MESSAGE]]
+        numa = bool(self.granted & set(p.SHIM_CAPS))
+        chunks: List[List[Any]] = []
+        for c in harvest.chunks[:p.MAX_ENTRIES_PER_MESSAGE]:
+            rec: List[Any] = [f"{c.file_id:x}", c.chunk, min(c.bytes_read, p.MAX_COUNTER),
+                              min(c.reads, p.MAX_COUNTER), min(c.writes, p.MAX_COUNTER),
+                              [[v, min(b, p.MAX_COUNTER)] for v, b in c.vcpu_bytes
+                               if 0 <= v < p.MAX_VCPUS]]
+            if numa:  # the trailing items only for a host that granted colors/replicas
+                home = c.home_node
+                if home < 0 and len(self.nodes) == 1 and c.reads:
+                    home = self.nodes[0]  # one node: the shim does not ask the kernel
+                rec.append(home if 0 <= home < p.MAX_NODES else -1)
+                rec.append([[n, min(r, p.MAX_COUNTER)] for n, r in c.node_reads
+                            if 0 <= n < p.MAX_NODES][:p.MAX_NODES])
+            chunks.append(rec)
         frecs = [[f"{fid:x}", min(a, p.MAX_COUNTER), min(m, p.MAX_COUNTER)]
                  for fid, a, m in files[:p.MAX_FILE_RECORDS]]
         lost = (len(harvest.chunks) - len(chunks)) + (len(files) - len(frecs))
+        mem = node_memory(self.sys_root, self.nodes) if numa else ()
         self.seq += 1
         while True:
             msg = {"type": p.T_REPORT, "seq": self.seq,
                    "interval_s": round(min(max(interval_s, 0.0), 3600.0), 3),
                    "vcpus": self.vcpus, "nodes": list(self.nodes), "chunks": chunks,
                    "files": frecs,
+                   **({"node_memory": [list(m) for m in mem]} if numa else {}),
                    "health": {"uptime_s": round(self.clock() - self.started, 3),
                               "shim_clients": min(harvest.clients, p.MAX_COUNTER),
                               "dropped": min(self.dropped + harvest.dropped + lost,

@@ -6,6 +6,10 @@ Events of the agent itself and of processes that have libunicache.so mapped are 
 shim already counts those per chunk). The kernel merges repeated events of one file and
 bounds its queue; fanotify gives no offsets or sizes, so these records are per file:
 ``(file_id, accesses, modifies)``. Needs CAP_SYS_ADMIN.
+
+Every FAN_MODIFY event (of any process) also goes to ``on_modify(file_id)``: the agent bumps
+the file's generation there, so replicas drop soon after a write by a process without the
+shim (a hint only; the shim checks each replica serve with fstat, docs/replicas.md).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import ctypes.util
 import errno
 import os
 import struct
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import AgentError
 from .shm import file_id_of
@@ -41,11 +45,14 @@ class FanotifyCapture:
 
     :param salt: the table's file-id salt.
     :param mount: the mount to watch.
+    :param on_modify: called with the file id of every FAN_MODIFY event.
     :raises AgentError: when fanotify is unavailable (not root, old kernel).
     """
 
-    def __init__(self, salt: int, mount: str = "/") -> None:
+    def __init__(self, salt: int, mount: str = "/",
+                 on_modify: Optional[Callable[[int], None]] = None) -> None:
         self.salt = salt
+        self.on_modify = on_modify
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         init = libc.fanotify_init
         init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -114,9 +121,16 @@ class FanotifyCapture:
                 if efd < 0:
                     continue
                 try:
-                    if pid != self._me and not self._has_shim(pid):
+                    fid = 0
+                    if mask & FAN_MODIFY and self.on_modify is not None:
                         st = os.fstat(efd)
-                        self._count(file_id_of(self.salt, st.st_dev, st.st_ino), mask)
+                        fid = file_id_of(self.salt, st.st_dev, st.st_ino)
+                        self.on_modify(fid)
+                    if pid != self._me and not self._has_shim(pid):
+                        if not fid:
+                            st = os.fstat(efd)
+                            fid = file_id_of(self.salt, st.st_dev, st.st_ino)
+                        self._count(fid, mask)
                 except OSError:
                     pass
                 finally:

@@ -92,6 +92,11 @@ ERROR_KINDS = (E_LINE_TOO_LONG, E_BAD_JSON, E_BAD_MESSAGE, E_UNKNOWN_TYPE, E_BAD
                E_NOT_READY, E_RESERVED_TYPE)
 
 CAPS = ("report", "placement", "nt-copy", "fanotify")
+#: capabilities announced only when the shim supports them (placement entries then carry
+#: color_node and replica_nodes, report chunks home_node and node_reads)
+CAP_COLORS = "colors"
+CAP_REPLICAS = "replicas"
+SHIM_CAPS = (CAP_COLORS, CAP_REPLICAS)
 
 
 def encode(msg: Dict[str, Any]) -> bytes:
@@ -191,6 +196,10 @@ class WireEntry:
     vcpus: FrozenSet[int]
     caching: bool
     migration_budget: int
+    #: SRM-buffer color node, -1 none (only from hosts that saw the ``colors`` cap)
+    color_node: int = -1
+    #: NCC replica nodes (only from hosts that saw the ``replicas`` cap)
+    replica_nodes: FrozenSet[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -269,9 +278,9 @@ def parse_placement(obj: Dict[str, Any]) -> PlacementPart:
                            f"{MAX_ENTRIES_PER_MESSAGE}", E_TOO_MANY_ENTRIES)
     entries: List[WireEntry] = []
     for e in raw:
-        if not isinstance(e, list) or len(e) != 5:
-            raise MessageError("placement entry must be [file_id, chunk, vcpus, caching, budget]",
-                               E_BAD_FIELD)
+        if not isinstance(e, list) or len(e) not in (5, 7):
+            raise MessageError("placement entry must be [file_id, chunk, vcpus, caching, budget"
+                               "(, color_node, replica_nodes)]", E_BAD_FIELD)
         fid = parse_file_id(e[0], T_PLACEMENT)
         chunk, vcpus, caching, budget = e[1], e[2], e[3], e[4]
         if type(chunk) is not int or not 0 <= chunk <= MAX_CHUNK_INDEX:
@@ -284,8 +293,27 @@ def parse_placement(obj: Dict[str, Any]) -> PlacementPart:
             raise MessageError("placement entry caching must be true or false", E_BAD_FIELD)
         if type(budget) is not int or not 0 <= budget <= BUDGET_UNLIMITED:
             raise MessageError("placement entry budget out of range", E_BAD_FIELD)
-        entries.append(WireEntry(fid, chunk, frozenset(vcpus), caching, budget))
+        color: int = -1
+        replicas: FrozenSet[int] = frozenset()
+        if len(e) == 7:
+            color, replicas = _color_replicas(e[5], e[6])
+        entries.append(WireEntry(fid, chunk, frozenset(vcpus), caching, budget, color,
+                                 replicas))
     return PlacementPart(version, part, parts, cs, mrs, tuple(entries))
+
+
+def _color_replicas(color: Any, nodes: Any) -> Tuple[int, FrozenSet[int]]:
+    """Check the two trailing items of a placement entry (types and ranges only; whether
+    the nodes exist in this guest is the agent's check)."""
+    if type(color) is not int or not -1 <= color < MAX_NODES:
+        raise MessageError(f"placement entry color_node must be -1 or a node below {MAX_NODES}",
+                           E_BAD_FIELD)
+    if (not isinstance(nodes, list) or len(nodes) > MAX_NODES
+            or any(type(n) is not int or not 0 <= n < MAX_NODES for n in nodes)
+            or len(set(nodes)) != len(nodes)):
+        raise MessageError(f"placement entry replica_nodes must be distinct nodes below "
+                           f"{MAX_NODES}", E_BAD_FIELD)
+    return color, frozenset(nodes)
 
 
 def decode_host_line(line: bytes) -> Dict[str, Any]:

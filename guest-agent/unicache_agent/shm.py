@@ -11,7 +11,9 @@ atomically from the shim's point of view.
 
 Counters: a 64-byte header and two regions. The shim adds into region ``active``;
 :meth:`CounterReader.harvest` flips ``active``, waits a grace period for calls already past
-the flip, reads the other region and zeroes it.
+the flip, reads the other region and zeroes it. After the regions (layout 2): the shim's
+monotonic statistics and one generation per bucket of file ids, bumped by every write the
+shim sees and by the agent for writes it learns of (fanotify); replicas check them.
 """
 
 from __future__ import annotations
@@ -29,13 +31,18 @@ from .errors import ShmError
 #: "UCTB", "UCCT" little-endian, as in uc_layout.h
 TABLE_MAGIC = 0x42544355
 CTR_MAGIC = 0x54434355
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 MAX_VCPUS = 256
 MASK_WORDS = MAX_VCPUS // 64
 MAX_BUCKETS = 65536
 MAX_SLOTS = 65536
+#: guest nodes a replica bitmask and the per-node read counters cover
+MAX_NODES = 32
+MAX_GENS = 65536
 ENTRY_USED = 1
 ENTRY_CACHING = 2
+ENTRY_COLOR = 4
+ENTRY_REPLICA = 8
 BUDGET_UNLIMITED = 0xFFFFFFFF
 
 DEFAULT_TABLE = "/dev/shm/unicache-table"
@@ -44,12 +51,16 @@ DEFAULT_COUNTERS = "/dev/shm/unicache-counters"
 DEFAULT_BUCKETS = 16384
 #: default counter slots per region
 DEFAULT_SLOTS = 8192
+#: default number of file generations
+DEFAULT_GENS = 4096
 
 _M64 = (1 << 64) - 1
 _HDR = struct.Struct("<IIQIIQII24x")  # magic layout salt nbuckets active gen agent_pid pad0
 _BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
-_ENTRY = struct.Struct("<QQIIQ4Q")  # file_id chunk flags budget reserved mask[4]
-_CHDR = struct.Struct("<IIIIII2QQ16x")  # magic layout nslots max_vcpus active slot_size drop[2] cl
+_ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
+# magic layout nslots max_vcpus active slot_size dropped[2] clients nnodes ngens
+_CHDR = struct.Struct("<IIIIII2QQII8x")
+_GHDR = struct.Struct("<6Q16x")  # serves fills rejects fill_aborts color_reads gen_bumps
 _SLOT = struct.Struct("<8Q")  # key file_id chunk bytes reads writes migrations nt_reads
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
@@ -99,6 +110,10 @@ class ShmEntry:
     :param vcpus: home vCPUs (indices < MAX_VCPUS).
     :param caching: ``False``: the shim reads it through the non-temporal path.
     :param migration_budget: migrations per report interval (MFC §4.5 competitive rule).
+    :param color_node: SRM-buffer: guest node the chunk's page cache is allocated on
+        (-1: none).
+    :param replica_nodes: NCC: guest nodes (< MAX_NODES) whose threads read a node-local
+        replica.
     """
 
     file_id: int
@@ -106,6 +121,8 @@ class ShmEntry:
     vcpus: FrozenSet[int]
     caching: bool = True
     migration_budget: int = BUDGET_UNLIMITED
+    color_node: int = -1
+    replica_nodes: FrozenSet[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,22 @@ class ChunkCounts:
     migrations: int
     nt_reads: int
     vcpu_bytes: Tuple[Tuple[int, int], ...]
+    #: guest node of the chunk's first page-cache page (-1 unknown)
+    home_node: int = -1
+    #: (guest node, reads) pairs, by node
+    node_reads: Tuple[Tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ShimStats:
+    """The shims' monotonic statistics (never zeroed; all processes together)."""
+
+    replica_serves: int = 0
+    replica_fills: int = 0
+    replica_rejects: int = 0
+    fill_aborts: int = 0
+    color_reads: int = 0
+    gen_bumps: int = 0
 
 
 @dataclass(frozen=True)
@@ -251,7 +284,17 @@ class TableWriter:
                     mask[v // 64] |= 1 << (v % 64)
             flags = ENTRY_USED | (ENTRY_CACHING if e.caching else 0)
             budget = min(max(e.migration_budget, 0), BUDGET_UNLIMITED)
-            packed = _ENTRY.pack(key[0], key[1], flags, budget, 0, *mask)
+            color = 0
+            if 0 <= e.color_node < MAX_NODES:
+                flags |= ENTRY_COLOR
+                color = e.color_node
+            replicas = 0
+            for n in e.replica_nodes:
+                if 0 <= n < MAX_NODES:
+                    replicas |= 1 << n
+            if replicas:
+                flags |= ENTRY_REPLICA
+            packed = _ENTRY.pack(key[0], key[1], flags, budget, color, 0, replicas, *mask)
             if key in index:
                 slots[index[key]] = packed
                 continue
@@ -289,12 +332,15 @@ class TableWriter:
         _seq, version, cs, mrs, _n, _flags = _BUF.unpack_from(self._map, base)
         out: List[ShmEntry] = []
         for i in range(self.nbuckets):
-            fid, chunk, flags, budget, _r, *mask = _ENTRY.unpack_from(
+            fid, chunk, flags, budget, color, _pad, replicas, *mask = _ENTRY.unpack_from(
                 self._map, base + _BUF.size + i * _ENTRY.size)
             if flags & ENTRY_USED:
                 vcpus = frozenset(w * 64 + b for w in range(MASK_WORDS) for b in range(64)
                                   if mask[w] >> b & 1)
-                out.append(ShmEntry(fid, chunk, vcpus, bool(flags & ENTRY_CACHING), budget))
+                nodes = frozenset(n for n in range(MAX_NODES) if replicas >> n & 1)
+                out.append(ShmEntry(fid, chunk, vcpus, bool(flags & ENTRY_CACHING), budget,
+                                    color if flags & ENTRY_COLOR else -1,
+                                    nodes if flags & ENTRY_REPLICA else frozenset()))
         return int(version), int(cs), int(mrs), out
 
     def close(self) -> None:
@@ -303,34 +349,43 @@ class TableWriter:
 
 
 class CounterReader:
-    """Creator and harvester of the counters file.
+    """Creator and harvester of the counters file (and keeper of the file generations).
 
     :param path: the counters file (``UNICACHE_COUNTERS``).
     :param max_vcpus: per-vCPU counters per slot (the guest's possible CPUs, <= 256).
     :param nslots: slots per region, a power of two <= MAX_SLOTS.
     :param mode: file mode (0o666: processes of every user count).
+    :param nnodes: per-node read counters per slot (highest guest node id + 1, <= MAX_NODES).
+    :param ngens: file generations, a power of two <= MAX_GENS.
     :raises ShmError: when the file cannot be created or mapped.
     """
 
     def __init__(self, path: str = DEFAULT_COUNTERS, max_vcpus: Optional[int] = None,
-                 nslots: int = DEFAULT_SLOTS, mode: int = COUNTERS_MODE) -> None:
+                 nslots: int = DEFAULT_SLOTS, mode: int = COUNTERS_MODE, nnodes: int = 1,
+                 ngens: int = DEFAULT_GENS) -> None:
         if nslots <= 0 or nslots > MAX_SLOTS or nslots & (nslots - 1):
             raise ShmError(f"nslots must be a power of two <= {MAX_SLOTS}, not {nslots}")
+        if ngens <= 0 or ngens > MAX_GENS or ngens & (ngens - 1):
+            raise ShmError(f"ngens must be a power of two <= {MAX_GENS}, not {ngens}")
         ncpu = max_vcpus if max_vcpus is not None else (os.cpu_count() or 1)
         self.max_vcpus = max(1, min(ncpu, MAX_VCPUS))
+        self.nnodes = max(1, min(nnodes, MAX_NODES))
         self.nslots = nslots
-        raw = _SLOT.size + 8 * self.max_vcpus
+        self.ngens = ngens
+        raw = _SLOT.size + 8 * (self.max_vcpus + self.nnodes + 1)
         self.slot_size = (raw + 63) // 64 * 64
         self._region_len = nslots * self.slot_size
+        self._gen_base = _CHDR.size + 2 * self._region_len
         self.path = path
-        size = _CHDR.size + 2 * self._region_len
+        size = self._gen_base + _GHDR.size + 8 * ngens
         self._map, _ = _open_map(path, size, CTR_MAGIC, mode)
-        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl = _CHDR.unpack_from(self._map, 0)
+        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, nn, ng = _CHDR.unpack_from(self._map, 0)
         if not (magic == CTR_MAGIC and layout == LAYOUT_VERSION and ns == nslots
-                and mv == self.max_vcpus and ss == self.slot_size):
+                and mv == self.max_vcpus and ss == self.slot_size and nn == self.nnodes
+                and ng == ngens):
             self._map[:] = bytes(size)
             _CHDR.pack_into(self._map, 0, CTR_MAGIC, LAYOUT_VERSION, nslots, self.max_vcpus, 0,
-                            self.slot_size, 0, 0, 0)
+                            self.slot_size, 0, 0, 0, self.nnodes, ngens)
 
     def harvest(self, grace_s: float = 0.01) -> Harvest:
         """Flip the active region, wait ``grace_s``, read and zero the old region.
@@ -346,6 +401,9 @@ class CounterReader:
         region = self._map[base:base + self._region_len]
         chunks: List[ChunkCounts] = []
         vfmt = struct.Struct(f"<{self.max_vcpus}Q")
+        nfmt = struct.Struct(f"<{self.nnodes}Q")
+        noff = _SLOT.size + 8 * self.max_vcpus
+        hoff = noff + 8 * self.nnodes
         for i in range(self.nslots):
             off = i * self.slot_size
             key, fid, chunk, nbytes, reads, writes, migr, nt = _SLOT.unpack_from(region, off)
@@ -353,7 +411,12 @@ class CounterReader:
                 continue
             per = vfmt.unpack_from(region, off + _SLOT.size)
             pairs = tuple((v, b) for v, b in enumerate(per) if b)
-            chunks.append(ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, pairs))
+            nodes = tuple((n, r) for n, r in enumerate(nfmt.unpack_from(region, off + noff))
+                          if r)
+            home = int(_U64.unpack_from(region, off + hoff)[0])
+            home_node = home - 1 if 0 < home <= MAX_NODES else -1
+            chunks.append(ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, pairs,
+                                      home_node, nodes))
         self._map[base:base + self._region_len] = bytes(self._region_len)
         doff = 24 + 8 * active
         dropped = int(_U64.unpack_from(self._map, doff)[0])
@@ -361,6 +424,35 @@ class CounterReader:
         clients = int(_U64.unpack_from(self._map, 40)[0])
         chunks.sort(key=lambda c: (-c.bytes_read, c.file_id, c.chunk))
         return Harvest(tuple(chunks), dropped, clients)
+
+    def _gen_off(self, file_id: int) -> int:
+        idx = mix64((file_id ^ 0x2545F4914F6CDD1D) & _M64) & (self.ngens - 1)
+        return self._gen_base + _GHDR.size + 8 * idx
+
+    def generation(self, file_id: int) -> int:
+        """The current generation of a file id's bucket (``uc_gen_hash``).
+
+        :param file_id: opaque file id.
+        :returns: the generation.
+        """
+        return int(_U64.unpack_from(self._map, self._gen_off(file_id))[0])
+
+    def bump_generation(self, file_id: int) -> None:
+        """Invalidate the replicas of a file (a write the agent learnt of, e.g. fanotify).
+
+        Not atomic against a concurrent shim bump: the value still changes, and the
+        generations are a fast hint only (every replica serve is also checked with fstat,
+        docs/replicas.md "Coherence").
+
+        :param file_id: opaque file id.
+        """
+        off = self._gen_off(file_id)
+        cur = int(_U64.unpack_from(self._map, off)[0])
+        _U64.pack_into(self._map, off, (cur + 2) & _M64)
+
+    def stats(self) -> ShimStats:
+        """The shims' monotonic statistics."""
+        return ShimStats(*(int(v) for v in _GHDR.unpack_from(self._map, self._gen_base)))
 
     def close(self) -> None:
         """Unmap the file."""

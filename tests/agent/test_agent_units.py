@@ -9,6 +9,7 @@ import shutil
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from unicache_agent import protocol as p
@@ -87,13 +88,14 @@ def test_guest_topology_from_sysfs(tmp_path: Path) -> None:
 class FakeHost:
     """The host end of a socketpair, speaking raw protocol lines."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, **agent_kw: Any) -> None:
         self.sock, theirs = socket.socketpair()
         self.sock.settimeout(5)
         fd = theirs.detach()
         self.table = TableWriter(str(tmp_path / "t"), nbuckets=64)
         self.agent = Agent(FdTransport(fd, fd), self.table,
-                           CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64))
+                           CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64),
+                           **agent_kw)
         self.buf = b""
 
     def send(self, obj: object) -> None:
@@ -106,14 +108,16 @@ class FakeHost:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line.lstrip(b"\xff"))  # type: ignore[no-any-return]
 
-    def handshake(self) -> None:
+    def handshake(self, caps: tuple[str, ...] = ()) -> dict[str, object]:
         self.agent.step(0.1)
         assert self.recv()["type"] == "sync"
-        assert self.recv()["type"] == "hello"
-        self.send({"v": 1, "type": "welcome", "version": 1, "caps": [],
+        hello = self.recv()
+        assert hello["type"] == "hello"
+        self.send({"v": 1, "type": "welcome", "version": 1, "caps": list(caps),
                    "params": {"chunk_size": 65536, "min_read_size": 0,
                               "report_interval_s": 60}})
         assert self.agent.ready
+        return hello
 
 
 def test_agent_assembles_parts_and_answers_applied(tmp_path: Path) -> None:

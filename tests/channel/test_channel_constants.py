@@ -20,8 +20,10 @@ def test_every_host_constant_exists_in_the_guest_with_the_same_value() -> None:
 
 def test_guest_has_no_constant_the_host_lacks() -> None:
     extra = {n for n in dir(guest) if n.isupper() and not n.startswith("_")} - set(NAMES)
-    assert extra == {"CAPS"}
-    assert tuple(guest.CAPS) == host.HOST_CAPS
+    assert extra == {"CAPS", "SHIM_CAPS"}
+    # the guest announces colors/replicas only when its shim enforces them
+    assert tuple(guest.CAPS) + tuple(guest.SHIM_CAPS) == host.HOST_CAPS
+    assert (guest.CAP_COLORS, guest.CAP_REPLICAS) == guest.SHIM_CAPS
 
 
 def test_doc_constants_table_matches_the_code() -> None:

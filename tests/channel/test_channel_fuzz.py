@@ -31,10 +31,10 @@ _json = st.recursive(_scalars, lambda kids: st.one_of(
 _types = st.sampled_from([*p.GUEST_TYPES, *p.HOST_TYPES, "x", ""])
 _field = st.sampled_from(["seq", "interval_s", "vcpus", "nodes", "chunks", "files", "health",
                           "agent", "versions", "caps", "id", "kind", "message", "version",
-                          "entries"])
+                          "entries", "node_memory"])
 _near_chunk = st.lists(st.one_of(st.just("ab"), st.text(max_size=17), st.integers(-5, 2**64),
                                  st.lists(st.lists(st.integers(-2, 300), max_size=3),
-                                          max_size=4)), min_size=0, max_size=7)
+                                          max_size=4)), min_size=0, max_size=9)
 
 
 @st.composite
@@ -99,6 +99,11 @@ _SEEDS = [
     b'{"v":1,"type":"report","seq":1,"interval_s":1.0,"vcpus":2,"nodes":[0],"chunks":'
     b'[["ab",3,100,1,0,[[1,100]]],["cd",0,5,1,1,[]]],"files":[["ef",2,0]],"health":'
     b'{"uptime_s":1.5,"shim_clients":1,"dropped":0,"errors":0}}',
+    b'{"v":1,"type":"report","seq":2,"interval_s":1.0,"vcpus":2,"nodes":[0,1],"chunks":'
+    b'[["ab",3,100,1,0,[[1,100]],1,[[0,3],[1,2]]],["cd",0,5,1,1,[],-1,[]],["ef",1,5,1,0,[],0]],'
+    b'"files":[["ef",2,1]],"node_memory":[[0,100,200],[1,0,50]]}',
+    b'{"v":1,"type":"hello","seq":0,"agent":"a","versions":[1],"caps":["report","colors",'
+    b'"replicas"],"vcpus":2,"nodes":[0,1]}',
     b'{"v":1,"type":"applied","version":3,"entries":1}',
     b'{"v":1,"type":"error","kind":"bad-field","message":"m","seq":4}',
     b'{"v":1,"type":"sync","id":9}',

@@ -67,6 +67,39 @@ def test_handshake_report_and_table(tmp_path: Path) -> None:
     run(body, tmp_path, on_report=got.append)
 
 
+def test_numa_guest_gets_color_and_replica_fields_and_its_report_reaches_the_model(
+        tmp_path: Path) -> None:
+    got: list[GuestReport] = []
+    hello = HELLO.replace(b'"caps":["report"]', b'"caps":["report","colors","replicas"]')
+    report = (b'{"v":1,"type":"report","seq":1,"interval_s":1,"vcpus":2,"nodes":[0,1],'
+              b'"chunks":[["ab",3,100,2,0,[[1,100]],1,[[0,2]]]],"files":[["cd",0,3]],'
+              b'"node_memory":[[0,5,9],[1,7,9]]}\n')
+
+    async def body(server: ChannelServer, sock: Path) -> None:
+        r, w = await asyncio.open_unix_connection(str(sock))
+        assert (await read_msgs(r, 1))[0]["type"] == "sync"
+        w.write(hello + report)
+        welcome = (await read_msgs(r, 1))[0]
+        assert welcome["caps"] == ["report", "colors", "replicas"]
+        table = PlacementTable("vm1", 4, 262144, 65536, (
+            PlacementEntry(ChunkId(0xAB, 3), frozenset(), True, 0, color_node=1,
+                           replica_nodes=frozenset({0})),))
+        assert server.publish(PublishPlacement("vm1", table, "test"))
+        [placement] = await read_msgs(r, 1)
+        assert placement["entries"] == [["ab", 3, [], True, 0, 1, [0]]]
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        [rep] = got
+        assert (rep.chunks[0].home_node, rep.chunks[0].node_reads) == (1, ((0, 2),))
+        assert [m.free_bytes for m in rep.node_memory] == [5, 7]
+        assert rep.modified_files == frozenset({0xCD})
+        w.close()
+
+    run(body, tmp_path, on_report=got.append)
+
+
 def test_garbage_oversize_and_flood_get_named_errors_and_server_survives(
         tmp_path: Path) -> None:
     async def body(server: ChannelServer, sock: Path) -> None:

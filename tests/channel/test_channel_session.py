@@ -225,3 +225,95 @@ def test_reconnection_restarts_handshake_but_keeps_stats() -> None:
     assert json.loads(first[0])["type"] == "sync"
     assert s.state is Runstate.AWAITING_HELLO
     assert s.stats.reports == 1
+
+
+NUMA_HELLO = {**HELLO, "caps": ["report", "placement", "colors", "replicas"], "nodes": [0, 1]}
+
+
+def test_report_carries_home_node_node_reads_memory_and_modified_files() -> None:
+    s = ready()
+    msg = report(1, chunks=[["a", 0, 4096, 3, 0, [[0, 4096]], 1, [[1, 2], [0, 1]]],
+                            ["b", 2, 10, 1, 0, [], -1],
+                            ["c", 1, 10, 1, 0, []]],
+                 files=[["d", 5, 0], ["e", 1, 2]], node_memory=[[1, 10, 20], [0, 5, 8]])
+    out = s.feed(line(msg), 1.0)
+    assert out.errors == ()
+    (rep,) = s.drain()
+    assert [(c.home_node, c.node_reads) for c in rep.chunks] == [
+        (1, ((0, 1), (1, 2))), (-1, ()), (-1, ())]
+    assert [(m.node, m.free_bytes, m.total_bytes) for m in rep.node_memory] == [
+        (0, 5, 8), (1, 10, 20)]
+    assert rep.modified_files == frozenset({0xE})
+
+
+@pytest.mark.parametrize(("over", "kind", "words"), [
+    ({"chunks": [["a", 0, 1, 1, 0, [], p.MAX_NODES]]}, "bad-field", "home_node"),
+    ({"chunks": [["a", 0, 1, 1, 0, [], -2]]}, "bad-field", "home_node"),
+    ({"chunks": [["a", 0, 1, 1, 0, [], 0, [[0, 1], [0, 2]]]]}, "bad-field", "each node once"),
+    ({"chunks": [["a", 0, 1, 1, 0, [], 0, [[p.MAX_NODES, 1]]]]}, "bad-field", "node_reads"),
+    ({"chunks": [["a", 0, 1, 1, 0, [], 0, [[0, p.MAX_COUNTER + 1]]]]}, "bad-field",
+     "node_reads"),
+    ({"chunks": [["a", 0, 1, 1, 0, [], 0, [[i, 1] for i in range(p.MAX_NODES + 1)]]]},
+     "too-many-entries", "node_reads"),
+    ({"chunks": [["a", 0, 1, 1, 0, [], 0, [], 9]]}, "bad-field", "report chunk must be"),
+    ({"node_memory": [[0, 9, 8]]}, "bad-field", "free <= total"),
+    ({"node_memory": [[0, 1, 8], [0, 1, 8]]}, "bad-field", "each node once"),
+    ({"node_memory": [[p.MAX_NODES, 1, 8]]}, "bad-field", "node_memory"),
+    ({"node_memory": [[0, 1, p.MAX_COUNTER + 1]]}, "bad-field", "node_memory"),
+    ({"node_memory": [[i, 1, 2] for i in range(p.MAX_NODES + 1)]}, "too-many-entries",
+     "node_memory"),
+    ({"node_memory": {"0": 1}}, "bad-field", "node_memory"),
+], ids=["home-too-big", "home-below-minus-one", "node-twice", "node-too-big", "reads-too-big",
+        "too-many-node-reads", "nine-items", "free-over-total", "memory-node-twice",
+        "memory-node-too-big", "memory-too-big", "too-many-memory-nodes", "memory-not-list"])
+def test_numa_fields_out_of_bounds_are_named_errors(over: dict[str, Any], kind: str,
+                                                    words: str) -> None:
+    s = ready()
+    out = s.feed(line(report(1, **over)), 1.0)
+    assert [e.kind for e in out.errors] == [kind]
+    assert words in out.errors[0].error_message
+    assert s.drain() == []
+
+
+def _numa_table() -> PlacementTable:
+    return PlacementTable("vm1", 3, 262144, 65536, (
+        PlacementEntry(ChunkId(1, 0), frozenset({1}), True, 4, color_node=1),
+        PlacementEntry(ChunkId(1, 1), frozenset(), True, 0, replica_nodes=frozenset({1, 0})),
+        PlacementEntry(ChunkId(2, 0), frozenset({0}), False, 2)))
+
+
+@pytest.mark.parametrize(("caps", "want"), [
+    (["report", "placement"], None),
+    (["report", "placement", "colors"], [[1, []], [-1, []], [-1, []]]),
+    (["report", "placement", "replicas"], [[-1, []], [-1, [0, 1]], [-1, []]]),
+    (["report", "placement", "colors", "replicas"], [[1, []], [-1, [0, 1]], [-1, []]]),
+], ids=["no-caps-five-items", "colors-only", "replicas-only", "both"])
+def test_color_and_replica_fields_only_for_guests_with_the_caps(caps: list[str],
+                                                                want: Any) -> None:
+    s = GuestSession("vm1")
+    s.connected()
+    s.set_table(_numa_table())
+    out = s.feed(line({**NUMA_HELLO, "caps": caps}), 0.0).outgoing
+    welcome, placement = (json.loads(x) for x in out)
+    assert set(welcome["caps"]) == set(caps)
+    if want is None:
+        assert [len(e) for e in placement["entries"]] == [5, 5, 5]
+    else:
+        assert [e[5:] for e in placement["entries"]] == want
+        assert [e[:5] for e in placement["entries"]] == [
+            ["1", 0, [1], True, 4], ["1", 1, [], True, 0], ["2", 0, [0], False, 2]]
+
+
+def test_table_is_re_encoded_when_a_new_hello_changes_the_caps() -> None:
+    s = GuestSession("vm1")
+    s.connected()
+    first = s.feed(line(NUMA_HELLO), 0.0).outgoing
+    assert s.set_table(_numa_table())  # ready: sent at once, with the fields
+    assert len(json.loads(s.set_table(_numa_table())[0])["entries"][0]) == 7
+    assert json.loads(first[0])["type"] == "welcome"
+    s.connected()
+    out = s.feed(line(HELLO), 1.0).outgoing  # an older agent reconnects: no caps
+    assert [len(e) for e in json.loads(out[1])["entries"]] == [5, 5, 5]
+    s.connected()
+    out = s.feed(line(NUMA_HELLO), 2.0).outgoing
+    assert [len(e) for e in json.loads(out[1])["entries"]] == [7, 7, 7]

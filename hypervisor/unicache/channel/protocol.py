@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicache.errors import ProtocolError
-from unicache.model import AgentHealth, ChunkAccess, ChunkId, GuestReport, PlacementTable
+from unicache.model import (
+    AgentHealth,
+    ChunkAccess,
+    ChunkId,
+    GuestReport,
+    NodeMemory,
+    PlacementTable,
+)
 
 # --- constants (docs/protocol.md "Constants") ----------------------------------------------------
 PROTOCOL_VERSION = 1
@@ -102,8 +109,12 @@ ERROR_KINDS = (
     E_RESERVED_TYPE,
 )
 
+#: SRM-buffer color nodes in placement entries (docs/protocol.md "Capabilities")
+CAP_COLORS = "colors"
+#: NCC replica nodes in placement entries
+CAP_REPLICAS = "replicas"
 #: capabilities this host speaks
-HOST_CAPS = ("report", "placement", "nt-copy", "fanotify")
+HOST_CAPS = ("report", "placement", "nt-copy", "fanotify", CAP_COLORS, CAP_REPLICAS)
 
 
 class GuestProtocolError(ProtocolError):
@@ -159,6 +170,7 @@ class Report:
     chunks: tuple[ChunkAccess, ...]
     files: tuple[FileAccess, ...]
     health: AgentHealth
+    node_memory: tuple[NodeMemory, ...] = ()
 
     def to_guest_report(self, vm: str) -> GuestReport:
         """The model's report, with ``vm`` taken from the socket (never from the guest).
@@ -174,6 +186,8 @@ class Report:
             guest_vcpus=self.vcpus,
             guest_nodes=self.nodes,
             health=self.health,
+            node_memory=self.node_memory,
+            modified_files=frozenset(f.file_id for f in self.files if f.modifies > 0),
         )
 
 
@@ -370,9 +384,10 @@ def parse_file_id(val: object, seq: int | None) -> int:
 
 
 def _chunk(raw: object, seq: int | None) -> ChunkAccess:
-    if not isinstance(raw, list) or len(raw) != 6:
+    if not isinstance(raw, list) or not 6 <= len(raw) <= 8:
         raise GuestProtocolError(
-            "report chunk must be [file_id, index, bytes, reads, writes, vcpu_bytes]",
+            "report chunk must be [file_id, index, bytes, reads, writes, vcpu_bytes"
+            "(, home_node(, node_reads))]",
             E_BAD_FIELD,
             seq,
         )
@@ -408,7 +423,77 @@ def _chunk(raw: object, seq: int | None) -> ChunkAccess:
     vcpus = sorted(dict(out).items())
     if len(vcpus) != len(out):
         raise GuestProtocolError("report chunk lists a vcpu twice", E_BAD_FIELD, seq)
-    return ChunkAccess(ChunkId(fid, index), nbytes, reads, writes, tuple(vcpus))
+    home = raw[6] if len(raw) > 6 else -1
+    if type(home) is not int or not -1 <= home < MAX_NODES:
+        raise GuestProtocolError(
+            f"report chunk home_node must be -1 or a node below {MAX_NODES}", E_BAD_FIELD, seq
+        )
+    node_reads = _node_pairs(raw[7], seq) if len(raw) > 7 else ()
+    return ChunkAccess(
+        ChunkId(fid, index), nbytes, reads, writes, tuple(vcpus), home, node_reads
+    )
+
+
+def _node_pairs(raw: object, seq: int | None) -> tuple[tuple[int, int], ...]:
+    """``node_reads``: at most MAX_NODES ``[node, reads]`` pairs, each node once."""
+    if not isinstance(raw, list):
+        raise GuestProtocolError("report chunk node_reads must be a list", E_BAD_FIELD, seq)
+    if len(raw) > MAX_NODES:
+        raise GuestProtocolError(
+            f"report chunk has {len(raw)} node_reads entries, limit {MAX_NODES}",
+            E_TOO_MANY_ENTRIES,
+            seq,
+        )
+    out: dict[int, int] = {}
+    for p in raw:
+        if (
+            not isinstance(p, list)
+            or len(p) != 2
+            or type(p[0]) is not int
+            or type(p[1]) is not int
+            or not 0 <= p[0] < MAX_NODES
+            or not 0 <= p[1] <= MAX_COUNTER
+            or p[0] in out
+        ):
+            raise GuestProtocolError(
+                f"report chunk node_reads items must be [node < {MAX_NODES}, reads], each "
+                "node once",
+                E_BAD_FIELD,
+                seq,
+            )
+        out[p[0]] = p[1]
+    return tuple(sorted(out.items()))
+
+
+def _node_memory(obj: dict[str, Any], seq: int | None) -> tuple[NodeMemory, ...]:
+    """``report.node_memory``: at most MAX_NODES ``[node, free_bytes, total_bytes]``."""
+    raw = obj.get("node_memory", [])
+    if not isinstance(raw, list):
+        raise GuestProtocolError("'report' node_memory must be a list", E_BAD_FIELD, seq)
+    if len(raw) > MAX_NODES:
+        raise GuestProtocolError(
+            f"'report' has {len(raw)} node_memory entries, limit {MAX_NODES}",
+            E_TOO_MANY_ENTRIES,
+            seq,
+        )
+    out: list[NodeMemory] = []
+    for m in raw:
+        if (
+            not isinstance(m, list)
+            or len(m) != 3
+            or any(type(v) is not int for v in m)
+            or not 0 <= m[0] < MAX_NODES
+            or not 0 <= m[1] <= m[2] <= MAX_COUNTER
+            or any(x.node == m[0] for x in out)
+        ):
+            raise GuestProtocolError(
+                f"'report' node_memory items must be [node < {MAX_NODES}, free_bytes, "
+                "total_bytes] with free <= total, each node once",
+                E_BAD_FIELD,
+                seq,
+            )
+        out.append(NodeMemory(m[0], m[1], m[2]))
+    return tuple(sorted(out, key=lambda x: x.node))
 
 
 def _file(raw: object, seq: int | None) -> FileAccess:
@@ -500,6 +585,7 @@ def _parse_report(obj: dict[str, Any]) -> Report:
         chunks,
         tuple(_file(f, seq) for f in files_raw),
         _health(obj, seq),
+        _node_memory(obj, seq),
     )
 
 
@@ -645,10 +731,14 @@ def encode_sync_ack(sync_id: int) -> bytes:
     return bytes([SYNC_BYTE]) + encode({"type": T_SYNC_ACK, "id": sync_id})
 
 
-def encode_placement(table: PlacementTable) -> list[bytes]:
+def encode_placement(table: PlacementTable, caps: tuple[str, ...] = ()) -> list[bytes]:
     """A placement table as 1..MAX_TABLE_PARTS ``placement`` lines.
 
+    Entries get the trailing ``color_node`` and ``replica_nodes`` only for a guest that
+    announced ``colors`` or ``replicas``; the one it did not announce is sent empty.
+
     :param table: the table (at most MAX_TABLE_ENTRIES entries).
+    :param caps: the capabilities the guest's hello and this host share.
     :returns: the lines, part 0 first; the guest applies the table when all parts arrived.
     :raises ProtocolError: ``too-many-entries`` or ``bad-field`` for a table the guest
         would refuse.
@@ -665,20 +755,25 @@ def encode_placement(table: PlacementTable) -> list[bytes]:
             f"[{MIN_CHUNK_SIZE}, {MAX_CHUNK_SIZE}]",
             E_BAD_FIELD,
         )
+    colors, replicas = CAP_COLORS in caps, CAP_REPLICAS in caps
     parts = max(1, math.ceil(n / MAX_ENTRIES_PER_MESSAGE))
     out: list[bytes] = []
     for p in range(parts):
         chunk = table.entries[p * MAX_ENTRIES_PER_MESSAGE : (p + 1) * MAX_ENTRIES_PER_MESSAGE]
-        entries = [
-            [
+        entries: list[list[Any]] = []
+        for e in chunk:
+            entry: list[Any] = [
                 f"{e.chunk.file_id:x}",
                 e.chunk.index,
                 sorted(v for v in e.vcpus if 0 <= v < MAX_VCPUS),
                 e.caching,
                 min(max(e.migration_budget, 0), BUDGET_UNLIMITED),
             ]
-            for e in chunk
-        ]
+            if colors or replicas:
+                color = e.color_node if colors and 0 <= e.color_node < MAX_NODES else -1
+                nodes = sorted(n for n in e.replica_nodes if 0 <= n < MAX_NODES)
+                entry += [color, nodes if replicas else []]
+            entries.append(entry)
         out.append(
             encode(
                 {

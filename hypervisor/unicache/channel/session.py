@@ -147,6 +147,7 @@ class GuestSession:
         self._pending_chunks = 0
         self._table: PlacementTable | None = None
         self._table_lines: list[bytes] = []
+        self._table_caps: tuple[str, ...] = ()
         self._sync_id = 0
 
     # Section: connection lifecycle
@@ -233,6 +234,15 @@ class GuestSession:
             self.state = Runstate.READY
             caps = tuple(c for c in p.HOST_CAPS if c in msg.caps)
             out = [p.encode_welcome(self.params, caps)]
+            if self._table is not None and caps != self._table_caps:
+                # the table's extra fields depend on the caps: re-encode only when they change
+                try:
+                    self._table_lines = p.encode_placement(self._table, caps)
+                except ProtocolError as err:  # the extra fields overflow a line
+                    self.log.error("vm=%s table with caps %s: %s; sent without them",
+                                   self.vm, list(caps), err)
+                    self._table_lines = p.encode_placement(self._table)
+                self._table_caps = caps
             out.extend(self._table_lines)  # encoded once: a hello flood costs no encoding
             self.log.info("vm=%s agent=%r vcpus=%d ready", self.vm, msg.agent, msg.vcpus)
             return out
@@ -285,10 +295,19 @@ class GuestSession:
         :returns: lines to send now (empty before the handshake; sent after welcome).
         :raises ProtocolError: when the table cannot be encoded within the limits.
         """
-        lines = p.encode_placement(table)
+        caps = self.caps
+        lines = p.encode_placement(table, caps)
         self._table = table
         self._table_lines = lines
+        self._table_caps = caps
         return list(lines) if self.state is Runstate.READY else []
+
+    @property
+    def caps(self) -> tuple[str, ...]:
+        """The capabilities the current guest's hello and this host share (none before)."""
+        if self.hello is None:
+            return ()
+        return tuple(c for c in p.HOST_CAPS if c in self.hello.caps)
 
     def set_params(self, params: p.ChannelParams) -> list[bytes]:
         """Change the parameters; return the ``params`` line if the guest is ready."""

@@ -1,0 +1,167 @@
+"""SRM-buffer colors in a real two-node guest: the shim puts a chunk's page cache on its node.
+
+The guest (QEMU TCG, the image of ``make image``) has node 0 with both vCPUs and 384 MiB,
+and node 1 with 128 MiB and no CPU (a memory-only node, as colored memory appears in a
+guest). The host publishes, through the real channel server, a table giving every chunk of
+a guest file the color node 1; the guest reads the file with ``cat`` under the shim after
+dropping its caches; then the guest maps the file and asks ``move_pages`` (no target nodes)
+for the node of every resident page-cache page. Without the color entry the same read
+leaves the pages on node 0. The guest's reports carry the chunks' home node, per-node reads
+and node memory back to the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from unicache.channel import ChannelParams, ChannelServer
+from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
+
+from tests.agent.test_agent_qemu import _argv, guest_run
+
+SHIM = "/usr/lib/unicache-agent/libunicache.so"
+DATA = "/var/tmp/colored"  # on the ext4 root: /tmp is a tmpfs in the test guest
+SIZE = 8 << 20
+CHUNK = 262144
+NUMA = ["-object", "memory-backend-ram,id=m0,size=384M",
+        "-numa", "node,nodeid=0,cpus=0-1,memdev=m0",
+        "-object", "memory-backend-ram,id=m1,size=128M",
+        "-numa", "node,nodeid=1,memdev=m1"]
+
+#: runs in the guest: {node: resident pages} of a file, via mincore + move_pages(nodes=NULL)
+PAGE_NODES = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+libc.syscall.restype = ctypes.c_long
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+npages = (size + 4095) // 4096
+addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+vec = (ctypes.c_ubyte * npages)()
+assert libc.mincore(ctypes.c_void_p(addr), size, vec) == 0, ctypes.get_errno()
+resident = [i for i in range(npages) if vec[i] & 1]
+for i in resident:  # map the resident pages (a fault on a cached page: no I/O)
+    ctypes.string_at(addr + 4096 * i, 1)
+pages = (ctypes.c_void_p * len(resident))(*[addr + 4096 * i for i in resident])
+status = (ctypes.c_int * len(resident))()
+# move_pages(pid 0, count, pages, nodes NULL, status, flags 0): the node of each page
+rc = libc.syscall(279, 0, len(resident), pages, None, status, 0)
+assert rc == 0, ctypes.get_errno()
+nodes = {}
+for s in status:
+    nodes[s] = nodes.get(s, 0) + 1
+print(json.dumps({"pages": npages, "resident": len(resident), "nodes": nodes}))
+"""
+
+#: runs in the guest: the file id the shim and agent give DATA (the table's salt)
+FILE_ID = (
+    "import os, struct, sys; sys.path.insert(0, '/usr/lib/unicache-agent'); "
+    "from unicache_agent.shm import file_id_of; "
+    "salt = struct.unpack('<Q', open('/dev/shm/unicache-table', 'rb').read(16)[8:])[0]; "
+    f"st = os.stat('{DATA}'); print(file_id_of(salt, st.st_dev, st.st_ino))")
+
+
+def test_colored_chunks_page_cache_lands_on_the_color_node(tmp_path: Path) -> None:
+    reports: list[GuestReport] = []
+
+    async def run(ctl: Path, argv: list[str], stdin: str | None = None) -> dict[str, object]:
+        if stdin is None:
+            res = await guest_run(ctl, argv, timeout=120)
+        else:
+            res = await _guest_run_stdin(ctl, argv, stdin)
+        assert res["exit"] == 0, res
+        return res
+
+    async def placement(server: ChannelServer, version: int, fid: int, color: int,
+                        t0: float) -> None:
+        entries = tuple(PlacementEntry(ChunkId(fid, i), frozenset(), True, 0, color_node=color)
+                        for i in range(SIZE // CHUNK))
+        server.publish(PublishPlacement("n", PlacementTable("n", version, CHUNK, 65536,
+                                                            entries), "test"))
+        while server.status()[0].applied_version != version and time.monotonic() - t0 < 400:
+            await asyncio.sleep(0.25)
+        assert server.status()[0].applied_version == version
+
+    async def colored_read(ctl: Path) -> dict[int, int]:
+        await run(ctl, ["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"])
+        await run(ctl, ["sh", "-c", f"LD_PRELOAD={SHIM} cat {DATA} > /dev/null"])
+        res = await run(ctl, ["python3", "-", DATA], stdin=PAGE_NODES)
+        got = json.loads(str(res["stdout"]))
+        assert got["resident"] >= got["pages"] * 0.9, got  # cat read the whole file
+        return {int(k): int(v) for k, v in got["nodes"].items()}
+
+    async def homes(fid: int, since: int, t0: float) -> set[int]:
+        while time.monotonic() - t0 < 400:
+            got = {c.home_node for r in reports[since:] for c in r.chunks
+                   if c.chunk.file_id == fid and c.home_node >= 0}
+            if got:
+                return got
+            await asyncio.sleep(0.25)
+        raise AssertionError("no report with a home node for the file")
+
+    async def main() -> None:
+        server = ChannelServer(tmp_path, params=ChannelParams(chunk_size=CHUNK,
+                                                              report_interval_s=0.5),
+                               on_report=reports.append)
+        sock = await server.add_vm("n")
+        ctl = tmp_path / "ctl.sock"
+        qemu = await asyncio.create_subprocess_exec(
+            *_argv(sock, tmp_path), *NUMA, "-chardev",
+            f"socket,id=ctl0,path={ctl},server=on,wait=off", "-device",
+            "virtserialport,bus=vser0.0,chardev=ctl0,name=org.unicache.control.0",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            t0 = time.monotonic()
+            while not server.is_ready("n") and time.monotonic() - t0 < 180:
+                await asyncio.sleep(0.25)
+            assert server.is_ready("n"), (tmp_path / "console.log").read_text()[-2000:]
+            nodes = await run(ctl, ["cat", "/sys/devices/system/node/online"])
+            assert str(nodes["stdout"]).strip() == "0-1"
+            await run(ctl, ["sh", "-c", f"head -c {SIZE} /dev/urandom > {DATA}; sync"])
+            fid = int(str((await run(ctl, ["python3", "-c", FILE_ID]))["stdout"]))
+
+            await placement(server, 9, fid, 1, t0)
+            since = len(reports)
+            colored = await colored_read(ctl)
+            # SRM-buffer enforcement: every page the colored reads brought in is on node 1
+            assert colored.get(1, 0) >= 0.98 * sum(colored.values()), colored
+            assert await homes(fid, since, t0) == {1}
+
+            await placement(server, 10, fid, -1, t0)
+            since = len(reports)
+            plain = await colored_read(ctl)
+            print(f"pages per node: colored {colored}, uncolored {plain}")
+            assert plain.get(0, 0) >= 0.98 * sum(plain.values()), plain
+            assert await homes(fid, since, t0) == {0}
+            # the other NUMA fields reach the host too
+            last = [r for r in reports if r.node_memory][-1]
+            assert [m.node for m in last.node_memory] == [0, 1]
+            assert all(0 < m.free_bytes <= m.total_bytes for m in last.node_memory)
+            reads = [c.node_reads for r in reports for c in r.chunks if c.chunk.file_id == fid]
+            assert reads and all(n == 0 for nr in reads for n, _ in nr)  # vCPUs on node 0
+        finally:
+            qemu.terminate()
+            await qemu.wait()
+            await server.close()
+
+    asyncio.run(main())
+
+
+async def _guest_run_stdin(ctl: Path, argv: list[str], stdin: str) -> dict[str, object]:
+    """guest_run with the runner's ``stdin`` field (a script for ``python3 -``)."""
+    r, w = await asyncio.open_unix_connection(str(ctl), limit=1 << 23)
+    w.write(json.dumps({"id": 2, "argv": argv, "timeout": 120, "stdin": stdin}).encode()
+            + b"\n")
+    await w.drain()
+    while True:
+        reply = json.loads(await asyncio.wait_for(r.readline(), 150))
+        if reply.get("id") == 2:
+            w.close()
+            return dict(reply)

@@ -1,0 +1,200 @@
+"""NCC replicas and SRM-buffer colors in the shim: served, invalidated, never stale.
+
+This host has one NUMA node (0): a table entry with ``replica_nodes={0}`` makes every reader
+here read a replica, which exercises the whole replica path (fill, serve, invalidation).
+Colors on node 0 exercise the memory-policy path; the placement on another node is checked
+in a real two-node guest (tests/agent/test_agent_numa_qemu.py).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from unicache_agent.shm import BUDGET_UNLIMITED, CounterReader, ShmEntry
+
+from tests.shim.shimtools import CHUNK, ShimEnv, make_files
+
+UCREAD = Path(__file__).resolve().parent / "ucread.py"
+#: longer than the shim's default replica margin (20 ms): a file this quiet may be replicated
+QUIET_S = 0.06
+
+
+class Reader:
+    """A process under the shim that preads and pwrites a file on command (ucread.py)."""
+
+    def __init__(self, env: ShimEnv, path: Path, extra: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(UCREAD), str(path)],
+                                     env={**env.env, **(extra or {})}, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def ask(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def pread(self, off: int, n: int) -> bytes:
+        return bytes.fromhex(self.ask(f"pread {off} {n}"))
+
+    def pwrite(self, off: int, data: bytes) -> None:
+        assert self.ask(f"pwrite {off} {data.hex()}") == "ok"
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def _replicated(env: ShimEnv, f: Path, nodes: frozenset[int] = frozenset({0}),
+                color: int = -1, vcpus: frozenset[int] = frozenset()) -> int:
+    fid = env.file_id(f)
+    env.table.publish(1, CHUNK, 4096, [
+        ShmEntry(fid, i, vcpus, migration_budget=BUDGET_UNLIMITED, color_node=color,
+                 replica_nodes=nodes) for i in range(f.stat().st_size // CHUNK + 1)])
+    return fid
+
+
+def _data(tmp_path: Path, size: int = 3 * CHUNK + 100, seed: int = 1) -> tuple[Path, bytes]:
+    f = tmp_path / "data"
+    data = random.Random(seed).randbytes(size)
+    f.write_bytes(data)
+    time.sleep(QUIET_S)
+    return f, data
+
+
+def test_replica_is_served_and_a_write_through_the_shim_invalidates_at_once(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    fid = _replicated(shim_env, f)
+    with Reader(shim_env, f) as r:
+        assert r.pread(100, 5000) == data[100:5100]
+        assert r.pread(CHUNK - 10, 10) == data[CHUNK - 10:CHUNK]
+        s1 = shim_env.counters.stats()
+        assert (s1.replica_fills, s1.replica_serves) == (1, 2)
+        gen = shim_env.counters.generation(fid)
+        r.pwrite(200, b"X" * 300)  # the shim sees it: the generation moves before and after
+        assert shim_env.counters.generation(fid) == gen + 2
+        want = data[:200] + b"X" * 300 + data[500:]
+        assert r.pread(100, 5000) == want[100:5100]  # at once, no waiting
+        s2 = shim_env.counters.stats()
+        assert s2.replica_serves == s1.replica_serves  # the stale replica was not served
+        assert s2.replica_rejects == 1
+        time.sleep(QUIET_S)
+        assert r.pread(0, CHUNK) == want[:CHUNK]  # quiet again: a new replica, served
+        assert shim_env.counters.stats().replica_fills == 2
+
+
+def test_a_write_without_the_shim_is_never_served_stale(shim_env: ShimEnv,
+                                                        tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    _replicated(shim_env, f)
+    with Reader(shim_env, f) as r:
+        assert r.pread(CHUNK, 4096) == data[CHUNK:CHUNK + 4096]
+        serves = shim_env.counters.stats().replica_serves
+        fd = os.open(f, os.O_WRONLY)  # this process has no shim: no generation bump
+        try:
+            os.pwrite(fd, b"new!", CHUNK + 10)
+        finally:
+            os.close(fd)
+        assert r.pread(CHUNK, 4096) == data[CHUNK:CHUNK + 10] + b"new!" + data[
+            CHUNK + 14:CHUNK + 4096]
+        assert shim_env.counters.stats().replica_serves == serves
+        os.truncate(f, CHUNK + 5)  # shrinking: the replica's size no longer matches
+        assert r.pread(CHUNK, 4096) == data[CHUNK:CHUNK + 5]
+        assert r.pread(CHUNK + 5, 10) == b""
+
+
+def test_no_replica_from_a_file_changed_within_the_margin(shim_env: ShimEnv,
+                                                          tmp_path: Path) -> None:
+    f = tmp_path / "data"
+    f.write_bytes(b"a" * CHUNK)
+    _replicated(shim_env, f)
+    with Reader(shim_env, f, {"UNICACHE_REPLICA_MARGIN_MS": "1000"}) as r:
+        assert r.pread(0, 100) == b"a" * 100  # ctime is fresh: the real call
+        st = shim_env.counters.stats()
+        assert st.replica_serves == 0 and st.fill_aborts >= 1
+        time.sleep(1.05)
+        assert r.pread(0, 100) == b"a" * 100
+        assert shim_env.counters.stats().replica_serves == 1
+
+
+def test_read_spanning_two_chunks_and_other_nodes_take_the_real_call(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    _replicated(shim_env, f)
+    with Reader(shim_env, f) as r:
+        assert r.pread(CHUNK - 100, 200) == data[CHUNK - 100:CHUNK + 100]
+        assert r.pread(len(data) - 50, 4096) == data[-50:]  # the last chunk, short at EOF
+        assert r.pread(len(data), 10) == b""
+    assert shim_env.counters.stats().replica_serves == 1
+    _replicated(shim_env, f, nodes=frozenset({1}))  # a node no CPU of this host is on
+    with Reader(shim_env, f) as r:
+        assert r.pread(0, 100) == data[:100]
+    assert shim_env.counters.stats().replica_serves == 1
+
+
+def test_color_and_replica_only_entry_never_migrates(shim_env: ShimEnv, tmp_path: Path) -> None:
+    f, _ = _data(tmp_path)
+    _replicated(shim_env, f, color=0)  # no home vCPUs at all
+    res = shim_env.run("migrate", str(f), "32768", "0")
+    assert res.returncode == 0, res.stderr
+    fields = dict(kv.split("=") for kv in res.stdout.split())
+    assert (fields["cpu"], fields["mask"]) == ("0", "0")
+
+
+def test_colored_reads_run_under_the_node_policy_and_count_home_and_node_reads(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    fid = _replicated(shim_env, f, nodes=frozenset(), color=0)
+    # counters for a two-node guest: with one node the shim leaves the home to the agent
+    shim_env.counters = CounterReader(shim_env.env["UNICACHE_COUNTERS"], nslots=4096, nnodes=2)
+    out = subprocess.run(["cat", str(f)], env=shim_env.env, capture_output=True, check=True)
+    assert out.stdout == data
+    assert shim_env.counters.stats().color_reads >= 2  # cat reads 128 KiB at a time
+    chunks = [c for c in shim_env.counters.harvest(0).chunks if c.file_id == fid]
+    assert len(chunks) == 4
+    for c in chunks:
+        assert c.home_node == 0  # this host's only node holds the page cache
+        assert c.node_reads == ((0, c.reads),)
+    shim_env.counters.close()
+
+
+def test_replica_and_color_reads_identical_to_the_syscalls(shim_env: ShimEnv,
+                                                           tmp_path: Path) -> None:
+    files = make_files(tmp_path, 8)
+    entries = [ShmEntry(shim_env.file_id(p), i, frozenset(), color_node=0,
+                        replica_nodes=frozenset({0}))
+               for p in files for i in range(p.stat().st_size // CHUNK + 1)]
+    shim_env.table.publish(1, CHUNK, 4096, entries)
+    time.sleep(QUIET_S)
+    res = shim_env.run("check", "8", "3000", *map(str, files),
+                       extra={"UNICACHE_REPLICA_READ": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "mismatches=0" in res.stdout
+    st = shim_env.counters.stats()
+    assert st.replica_serves > 100, st
+    assert st.color_reads > 0, st
+
+
+def test_a_new_chunk_size_never_serves_a_replica_of_the_old_one(shim_env: ShimEnv,
+                                                                 tmp_path: Path) -> None:
+    f, data = _data(tmp_path, 6 * CHUNK)
+    fid = _replicated(shim_env, f)
+    with Reader(shim_env, f) as r:
+        assert r.pread(CHUNK + 10, 100) == data[CHUNK + 10:CHUNK + 110]  # chunk 1: 64-128 KiB
+        shim_env.table.publish(2, 2 * CHUNK, 4096, [
+            ShmEntry(fid, i, frozenset(), replica_nodes=frozenset({0})) for i in range(3)])
+        # chunk 1 is now 128-256 KiB: the same index, other bytes
+        assert r.pread(2 * CHUNK + 10, 100) == data[2 * CHUNK + 10:2 * CHUNK + 110]
+        assert r.pread(3 * CHUNK + 10, 100) == data[3 * CHUNK + 10:3 * CHUNK + 110]
+    assert shim_env.counters.stats().replica_fills == 2
