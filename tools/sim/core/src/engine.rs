@@ -373,7 +373,11 @@ impl Engine {
                 }
                 let free = self.cpu_free[t.cpu as usize];
                 let start = if free > t.time { free } else { t.time };
-                if best.is_none_or(|(_, s)| start < s) {
+                // equal starts (threads queued on one CPU): the one that has waited longest
+                // goes first, so a CPU's threads take turns page by page
+                if best
+                    .is_none_or(|(b, s)| start < s || (start == s && t.time < self.threads[b].time))
+                {
                     best = Some((i, start));
                 }
             }

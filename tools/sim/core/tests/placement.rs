@@ -79,3 +79,35 @@ fn reads_of_a_placed_page_are_remote_from_the_other_node() {
     assert_eq!(st.dram_lines, 64);
     assert!((st.stall_cycles - 64.0 * 150.0).abs() < 1e-6);
 }
+
+#[test]
+fn threads_queued_on_one_cpu_take_turns() {
+    let mut e = Engine::new(two_nodes(), 3).unwrap();
+    let size = 64 * 4096;
+    let a = e.add_object(size, Placement::Node(0)).unwrap();
+    let b = e.add_object(size, Placement::Node(0)).unwrap();
+    let ta = e.add_thread(0, 0.0).unwrap();
+    let tb = e.add_thread(0, 0.0).unwrap();
+    for (t, obj) in [(ta, a), (tb, b)] {
+        e.push(
+            t,
+            Op::Access {
+                obj,
+                offset: 0,
+                len: size,
+                kind: AccessKind::Read,
+                compute_per_byte: 0.0,
+            },
+        )
+        .unwrap();
+    }
+    // the first to finish does so near the end, not after half the time: they shared the CPU
+    let Stop::NeedOps(first) = e.run(f64::INFINITY).unwrap() else {
+        panic!("a thread should finish");
+    };
+    let alone = 64.0 * 64.0 * 100.0;
+    let t = e.thread_time(first).unwrap();
+    assert!(t > 1.9 * alone, "finished at {t}, alone {alone}");
+    let other = if first == ta { tb } else { ta };
+    assert!(e.thread_stats(other).unwrap().wait_cycles > 0.9 * alone);
+}
