@@ -2,7 +2,9 @@
 
 Shells run ``grep`` over a directory tree (the paper: ``/etc``, 40 MB) one after the
 other, in parallel, on a two-node cc-NUMA ``opteron-242-2node``; shell i runs on CPU
-i mod CPUs. Every grep reads every file of the tree, whole, in directory order.
+i mod CPUs, and the shells of one CPU take turns, a batch of files each (about a
+scheduler time slice). Every grep reads every file of the tree, whole, in directory
+order.
 
 * The primary copy of a file's page-cache pages lives on the node of the shell that
   read it first (Linux's first touch); a read from the other node is remote.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -213,28 +216,44 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
     policy = NccPolicy(NccParams())
     state = NccState()
     policy.start(state)
-    shells: dict[int, _Shell] = {}
+    # one engine thread per CPU runs that CPU's shells in turn, a batch each (a batch of
+    # 40 files of 100 KB takes about 3 ms: a scheduler time slice)
+    queues: dict[int, deque[_Shell]] = {}
+    running: dict[int, _Shell | None] = {}
+    all_shells: list[_Shell] = []
     for s in range(spec.shells):
         cpu = s % cfg.n_cpus
         greps = spec.greps // spec.shells + (1 if s < spec.greps % spec.shells else 0)
-        tid = engine.add_thread(cpu)
-        shells[tid] = _Shell(tid, cfg.cpu_node[cpu], greps)
+        if cpu not in queues:
+            tid = engine.add_thread(cpu)
+            queues[tid] = deque()
+            running[tid] = None
+        tid = next(t for t in queues if engine.thread_cpu(t) == cpu)
+        sh = _Shell(tid, cfg.cpu_node[cpu], greps)
+        queues[tid].append(sh)
+        all_shells.append(sh)
     local = remote = made = dropped = 0
-    live = set(shells)
+    live = set(queues)
     while live:
         stop, tid = engine.run()
         if stop != "need":
             raise ConfigError(f"simulation stopped early ({stop})")
-        sh = shells[tid]
         now = engine.thread_time(tid)
-        if sh.next_file == len(sizes):
-            sh.durations.append(now - sh.started)
-            sh.greps_left -= 1
-            sh.next_file = 0
-        if sh.greps_left == 0:
+        prev = running[tid]
+        if prev is not None:
+            # its batch is done: the end of a grep, and the end of its turn on the CPU
+            if prev.next_file == len(sizes):
+                prev.durations.append(now - prev.started)
+                prev.greps_left -= 1
+                prev.next_file = 0
+            if prev.greps_left > 0:
+                queues[tid].append(prev)
+        if not queues[tid]:
             engine.retire(tid)
             live.discard(tid)
             continue
+        sh = queues[tid].popleft()
+        running[tid] = sh
         if sh.next_file == 0:
             sh.started = now
         batch = range(sh.next_file, min(len(sizes), sh.next_file + spec.batch_files))
@@ -283,8 +302,8 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
                 engine.free_object(gone)
                 dropped += 1
     hz = cfg.clock_ghz * 1e9
-    durations = [d for sh in shells.values() for d in sh.durations]
-    firsts = [sh.durations[0] for sh in shells.values() if sh.durations]
+    durations = [d for sh in all_shells for d in sh.durations]
+    firsts = [sh.durations[0] for sh in all_shells if sh.durations]
     remote_index = engine.source_names().index("dram_remote")
     return NccRun(
         replicas,
@@ -292,7 +311,7 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
         remote,
         sum(durations) / len(durations) / hz,
         sum(firsts) / len(firsts) / hz,
-        max(engine.thread_time(t) for t in shells) / hz,
+        max(engine.thread_time(t) for t in queues) / hz,
         made,
         dropped,
         engine.counters().served[remote_index],
