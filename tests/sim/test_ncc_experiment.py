@@ -74,3 +74,12 @@ def test_single_node_model_and_bad_parameters_are_refused() -> None:
         NccSpec(greps=1, shells=2).check()
     with pytest.raises(ConfigError, match="--tree-mb"):
         NccSpec(tree_mb=0.01, file_kb=100).check()
+
+
+def test_more_chunks_than_replica_capacity_evict_and_free_replicas() -> None:
+    # 1200 one-chunk files: node 1 may hold 1024 replicas (NccParams default)
+    spec = NccSpec(tree_mb=12.0, file_kb=10.0, greps=6)
+    run = run_config(TOPO, CFG, spec, True)
+    assert run.replicas_dropped > 0
+    assert run.replicas_made - run.replicas_dropped <= 1024
+    assert 0.5 < run.local_ratio < 1 - 2 / 6

@@ -35,6 +35,7 @@ from unicache.errors import ConfigError
 from unicache.model import ChunkId
 from unicache.policy.ncc import (
     DropReplica,
+    NccAction,
     NccParams,
     NccPolicy,
     NccState,
@@ -233,6 +234,8 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
         queues[tid].append(sh)
         all_shells.append(sh)
     local = remote = made = dropped = 0
+    #: replica objects dropped by each engine thread, freed when it next asks for work
+    unfree: dict[int, list[int]] = {}
     live = set(queues)
     while live:
         stop, tid = engine.run()
@@ -265,21 +268,19 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
             for index, offset, length in tree.chunks(f):
                 reads.append((f, index, offset, length))
                 events.append(Read(ReplicaKey(VM_NAME, ChunkId(f, index)), sh.node, home))
+        actions: list[NccAction] = []
         if replicas:
             decision = policy.decide(state, _memory(engine, cfg), events)
             state = decision.state
             served = list(decision.served)
-            new = {
-                (a.key.chunk.file_id, a.key.chunk.index, a.node)
-                for a in decision.actions
-                if isinstance(a, Replicate)
-            }
-            drops = [a for a in decision.actions if isinstance(a, DropReplica)]
+            actions = list(decision.actions)
         else:
             served = [ev.home for ev in events]
-            new = set()
-            drops = []
-        for (f, index, offset, length), node in zip(reads, served, strict=True):
+        # the previous batch of this CPU's thread has run: replicas dropped meanwhile go now
+        for obj in unfree.pop(tid, []):
+            engine.free_object(obj)
+        next_action = 0
+        for (f, index, offset, length), ev, node in zip(reads, events, served, strict=True):
             key = (f, index, sh.node)
             obj = tree.primary[f]
             at = offset
@@ -291,16 +292,26 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
                 local += pages
             else:
                 remote += pages
-            if key in new and key not in tree.replica:
-                # the NCC generator copies the chunk it has just read into a local page
-                tree.replica[key] = engine.add_object(length, "node", sh.node)
-                engine.push_access(tid, tree.replica[key], 0, length, "write", 0.0)
-                made += 1
-        for d in drops:
-            gone = tree.replica.pop((d.key.chunk.file_id, d.key.chunk.index, d.node), None)
-            if gone is not None:
-                engine.free_object(gone)
-                dropped += 1
+            # the actions this read caused, in order: an MQ victim dropped, then the replica
+            while next_action < len(actions):
+                act = actions[next_action]
+                if isinstance(act, DropReplica):
+                    gone = tree.replica.pop(
+                        (act.key.chunk.file_id, act.key.chunk.index, act.node), None
+                    )
+                    if gone is not None:
+                        # freed once the reads queued before it have run
+                        unfree.setdefault(tid, []).append(gone)
+                        dropped += 1
+                    next_action += 1
+                elif isinstance(act, Replicate) and act.key == ev.key and act.node == ev.node:
+                    # the NCC generator copies the chunk it has just read into a local page
+                    tree.replica[key] = engine.add_object(length, "node", sh.node)
+                    engine.push_access(tid, tree.replica[key], 0, length, "write", 0.0)
+                    made += 1
+                    next_action += 1
+                else:
+                    break
     hz = cfg.clock_ghz * 1e9
     durations = [d for sh in all_shells for d in sh.durations]
     firsts = [sh.durations[0] for sh in all_shells if sh.durations]
