@@ -32,14 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError
-from unicache.model import ChunkId
+from unicache.model import ChunkId, NodeMemory
 from unicache.policy.ncc import (
     DropReplica,
     NccAction,
     NccParams,
     NccPolicy,
     NccState,
-    NodeMemory,
     Read,
     ReplicaKey,
     Replicate,
