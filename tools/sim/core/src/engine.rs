@@ -185,6 +185,51 @@ impl Engine {
         Ok(if f == NO_FRAME { None } else { Some(f) })
     }
 
+    /// Back page `page` of `obj` now with a frame of `node`, of color `color` of `n_colors`
+    /// when given (the caller's page-coloring policy decides it), else a random frame.
+    /// Returns the frame. The page must not have a frame yet.
+    pub fn place_page(
+        &mut self,
+        obj: u32,
+        page: u64,
+        node: u32,
+        color: Option<(u64, u64)>,
+    ) -> Result<u64> {
+        let o = self
+            .objects
+            .get(obj as usize)
+            .ok_or(SimError::NotFound("object", obj as u64))?;
+        let f = *o
+            .frames
+            .get(page as usize)
+            .ok_or(SimError::NotFound("page", page))?;
+        if f != NO_FRAME {
+            return Err(SimError::Config(format!(
+                "page {page} of object {obj} already has frame {f}"
+            )));
+        }
+        if node as usize >= self.machine.config().nodes.len() {
+            return Err(SimError::NotFound("NUMA node", node as u64));
+        }
+        let f = match color {
+            Some((n, c)) => self.pages.alloc_color(node as usize, n, c)?,
+            None => self.pages.alloc(node as usize, None)?,
+        };
+        let slot = self.machine.register_page(f)?;
+        self.objects[obj as usize].frames[page as usize] = f;
+        self.objects[obj as usize].slots[page as usize] = slot;
+        Ok(f)
+    }
+
+    /// Frames in use and total frames of `node`.
+    pub fn node_frames(&self, node: u32) -> Result<(u64, u64)> {
+        let n = node as usize;
+        if n >= self.machine.config().nodes.len() {
+            return Err(SimError::NotFound("NUMA node", node as u64));
+        }
+        Ok((self.pages.used_on(n), self.pages.frames_of(n)))
+    }
+
     /// Release an object's frames.
     pub fn free_object(&mut self, obj: u32) -> Result<()> {
         let o = self
@@ -328,7 +373,11 @@ impl Engine {
                 }
                 let free = self.cpu_free[t.cpu as usize];
                 let start = if free > t.time { free } else { t.time };
-                if best.is_none_or(|(_, s)| start < s) {
+                // equal starts (threads queued on one CPU): the one that has waited longest
+                // goes first, so a CPU's threads take turns page by page
+                if best
+                    .is_none_or(|(b, s)| start < s || (start == s && t.time < self.threads[b].time))
+                {
                     best = Some((i, start));
                 }
             }

@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod dram;
 pub mod engine;
 pub mod error;
 

@@ -10,6 +10,7 @@
 
 use crate::cache::{Cache, Inserted, EMPTY};
 use crate::config::{Inclusion, MachineConfig};
+use crate::dram::DramQueue;
 use crate::error::{Result, SimError};
 
 /// What kind of access a thread makes to a line.
@@ -83,8 +84,8 @@ pub struct Machine {
     /// Slots are assigned by pages (engine) or are the line addresses (traces).
     mode: SlotMode,
     node_base_line: Vec<u64>,
-    busy_until: Vec<f64>,
-    service: Vec<f64>,
+    /// Each node's DRAM queue.
+    queues: Vec<DramQueue>,
     counters: Counters,
 }
 
@@ -223,15 +224,18 @@ impl Machine {
             node_base_line.push(base / line);
             base += nd.memory_bytes;
         }
-        let service = cfg.nodes.iter().map(|nd| nd.service_line_cycles).collect();
+        let queues = cfg
+            .nodes
+            .iter()
+            .map(|nd| DramQueue::new(nd.service_line_cycles))
+            .collect();
         let counters = Counters {
             served: vec![0; n + 4],
             dram_lines: vec![0; cfg.nodes.len()],
             dram_queue_cycles: 0.0,
         };
         Ok(Machine {
-            busy_until: vec![0.0; cfg.nodes.len()],
-            service,
+            queues,
             caches,
             level_base,
             hier,
@@ -293,7 +297,7 @@ impl Machine {
     pub fn flush(&mut self) {
         self.caches.iter_mut().for_each(Cache::clear);
         self.dir.iter_mut().for_each(|d| *d = 0);
-        self.busy_until.iter_mut().for_each(|b| *b = 0.0);
+        self.queues.iter_mut().for_each(DramQueue::clear);
     }
 
     /// Valid lines held by instance `inst` of level `level`.
@@ -497,18 +501,12 @@ impl Machine {
         result
     }
 
-    /// Serve a line from DRAM through the node's FCFS queue.
+    /// Serve a line from DRAM through the node's queue ([`DramQueue`]).
     #[inline]
     fn dram(&mut self, cpu: usize, phys: u64, now: f64) -> (Source, f64) {
         let node = self.node_of_line(phys);
         let local = self.cfg.cpu_node[cpu] as usize == node;
-        let start = if self.busy_until[node] > now {
-            self.busy_until[node]
-        } else {
-            now
-        };
-        self.busy_until[node] = start + self.service[node];
-        let wait = start - now;
+        let wait = self.queues[node].request(now);
         self.counters.dram_queue_cycles += wait;
         self.counters.dram_lines[node] += 1;
         let nd = &self.cfg.nodes[node];

@@ -90,6 +90,48 @@ impl PageAllocator {
         Err(SimError::OutOfMemory(node as u32))
     }
 
+    /// Allocate one frame on `node` whose color `frame % n_colors` is `color` (any number of
+    /// colors, unlike the 64-bit mask of [`PageAllocator::alloc`]): the per-color free lists
+    /// of a coloring allocator (SRM-buffer §3.2's colored zone).
+    pub fn alloc_color(&mut self, node: usize, n_colors: u64, color: u64) -> Result<u64> {
+        if node >= self.node_frames.len() {
+            return Err(SimError::NotFound("NUMA node", node as u64));
+        }
+        if n_colors == 0 || color >= n_colors {
+            return Err(SimError::Config(format!(
+                "color {color} is not one of {n_colors} colors"
+            )));
+        }
+        let nf = self.node_frames[node];
+        let base = self.node_first_frame[node];
+        let first_c = base + ((color + n_colors - base % n_colors) % n_colors);
+        if first_c >= base + nf {
+            return Err(SimError::OutOfMemory(node as u32));
+        }
+        let slots = (base + nf - first_c).div_ceil(n_colors);
+        // random draw with rejection, then a linear scan so a full color is reported exactly
+        for _ in 0..64 {
+            let f = first_c + self.rng.below(slots) * n_colors;
+            if self.used.insert(f) {
+                self.used_per_node[node] += 1;
+                return Ok(f);
+            }
+        }
+        for k in 0..slots {
+            let f = first_c + k * n_colors;
+            if self.used.insert(f) {
+                self.used_per_node[node] += 1;
+                return Ok(f);
+            }
+        }
+        Err(SimError::OutOfMemory(node as u32))
+    }
+
+    /// Number of frames of `node` (its memory in pages).
+    pub fn frames_of(&self, node: usize) -> u64 {
+        self.node_frames.get(node).copied().unwrap_or(0)
+    }
+
     /// Return a frame to its node.
     pub fn free(&mut self, frame: u64) {
         if self.used.remove(&frame) {
@@ -125,6 +167,34 @@ mod tests {
             let f = a.alloc(0, Some((16, 0b100))).unwrap();
             assert_eq!(f % 16, 2);
         }
+    }
+
+    #[test]
+    fn alloc_color_gives_the_color_on_the_node_for_any_color_count() {
+        // 2 nodes of 8 MiB, 100 colors (not a power of two, more than a 64-bit mask holds)
+        let mut a = PageAllocator::new(&[8 << 20, 8 << 20], 4096, 5);
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..300 {
+            let c = (i * 7) % 100;
+            let f = a.alloc_color(1, 100, c).unwrap();
+            assert_eq!(f % 100, c);
+            assert!((2048..4096).contains(&f));
+            assert!(seen.insert(f));
+        }
+        assert_eq!(a.used_on(1), 300);
+        assert_eq!(a.used_on(0), 0);
+    }
+
+    #[test]
+    fn alloc_color_fills_a_color_exactly_then_reports_out_of_memory() {
+        // 64 frames, 16 colors: 4 frames of color 3
+        let mut a = PageAllocator::new(&[64 * 4096], 4096, 9);
+        for _ in 0..4 {
+            assert_eq!(a.alloc_color(0, 16, 3).unwrap() % 16, 3);
+        }
+        assert_eq!(a.alloc_color(0, 16, 3), Err(SimError::OutOfMemory(0)));
+        assert!(a.alloc_color(0, 16, 16).is_err());
+        assert!(a.alloc_color(2, 16, 1).is_err());
     }
 
     #[test]

@@ -248,6 +248,31 @@ impl PyEngine {
         ToPyResult(self.inner.object_frame(obj, page)).into_py(py)
     }
 
+    /// Back page `page` of `obj` now with a frame of `node`: of color `color` (frame mod
+    /// `n_colors`) when `n_colors` > 0, else a random frame. Returns the frame.
+    #[pyo3(signature = (obj, page, node, n_colors=0, color=0))]
+    fn place_page(
+        &mut self,
+        py: Python<'_>,
+        obj: u32,
+        page: u64,
+        node: u32,
+        n_colors: u64,
+        color: u64,
+    ) -> PyResult<u64> {
+        let c = if n_colors > 0 {
+            Some((n_colors, color))
+        } else {
+            None
+        };
+        ToPyResult(self.inner.place_page(obj, page, node, c)).into_py(py)
+    }
+
+    /// (frames in use, total frames) of `node`.
+    fn node_frames(&self, py: Python<'_>, node: u32) -> PyResult<(u64, u64)> {
+        ToPyResult(self.inner.node_frames(node)).into_py(py)
+    }
+
     /// Release an object's frames.
     fn free_object(&mut self, py: Python<'_>, obj: u32) -> PyResult<()> {
         ToPyResult(self.inner.free_object(obj)).into_py(py)

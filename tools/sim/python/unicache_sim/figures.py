@@ -1,0 +1,94 @@
+"""Plots of the coloring and replica experiments, drawn like the papers' figures.
+
+* SRM paper Figure 2: (a) mergesort's slowdown against its array size, without coloring
+  (solid) and with coloring (dotted); (b) its LLC misses per million instructions.
+* NCC paper §5 grep: local page-hit ratio (Figure 3) and mean grep run time (Table 1),
+  without and with replicas, as bars.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unicache.errors import ConfigError
+
+from unicache_sim.coloring import SrmPoint
+from unicache_sim.replicas import NccResult
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ConfigError("--plot needs matplotlib (tools/sim/requirements.txt)") from err
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as err:
+        raise ConfigError(f"cannot write plot {path}") from err
+    finally:
+        plt.close(fig)
+
+
+def plot_srm(points: list[tuple[SrmPoint, SrmPoint]], path: Path, title: str) -> None:
+    """Write Figure 2's two panels as a PNG.
+
+    :param points: (without, with coloring) per array size.
+    :param path: output file.
+    :param title: figure title.
+    :raises ConfigError: if matplotlib is missing or the file cannot be written.
+    """
+    plt = _pyplot()
+    sizes = [p[0].size_kb / 1024 for p in points]
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (label, style) in enumerate((("no coloring", "-o"), ("SRM coloring", ":s"))):
+        ax_a.plot(sizes, [p[i].slowdown_pct for p in points], style, label=label)
+        ax_b.plot(
+            sizes, [p[i].get("shared").misses_per_m_instr for p in points], style, label=label
+        )
+    ax_a.set_xlabel("array size (MiB)")
+    ax_a.set_ylabel("slowdown of mergesort (%)")
+    ax_a.set_title("(a) slowdown (T2 - T1) / T1")
+    ax_a.legend()
+    ax_b.set_xlabel("array size (MiB)")
+    ax_b.set_ylabel("LLC misses per million instructions")
+    ax_b.set_title("(b) LLCM of mergesort, grep on the same LLC")
+    ax_b.legend()
+    fig.suptitle(title)
+    _save(plt, fig, path)
+
+
+def plot_ncc(result: NccResult, path: Path, title: str) -> None:
+    """Write the grep experiment's local page-hit ratio and mean grep time as bars.
+
+    :param result: both configurations.
+    :param path: output file.
+    :param title: figure title.
+    :raises ConfigError: if matplotlib is missing or the file cannot be written.
+    """
+    plt = _pyplot()
+    runs = (result.without, result.with_replicas)
+    labels = ["first touch", "NCC replicas"]
+    colors = ["tab:grey", "tab:blue"]
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(9, 4))
+    bars = ax_a.bar(labels, [100 * r.local_ratio for r in runs], color=colors)
+    ax_a.bar_label(bars, fmt="%.1f %%")
+    ax_a.set_ylim(0, 105)
+    ax_a.set_ylabel("local page hits (%)")
+    ax_a.set_title("(a) local page-hit ratio")
+    times = [1e3 * r.avg_grep_s for r in runs]
+    bars = ax_b.bar(labels, times, color=colors)
+    ax_b.bar_label(bars, fmt="%.1f ms")
+    ax_b.set_ylim(0, 1.15 * max(times))
+    ax_b.set_ylabel("mean grep run time (ms)")
+    ax_b.set_title("(b) run time of one grep")
+    fig.suptitle(title)
+    _save(plt, fig, path)
