@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from unicache.cpulist import format_list
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.qemu import (
     QemuVm,
@@ -43,7 +44,8 @@ def _vm_json(rec: VmRecord, extra: dict[str, Any] | None = None) -> dict[str, An
 def _numa_text(rec: VmRecord) -> str:
     if not rec.numa:
         return "-"
-    return " ".join(f"{n.node}:{','.join(map(str, sorted(n.cpus))) or '-'}:{n.memory_mib}M"
+    return " ".join(f"{n.node}:{format_list(n.cpus) or '-'}:{n.memory_mib}M"
+                    + (f"@{format_list(n.colors)}({n.backing})" if n.colors else "")
                     for n in rec.numa)
 
 
@@ -53,8 +55,13 @@ def start(
     vcpus: Annotated[int, typer.Option("--vcpus", help="Number of vCPUs.")] = 2,
     memory: Annotated[int, typer.Option("--memory", help="Guest memory in MiB.")] = 1024,
     numa: Annotated[str | None, typer.Option(
-        "--numa", help="Guest NUMA nodes CPULIST:MIB joined by '/', '-' for a memory-only "
-                       "node, e.g. 0-1:768/-:256.")] = None,
+        "--numa", help="Guest NUMA nodes CPULIST:MIB[@COLORS] joined by '/', '-' for a "
+                       "memory-only node, e.g. 0-1:768/-:256. @COLORS builds the node from "
+                       "host pages of those LLC page colors, e.g. 0-1:768/-:256@0-15: with "
+                       "the patched QEMU (make qemu) through memory-backend-colored, else "
+                       "from 2 MiB hugepages (guest colors equal host colors within each "
+                       "2 MiB page; reserved as root and given back at stop). With a colored "
+                       "node every node needs an even MiB count.")] = None,
     accel: Annotated[str | None, typer.Option(
         "--accel", help="auto (probe, default), kvm or tcg (env UNICACHE_ACCEL).")] = None,
     agent_socket: Annotated[Path | None, typer.Option(
@@ -74,12 +81,13 @@ def start(
     nodes = parse_numa(numa, vcpus, memory) if numa else ()
     vm = QemuVm(VmConfig(check_name(name), vcpus, memory, nodes, accel, agent_socket,
                          agent_listen, image),
-                progress=lambda msg: _err.print(f"vm {name}: {msg}", highlight=False))
+                progress=lambda msg: _err.print(f"vm {name}: {msg}", highlight=False,
+                                                soft_wrap=True))
     t0 = time.monotonic()
     rec = vm.start()
     choice = vm.accel
     if choice is not None:
-        _err.print(f"vm {name}: {choice.line()}", highlight=False)
+        _err.print(f"vm {name}: {choice.line()}", highlight=False, soft_wrap=True)
     boot_s = None
     if wait:
         try:

@@ -4,7 +4,9 @@
  * /proc/self/pagemap, keep the pages of wanted colors and mremap them in order into one
  * contiguous region; release the rest. See colormem.h and docs/coloring.md.
  */
+#ifndef _GNU_SOURCE /* QEMU passes -D_GNU_SOURCE */
 #define _GNU_SOURCE
+#endif
 #include "colormem.h"
 
 #include <errno.h>

@@ -11,6 +11,10 @@ clean), two virtio-serial ports and a QMP socket:
 * ``-qmp unix:...``: ``query-cpus-fast`` gives each vCPU's host thread id
   (:meth:`QemuVm.vcpu_threads`), through the ``qemu.qmp`` library.
 
+Guest NUMA nodes may be colored (``--numa 0-1:768/-:256@0-15``): such a node is backed by
+``memory-backend-colored`` of the patched QEMU (``make qemu``), else by 2 MiB hugepages with
+one line saying so (:mod:`unicache.host.colors`, docs/coloring.md "QEMU memory backend").
+
 Every running VM has a JSON record in the state directory (env ``UNICACHE_STATE_DIR``,
 default ``/run/unicache/vms``) so ``unicache vm list`` and the daemon find it:
 ``<state>/<name>.json`` plus a run directory ``<state>/<name>/`` with the sockets and logs.
@@ -32,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,7 +45,9 @@ from qemu.qmp import QMPError as _QMPError
 
 from unicache.cpulist import format_list, parse_list
 from unicache.errors import ConfigError, ProtocolError, StateError, UnicacheError
+from unicache.host import colors as hostcolors
 from unicache.host.accel import QEMU_BINARY, AccelChoice, cache_dir, choose_accel
+from unicache.host.colors import COLORED_BACKEND, QemuBinary
 
 log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())
@@ -212,6 +218,42 @@ def parse_numa(spec: str, vcpus: int, memory_mib: int) -> tuple[NumaNode, ...]:
     return tuple(nodes)
 
 
+def plan_nodes(nodes: Sequence[NumaNode], colored_backend: bool,
+               ncolors: int) -> tuple[NumaNode, ...]:
+    """Decide each node's backing (pure): uncolored nodes ``ram``; colored nodes ``colored``
+    when the QEMU has ``memory-backend-colored``, else the ``hugepage`` fallback.
+
+    :param nodes: the nodes.
+    :param colored_backend: whether the QEMU offers ``memory-backend-colored``.
+    :param ncolors: the host LLC's page colors (0: unknown; the backend probes sysfs).
+    :returns: the nodes with ``backing`` (and for colored ones ``ncolors``) set.
+    :raises ConfigError: when a node asks for a color the host does not have.
+    """
+    out = []
+    for n in nodes:
+        if not n.colors:
+            out.append(replace(n, backing=BACKING_RAM, ncolors=0))
+            continue
+        if ncolors and max(n.colors) >= ncolors:
+            raise ConfigError(f"numa node {n.node}: color {max(n.colors)} does not exist "
+                              f"(the host LLC has {ncolors} page colors, 0-{ncolors - 1})")
+        out.append(replace(n, backing=BACKING_COLORED if colored_backend else BACKING_HUGEPAGE,
+                           ncolors=ncolors or n.ncolors))
+    return tuple(out)
+
+
+def _memdev(n: NumaNode) -> str:
+    """The ``-object`` of a planned node's memory."""
+    size = f"id=mem{n.node},size={n.memory_mib}M"
+    if n.backing == BACKING_COLORED:
+        # QEMU's option syntax escapes a comma inside a value by doubling it
+        spec = f"{COLORED_BACKEND},{size},colors={format_list(n.colors).replace(',', ',,')}"
+        return spec + (f",ncolors={n.ncolors}" if n.ncolors else "")
+    if n.backing == BACKING_HUGEPAGE:
+        return f"memory-backend-memfd,{size},hugetlb=on,hugetlbsize=2M"
+    return f"memory-backend-ram,{size}"
+
+
 @dataclass(frozen=True, slots=True)
 class GuestImage:
     """A built guest image (``image.json`` of ``make image``).
@@ -374,6 +416,9 @@ class VmRecord:
     :param numa: guest NUMA nodes.
     :param run_dir: the VM's run directory.
     :param started: start time (Unix seconds).
+    :param qemu: the QEMU executable it runs.
+    :param hugepages_added: 2 MiB hugepages unicache reserved for it (given back at stop).
+    :param max_map_count_added: how much unicache raised ``vm.max_map_count`` for it.
     """
 
     name: str
@@ -390,6 +435,9 @@ class VmRecord:
     numa: tuple[NumaNode, ...]
     run_dir: str
     started: float
+    qemu: str = QEMU_BINARY
+    hugepages_added: int = 0
+    max_map_count_added: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The registry's JSON form (``unicache vm list --json`` prints it)."""
@@ -399,7 +447,9 @@ class VmRecord:
                 "console_log": self.console_log, "vcpus": self.vcpus,
                 "memory_mib": self.memory_mib, "accel": self.accel,
                 "numa": [n.to_json() for n in self.numa], "run_dir": self.run_dir,
-                "started": self.started}
+                "started": self.started, "qemu": self.qemu,
+                "hugepages_added": self.hugepages_added,
+                "max_map_count_added": self.max_map_count_added}
 
     @classmethod
     def from_json(cls, obj: object) -> VmRecord:
@@ -417,11 +467,17 @@ class VmRecord:
         for key, typ in types.items():
             if not isinstance(obj.get(key), typ):
                 raise ConfigError(f"VM record requires {key!r} member of type {typ}")
+        # members added later are optional (records of older versions)
+        qemu, hp, maps = (obj.get("qemu", QEMU_BINARY), obj.get("hugepages_added", 0),
+                          obj.get("max_map_count_added", 0))
+        if not isinstance(qemu, str) or not isinstance(hp, int) or not isinstance(maps, int):
+            raise ConfigError("VM record's qemu (str), hugepages_added or max_map_count_added "
+                              "(int) is malformed")
         return cls(obj["name"], obj["pid"], obj["start_ticks"], obj["qmp_socket"],
                    obj["agent_socket"], obj["agent_listen"], obj["control_socket"],
                    obj["console_log"], obj["vcpus"], obj["memory_mib"], obj["accel"],
                    tuple(NumaNode.from_json(n) for n in obj["numa"]), obj["run_dir"],
-                   float(obj["started"]))
+                   float(obj["started"]), qemu, hp, maps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -738,14 +794,19 @@ class QemuVm:
         return vm
 
     # -- command line ---------------------------------------------------------------
-    def command_line(self, image: GuestImage, accel: str) -> list[str]:
+    def command_line(self, image: GuestImage, accel: str,
+                     qemu: QemuBinary | None = None) -> list[str]:
         """QEMU's argv for this VM (pure: no side effects).
 
         :param image: the guest image.
         :param accel: ``kvm`` or ``tcg``.
+        :param qemu: the QEMU to run (default ``qemu-system-x86_64`` without the colored
+            backend); colored nodes not planned yet (:func:`plan_nodes`) are planned for it.
         :returns: the argv.
         """
         c = self.config
+        qb = qemu or QemuBinary(QEMU_BINARY, False)
+        nodes = c.numa if all(n.backing for n in c.numa) else plan_nodes(c.numa, qb.colored, 0)
         append = ["console=ttyS0", "root=/dev/vda", "rw", "quiet", "panic=-1",
                   f"unicache.name={c.name}", *c.append]
         if c.agent_listen:
@@ -753,7 +814,7 @@ class QemuVm:
         else:
             agent_chr = f"socket,id=uc0,path={self.agent_socket},reconnect=1"
         argv = [
-            QEMU_BINARY, "-name", f"guest={c.name},debug-threads=on",
+            qb.path, "-name", f"guest={c.name},debug-threads=on",
             "-accel", accel, "-smp", str(c.vcpus), "-m", f"{c.memory_mib}M",
             "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
             *(["-bios", QBOOT.name] if QBOOT.exists() else []),
@@ -769,8 +830,8 @@ class QemuVm:
             "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
             "-serial", f"file:{self.console_log}",
         ]
-        for n in c.numa:
-            argv += ["-object", f"memory-backend-ram,id=mem{n.node},size={n.memory_mib}M"]
+        for n in nodes:
+            argv += ["-object", _memdev(n)]
             spec = f"node,nodeid={n.node},memdev=mem{n.node}"
             for part in format_list(n.cpus).split(",") if n.cpus else []:
                 spec += f",cpus={part}"
@@ -791,24 +852,28 @@ class QemuVm:
             if old is not None and _alive(old.pid, old.start_ticks):
                 raise VmError(f"is already running (pid {old.pid})", self.name)
             image = load_image(self.config.image_dir)
-            if shutil.which(QEMU_BINARY) is None:
-                raise ConfigError(f"{QEMU_BINARY} not found: install qemu-system-x86")
+            colored = any(n.colors for n in self.config.numa)
+            qb = hostcolors.find_qemu(colored)
+            if shutil.which(qb.path) is None:
+                raise ConfigError(f"{qb.path} not found: install qemu-system-x86")
+            if colored:
+                self.config = replace(self.config, numa=plan_nodes(
+                    self.config.numa, qb.colored, hostcolors.host_page_colors()))
+                fallback = [n.node for n in self.config.numa if n.backing == BACKING_HUGEPAGE]
+                if fallback:
+                    self._say(hostcolors.fallback_line(fallback))
             choice = choose_accel(image.kernel, image.initrd, cache_dir(self.state),
                                   self.config.accel, progress=self.progress)
             self._live.accel = choice
             self.log.info("vm=%s %s", self.name, choice.line())
-            argv = self.command_line(image, choice.accel)
+            argv = self.command_line(image, choice.accel, qb)
+            hugepages, maps = self._reserve_host()
             try:
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-                self.run_dir.mkdir(parents=True, mode=0o700)
-                self.record_path.unlink(missing_ok=True)
-                (self.run_dir / "cmdline").write_text(" ".join(argv) + "\n", encoding="utf-8")
-                with open(self.qemu_log, "wb") as out:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=out, start_new_session=True, close_fds=True)
-            except OSError as err:
-                raise ConfigError(f"cannot start VM {self.name} in {self.run_dir} (set "
-                                  "UNICACHE_STATE_DIR to a writable directory)") from err
+                proc = self._spawn(argv)
+            except BaseException:
+                hostcolors.release_hugepages(hugepages)
+                hostcolors.release_map_count(maps)
+                raise
             self._live.proc = proc
             try:
                 self._wait_qmp(proc)
@@ -819,7 +884,7 @@ class QemuVm:
                     self.name, proc.pid, ticks, str(self.qmp_socket), str(self.agent_socket),
                     self.config.agent_listen, str(self.control_socket), str(self.console_log),
                     self.config.vcpus, self.config.memory_mib, choice.accel, self.config.numa,
-                    str(self.run_dir), time.time())
+                    str(self.run_dir), time.time(), qb.path, hugepages, maps)
                 tmp = self.record_path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(rec.to_json(), indent=1) + "\n", encoding="utf-8")
                 tmp.replace(self.record_path)
@@ -827,11 +892,49 @@ class QemuVm:
                 self._kill(proc.pid)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(5)
+                hostcolors.release_hugepages(hugepages)
+                hostcolors.release_map_count(maps)
                 raise
             self._live.record = rec
             self.log.info("vm=%s pid=%d started vcpus=%d memory=%dM accel=%s", self.name,
                           proc.pid, self.config.vcpus, self.config.memory_mib, choice.accel)
             return rec
+
+    def _say(self, line: str) -> None:
+        """Tell the user one line (through ``progress``, else the log)."""
+        if self.progress is not None:
+            self.progress(line)
+        else:
+            self.log.warning("%s", line)
+
+    def _reserve_host(self) -> tuple[int, int]:
+        """Reserve what the planned colored nodes need on the host.
+
+        :returns: (2 MiB hugepages added, ``vm.max_map_count`` added).
+        :raises ConfigError: when it cannot be had.
+        """
+        nodes = self.config.numa
+        hugepages = sum(n.memory_mib for n in nodes if n.backing == BACKING_HUGEPAGE) // 2
+        colored_pages = sum(n.memory_mib for n in nodes if n.backing == BACKING_COLORED) * 256
+        added = hostcolors.reserve_hugepages(hugepages)
+        try:
+            return added, hostcolors.reserve_map_count(colored_pages)
+        except BaseException:
+            hostcolors.release_hugepages(added)
+            raise
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+        try:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir.mkdir(parents=True, mode=0o700)
+            self.record_path.unlink(missing_ok=True)
+            (self.run_dir / "cmdline").write_text(" ".join(argv) + "\n", encoding="utf-8")
+            with open(self.qemu_log, "wb") as out:
+                return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=out, start_new_session=True, close_fds=True)
+        except OSError as err:
+            raise ConfigError(f"cannot start VM {self.name} in {self.run_dir} (set "
+                              "UNICACHE_STATE_DIR to a writable directory)") from err
 
     def _qemu_error(self) -> str:
         try:
@@ -1055,7 +1158,13 @@ class QemuVm:
         if self._live.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._live.proc.wait(5)
-        self.record_path.unlink(missing_ok=True)
+        try:
+            self.record_path.unlink()
+            # whoever removes the record gives back its reservations (list_vms may have)
+            if rec is not None:
+                release_host(rec)
+        except FileNotFoundError:
+            pass
         for sock in (self.qmp_socket, self.control_socket):
             sock.unlink(missing_ok=True)
         if rec is not None and rec.agent_listen:
@@ -1104,6 +1213,12 @@ def read_record(path: Path) -> VmRecord | None:
         return None
 
 
+def release_host(rec: VmRecord) -> None:
+    """Give back the hugepages and ``vm.max_map_count`` a stopped VM's start reserved."""
+    hostcolors.release_hugepages(rec.hugepages_added)
+    hostcolors.release_map_count(rec.max_map_count_added)
+
+
 def list_vms(state: Path | None = None) -> list[VmRecord]:
     """The running VMs of the registry, by name; records of dead QEMUs are dropped.
 
@@ -1126,4 +1241,5 @@ def list_vms(state: Path | None = None) -> list[VmRecord]:
             log.info("vm=%s pid=%d is gone: dropping its record", rec.name, rec.pid)
             with contextlib.suppress(OSError):
                 path.unlink()
+                release_host(rec)
     return out

@@ -2,7 +2,10 @@
 
 Reads the VM registry ``unicache vm start`` writes, and asks each new QEMU once, through
 QMP ``query-cpus-fast``, which host thread runs which vCPU (thread ids do not change while
-a QEMU runs, so they are cached per QEMU process).
+a QEMU runs, so they are cached per QEMU process). Each VM's guest NUMA nodes come from its
+record, with the host colors of colored nodes (:meth:`unicache.host.qemu.NumaNode.guest_colors`:
+a ``memory-backend-colored`` node has its colors, a hugepage-fallback node all colors, any
+other node none), so the policies see which nodes are colored.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from unicache.errors import UnicacheError
 from unicache.host import qemu
 from unicache.host.live import RunningVm
+from unicache.model import GuestNode
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,10 @@ class QemuRegistrySource:
                 self._threads[key] = threads
             # the host channel listens unless QEMU was told to (then another tool talks)
             sock = None if rec.agent_listen else Path(rec.agent_socket)
-            out.append(RunningVm(rec.name, rec.pid, threads, sock, rec.memory_mib << 20))
+            nodes = tuple(GuestNode(n.node, n.cpus, n.memory_mib << 20, n.guest_colors())
+                          for n in rec.numa)
+            out.append(RunningVm(rec.name, rec.pid, threads, sock, rec.memory_mib << 20,
+                                 nodes=nodes))
         for key in set(self._threads) - live_keys:
             del self._threads[key]
         return out
