@@ -8,8 +8,13 @@
    (unicache on), in the same run;
 4. shows the daemon's decisions as they happen and the per-vCPU reads per chunk the
    guest reported;
-5. prints what the simulator predicts for the same workload on opteron-16 and epyc-2s;
-6. stops everything (daemon restores affinities; QEMU powered off) and checks that no
+5. colors and replicas: the guest has a vCPU on each of two guest nodes and a colored
+   memory-only node; a throttled backup stream gets SRM-buffer colors (its page cache
+   lands on the colored node, checked with move_pages in the guest) and a hot file read
+   from the other node gets an NCC replica, dropped again when a writer without the shim
+   changes the file;
+6. prints what the simulator predicts for the same workload on opteron-16 and epyc-2s;
+7. stops everything (daemon restores affinities; QEMU powered off) and checks that no
    process is left.
 """
 
@@ -23,10 +28,12 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from unicache.host.qemu import QemuVm, VmConfig, list_vms
+from unicache.host.colors import host_page_colors
+from unicache.host.qemu import QemuVm, VmConfig, list_vms, parse_numa
 from unicache.topology import Unify, discover_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +83,70 @@ print(total / (time.time() - start) / 1e6)
 """
 
 
+#: a backup stream: pread 512 KiB at a time, throttled (a backup tool's rate limit)
+STREAM_READ = r"""
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+for off in range(0, size, 512 * 1024):
+    os.pread(fd, 512 * 1024, off)
+    time.sleep(0.25)
+"""
+
+#: a hot file read again and again with pread for argv[1] seconds
+HOT_READ = r"""
+import os, sys, time
+fd = os.open(sys.argv[2], os.O_RDONLY)
+size = os.fstat(fd).st_size
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    for off in range(0, size, 64 * 1024):
+        os.pread(fd, 64 * 1024, off)
+    time.sleep(0.01)
+"""
+
+#: {guest node: resident pages} of a file's page cache: mincore + move_pages(nodes=NULL)
+PAGE_NODES = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+libc.syscall.restype = ctypes.c_long
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+npages = (size + 4095) // 4096
+addr = libc.mmap(None, size, 1, 1, fd, 0)
+vec = (ctypes.c_ubyte * npages)()
+libc.mincore(ctypes.c_void_p(addr), size, vec)
+resident = [i for i in range(npages) if vec[i] & 1]
+for i in resident:
+    ctypes.string_at(addr + 4096 * i, 1)
+pages = (ctypes.c_void_p * len(resident))(*[addr + 4096 * i for i in resident])
+status = (ctypes.c_int * len(resident))()
+libc.syscall(279, 0, len(resident), pages, None, status, 0)
+nodes = {}
+for st in status:
+    nodes[st] = nodes.get(st, 0) + 1
+print(json.dumps(nodes))
+"""
+
+#: the shims' statistics from the counters file (read-only)
+SHIM_STATS = r"""
+import json, mmap, sys
+sys.path.insert(0, "/usr/lib/unicache-agent")
+from unicache_agent import shm
+with open(shm.DEFAULT_COUNTERS, "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    head = shm._CHDR.unpack_from(m, 0)
+    base = shm._CHDR.size + 2 * head[2] * head[5]
+    names = ["replica_serves", "replica_fills", "replica_rejects", "fill_aborts",
+             "color_reads", "gen_bumps"]
+    print(json.dumps(dict(zip(names, shm._GHDR.unpack_from(m, base)))))
+"""
+
+
 def step(text: str) -> None:
     """Print a step header."""
     console.print(f"\n[bold]== {text}[/bold]")
@@ -102,6 +173,67 @@ def measure(vm: QemuVm, files: list[str], shim: bool) -> dict[str, float]:
         script = f"python3 -c '{TOOL_BENCH}' {SECONDS / 2} \"{argv}\" {preload} {listing}"
         out[tool] = float(guest(vm, script, timeout=SECONDS * 10).strip())
     return out
+
+
+def log_records(log: Path, *kinds: str, since: int = 0) -> list[dict[str, Any]]:
+    """The decision log's records of some kinds from tick ``since`` on, oldest first."""
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in records if r.get("kind") in kinds and int(r.get("tick", 0)) >= since]
+
+
+def last_tick(log: Path) -> int:
+    """The daemon's latest round in the decision log."""
+    return max((int(json.loads(line).get("tick", 0)) for line in log.read_text().splitlines()),
+               default=0)
+
+
+def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -> None:
+    """SRM-buffer colors for a backup stream, an NCC replica for a hot file (daemon running)."""
+    stream, hot = "/var/tmp/backup.img", "/var/tmp/hot.db"
+    step("Colors (SRM-buffer): a throttled backup stream read once on vCPU 0 (guest node 0); "
+         f"the daemon colors it ahead onto the colored nodes {colored_nodes}, a new color "
+         "every T_l = 256 pages")
+    guest(vm, f"head -c 12M /dev/urandom > {stream} && sync && "
+              "echo 3 > /proc/sys/vm/drop_caches")
+    start = last_tick(log)
+    guest(vm, f"LD_PRELOAD={SHIM} taskset -c 0 python3 -c '{STREAM_READ}' {stream}", timeout=300)
+    where = json.loads(guest(vm, f"python3 -c '{PAGE_NODES}' {stream}"))
+    pages = {int(k): int(v) for k, v in where.items()}
+    total = max(sum(pages.values()), 1)
+    table = Table("guest node", "page-cache pages of the stream", "share",
+                  title="where the stream's page cache landed (move_pages in the guest)")
+    for node, count in sorted(pages.items()):
+        label = f"{node} (colored)" if node in colored_nodes else str(node)
+        table.add_row(label, str(count), f"{count / total:.0%}")
+    console.print(table)
+    console.print("The first chunks are read before the host has seen the stream: its report "
+                  "comes an interval later and the table a round after that.")
+    runs = log_records(log, "assign-color", since=start)
+    console.print(f"{len(runs)} color runs in the decision log while the stream ran; the first:")
+    for rec in runs[:4]:
+        console.print(f"  tick {rec['tick']}: {rec['reason']}", highlight=False)
+
+    step("Replicas (NCC): a hot file cached on node 0, read again and again from vCPU 1 "
+         "(guest node 1)")
+    guest(vm, f"head -c 1M /dev/urandom > {hot} && sync && echo 3 > /proc/sys/vm/drop_caches "
+              f"&& taskset -c 0 cat {hot} > /dev/null")
+    start = last_tick(log)
+    guest(vm, f"LD_PRELOAD={SHIM} taskset -c 1 python3 -c '{HOT_READ}' 6 {hot}", timeout=120)
+    stats = json.loads(guest(vm, f"python3 -c '{SHIM_STATS}'"))
+    made = log_records(log, "replicate", since=start)
+    for rec in made[:4]:
+        console.print(f"  tick {rec['tick']}: replicate chunk {rec['file']}:{rec['chunk']} on "
+                      f"guest node {rec['node']}: {rec['reason']}", highlight=False)
+    console.print(f"shim: {stats['replica_fills']} replicas filled, {stats['replica_serves']} "
+                  f"reads served from a node-local replica, {stats['replica_rejects']} refused "
+                  f"(file changed since the fill); {stats['color_reads']} colored reads",
+                  highlight=False)
+    start = last_tick(log)
+    guest(vm, f"echo appended-without-the-shim >> {hot} && sync")
+    time.sleep(3)  # the agent's fanotify sees the write; the next report carries it
+    for rec in log_records(log, "drop-replica", since=start)[:4]:
+        console.print(f"  tick {rec['tick']}: drop replica of chunk {rec['file']}:{rec['chunk']} "
+                      f"on guest node {rec['node']}: {rec['reason']}", highlight=False)
 
 
 def per_vcpu_reads(log: Path, vm: str) -> dict[str, dict[int, int]]:
@@ -132,11 +264,28 @@ def main() -> int:
     for old in list_vms(registry):
         QemuVm.attach(old.name, registry).stop()
 
-    step("Booting a 2-vCPU guest with the unicache agent (accelerator chosen by a probe)")
-    vm = QemuVm(VmConfig("demo", vcpus=2, memory_mib=1024), registry)
+    ncolors = host_page_colors()
+    quarter = ncolors // 4
+    layout = f"0:384/1:384/-:128@0-{quarter - 1}/-:128@{quarter}-{2 * quarter - 1}"
+    step(f"Booting a 2-vCPU guest with the unicache agent (accelerator chosen by a probe); "
+         f"guest NUMA {layout}: vCPU 0 on node 0, vCPU 1 on node 1, nodes 2 and 3 "
+         f"memory-only, colored with the first and second quarter of this host's {ncolors} "
+         "LLC page colors")
+    # --fanotify: the agent also sees writers without the shim (NCC drops their replicas)
+    vm = QemuVm(VmConfig("demo", vcpus=2, memory_mib=1024, numa=parse_numa(layout, 2, 1024),
+                         append=("unicache.agent_args=--fanotify",)), registry)
     record = vm.start()
     why = vm.accel.line() if vm.accel is not None else f"accelerator: {record.accel}"
     console.print(f"guest up: pid {record.pid}; {why}")
+    for node in record.numa:
+        if node.colors:
+            console.print(f"colored node {node.node}: {node.memory_mib} MiB from host colors "
+                          f"{min(node.colors)}-{max(node.colors)} of {ncolors}, backed by "
+                          f"{node.backing}", highlight=False)
+    console.print("guest view: " + " ".join(guest(
+        vm, "for n in /sys/devices/system/node/node*; do "
+            "echo \"$(basename $n):cpus=$(cat $n/cpulist),$(grep MemTotal $n/meminfo | "
+            "awk '{print $4$5}')\"; done").split()), highlight=False)
     daemon = None
     try:
         files = [f"/root/data/f{i}" for i in range(2)]
@@ -165,6 +314,7 @@ def main() -> int:
         step("unicache ON: the same, under the shim, with the daemon's placement")
         on = measure(vm, files, shim=True)
         time.sleep(1.5)
+        colors_and_replicas(vm, log, colored_nodes=(2, 3))
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)

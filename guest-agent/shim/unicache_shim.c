@@ -1479,6 +1479,22 @@ static ssize_t uc_do_sendfile(int out, int in, void *offp, size_t count, int is6
  * Every wrapper keeps the caller's errno (e0) across its own work: what the caller sees is
  * exactly the real call's errno, or the unchanged value after a call served here.
  */
+/* The non-temporal read under the chunk's color: its page faults bring the page cache in
+ * under the thread's memory policy, like a read() would (SRM-buffer). */
+static int uc_nt_pread_colored(int fd, void *buf, size_t n, int64_t off, const struct uc_call *c,
+			       ssize_t *r)
+{
+	struct uc_policy pol;
+	int served;
+
+	pol.set = 0;
+	if (c->color >= 0)
+		uc_color_enter(c->color, &pol);
+	served = uc_nt_pread(fd, buf, n, off, c->file_id, r);
+	uc_color_leave(&pol);
+	return served;
+}
+
 static ssize_t uc_do_read(int fd, void *buf, size_t n)
 {
 	struct uc_call c;
@@ -1508,7 +1524,7 @@ static ssize_t uc_do_read(int fd, void *buf, size_t n)
 		/* opt-in: read() through the mmap path; see docs/agent.md for the limit */
 		off_t cur = UC_REAL(lseek)(fd, 0, SEEK_CUR);
 
-		if (cur >= 0 && uc_nt_pread(fd, buf, n, cur, c.file_id, &r) &&
+		if (cur >= 0 && uc_nt_pread_colored(fd, buf, n, cur, &c, &r) &&
 		    UC_REAL(lseek)(fd, cur + r, SEEK_SET) == cur + r) {
 			c.off = cur;
 			uc_post(fd, &c, r, 1, 0, 1);
@@ -1551,7 +1567,7 @@ static ssize_t uc_do_pread(int fd, void *buf, size_t n, int64_t off)
 		errno = e0;
 		return r;
 	}
-	if (c.nt && uc_nt_pread(fd, buf, n, off, c.file_id, &r)) {
+	if (c.nt && uc_nt_pread_colored(fd, buf, n, off, &c, &r)) {
 		uc_post(fd, &c, r, 0, 0, 1);
 		errno = e0;
 		return r;

@@ -126,7 +126,10 @@ def with_overrides(config: DaemonConfig, **overrides: Any) -> DaemonConfig:
 
 
 #: record kinds echoed to the console (chunk decisions and reports stay in the log file)
-ECHO_KINDS = frozenset({"note", "pin-vcpu", "set-cpu-weight", "publish-placement", "failed"})
+ECHO_KINDS = frozenset({
+    "note", "pin-vcpu", "set-cpu-weight", "publish-placement", "assign-color", "replicate",
+    "drop-replica", "failed",
+})
 
 
 @dataclass

@@ -111,8 +111,12 @@ def report_record(tick: int, report: GuestReport) -> dict[str, Any]:
                 "reads": a.reads,
                 "writes": a.writes,
                 "vcpu_bytes": [list(p) for p in a.vcpu_bytes],
+                "home_node": a.home_node,
+                "node_reads": [list(p) for p in a.node_reads],
             }
             for a in report.chunks
         ],
+        "node_memory": [[m.node, m.free_bytes, m.total_bytes] for m in report.node_memory],
+        "modified_files": [f"{f:x}" for f in sorted(report.modified_files)],
         "reason": f"{len(report.chunks)} chunks read in {report.interval_s:g} s",
     }

@@ -55,23 +55,33 @@ def test_streaming_file_runs_of_t_l_pages_rotate_over_the_colored_nodes() -> Non
     vm = _vm(colored=2)
     decision = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), OPTS)
     nodes = decision.color_nodes["vm0"]
-    # chunks 0-3 (T_l pages) in one color, 4-7 in the other; then 8 chunks colored ahead:
-    # as many as the stream read in this interval
+    # chunks 0-3 (T_l pages) in one color, 4-7 in the other; then 16 chunks colored ahead:
+    # what the stream read in this interval, for the two intervals of host-guest lag
     run0 = {nodes[ChunkId(7, i)] for i in range(4)}
     run1 = {nodes[ChunkId(7, i)] for i in range(4, 8)}
     assert len(run0) == len(run1) == 1 and run0 != run1
     assert run0 | run1 == {1, 2}
-    assert all(ChunkId(7, i) in nodes for i in range(8, 16))
-    assert ChunkId(7, 16) not in nodes
+    assert all(ChunkId(7, i) in nodes for i in range(8, 24))
+    assert ChunkId(7, 24) not in nodes
     runs = [a for a in decision.actions if isinstance(a, AssignColor)]
-    assert [(a.first_chunk, a.last_chunk) for a in runs] == [(0, 3), (4, 7), (8, 11), (12, 15)]
-    assert all(srm.RULE_SAME_FILE in a.reason for a in runs)
+    assert [(a.first_chunk, a.last_chunk) for a in runs][:4] == [(0, 3), (4, 7), (8, 11), (12, 15)]
+    assert len(runs) == 6
+    assert all(a.rule == f"{srm.RULE_SAME_FILE}, {srm.RULE_ROTATE}" for a in runs)
+    # the next round goes on with the stream where the colored runs end: a new T_l run
+    more = colors_round([vm], [_stream("vm0", 7, range(24, 26), seq=1)], decision.state, OPTS)
+    assert more.actions[0].first_chunk == 24 and srm.RULE_ROTATE in more.actions[0].rule
+    assert more.actions[0].color != runs[-1].color
 
 
 def test_a_slow_stream_is_colored_at_least_one_run_ahead() -> None:
     decision = colors_round([_vm()], [_stream("vm0", 7, range(1))], ColorState(), OPTS)
     nodes = decision.color_nodes["vm0"]
     assert sorted(c.index for c in nodes) == [0, 1, 2, 3, 4]  # T_l = 4 chunks ahead
+    # chunk 4 starts the second T_l run; the chunks 1-3 go on in chunk 0's color
+    more = colors_round([_vm()], [_stream("vm0", 7, range(1, 3), seq=1)], decision.state, OPTS)
+    first = more.actions[0]
+    assert (first.first_chunk, first.rule) == (5, srm.RULE_SAME_FILE)
+    assert first.color == nodes[ChunkId(7, 4)] - 1
 
 
 def test_a_reread_file_loses_its_colors() -> None:
@@ -157,6 +167,13 @@ def test_no_replicas_on_a_node_short_of_memory() -> None:
 def test_reads_from_the_home_node_never_replicate() -> None:
     vm = _vm(colored=0, cpu_nodes=2)
     decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 1, 1, 4)], ReplicaState(),
+                              NccParams())
+    assert not decision.actions
+
+
+def test_chunks_on_a_colored_node_are_never_replicated() -> None:
+    vm = _vm(colored=1, cpu_nodes=2)  # node 2 is colored
+    decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 2, 1, 4)], ReplicaState(),
                               NccParams())
     assert not decision.actions
 

@@ -11,10 +11,11 @@ count chunks, one report interval late. This module adapts one to the other:
   256 pages) becomes ``T_l * page_size / chunk_size`` chunks (at least one);
 * which files are streaming comes from :func:`~unicache.policy.srm.detect_weak_locality`;
   the others keep normal placement (§4.5's adverse case), and lose their colors;
-* the report arrives after the read, so each stream is colored ahead by what it read in
-  the last interval (its rate times the host-guest lag), and by at least
-  ``lookahead_runs`` runs of ``T_l`` pages: the guest finds the color node of the chunks
-  it is about to read in its table before it reads them;
+* the report arrives after the read, and the table one round after the report, so each
+  stream is colored ahead by ``lookahead_intervals`` (2) times what it read in the last
+  interval (its rate times the host-guest lag), and by at least ``lookahead_runs`` runs
+  of ``T_l`` pages: the guest finds the color node of the chunks it is about to read in
+  its table before it reads them;
 * a guest's file ids are opaque and the agent does not report processes, so every small
   streaming file of one VM belongs to one same-application sequence (pid 0).
 
@@ -33,6 +34,9 @@ from unicache.policy import srm
 T_L = srm.T_L
 #: runs of ``T_l`` pages colored ahead of a stream (covers one report interval of lag)
 LOOKAHEAD_RUNS = 1
+#: report intervals between a guest's read and its table carrying the colors: the report
+#: is sent one interval after the read, the table comes back after the next round
+LOOKAHEAD_INTERVALS = 2
 #: the most colored chunks remembered per VM (a guest cannot grow the table without bound)
 MAX_COLORED_CHUNKS = 2_048
 
@@ -44,7 +48,8 @@ class ColorOptions:
     :param chunk_size: bytes per chunk (the placement table's).
     :param page_size: bytes per page.
     :param t_l: §3.2 ``T_l``, in pages.
-    :param lookahead_runs: runs of ``T_l`` pages colored ahead of a stream.
+    :param lookahead_runs: runs of ``T_l`` pages colored ahead of a stream, at least.
+    :param lookahead_intervals: intervals' worth of a stream's reads colored ahead of it.
     :param max_colored_chunks: the most colored chunks per VM.
     """
 
@@ -52,10 +57,14 @@ class ColorOptions:
     page_size: int = 4096
     t_l: int = T_L
     lookahead_runs: int = LOOKAHEAD_RUNS
+    lookahead_intervals: int = LOOKAHEAD_INTERVALS
     max_colored_chunks: int = MAX_COLORED_CHUNKS
 
     def __post_init__(self) -> None:
-        if min(self.chunk_size, self.page_size, self.t_l) < 1 or self.lookahead_runs < 0:
+        if (
+            min(self.chunk_size, self.page_size, self.t_l) < 1
+            or min(self.lookahead_runs, self.lookahead_intervals) < 0
+        ):
             raise ValueError(f"invalid ColorOptions: {self}")
 
     @property
@@ -140,7 +149,7 @@ def _runs(
         ):
             continue
         first, last, color = misses[start], misses[i - 1], colors[start]
-        rule = why.get(start, srm.RULE_SAME_FILE).split(":")[0]
+        rule = why.get(start, srm.RULE_SAME_FILE)
         actions.append(
             AssignColor(
                 vm.name,
@@ -183,7 +192,10 @@ def _vm_round(
     ahead: dict[int, int] = {}
     for fid, last in reached.items():
         # one interval's worth of the stream, in whole T_l runs, bounded by the plan's size
-        runs = max(options.lookahead_runs, -(-rate[fid] // params.t_l))
+        runs = max(
+            options.lookahead_runs,
+            -(-rate[fid] * options.lookahead_intervals // params.t_l),
+        )
         ahead[fid] = min(runs * params.t_l, options.max_colored_chunks // 4)
         wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead[fid]))
     misses = [
@@ -194,14 +206,17 @@ def _vm_round(
     decision = srm.srm_round(prev.srm, events, params, locality.weak)
     # decision.pages holds one color per BufferMiss, in order (CloseFile allocates none)
     colors = decision.pages[-len(misses) :] if misses else ()
-    starts = {a.sequence: a.reason for a in decision.assignments}
+    # each run's rule: its heuristic, and whether it starts a new color (Figure 7) or goes
+    # on with the color of the chunk before it (read in an earlier round)
     why: dict[int, str] = {}
     for i, miss in enumerate(misses):
-        if i == 0 or miss.file_id != misses[i - 1].file_id:
-            key = srm.SequenceKey(vm.name, srm.SequenceKind.FILE, miss.file_id)
-            if miss.file_blocks <= params.t_l:
-                key = srm.SequenceKey(vm.name, srm.SequenceKind.PROCESS, 0)
-            why[i] = starts.get(key, srm.RULE_SAME_FILE)
+        rule = srm.RULE_SAME_FILE if miss.file_blocks > params.t_l else srm.RULE_SAME_APP
+        before = ChunkId(miss.file_id, miss.block - 1)
+        if i > 0 and misses[i - 1].file_id == miss.file_id and misses[i - 1].block == before.index:
+            previous: int | None = colors[i - 1]
+        else:
+            previous = colored.get(before)
+        why[i] = rule if previous == colors[i] else f"{rule}, {srm.RULE_ROTATE}"
     actions = _runs(vm, misses, colors, why)
     for miss, color in zip(misses, colors, strict=True):
         colored[ChunkId(miss.file_id, miss.block)] = color
@@ -218,10 +233,10 @@ def colors_round(
 
     1. Classify the VM's files by locality from this and the previous interval's reports.
     2. Strong-locality files close their sequences and lose their colors (§4.5).
-    3. Each chunk of a streaming file read this interval, and as many chunks ahead of the
-       stream as it read this interval (at least ``lookahead_runs`` runs of ``T_l``
-       pages), is a buffer miss of Figure 7 (same-file for
-       files longer than ``T_l``, otherwise the VM's same-application sequence).
+    3. Each chunk of a streaming file read this interval is a buffer miss of Figure 7
+       (same-file for files longer than ``T_l``, otherwise the VM's same-application
+       sequence), and so are the chunks ahead of the stream: ``lookahead_intervals``
+       times what it read this interval, at least ``lookahead_runs`` runs of ``T_l``.
     4. Consecutive chunks of one file that got one color become one ``AssignColor``.
 
     :param vms: the managed VMs (those without colored nodes are skipped).

@@ -11,7 +11,10 @@ of different VMs are unrelated):
   the shim, becomes a ``Write`` after the reads: every replica of it is dropped (§3.2
   "Cache Coherence");
 * the report's free memory per node drives the §3.2 timer (generation off when tight);
-* one ``Age`` per round (MQ aging).
+* one ``Age`` per round (MQ aging);
+* chunks whose page cache is on a colored node are left alone: SRM-buffer confined them
+  there on purpose (a colored node's memory is on the VM's own host node, so it is not
+  remote), and a replica would spread them over every color again.
 
 Pure: no I/O, no clock; the same state and observation give the same decision.
 """
@@ -71,7 +74,11 @@ class ReplicaDecision:
 
 
 def _events(
-    vm: str, reports: list[GuestReport], known: ncc.NccState, max_reads: int
+    vm: str,
+    reports: list[GuestReport],
+    known: ncc.NccState,
+    max_reads: int,
+    colored: frozenset[int] = frozenset(),
 ) -> list[ncc.NccEvent]:
     reads: list[ncc.NccEvent] = []
     writes: list[ncc.NccEvent] = []
@@ -80,7 +87,7 @@ def _events(
         modified |= report.modified_files
         for access in sorted(report.chunks, key=lambda a: a.chunk):
             key = ncc.ReplicaKey(vm, access.chunk)
-            if access.home_node >= 0:
+            if access.home_node >= 0 and access.home_node not in colored:
                 for node, count in access.node_reads:
                     reads += [ncc.Read(key, node, access.home_node)] * min(count, max_reads)
             if access.writes > 0:
@@ -126,9 +133,9 @@ def replicas_round(
         if len(guest_nodes) < 2 and not prev.ncc.replicas:
             continue
         memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
-        decision = ncc.ncc_round(
-            prev.ncc, memory, _events(vm.name, mine, prev.ncc, max_reads), params
-        )
+        colored = frozenset(n.node for n in vm.colored_nodes())
+        events = _events(vm.name, mine, prev.ncc, max_reads, colored)
+        decision = ncc.ncc_round(prev.ncc, memory, events, params)
         for act in decision.actions:
             if isinstance(act, ncc.Replicate):
                 actions.append(
