@@ -118,8 +118,8 @@ impl Cache {
     }
 
     #[inline(always)]
-    fn find(&self, base: usize, id: u32) -> Option<usize> {
-        simd::find(self.set(base), id)
+    fn find<I: Isa>(&self, base: usize, id: u32) -> Option<usize> {
+        I::find(self.set(base), id)
     }
 
     /// Ask the CPU to bring the set of `phys` into its caches (a hint; no effect on state).
@@ -144,17 +144,29 @@ impl Cache {
     /// Whether `id` is present, without changing any state.
     #[inline]
     pub fn contains(&self, phys: u64, id: u32) -> bool {
-        self.find(self.base(phys), id).is_some()
+        self.contains_i::<Scalar>(phys, id)
+    }
+
+    /// [`Cache::contains`] with the set operations of `I`.
+    #[inline(always)]
+    pub(crate) fn contains_i<I: Isa>(&self, phys: u64, id: u32) -> bool {
+        self.find::<I>(self.base(phys), id).is_some()
     }
 
     /// Look `id` up; on a hit make it most-recently used. Returns whether it hit.
     #[inline]
     pub fn touch(&mut self, phys: u64, id: u32) -> bool {
+        self.touch_i::<Scalar>(phys, id)
+    }
+
+    /// [`Cache::touch`] with the set operations of `I`.
+    #[inline(always)]
+    pub(crate) fn touch_i<I: Isa>(&mut self, phys: u64, id: u32) -> bool {
         let b = self.base(phys);
-        match self.find(b, id) {
+        match self.find::<I>(b, id) {
             Some(0) => true,
             Some(i) => {
-                simd::push_front(self.set_mut(b), i, id);
+                I::push_front(self.set_mut(b), i, id);
                 true
             }
             None => false,
@@ -163,15 +175,21 @@ impl Cache {
 
     /// Look `id` up; on a hit either take it out (`take`) or make it most-recently used.
     /// Returns whether it hit. Same as [`Cache::touch`] then, if `take`, [`Cache::remove`].
-    #[inline(always)]
+    #[inline]
     pub fn touch_or_take(&mut self, phys: u64, id: u32, take: bool) -> bool {
+        self.touch_or_take_i::<Scalar>(phys, id, take)
+    }
+
+    /// [`Cache::touch_or_take`] with the set operations of `I`.
+    #[inline(always)]
+    pub(crate) fn touch_or_take_i<I: Isa>(&mut self, phys: u64, id: u32, take: bool) -> bool {
         let b = self.base(phys);
-        match self.find(b, id) {
+        match self.find::<I>(b, id) {
             Some(i) => {
                 if take {
-                    simd::pull_down(self.set_mut(b), i);
+                    I::pull_down(self.set_mut(b), i);
                 } else if i > 0 {
-                    simd::push_front(self.set_mut(b), i, id);
+                    I::push_front(self.set_mut(b), i, id);
                 }
                 true
             }
@@ -182,10 +200,16 @@ impl Cache {
     /// Remove `id` if present. Returns whether it was present.
     #[inline]
     pub fn remove(&mut self, phys: u64, id: u32) -> bool {
+        self.remove_i::<Scalar>(phys, id)
+    }
+
+    /// [`Cache::remove`] with the set operations of `I`.
+    #[inline(always)]
+    pub(crate) fn remove_i<I: Isa>(&mut self, phys: u64, id: u32) -> bool {
         let b = self.base(phys);
-        match self.find(b, id) {
+        match self.find::<I>(b, id) {
             Some(i) => {
-                simd::pull_down(self.set_mut(b), i);
+                I::pull_down(self.set_mut(b), i);
                 true
             }
             None => false,
@@ -195,14 +219,20 @@ impl Cache {
     /// Insert `id` as most-recently used (promote if present).
     #[inline]
     pub fn insert(&mut self, phys: u64, id: u32) -> Inserted {
+        self.insert_i::<Scalar>(phys, id)
+    }
+
+    /// [`Cache::insert`] with the set operations of `I`.
+    #[inline(always)]
+    pub(crate) fn insert_i<I: Isa>(&mut self, phys: u64, id: u32) -> Inserted {
         let b = self.base(phys);
         if self.ways >= 16 {
             // one shift either way: up to the hit way, or over the whole set
             let last = self.ways - 1;
-            let hit = self.find(b, id);
+            let hit = self.find::<I>(b, id);
             let upto = hit.unwrap_or(last);
             let old = self.set(b)[last];
-            simd::push_front(self.set_mut(b), upto, id);
+            I::push_front(self.set_mut(b), upto, id);
             return if hit.is_some() {
                 Inserted::Present
             } else if old == EMPTY {
@@ -211,28 +241,34 @@ impl Cache {
                 Inserted::Evicted(old)
             };
         }
-        match self.find(b, id) {
+        match self.find::<I>(b, id) {
             Some(0) => Inserted::Present,
             Some(i) => {
-                simd::push_front(self.set_mut(b), i, id);
+                I::push_front(self.set_mut(b), i, id);
                 Inserted::Present
             }
-            None => self.insert_absent_at(b, id),
+            None => self.insert_absent_at::<I>(b, id),
         }
     }
 
     /// Insert `id` known to be absent (the caller has just looked it up).
     #[inline]
     pub fn insert_absent(&mut self, phys: u64, id: u32) -> Inserted {
+        self.insert_absent_i::<Scalar>(phys, id)
+    }
+
+    /// [`Cache::insert_absent`] with the set operations of `I`.
+    #[inline(always)]
+    pub(crate) fn insert_absent_i<I: Isa>(&mut self, phys: u64, id: u32) -> Inserted {
         let b = self.base(phys);
-        self.insert_absent_at(b, id)
+        self.insert_absent_at::<I>(b, id)
     }
 
     #[inline(always)]
-    fn insert_absent_at(&mut self, b: usize, id: u32) -> Inserted {
+    fn insert_absent_at<I: Isa>(&mut self, b: usize, id: u32) -> Inserted {
         let last = self.ways - 1;
         let old = self.set(b)[self.ways - 1];
-        simd::push_front(self.set_mut(b), last, id);
+        I::push_front(self.set_mut(b), last, id);
         if old == EMPTY {
             Inserted::Fresh
         } else {
@@ -251,11 +287,76 @@ impl Cache {
     }
 }
 
-/// Set scans: AVX-512 when the build target has it (the simulator is built with
-/// `target-cpu=native`), portable scalar code otherwise. Both give the same answers.
+/// The set operations (find a tag, move a way to the front, remove a way), in one
+/// implementation per instruction set. The hot paths are generic over it and compiled once
+/// per implementation; [`crate::machine::Machine`] picks one at run time
+/// (`is_x86_feature_detected!`), so the build needs no `target-cpu`.
+pub(crate) trait Isa {
+    /// Index of `id` in `set`.
+    fn find(set: &[u32], id: u32) -> Option<usize>;
+    /// Move `set[0..upto]` to `set[1..=upto]` and put `id` in `set[0]`.
+    fn push_front(set: &mut [u32], upto: usize, id: u32);
+    /// Move `set[i+1..]` to `set[i..len-1]` and empty the last way.
+    fn pull_down(set: &mut [u32], i: usize);
+}
+
+/// Portable code (any CPU).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scalar;
+
+impl Isa for Scalar {
+    #[inline(always)]
+    fn find(set: &[u32], id: u32) -> Option<usize> {
+        simd::scalar::find(set, id)
+    }
+    #[inline(always)]
+    fn push_front(set: &mut [u32], upto: usize, id: u32) {
+        simd::scalar::push_front(set, upto, id)
+    }
+    #[inline(always)]
+    fn pull_down(set: &mut [u32], i: usize) {
+        simd::scalar::pull_down(set, i)
+    }
+}
+
+/// AVX-512 (F and VL). Only valid inside functions compiled with
+/// `#[target_feature(enable = "avx512f,avx512vl")]` on a CPU that has them.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Isa for Avx512 {
+    #[inline(always)]
+    fn find(set: &[u32], id: u32) -> Option<usize> {
+        simd::avx512::find(set, id)
+    }
+    #[inline(always)]
+    fn push_front(set: &mut [u32], upto: usize, id: u32) {
+        simd::avx512::push_front(set, upto, id)
+    }
+    #[inline(always)]
+    fn pull_down(set: &mut [u32], i: usize) {
+        simd::avx512::pull_down(set, i)
+    }
+}
+
+/// Whether this CPU can run the [`Avx512`] set operations.
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 mod simd {
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
-    mod imp {
+    #[cfg(target_arch = "x86_64")]
+    pub(super) mod avx512 {
         use std::arch::x86_64::*;
 
         #[inline(always)]
@@ -487,8 +588,7 @@ mod simd {
         }
     }
 
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
-    mod imp {
+    pub(super) mod scalar {
         /// Move `set[i+1..]` to `set[i..len-1]` and empty the last way.
         #[inline(always)]
         pub fn pull_down(set: &mut [u32], i: usize) {
@@ -510,14 +610,18 @@ mod simd {
         }
     }
 
-    pub use imp::{find, pull_down, push_front};
-
     #[cfg(test)]
     mod tests {
-        use super::*;
+        #[cfg(target_arch = "x86_64")]
+        use super::avx512::{find, pull_down, push_front};
+        #[cfg(not(target_arch = "x86_64"))]
+        use super::scalar::{find, pull_down, push_front};
 
         #[test]
         fn find_agrees_with_scalar_code() {
+            if !super::super::has_avx512() {
+                return;
+            }
             let mut rng = crate::rng::Rng::new(9);
             for len in [1usize, 3, 8, 15, 16, 17, 24, 32, 40] {
                 for _ in 0..200 {

@@ -8,7 +8,9 @@
 //! The engine assigns slots page by page as it allocates frames; a raw trace uses the
 //! line address itself as the slot.
 
-use crate::cache::{Cache, Inserted, EMPTY};
+#[cfg(target_arch = "x86_64")]
+use crate::cache::Avx512;
+use crate::cache::{has_avx512, Cache, Inserted, Isa, Scalar, EMPTY};
 use crate::config::{Inclusion, MachineConfig};
 use crate::error::{Result, SimError};
 
@@ -86,6 +88,8 @@ pub struct Machine {
     busy_until: Vec<f64>,
     service: Vec<f64>,
     counters: Counters,
+    /// The CPU running the simulation has AVX-512 (F, VL): the hot paths use it.
+    avx512: bool,
 }
 
 /// What becomes of a line evicted from a level.
@@ -256,6 +260,7 @@ impl Machine {
             mode: SlotMode::Unset,
             node_base_line,
             counters,
+            avx512: has_avx512(),
             cfg,
         })
     }
@@ -263,6 +268,17 @@ impl Machine {
     /// The configuration this machine was built from.
     pub fn config(&self) -> &MachineConfig {
         &self.cfg
+    }
+
+    /// Whether the hot paths use AVX-512 (chosen at construction from the running CPU).
+    pub fn uses_avx512(&self) -> bool {
+        self.avx512
+    }
+
+    /// Use the portable set operations even on an AVX-512 CPU (both give the same results;
+    /// for tests and speed comparisons).
+    pub fn force_portable(&mut self) {
+        self.avx512 = false;
     }
 
     /// Index of `src` in [`Counters::served`].
@@ -421,8 +437,75 @@ impl Machine {
 
     /// Access the line `phys` (slot `slot`) from `cpu` at thread time `now`;
     /// returns where it was served from and the stall cycles.
-    #[inline(always)]
+    #[inline]
     pub fn access(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
+            return unsafe { self.access_avx512(cpu, phys, slot, kind, now) };
+        }
+        self.access_i::<Scalar>(cpu, phys, slot, kind, now)
+    }
+
+    /// Feed line accesses in order: `(cpus[k], lines[k])`, or every line from `cpu` when
+    /// `cpus` is empty; each line is its own slot (raw traces). Time does not advance.
+    pub fn run_lines(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
+            unsafe { self.run_lines_avx512(cpu, cpus, lines, kind) };
+            return;
+        }
+        self.run_lines_i::<Scalar>(cpu, cpus, lines, kind);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    unsafe fn run_lines_avx512(
+        &mut self,
+        cpu: usize,
+        cpus: &[u32],
+        lines: &[u64],
+        kind: AccessKind,
+    ) {
+        self.run_lines_i::<Avx512>(cpu, cpus, lines, kind);
+    }
+
+    #[inline(always)]
+    fn run_lines_i<I: Isa>(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        if cpus.is_empty() {
+            for &l in lines {
+                self.access_i::<I>(cpu, l, l as u32, kind, 0.0);
+            }
+        } else {
+            for (&c, &l) in cpus.iter().zip(lines) {
+                self.access_i::<I>(c as usize, l, l as u32, kind, 0.0);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    unsafe fn access_avx512(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        self.access_i::<Avx512>(cpu, phys, slot, kind, now)
+    }
+
+    #[inline(always)]
+    fn access_i<I: Isa>(
         &mut self,
         cpu: usize,
         phys: u64,
@@ -434,27 +517,27 @@ impl Machine {
         let h = cpu * n;
         if kind == AccessKind::NonTemporal {
             for i in 0..n {
-                if self.caches[self.hier[h + i] as usize].contains(phys, slot) {
+                if self.caches[self.hier[h + i] as usize].contains_i::<I>(phys, slot) {
                     return self.count(Source::Level(i), self.hit_cycles[i]);
                 }
             }
-            return self.miss(cpu, phys, slot, now, false);
+            return self.miss::<I>(cpu, phys, slot, now, false);
         }
-        if self.caches[self.hier[h] as usize].touch(phys, slot) {
+        if self.caches[self.hier[h] as usize].touch_i::<I>(phys, slot) {
             return self.count(Source::Level(0), self.hit_cycles[0]);
         }
         for i in 1..n {
             let c = self.hier[h + i] as usize;
             let take = self.victim_filled[i];
-            if self.caches[c].touch_or_take(phys, slot, take) {
+            if self.caches[c].touch_or_take_i::<I>(phys, slot, take) {
                 if take {
                     self.dec(slot, self.group_of[cpu] as usize);
                 }
-                self.fill(cpu, phys, slot, i);
+                self.fill::<I>(cpu, phys, slot, i);
                 return self.count(Source::Level(i), self.hit_cycles[i]);
             }
         }
-        self.miss(cpu, phys, slot, now, true)
+        self.miss::<I>(cpu, phys, slot, now, true)
     }
 
     #[inline(always)]
@@ -466,7 +549,7 @@ impl Machine {
 
     /// The line is in none of `cpu`'s own levels: a group-mate, another group, or DRAM.
     #[inline(always)]
-    fn miss(
+    fn miss<I: Isa>(
         &mut self,
         cpu: usize,
         phys: u64,
@@ -492,7 +575,7 @@ impl Machine {
             self.dram(cpu, phys, now)
         };
         if allocate {
-            self.fill(cpu, phys, slot, self.n_levels);
+            self.fill::<I>(cpu, phys, slot, self.n_levels);
         }
         result
     }
@@ -524,7 +607,7 @@ impl Machine {
     /// Install the line in `cpu`'s levels above `upto` that are filled on misses (L1
     /// always). The line is known to be absent from all of them.
     #[inline(always)]
-    fn fill(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
+    fn fill<I: Isa>(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
         let g = self.group_of[cpu] as usize;
         let h = cpu * self.n_levels;
         for k in 0..self.fill_levels.len() {
@@ -533,12 +616,12 @@ impl Machine {
                 continue;
             }
             let c = self.hier[h + j];
-            match self.caches[c as usize].insert_absent(phys, slot) {
+            match self.caches[c as usize].insert_absent_i::<I>(phys, slot) {
                 Inserted::Present => {}
                 Inserted::Fresh => self.inc(slot, g),
                 Inserted::Evicted(v) => {
                     self.inc(slot, g);
-                    self.evicted(j, c, v, g);
+                    self.evicted::<I>(j, c, v, g);
                 }
             }
         }
@@ -547,14 +630,14 @@ impl Machine {
     /// Line `v` was pushed out of (level j, cache index c) in group g: back-invalidate above
     /// an inclusive level, then move it into a victim-filled level below or drop it.
     #[inline(always)]
-    fn evicted(&mut self, mut j: usize, mut c: u32, mut v: u32, g: usize) {
+    fn evicted<I: Isa>(&mut self, mut j: usize, mut c: u32, mut v: u32, g: usize) {
         loop {
             let vphys = self.phys_of(v);
             let action = self.victim_action[j];
             if action.back_invalidate {
                 for idx in 0..self.covered_c[c as usize].len() {
                     let up = self.covered_c[c as usize][idx];
-                    if self.caches[up as usize].remove(vphys, v) {
+                    if self.caches[up as usize].remove_i::<I>(vphys, v) {
                         self.dec(v, g);
                     }
                 }
@@ -564,10 +647,12 @@ impl Machine {
                     self.dec(v, g);
                     return;
                 }
-                Down::Sole => self.caches[self.below[c as usize] as usize].insert_absent(vphys, v),
+                Down::Sole => {
+                    self.caches[self.below[c as usize] as usize].insert_absent_i::<I>(vphys, v)
+                }
                 Down::Shared => {
                     let below = self.below[c as usize] as usize;
-                    let placed = self.caches[below].insert(vphys, v);
+                    let placed = self.caches[below].insert_i::<I>(vphys, v);
                     if self.victim_action[j + 1] == LAST_DROP {
                         // the level below drops its victims: one copy fewer either way
                         // (the arriving copy if already there, else the evicted line)

@@ -227,3 +227,82 @@ fn engine_pages_and_raw_traces_do_not_mix() {
     m.register_page(3).unwrap();
     assert!(m.prepare_trace(10).is_err());
 }
+
+/// A 16-core, 4-group machine of the opteron-16 shape (L1 inclusive, L2 exclusive, L3
+/// victim shared), small enough for random traces to evict at every level.
+fn small_opteron(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
+    MachineConfig {
+        line_size: 64,
+        page_size: 4096,
+        levels: vec![
+            level(
+                "L1",
+                4,
+                l1_ways,
+                Inclusion::Inclusive,
+                1.0,
+                (0..16).collect(),
+            ),
+            level(
+                "L2",
+                8,
+                l2_ways,
+                Inclusion::Exclusive,
+                5.0,
+                (0..16).collect(),
+            ),
+            level(
+                "L3",
+                16,
+                l3_ways,
+                Inclusion::Victim,
+                20.0,
+                (0..16).map(|c| c / 4).collect(),
+            ),
+        ],
+        cpu_node: (0..16).map(|c| c / 4).collect(),
+        nodes: (0..4).map(|_| node(3.0)).collect(),
+        same_group_c2c_cycles: 30.0,
+        cross_group_c2c_cycles: 60.0,
+        migration_cycles: 1000.0,
+    }
+}
+
+#[test]
+fn portable_and_vector_set_operations_give_the_same_results() {
+    for (w1, w2, w3) in [(8, 16, 32), (2, 4, 8), (3, 5, 7), (8, 16, 48)] {
+        let cfg = small_opteron(w1, w2, w3);
+        let mut fast = Machine::new(cfg.clone()).unwrap();
+        let mut port = Machine::new(cfg).unwrap();
+        port.force_portable();
+        let mut rng = rng::Rng::new(7);
+        let span = 4096u64;
+        fast.prepare_trace(span).unwrap();
+        port.prepare_trace(span).unwrap();
+        for k in 0..60_000u64 {
+            let cpu = rng.below(16) as usize;
+            // runs of sequential lines mixed with random ones, some non-temporal
+            let line = if k % 3 == 0 {
+                rng.below(span)
+            } else {
+                (k * 7) % span
+            };
+            let kind = match rng.below(10) {
+                0 => AccessKind::NonTemporal,
+                1 => AccessKind::Write,
+                _ => AccessKind::Read,
+            };
+            let a = fast.access(cpu, line, line as u32, kind, k as f64);
+            let b = port.access(cpu, line, line as u32, kind, k as f64);
+            assert_eq!(a, b, "access {k} ({w1},{w2},{w3})");
+        }
+        assert_eq!(fast.counters().served, port.counters().served);
+        assert_eq!(fast.check_directory(), None);
+        assert_eq!(port.check_directory(), None);
+        for lv in 0..3 {
+            for inst in 0..if lv == 2 { 4 } else { 16 } {
+                assert_eq!(fast.occupancy(lv, inst), port.occupancy(lv, inst));
+            }
+        }
+    }
+}
