@@ -125,6 +125,28 @@ enum SlotMode {
     Trace,
 }
 
+/// Unchecked slice access for the hot paths (indices come from tables built and validated
+/// in [`Machine::new`]; checked in debug builds).
+trait At<T> {
+    fn at(&self, i: usize) -> &T;
+    fn at_mut(&mut self, i: usize) -> &mut T;
+}
+
+impl<T> At<T> for [T] {
+    #[inline(always)]
+    fn at(&self, i: usize) -> &T {
+        debug_assert!(i < self.len());
+        // SAFETY: callers index with values derived from the machine's own tables.
+        unsafe { self.get_unchecked(i) }
+    }
+    #[inline(always)]
+    fn at_mut(&mut self, i: usize) -> &mut T {
+        debug_assert!(i < self.len());
+        // SAFETY: as in `at`.
+        unsafe { self.get_unchecked_mut(i) }
+    }
+}
+
 /// The largest slot id (the cache's empty marker is `u32::MAX`).
 pub const MAX_SLOT: u64 = (u32::MAX - 1) as u64;
 
@@ -365,7 +387,7 @@ impl Machine {
         }
         let page = (slot >> self.lpp_shift) as usize;
         let mask = (1u64 << self.lpp_shift) - 1;
-        (self.frame_of_page[page] << self.lpp_shift) | (slot as u64 & mask)
+        (*self.frame_of_page.at(page) << self.lpp_shift) | (slot as u64 & mask)
     }
 
     /// NUMA node holding physical line `line`.
@@ -426,13 +448,15 @@ impl Machine {
     #[inline(always)]
     fn inc(&mut self, slot: u32, g: usize) {
         let k = slot as usize * self.n_groups + g;
-        self.dir[k] = self.dir[k].wrapping_add(1);
+        let d = self.dir.at_mut(k);
+        *d = d.wrapping_add(1);
     }
 
     #[inline(always)]
     fn dec(&mut self, slot: u32, g: usize) {
         let k = slot as usize * self.n_groups + g;
-        self.dir[k] = self.dir[k].wrapping_sub(1);
+        let d = self.dir.at_mut(k);
+        *d = d.wrapping_sub(1);
     }
 
     /// Access the line `phys` (slot `slot`) from `cpu` at thread time `now`;
@@ -515,26 +539,40 @@ impl Machine {
     ) -> (Source, f64) {
         let n = self.n_levels;
         let h = cpu * n;
+        // The directory counts the copies in the cpu's group, its own levels included: with
+        // none, every lookup would miss (and a miss changes nothing), so skip them.
+        let g = (*self.group_of.at(cpu)) as usize;
+        if *self.dir.at(slot as usize * self.n_groups + g) == 0 {
+            return self.miss::<I>(cpu, phys, slot, now, kind != AccessKind::NonTemporal);
+        }
         if kind == AccessKind::NonTemporal {
             for i in 0..n {
-                if self.caches[self.hier[h + i] as usize].contains_i::<I>(phys, slot) {
-                    return self.count(Source::Level(i), self.hit_cycles[i]);
+                if self
+                    .caches
+                    .at(*self.hier.at(h + i) as usize)
+                    .contains_i::<I>(phys, slot)
+                {
+                    return self.count(Source::Level(i), *self.hit_cycles.at(i));
                 }
             }
             return self.miss::<I>(cpu, phys, slot, now, false);
         }
-        if self.caches[self.hier[h] as usize].touch_i::<I>(phys, slot) {
-            return self.count(Source::Level(0), self.hit_cycles[0]);
+        if self
+            .caches
+            .at_mut(*self.hier.at(h) as usize)
+            .touch_i::<I>(phys, slot)
+        {
+            return self.count(Source::Level(0), *self.hit_cycles.at(0));
         }
         for i in 1..n {
-            let c = self.hier[h + i] as usize;
-            let take = self.victim_filled[i];
-            if self.caches[c].touch_or_take_i::<I>(phys, slot, take) {
+            let c = *self.hier.at(h + i) as usize;
+            let take = *self.victim_filled.at(i);
+            if self.caches.at_mut(c).touch_or_take_i::<I>(phys, slot, take) {
                 if take {
-                    self.dec(slot, self.group_of[cpu] as usize);
+                    self.dec(slot, g);
                 }
                 self.fill::<I>(cpu, phys, slot, i);
-                return self.count(Source::Level(i), self.hit_cycles[i]);
+                return self.count(Source::Level(i), *self.hit_cycles.at(i));
             }
         }
         self.miss::<I>(cpu, phys, slot, now, true)
@@ -543,7 +581,7 @@ impl Machine {
     #[inline(always)]
     fn count(&mut self, src: Source, cycles: f64) -> (Source, f64) {
         let k = self.source_index(src);
-        self.counters.served[k] += 1;
+        *self.counters.served.at_mut(k) += 1;
         (src, cycles)
     }
 
@@ -557,9 +595,12 @@ impl Machine {
         now: f64,
         allocate: bool,
     ) -> (Source, f64) {
-        let own = self.group_of[cpu] as usize;
+        let own = (*self.group_of.at(cpu)) as usize;
         let base = slot as usize * self.n_groups;
-        let counts = &self.dir[base..base + self.n_groups];
+        debug_assert!(base + self.n_groups <= self.dir.len());
+        // SAFETY: slots index the directory (sized n_slots x n_groups in register_page /
+        // prepare_trace).
+        let counts = unsafe { self.dir.get_unchecked(base..base + self.n_groups) };
         let same = counts[own] > 0;
         let result = if same || counts.iter().any(|&c| c > 0) {
             // selects rather than branches: which cache serves is data-dependent
@@ -569,7 +610,7 @@ impl Machine {
             } else {
                 (Source::CrossGroup, n + 1, self.cfg.cross_group_c2c_cycles)
             };
-            self.counters.served[k] += 1;
+            *self.counters.served.at_mut(k) += 1;
             (src, cycles)
         } else {
             self.dram(cpu, phys, now)
@@ -608,15 +649,19 @@ impl Machine {
     /// always). The line is known to be absent from all of them.
     #[inline(always)]
     fn fill<I: Isa>(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
-        let g = self.group_of[cpu] as usize;
+        let g = (*self.group_of.at(cpu)) as usize;
         let h = cpu * self.n_levels;
         for k in 0..self.fill_levels.len() {
-            let j = self.fill_levels[k];
+            let j = *self.fill_levels.at(k);
             if j >= upto {
                 continue;
             }
-            let c = self.hier[h + j];
-            match self.caches[c as usize].insert_absent_i::<I>(phys, slot) {
+            let c = *self.hier.at(h + j);
+            match self
+                .caches
+                .at_mut(c as usize)
+                .insert_absent_i::<I>(phys, slot)
+            {
                 Inserted::Present => {}
                 Inserted::Fresh => self.inc(slot, g),
                 Inserted::Evicted(v) => {
@@ -633,11 +678,11 @@ impl Machine {
     fn evicted<I: Isa>(&mut self, mut j: usize, mut c: u32, mut v: u32, g: usize) {
         loop {
             let vphys = self.phys_of(v);
-            let action = self.victim_action[j];
+            let action = *self.victim_action.at(j);
             if action.back_invalidate {
-                for idx in 0..self.covered_c[c as usize].len() {
-                    let up = self.covered_c[c as usize][idx];
-                    if self.caches[up as usize].remove_i::<I>(vphys, v) {
+                for idx in 0..(*self.covered_c.at(c as usize)).len() {
+                    let up = (*self.covered_c.at(c as usize))[idx];
+                    if self.caches.at_mut(up as usize).remove_i::<I>(vphys, v) {
                         self.dec(v, g);
                     }
                 }
@@ -648,12 +693,12 @@ impl Machine {
                     return;
                 }
                 Down::Sole => {
-                    self.caches[self.below[c as usize] as usize].insert_absent_i::<I>(vphys, v)
+                    self.caches[*self.below.at(c as usize) as usize].insert_absent_i::<I>(vphys, v)
                 }
                 Down::Shared => {
-                    let below = self.below[c as usize] as usize;
-                    let placed = self.caches[below].insert_i::<I>(vphys, v);
-                    if self.victim_action[j + 1] == LAST_DROP {
+                    let below = *self.below.at(c as usize) as usize;
+                    let placed = self.caches.at_mut(below).insert_i::<I>(vphys, v);
+                    if *self.victim_action.at(j + 1) == LAST_DROP {
                         // the level below drops its victims: one copy fewer either way
                         // (the arriving copy if already there, else the evicted line)
                         let gone = match placed {
@@ -678,7 +723,7 @@ impl Machine {
                 // moved down: same number of copies
                 Inserted::Fresh => return,
                 Inserted::Evicted(w) => {
-                    c = self.below[c as usize];
+                    c = *self.below.at(c as usize);
                     j += 1;
                     v = w;
                 }
