@@ -90,36 +90,53 @@ impl Cache {
         self.tags.len()
     }
 
+    /// Associativity: `W` when the caller knows it at compile time, else the runtime value.
+    #[inline(always)]
+    fn w<const W: usize>(&self) -> usize {
+        debug_assert!(W == 0 || W == self.ways);
+        if W == 0 {
+            self.ways
+        } else {
+            W
+        }
+    }
+
     #[inline(always)]
     fn base(&self, phys: u64) -> usize {
+        self.base_w::<0>(phys)
+    }
+
+    #[inline(always)]
+    fn base_w<const W: usize>(&self, phys: u64) -> usize {
         let set = if self.pow2 {
             phys & self.mask
         } else {
             phys % self.sets
         } as usize;
-        set * self.ways
+        set * self.w::<W>()
     }
 
     /// The ways of the set starting at `b` (a value of [`Cache::base`]).
     #[inline(always)]
-    fn set(&self, b: usize) -> &[u32] {
-        debug_assert!(b + self.ways <= self.tags.len());
+    fn set<const W: usize>(&self, b: usize) -> &[u32] {
+        let w = self.w::<W>();
+        debug_assert!(b + w <= self.tags.len());
         // SAFETY: `base` returns set * ways with set < sets, so b + ways <= sets * ways.
-        unsafe { self.tags.get_unchecked(b..b + self.ways) }
+        unsafe { self.tags.get_unchecked(b..b + w) }
     }
 
     /// Mutable ways of the set starting at `b` (a value of [`Cache::base`]).
     #[inline(always)]
-    fn set_mut(&mut self, b: usize) -> &mut [u32] {
-        debug_assert!(b + self.ways <= self.tags.len());
-        let w = self.ways;
+    fn set_mut<const W: usize>(&mut self, b: usize) -> &mut [u32] {
+        let w = self.w::<W>();
+        debug_assert!(b + w <= self.tags.len());
         // SAFETY: as in `set`.
         unsafe { self.tags.get_unchecked_mut(b..b + w) }
     }
 
     #[inline(always)]
-    fn find<I: Isa>(&self, base: usize, id: u32) -> Option<usize> {
-        I::find(self.set(base), id)
+    fn find<I: Isa, const W: usize>(&self, base: usize, id: u32) -> Option<usize> {
+        I::find(self.set::<W>(base), id)
     }
 
     /// Ask the CPU to bring the set of `phys` into its caches (a hint; no effect on state).
@@ -144,29 +161,29 @@ impl Cache {
     /// Whether `id` is present, without changing any state.
     #[inline]
     pub fn contains(&self, phys: u64, id: u32) -> bool {
-        self.contains_i::<Scalar>(phys, id)
+        self.contains_i::<Scalar, 0>(phys, id)
     }
 
     /// [`Cache::contains`] with the set operations of `I`.
     #[inline(always)]
-    pub(crate) fn contains_i<I: Isa>(&self, phys: u64, id: u32) -> bool {
-        self.find::<I>(self.base(phys), id).is_some()
+    pub(crate) fn contains_i<I: Isa, const W: usize>(&self, phys: u64, id: u32) -> bool {
+        self.find::<I, W>(self.base_w::<W>(phys), id).is_some()
     }
 
     /// Look `id` up; on a hit make it most-recently used. Returns whether it hit.
     #[inline]
     pub fn touch(&mut self, phys: u64, id: u32) -> bool {
-        self.touch_i::<Scalar>(phys, id)
+        self.touch_i::<Scalar, 0>(phys, id)
     }
 
     /// [`Cache::touch`] with the set operations of `I`.
     #[inline(always)]
-    pub(crate) fn touch_i<I: Isa>(&mut self, phys: u64, id: u32) -> bool {
-        let b = self.base(phys);
-        match self.find::<I>(b, id) {
+    pub(crate) fn touch_i<I: Isa, const W: usize>(&mut self, phys: u64, id: u32) -> bool {
+        let b = self.base_w::<W>(phys);
+        match self.find::<I, W>(b, id) {
             Some(0) => true,
             Some(i) => {
-                I::push_front(self.set_mut(b), i, id);
+                I::push_front(self.set_mut::<W>(b), i, id);
                 true
             }
             None => false,
@@ -177,19 +194,24 @@ impl Cache {
     /// Returns whether it hit. Same as [`Cache::touch`] then, if `take`, [`Cache::remove`].
     #[inline]
     pub fn touch_or_take(&mut self, phys: u64, id: u32, take: bool) -> bool {
-        self.touch_or_take_i::<Scalar>(phys, id, take)
+        self.touch_or_take_i::<Scalar, 0>(phys, id, take)
     }
 
     /// [`Cache::touch_or_take`] with the set operations of `I`.
     #[inline(always)]
-    pub(crate) fn touch_or_take_i<I: Isa>(&mut self, phys: u64, id: u32, take: bool) -> bool {
-        let b = self.base(phys);
-        match self.find::<I>(b, id) {
+    pub(crate) fn touch_or_take_i<I: Isa, const W: usize>(
+        &mut self,
+        phys: u64,
+        id: u32,
+        take: bool,
+    ) -> bool {
+        let b = self.base_w::<W>(phys);
+        match self.find::<I, W>(b, id) {
             Some(i) => {
                 if take {
-                    I::pull_down(self.set_mut(b), i);
+                    I::pull_down(self.set_mut::<W>(b), i);
                 } else if i > 0 {
-                    I::push_front(self.set_mut(b), i, id);
+                    I::push_front(self.set_mut::<W>(b), i, id);
                 }
                 true
             }
@@ -200,16 +222,16 @@ impl Cache {
     /// Remove `id` if present. Returns whether it was present.
     #[inline]
     pub fn remove(&mut self, phys: u64, id: u32) -> bool {
-        self.remove_i::<Scalar>(phys, id)
+        self.remove_i::<Scalar, 0>(phys, id)
     }
 
     /// [`Cache::remove`] with the set operations of `I`.
     #[inline(always)]
-    pub(crate) fn remove_i<I: Isa>(&mut self, phys: u64, id: u32) -> bool {
-        let b = self.base(phys);
-        match self.find::<I>(b, id) {
+    pub(crate) fn remove_i<I: Isa, const W: usize>(&mut self, phys: u64, id: u32) -> bool {
+        let b = self.base_w::<W>(phys);
+        match self.find::<I, W>(b, id) {
             Some(i) => {
-                I::pull_down(self.set_mut(b), i);
+                I::pull_down(self.set_mut::<W>(b), i);
                 true
             }
             None => false,
@@ -219,20 +241,20 @@ impl Cache {
     /// Insert `id` as most-recently used (promote if present).
     #[inline]
     pub fn insert(&mut self, phys: u64, id: u32) -> Inserted {
-        self.insert_i::<Scalar>(phys, id)
+        self.insert_i::<Scalar, 0>(phys, id)
     }
 
     /// [`Cache::insert`] with the set operations of `I`.
     #[inline(always)]
-    pub(crate) fn insert_i<I: Isa>(&mut self, phys: u64, id: u32) -> Inserted {
-        let b = self.base(phys);
-        if self.ways >= 16 {
+    pub(crate) fn insert_i<I: Isa, const W: usize>(&mut self, phys: u64, id: u32) -> Inserted {
+        let b = self.base_w::<W>(phys);
+        if self.w::<W>() >= 16 {
             // one shift either way: up to the hit way, or over the whole set
-            let last = self.ways - 1;
-            let hit = self.find::<I>(b, id);
+            let last = self.w::<W>() - 1;
+            let hit = self.find::<I, W>(b, id);
             let upto = hit.unwrap_or(last);
-            let old = self.set(b)[last];
-            I::push_front(self.set_mut(b), upto, id);
+            let old = self.set::<W>(b)[last];
+            I::push_front(self.set_mut::<W>(b), upto, id);
             return if hit.is_some() {
                 Inserted::Present
             } else if old == EMPTY {
@@ -241,34 +263,38 @@ impl Cache {
                 Inserted::Evicted(old)
             };
         }
-        match self.find::<I>(b, id) {
+        match self.find::<I, W>(b, id) {
             Some(0) => Inserted::Present,
             Some(i) => {
-                I::push_front(self.set_mut(b), i, id);
+                I::push_front(self.set_mut::<W>(b), i, id);
                 Inserted::Present
             }
-            None => self.insert_absent_at::<I>(b, id),
+            None => self.insert_absent_at::<I, W>(b, id),
         }
     }
 
     /// Insert `id` known to be absent (the caller has just looked it up).
     #[inline]
     pub fn insert_absent(&mut self, phys: u64, id: u32) -> Inserted {
-        self.insert_absent_i::<Scalar>(phys, id)
+        self.insert_absent_i::<Scalar, 0>(phys, id)
     }
 
     /// [`Cache::insert_absent`] with the set operations of `I`.
     #[inline(always)]
-    pub(crate) fn insert_absent_i<I: Isa>(&mut self, phys: u64, id: u32) -> Inserted {
-        let b = self.base(phys);
-        self.insert_absent_at::<I>(b, id)
+    pub(crate) fn insert_absent_i<I: Isa, const W: usize>(
+        &mut self,
+        phys: u64,
+        id: u32,
+    ) -> Inserted {
+        let b = self.base_w::<W>(phys);
+        self.insert_absent_at::<I, W>(b, id)
     }
 
     #[inline(always)]
-    fn insert_absent_at<I: Isa>(&mut self, b: usize, id: u32) -> Inserted {
-        let last = self.ways - 1;
-        let old = self.set(b)[self.ways - 1];
-        I::push_front(self.set_mut(b), last, id);
+    fn insert_absent_at<I: Isa, const W: usize>(&mut self, b: usize, id: u32) -> Inserted {
+        let last = self.w::<W>() - 1;
+        let old = self.set::<W>(b)[last];
+        I::push_front(self.set_mut::<W>(b), last, id);
         if old == EMPTY {
             Inserted::Fresh
         } else {

@@ -90,6 +90,9 @@ pub struct Machine {
     counters: Counters,
     /// The CPU running the simulation has AVX-512 (F, VL): the hot paths use it.
     avx512: bool,
+    /// The hierarchy has the shape of AMD's Family 10h with 8/16/32 ways (see
+    /// [`Machine::access3`]): a specialised copy of the hot path serves it.
+    amd3: bool,
 }
 
 /// What becomes of a line evicted from a level.
@@ -283,7 +286,12 @@ impl Machine {
             node_base_line,
             counters,
             avx512: has_avx512(),
+            amd3: false,
             cfg,
+        })
+        .map(|mut m| {
+            m.amd3 = m.is_amd3();
+            m
         })
     }
 
@@ -301,6 +309,19 @@ impl Machine {
     /// for tests and speed comparisons).
     pub fn force_portable(&mut self) {
         self.avx512 = false;
+    }
+
+    /// Choose the hot paths: AVX-512 set operations (if the CPU has them) and the copy
+    /// specialised for the opteron-16 shape (if the hierarchy has it). Every choice gives
+    /// the same results; for tests and speed comparisons.
+    pub fn use_paths(&mut self, vector: bool, specialised: bool) {
+        self.avx512 = vector && has_avx512();
+        self.amd3 = specialised && self.is_amd3();
+    }
+
+    /// Whether the copy of the hot path specialised for the opteron-16 shape is in use.
+    pub fn uses_specialised_path(&self) -> bool {
+        self.amd3
     }
 
     /// Index of `src` in [`Counters::served`].
@@ -528,6 +549,131 @@ impl Machine {
         self.access_i::<Avx512>(cpu, phys, slot, kind, now)
     }
 
+    /// Whether the hierarchy is L1 (filled on misses) -> private exclusive L2 (each L2
+    /// under one L1) -> shared victim L3 that drops its victims, with 8, 16 and 32 ways:
+    /// the opteron-16 model. [`Machine::access3`] is then the generic path with the
+    /// tables resolved at compile time.
+    fn is_amd3(&self) -> bool {
+        let ways: Vec<u32> = self.cfg.levels.iter().map(|l| l.ways).collect();
+        self.n_levels == 3
+            && ways == [8, 16, 32]
+            && self.victim_filled == [false, true, true]
+            && self.fill_levels == [0]
+            && self.victim_action[0]
+                == VictimAction {
+                    back_invalidate: false,
+                    down: Down::Sole,
+                }
+            && self.victim_action[1]
+                == VictimAction {
+                    back_invalidate: false,
+                    down: Down::Shared,
+                }
+            && self.victim_action[2] == LAST_DROP
+            && (0..self.cfg.n_cpus()).all(|cpu| {
+                let h = &self.hier[cpu * 3..cpu * 3 + 3];
+                self.below[h[0] as usize] == h[1] && self.below[h[1] as usize] == h[2]
+            })
+    }
+
+    /// [`Machine::access_i`] for the shape of [`Machine::is_amd3`]: the same operations in
+    /// the same order, with the level tables and associativities known.
+    #[inline(always)]
+    fn access3<I: Isa>(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let h = cpu * 3;
+        let c1 = *self.hier.at(h) as usize;
+        let c2 = *self.hier.at(h + 1) as usize;
+        let c3 = *self.hier.at(h + 2) as usize;
+        let g = *self.group_of.at(cpu) as usize;
+        if *self.dir.at(slot as usize * self.n_groups + g) != 0 {
+            if kind == AccessKind::NonTemporal {
+                if self.caches.at(c1).contains_i::<I, W1>(phys, slot) {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                if self.caches.at(c2).contains_i::<I, W2>(phys, slot) {
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                if self.caches.at(c3).contains_i::<I, W3>(phys, slot) {
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            } else {
+                if self.caches.at_mut(c1).touch_i::<I, W1>(phys, slot) {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                if self
+                    .caches
+                    .at_mut(c2)
+                    .touch_or_take_i::<I, W2>(phys, slot, true)
+                {
+                    self.dec(slot, g);
+                    self.fill3::<I>(c1, c2, c3, g, phys, slot);
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                if self
+                    .caches
+                    .at_mut(c3)
+                    .touch_or_take_i::<I, W3>(phys, slot, true)
+                {
+                    self.dec(slot, g);
+                    self.fill3::<I>(c1, c2, c3, g, phys, slot);
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            }
+        }
+        let result = self.serve_miss(cpu, phys, slot, now);
+        if kind != AccessKind::NonTemporal {
+            self.fill3::<I>(c1, c2, c3, g, phys, slot);
+        }
+        result
+    }
+
+    /// [`Machine::fill`] then [`Machine::evicted`] for the shape of [`Machine::is_amd3`]:
+    /// the line goes into L1; L1's victim moves into its (sole) L2; L2's victim into the
+    /// shared L3, whose victim leaves the group.
+    #[inline(always)]
+    fn fill3<I: Isa>(&mut self, c1: usize, c2: usize, c3: usize, g: usize, phys: u64, slot: u32) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let v = match self.caches.at_mut(c1).insert_absent_i::<I, W1>(phys, slot) {
+            Inserted::Present => return,
+            Inserted::Fresh => {
+                self.inc(slot, g);
+                return;
+            }
+            Inserted::Evicted(v) => {
+                self.inc(slot, g);
+                v
+            }
+        };
+        let vphys = self.phys_of(v);
+        let w = match self.caches.at_mut(c2).insert_absent_i::<I, W2>(vphys, v) {
+            Inserted::Present => {
+                self.dec(v, g);
+                return;
+            }
+            Inserted::Fresh => return,
+            Inserted::Evicted(w) => w,
+        };
+        let wphys = self.phys_of(w);
+        let gone = match self.caches.at_mut(c3).insert_i::<I, W3>(wphys, w) {
+            Inserted::Present => w,
+            Inserted::Evicted(x) => x,
+            Inserted::Fresh => return,
+        };
+        self.dec(gone, g);
+    }
+
     #[inline(always)]
     fn access_i<I: Isa>(
         &mut self,
@@ -537,6 +683,9 @@ impl Machine {
         kind: AccessKind,
         now: f64,
     ) -> (Source, f64) {
+        if self.amd3 {
+            return self.access3::<I>(cpu, phys, slot, kind, now);
+        }
         let n = self.n_levels;
         let h = cpu * n;
         // The directory counts the copies in the cpu's group, its own levels included: with
@@ -550,7 +699,7 @@ impl Machine {
                 if self
                     .caches
                     .at(*self.hier.at(h + i) as usize)
-                    .contains_i::<I>(phys, slot)
+                    .contains_i::<I, 0>(phys, slot)
                 {
                     return self.count(Source::Level(i), *self.hit_cycles.at(i));
                 }
@@ -560,14 +709,18 @@ impl Machine {
         if self
             .caches
             .at_mut(*self.hier.at(h) as usize)
-            .touch_i::<I>(phys, slot)
+            .touch_i::<I, 0>(phys, slot)
         {
             return self.count(Source::Level(0), *self.hit_cycles.at(0));
         }
         for i in 1..n {
             let c = *self.hier.at(h + i) as usize;
             let take = *self.victim_filled.at(i);
-            if self.caches.at_mut(c).touch_or_take_i::<I>(phys, slot, take) {
+            if self
+                .caches
+                .at_mut(c)
+                .touch_or_take_i::<I, 0>(phys, slot, take)
+            {
                 if take {
                     self.dec(slot, g);
                 }
@@ -595,7 +748,17 @@ impl Machine {
         now: f64,
         allocate: bool,
     ) -> (Source, f64) {
-        let own = (*self.group_of.at(cpu)) as usize;
+        let result = self.serve_miss(cpu, phys, slot, now);
+        if allocate {
+            self.fill::<I>(cpu, phys, slot, self.n_levels);
+        }
+        result
+    }
+
+    /// Where a line in none of `cpu`'s own levels comes from, counted.
+    #[inline(always)]
+    fn serve_miss(&mut self, cpu: usize, phys: u64, slot: u32, now: f64) -> (Source, f64) {
+        let own = *self.group_of.at(cpu) as usize;
         let base = slot as usize * self.n_groups;
         debug_assert!(base + self.n_groups <= self.dir.len());
         // SAFETY: slots index the directory (sized n_slots x n_groups in register_page /
@@ -615,9 +778,6 @@ impl Machine {
         } else {
             self.dram(cpu, phys, now)
         };
-        if allocate {
-            self.fill::<I>(cpu, phys, slot, self.n_levels);
-        }
         result
     }
 
@@ -660,7 +820,7 @@ impl Machine {
             match self
                 .caches
                 .at_mut(c as usize)
-                .insert_absent_i::<I>(phys, slot)
+                .insert_absent_i::<I, 0>(phys, slot)
             {
                 Inserted::Present => {}
                 Inserted::Fresh => self.inc(slot, g),
@@ -682,7 +842,7 @@ impl Machine {
             if action.back_invalidate {
                 for idx in 0..(*self.covered_c.at(c as usize)).len() {
                     let up = (*self.covered_c.at(c as usize))[idx];
-                    if self.caches.at_mut(up as usize).remove_i::<I>(vphys, v) {
+                    if self.caches.at_mut(up as usize).remove_i::<I, 0>(vphys, v) {
                         self.dec(v, g);
                     }
                 }
@@ -692,12 +852,11 @@ impl Machine {
                     self.dec(v, g);
                     return;
                 }
-                Down::Sole => {
-                    self.caches[*self.below.at(c as usize) as usize].insert_absent_i::<I>(vphys, v)
-                }
+                Down::Sole => self.caches[*self.below.at(c as usize) as usize]
+                    .insert_absent_i::<I, 0>(vphys, v),
                 Down::Shared => {
                     let below = *self.below.at(c as usize) as usize;
-                    let placed = self.caches.at_mut(below).insert_i::<I>(vphys, v);
+                    let placed = self.caches.at_mut(below).insert_i::<I, 0>(vphys, v);
                     if *self.victim_action.at(j + 1) == LAST_DROP {
                         // the level below drops its victims: one copy fewer either way
                         // (the arriving copy if already there, else the evicted line)

@@ -269,16 +269,28 @@ fn small_opteron(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
 }
 
 #[test]
-fn portable_and_vector_set_operations_give_the_same_results() {
+fn every_hot_path_gives_the_same_results() {
     for (w1, w2, w3) in [(8, 16, 32), (2, 4, 8), (3, 5, 7), (8, 16, 48)] {
         let cfg = small_opteron(w1, w2, w3);
-        let mut fast = Machine::new(cfg.clone()).unwrap();
-        let mut port = Machine::new(cfg).unwrap();
-        port.force_portable();
+        // (AVX-512 if present, specialised copy if the shape allows) x the reference path
+        let mut machines: Vec<Machine> =
+            [(true, true), (true, false), (false, true), (false, false)]
+                .iter()
+                .map(|&(vector, specialised)| {
+                    let mut m = Machine::new(cfg.clone()).unwrap();
+                    m.use_paths(vector, specialised);
+                    m
+                })
+                .collect();
+        assert_eq!(
+            machines[0].uses_specialised_path(),
+            (w1, w2, w3) == (8, 16, 32)
+        );
         let mut rng = rng::Rng::new(7);
         let span = 4096u64;
-        fast.prepare_trace(span).unwrap();
-        port.prepare_trace(span).unwrap();
+        for m in &mut machines {
+            m.prepare_trace(span).unwrap();
+        }
         for k in 0..60_000u64 {
             let cpu = rng.below(16) as usize;
             // runs of sequential lines mixed with random ones, some non-temporal
@@ -292,16 +304,19 @@ fn portable_and_vector_set_operations_give_the_same_results() {
                 1 => AccessKind::Write,
                 _ => AccessKind::Read,
             };
-            let a = fast.access(cpu, line, line as u32, kind, k as f64);
-            let b = port.access(cpu, line, line as u32, kind, k as f64);
-            assert_eq!(a, b, "access {k} ({w1},{w2},{w3})");
+            let first = machines[0].access(cpu, line, line as u32, kind, k as f64);
+            for (i, m) in machines.iter_mut().enumerate().skip(1) {
+                let r = m.access(cpu, line, line as u32, kind, k as f64);
+                assert_eq!(r, first, "access {k}, path {i}, ways ({w1},{w2},{w3})");
+            }
         }
-        assert_eq!(fast.counters().served, port.counters().served);
-        assert_eq!(fast.check_directory(), None);
-        assert_eq!(port.check_directory(), None);
-        for lv in 0..3 {
-            for inst in 0..if lv == 2 { 4 } else { 16 } {
-                assert_eq!(fast.occupancy(lv, inst), port.occupancy(lv, inst));
+        for m in &machines {
+            assert_eq!(m.counters().served, machines[0].counters().served);
+            assert_eq!(m.check_directory(), None);
+            for lv in 0..3 {
+                for inst in 0..if lv == 2 { 4 } else { 16 } {
+                    assert_eq!(m.occupancy(lv, inst), machines[0].occupancy(lv, inst));
+                }
             }
         }
     }
