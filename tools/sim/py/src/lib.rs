@@ -291,6 +291,24 @@ impl PyEngine {
         .into_py(py)
     }
 
+    /// Access `length` bytes of `obj` at `offset` from `cpu` at time `now` outside any
+    /// thread (other users of the caches); charged to no thread.
+    #[pyo3(signature = (cpu, obj, offset, length, kind="read", now=0.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn touch(
+        &mut self,
+        py: Python<'_>,
+        cpu: u32,
+        obj: u32,
+        offset: u64,
+        length: u64,
+        kind: &str,
+        now: f64,
+    ) -> PyResult<()> {
+        let kind = parse_kind(py, kind)?;
+        ToPyResult(self.inner.touch(cpu, obj, offset, length, kind, now)).into_py(py)
+    }
+
     /// Queue pure computation.
     fn push_compute(&mut self, py: Python<'_>, tid: usize, cycles: f64) -> PyResult<()> {
         ToPyResult(self.inner.push(tid, Op::Compute { cycles })).into_py(py)
