@@ -411,6 +411,17 @@ impl Machine {
         (*self.frame_of_page.at(page) << self.lpp_shift) | (slot as u64 & mask)
     }
 
+    /// [`Machine::phys_of`], known to be the identity when `TRACE` (raw-trace mode).
+    #[inline(always)]
+    fn phys_of_m<const TRACE: bool>(&self, slot: u32) -> u64 {
+        debug_assert!(!TRACE || self.mode == SlotMode::Trace);
+        if TRACE {
+            slot as u64
+        } else {
+            self.phys_of(slot)
+        }
+    }
+
     /// NUMA node holding physical line `line`.
     #[inline]
     pub fn node_of_line(&self, line: u64) -> usize {
@@ -525,6 +536,19 @@ impl Machine {
 
     #[inline(always)]
     fn run_lines_i<I: Isa>(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        if self.amd3 && self.mode == SlotMode::Trace {
+            // raw trace: a slot is its line address
+            if cpus.is_empty() {
+                for &l in lines {
+                    self.access3::<I, true>(cpu, l, l as u32, kind, 0.0);
+                }
+            } else {
+                for (&c, &l) in cpus.iter().zip(lines) {
+                    self.access3::<I, true>(c as usize, l, l as u32, kind, 0.0);
+                }
+            }
+            return;
+        }
         if cpus.is_empty() {
             for &l in lines {
                 self.access_i::<I>(cpu, l, l as u32, kind, 0.0);
@@ -579,7 +603,7 @@ impl Machine {
     /// [`Machine::access_i`] for the shape of [`Machine::is_amd3`]: the same operations in
     /// the same order, with the level tables and associativities known.
     #[inline(always)]
-    fn access3<I: Isa>(
+    fn access3<I: Isa, const TRACE: bool>(
         &mut self,
         cpu: usize,
         phys: u64,
@@ -616,7 +640,7 @@ impl Machine {
                     .touch_or_take_i::<I, W2>(phys, slot, true)
                 {
                     self.dec(slot, g);
-                    self.fill3::<I>(c1, c2, c3, g, phys, slot);
+                    self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
                     return self.count(Source::Level(1), *self.hit_cycles.at(1));
                 }
                 if self
@@ -625,14 +649,14 @@ impl Machine {
                     .touch_or_take_i::<I, W3>(phys, slot, true)
                 {
                     self.dec(slot, g);
-                    self.fill3::<I>(c1, c2, c3, g, phys, slot);
+                    self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
                     return self.count(Source::Level(2), *self.hit_cycles.at(2));
                 }
             }
         }
         let result = self.serve_miss(cpu, phys, slot, now);
         if kind != AccessKind::NonTemporal {
-            self.fill3::<I>(c1, c2, c3, g, phys, slot);
+            self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
         }
         result
     }
@@ -641,7 +665,15 @@ impl Machine {
     /// the line goes into L1; L1's victim moves into its (sole) L2; L2's victim into the
     /// shared L3, whose victim leaves the group.
     #[inline(always)]
-    fn fill3<I: Isa>(&mut self, c1: usize, c2: usize, c3: usize, g: usize, phys: u64, slot: u32) {
+    fn fill3<I: Isa, const TRACE: bool>(
+        &mut self,
+        c1: usize,
+        c2: usize,
+        c3: usize,
+        g: usize,
+        phys: u64,
+        slot: u32,
+    ) {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
@@ -656,7 +688,7 @@ impl Machine {
                 v
             }
         };
-        let vphys = self.phys_of(v);
+        let vphys = self.phys_of_m::<TRACE>(v);
         let w = match self.caches.at_mut(c2).insert_absent_i::<I, W2>(vphys, v) {
             Inserted::Present => {
                 self.dec(v, g);
@@ -665,7 +697,7 @@ impl Machine {
             Inserted::Fresh => return,
             Inserted::Evicted(w) => w,
         };
-        let wphys = self.phys_of(w);
+        let wphys = self.phys_of_m::<TRACE>(w);
         let gone = match self.caches.at_mut(c3).insert_i::<I, W3>(wphys, w) {
             Inserted::Present => w,
             Inserted::Evicted(x) => x,
@@ -684,7 +716,7 @@ impl Machine {
         now: f64,
     ) -> (Source, f64) {
         if self.amd3 {
-            return self.access3::<I>(cpu, phys, slot, kind, now);
+            return self.access3::<I, false>(cpu, phys, slot, kind, now);
         }
         let n = self.n_levels;
         let h = cpu * n;

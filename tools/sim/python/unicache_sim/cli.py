@@ -148,13 +148,16 @@ def bench(
     model: Annotated[str, typer.Option(help="machine model")] = "opteron-16",
     accesses: Annotated[int, typer.Option(help="line accesses")] = 8_000_000,
     ws_mb: Annotated[int, typer.Option(help="working set of the trace, MiB")] = 8,
+    repeats: Annotated[int, typer.Option(help="runs of each measurement (median)")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Speed of the native core, and of pycachesim on the same single-core trace."""
     from unicache_sim.bench import run_bench
 
     try:
-        result = run_bench(model, accesses, ws_mb)
+        if repeats < 1:
+            raise UnicacheError("--repeats must be at least 1")
+        result = run_bench(model, accesses, ws_mb, repeats)
     except UnicacheError as err:
         _fail(err)
         return
@@ -162,10 +165,15 @@ def bench(
         doc = {**asdict(result), "ratio": result.ratio}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    table = Table(title=f"simulator speed, {result.accesses:,} line accesses ({model})")
+    title = f"simulator speed, {result.accesses:,} line accesses ({model})"
+    table = Table(title=f"{title}, median of {result.repeats} runs, thread CPU time")
     table.add_column("run")
     table.add_column("M accesses/s", justify="right")
-    table.add_row(f"unicache-sim, {model} (all cores)", f"{result.multicore_rate / 1e6:.1f}")
+    table.add_row(
+        f"unicache-sim, {model} (all cores)",
+        f"{result.multicore_rate / 1e6:.1f} "
+        f"({result.multicore_min / 1e6:.1f}-{result.multicore_max / 1e6:.1f})",
+    )
     table.add_row("unicache-sim, one core's L1/L2/L3", f"{result.single_core_rate / 1e6:.1f}")
     if result.pycachesim_rate is not None:
         table.add_row("pycachesim, same hierarchy", f"{result.pycachesim_rate / 1e6:.1f}")
