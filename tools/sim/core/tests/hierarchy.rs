@@ -321,3 +321,51 @@ fn every_hot_path_gives_the_same_results() {
         }
     }
 }
+
+#[test]
+fn batched_trace_runs_match_the_reference_path() {
+    let cfg = small_opteron(8, 16, 32);
+    let mut rng = rng::Rng::new(11);
+    let span = 4096u64;
+    let mut cpus = Vec::new();
+    let mut lines = Vec::new();
+    for k in 0..60_000u64 {
+        cpus.push(rng.below(16) as u32);
+        lines.push(if k % 3 == 0 {
+            rng.below(span)
+        } else {
+            (k * 7) % span
+        });
+    }
+    let mut fast = Machine::new(cfg.clone()).unwrap();
+    assert!(fast.uses_specialised_path());
+    trace::prepare(&mut fast, &lines).unwrap();
+    trace::run_cpu_lines(&mut fast, &cpus, &lines, AccessKind::Read);
+    let mut reference = Machine::new(cfg).unwrap();
+    reference.use_paths(false, false);
+    trace::prepare(&mut reference, &lines).unwrap();
+    for (&c, &l) in cpus.iter().zip(&lines) {
+        reference.access(c as usize, l, l as u32, AccessKind::Read, 0.0);
+    }
+    assert_eq!(fast.counters().served, reference.counters().served);
+    assert_eq!(fast.check_directory(), None);
+    for lv in 0..3 {
+        for inst in 0..if lv == 2 { 4 } else { 16 } {
+            assert_eq!(fast.occupancy(lv, inst), reference.occupancy(lv, inst));
+        }
+    }
+    // one cpu, no cpu list
+    let mut fast = Machine::new(small_opteron(8, 16, 32)).unwrap();
+    let mut reference = Machine::new(small_opteron(8, 16, 32)).unwrap();
+    reference.use_paths(false, false);
+    trace::prepare(&mut fast, &lines).unwrap();
+    trace::prepare(&mut reference, &lines).unwrap();
+    trace::run_lines(&mut fast, 5, &lines, AccessKind::NonTemporal);
+    trace::run_lines(&mut fast, 5, &lines, AccessKind::Read);
+    for kind in [AccessKind::NonTemporal, AccessKind::Read] {
+        for &l in &lines {
+            reference.access(5, l, l as u32, kind, 0.0);
+        }
+    }
+    assert_eq!(fast.counters().served, reference.counters().served);
+}
