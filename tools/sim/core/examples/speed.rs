@@ -3,7 +3,10 @@
 //! opteron-16-like machine (16 cores, L1 64 KiB 8-way inclusive, L2 512 KiB 16-way
 //! exclusive, L3 2 MiB 32-way victim per 4-core chip, 4 NUMA nodes).
 //!
-//! `cargo run --release --example speed [accesses] [repeats]`; also a target for callgrind.
+//! `cargo run --release --example speed [accesses] [repeats] [paths]`; also a target for
+//! callgrind. `paths` picks the hot paths: `best` (default: AVX-512 if the CPU has it, the
+//! copy specialised for this shape), `portable` (no AVX-512), `generic` (no specialised
+//! copy) or `reference` (neither).
 //! Prints the rate in CPU time of the running thread (the machine's cores are shared), the
 //! median over `repeats` runs on fresh machines (default 5).
 
@@ -79,10 +82,18 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5);
+    let (vector, specialised) = match std::env::args().nth(3).as_deref() {
+        None | Some("best") => (true, true),
+        Some("portable") => (false, true),
+        Some("generic") => (true, false),
+        Some("reference") => (false, false),
+        Some(other) => panic!("paths: best, portable, generic or reference, not {other}"),
+    };
     let mut rates = Vec::new();
     let mut served = Vec::new();
     for _ in 0..repeats.max(1) {
         let mut m = Machine::new(cfg.clone()).expect("config");
+        m.use_paths(vector, specialised);
         trace::prepare(&mut m, &lines).expect("prepare");
         let t0 = thread_cpu_s();
         trace::run_cpu_lines(&mut m, &cpus, &lines, AccessKind::Read);
