@@ -5,8 +5,8 @@
 //!
 //! `cargo run --release --example speed [accesses] [repeats] [paths]`; also a target for
 //! callgrind. `paths` picks the hot paths: `best` (default: AVX-512 if the CPU has it, the
-//! copy specialised for this shape), `portable` (no AVX-512), `generic` (no specialised
-//! copy) or `reference` (neither).
+//! copy specialised for this shape), `avx2` (AVX2 rather than AVX-512), `portable` (no
+//! vector instructions), `generic` (no specialised copy) or `reference` (neither).
 //! Prints the rate in CPU time of the running thread (the machine's cores are shared), the
 //! median over `repeats` runs on fresh machines (default 5).
 
@@ -85,15 +85,19 @@ fn main() {
     let (vector, specialised) = match std::env::args().nth(3).as_deref() {
         None | Some("best") => (true, true),
         Some("portable") => (false, true),
+        Some("avx2") => (true, true),
         Some("generic") => (true, false),
         Some("reference") => (false, false),
-        Some(other) => panic!("paths: best, portable, generic or reference, not {other}"),
+        Some(other) => panic!("paths: best, avx2, portable, generic or reference, not {other}"),
     };
     let mut rates = Vec::new();
     let mut served = Vec::new();
     for _ in 0..repeats.max(1) {
         let mut m = Machine::new(cfg.clone()).expect("config");
         m.use_paths(vector, specialised);
+        if std::env::args().nth(3).as_deref() == Some("avx2") {
+            m.use_avx2_only();
+        }
         trace::prepare(&mut m, &lines).expect("prepare");
         let t0 = thread_cpu_s();
         trace::run_cpu_lines(&mut m, &cpus, &lines, AccessKind::Read);

@@ -9,8 +9,9 @@
 //! line address itself as the slot.
 
 #[cfg(target_arch = "x86_64")]
-use crate::cache::Avx512;
-use crate::cache::{has_avx512, Cache, Inserted, Isa, Scalar, EMPTY};
+use crate::cache::{has_avx2, has_avx512, Cache, Inserted, Isa, Scalar, EMPTY};
+#[cfg(target_arch = "x86_64")]
+use crate::cache::{Avx2, Avx512};
 use crate::config::{Inclusion, MachineConfig};
 use crate::error::{Result, SimError};
 
@@ -90,6 +91,8 @@ pub struct Machine {
     counters: Counters,
     /// The CPU running the simulation has AVX-512 (F, VL): the hot paths use it.
     avx512: bool,
+    /// Else it has AVX2: the hot paths use that.
+    avx2: bool,
     /// The hierarchy has the shape of AMD's Family 10h with 8/16/32 ways (see
     /// [`Machine::access3`]): a specialised copy of the hot path serves it.
     amd3: bool,
@@ -286,6 +289,7 @@ impl Machine {
             node_base_line,
             counters,
             avx512: has_avx512(),
+            avx2: has_avx2(),
             amd3: false,
             cfg,
         })
@@ -309,14 +313,23 @@ impl Machine {
     /// for tests and speed comparisons).
     pub fn force_portable(&mut self) {
         self.avx512 = false;
+        self.avx2 = false;
     }
 
-    /// Choose the hot paths: AVX-512 set operations (if the CPU has them) and the copy
-    /// specialised for the opteron-16 shape (if the hierarchy has it). Every choice gives
-    /// the same results; for tests and speed comparisons.
+    /// Choose the hot paths: vector set operations (AVX-512, else AVX2, if the CPU has
+    /// them) and the copy specialised for the opteron-16 shape (if the hierarchy has it).
+    /// Every choice gives the same results; for tests and speed comparisons.
     pub fn use_paths(&mut self, vector: bool, specialised: bool) {
         self.avx512 = vector && has_avx512();
+        self.avx2 = vector && has_avx2();
         self.amd3 = specialised && self.is_amd3();
+    }
+
+    /// Use AVX2 (if the CPU has it) rather than AVX-512 set operations, as on a CPU without
+    /// AVX-512; for tests and speed comparisons.
+    pub fn use_avx2_only(&mut self) {
+        self.avx512 = false;
+        self.avx2 = has_avx2();
     }
 
     /// Whether the copy of the hot path specialised for the opteron-16 shape is in use.
@@ -507,6 +520,11 @@ impl Machine {
             // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
             return unsafe { self.access_avx512(cpu, phys, slot, kind, now) };
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is set only when the CPU has AVX2.
+            return unsafe { self.access_avx2(cpu, phys, slot, kind, now) };
+        }
         self.access_i::<Scalar>(cpu, phys, slot, kind, now)
     }
 
@@ -519,7 +537,32 @@ impl Machine {
             unsafe { self.run_lines_avx512(cpu, cpus, lines, kind) };
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is set only when the CPU has AVX2.
+            unsafe { self.run_lines_avx2(cpu, cpus, lines, kind) };
+            return;
+        }
         self.run_lines_i::<Scalar>(cpu, cpus, lines, kind);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_lines_avx2(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        self.run_lines_i::<Avx2>(cpu, cpus, lines, kind);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn access_avx2(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        self.access_i::<Avx2>(cpu, phys, slot, kind, now)
     }
 
     #[cfg(target_arch = "x86_64")]

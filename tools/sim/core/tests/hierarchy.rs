@@ -272,16 +272,26 @@ fn small_opteron(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
 fn every_hot_path_gives_the_same_results() {
     for (w1, w2, w3) in [(8, 16, 32), (2, 4, 8), (3, 5, 7), (8, 16, 48)] {
         let cfg = small_opteron(w1, w2, w3);
-        // (AVX-512 if present, specialised copy if the shape allows) x the reference path
-        let mut machines: Vec<Machine> =
-            [(true, true), (true, false), (false, true), (false, false)]
-                .iter()
-                .map(|&(vector, specialised)| {
-                    let mut m = Machine::new(cfg.clone()).unwrap();
-                    m.use_paths(vector, specialised);
-                    m
-                })
-                .collect();
+        // (vector, AVX2 only, specialised): AVX-512 or AVX2 when present, else portable
+        let paths = [
+            (true, false, true),
+            (true, false, false),
+            (true, true, true),
+            (true, true, false),
+            (false, false, true),
+            (false, false, false),
+        ];
+        let mut machines: Vec<Machine> = paths
+            .iter()
+            .map(|&(vector, avx2_only, specialised)| {
+                let mut m = Machine::new(cfg.clone()).unwrap();
+                m.use_paths(vector, specialised);
+                if avx2_only {
+                    m.use_avx2_only();
+                }
+                m
+            })
+            .collect();
         assert_eq!(
             machines[0].uses_specialised_path(),
             (w1, w2, w3) == (8, 16, 32)
