@@ -180,14 +180,7 @@ impl Cache {
     #[inline(always)]
     pub(crate) fn touch_i<I: Isa, const W: usize>(&mut self, phys: u64, id: u32) -> bool {
         let b = self.base_w::<W>(phys);
-        match self.find::<I, W>(b, id) {
-            Some(0) => true,
-            Some(i) => {
-                I::push_front(self.set_mut::<W>(b), i, id);
-                true
-            }
-            None => false,
-        }
+        set_touch::<I>(self.set_mut::<W>(b), id)
     }
 
     /// Look `id` up; on a hit either take it out (`take`) or make it most-recently used.
@@ -206,17 +199,7 @@ impl Cache {
         take: bool,
     ) -> bool {
         let b = self.base_w::<W>(phys);
-        match self.find::<I, W>(b, id) {
-            Some(i) => {
-                if take {
-                    I::pull_down(self.set_mut::<W>(b), i);
-                } else if i > 0 {
-                    I::push_front(self.set_mut::<W>(b), i, id);
-                }
-                true
-            }
-            None => false,
-        }
+        set_touch_or_take::<I>(self.set_mut::<W>(b), id, take)
     }
 
     /// Remove `id` if present. Returns whether it was present.
@@ -229,13 +212,7 @@ impl Cache {
     #[inline(always)]
     pub(crate) fn remove_i<I: Isa, const W: usize>(&mut self, phys: u64, id: u32) -> bool {
         let b = self.base_w::<W>(phys);
-        match self.find::<I, W>(b, id) {
-            Some(i) => {
-                I::pull_down(self.set_mut::<W>(b), i);
-                true
-            }
-            None => false,
-        }
+        set_touch_or_take::<I>(self.set_mut::<W>(b), id, true)
     }
 
     /// Insert `id` as most-recently used (promote if present).
@@ -248,29 +225,7 @@ impl Cache {
     #[inline(always)]
     pub(crate) fn insert_i<I: Isa, const W: usize>(&mut self, phys: u64, id: u32) -> Inserted {
         let b = self.base_w::<W>(phys);
-        if self.w::<W>() >= 16 {
-            // one shift either way: up to the hit way, or over the whole set
-            let last = self.w::<W>() - 1;
-            let hit = self.find::<I, W>(b, id);
-            let upto = hit.unwrap_or(last);
-            let old = self.set::<W>(b)[last];
-            I::push_front(self.set_mut::<W>(b), upto, id);
-            return if hit.is_some() {
-                Inserted::Present
-            } else if old == EMPTY {
-                Inserted::Fresh
-            } else {
-                Inserted::Evicted(old)
-            };
-        }
-        match self.find::<I, W>(b, id) {
-            Some(0) => Inserted::Present,
-            Some(i) => {
-                I::push_front(self.set_mut::<W>(b), i, id);
-                Inserted::Present
-            }
-            None => self.insert_absent_at::<I, W>(b, id),
-        }
+        set_insert::<I>(self.set_mut::<W>(b), id)
     }
 
     /// Insert `id` known to be absent (the caller has just looked it up).
@@ -287,19 +242,33 @@ impl Cache {
         id: u32,
     ) -> Inserted {
         let b = self.base_w::<W>(phys);
-        self.insert_absent_at::<I, W>(b, id)
+        set_insert_absent::<I>(self.set_mut::<W>(b), id)
     }
 
+    /// The `W` ways of the set of `phys`, for a cache of power-of-two sets whose set mask
+    /// the caller holds (`mask` = sets - 1): no lookup of the geometry.
     #[inline(always)]
-    fn insert_absent_at<I: Isa, const W: usize>(&mut self, b: usize, id: u32) -> Inserted {
-        let last = self.w::<W>() - 1;
-        let old = self.set::<W>(b)[last];
-        I::push_front(self.set_mut::<W>(b), last, id);
-        if old == EMPTY {
-            Inserted::Fresh
-        } else {
-            Inserted::Evicted(old)
-        }
+    pub(crate) fn set_masked<const W: usize>(&mut self, phys: u64, mask: u64) -> &mut [u32] {
+        debug_assert!(self.pow2 && mask == self.mask && W == self.ways);
+        let b = (phys & mask) as usize * W;
+        debug_assert!(b + W <= self.tags.len());
+        // SAFETY: set < sets, so b + W <= sets * W = len.
+        unsafe { self.tags.get_unchecked_mut(b..b + W) }
+    }
+
+    /// Read-only [`Cache::set_masked`].
+    #[inline(always)]
+    pub(crate) fn set_masked_ref<const W: usize>(&self, phys: u64, mask: u64) -> &[u32] {
+        debug_assert!(self.pow2 && mask == self.mask && W == self.ways);
+        let b = (phys & mask) as usize * W;
+        debug_assert!(b + W <= self.tags.len());
+        // SAFETY: as in `set_masked`.
+        unsafe { self.tags.get_unchecked(b..b + W) }
+    }
+
+    /// The set mask (sets - 1) when the number of sets is a power of two.
+    pub(crate) fn pow2_mask(&self) -> Option<u64> {
+        self.pow2.then_some(self.mask)
     }
 
     /// Drop every line.
@@ -310,6 +279,78 @@ impl Cache {
     /// Number of valid lines held.
     pub fn occupancy(&self) -> usize {
         self.tags.iter().filter(|&&t| t != EMPTY).count()
+    }
+}
+
+/// On a set (ways ordered most- to least-recently used): on a hit make `id` most-recently
+/// used. Returns whether it hit.
+#[inline(always)]
+pub(crate) fn set_touch<I: Isa>(set: &mut [u32], id: u32) -> bool {
+    match I::find(set, id) {
+        Some(0) => true,
+        Some(i) => {
+            I::push_front(set, i, id);
+            true
+        }
+        None => false,
+    }
+}
+
+/// On a set: on a hit take `id` out (`take`) or make it most-recently used.
+#[inline(always)]
+pub(crate) fn set_touch_or_take<I: Isa>(set: &mut [u32], id: u32, take: bool) -> bool {
+    match I::find(set, id) {
+        Some(i) => {
+            if take {
+                I::pull_down(set, i);
+            } else if i > 0 {
+                I::push_front(set, i, id);
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// On a set: insert `id` as most-recently used (promote if present).
+#[inline(always)]
+pub(crate) fn set_insert<I: Isa>(set: &mut [u32], id: u32) -> Inserted {
+    let n = set.len();
+    if n >= 16 {
+        // one shift either way: up to the hit way, or over the whole set
+        let last = n - 1;
+        let hit = I::find(set, id);
+        let upto = hit.unwrap_or(last);
+        let old = set[last];
+        I::push_front(set, upto, id);
+        return if hit.is_some() {
+            Inserted::Present
+        } else if old == EMPTY {
+            Inserted::Fresh
+        } else {
+            Inserted::Evicted(old)
+        };
+    }
+    match I::find(set, id) {
+        Some(0) => Inserted::Present,
+        Some(i) => {
+            I::push_front(set, i, id);
+            Inserted::Present
+        }
+        None => set_insert_absent::<I>(set, id),
+    }
+}
+
+/// On a set: insert `id` known to be absent.
+#[inline(always)]
+pub(crate) fn set_insert_absent<I: Isa>(set: &mut [u32], id: u32) -> Inserted {
+    let last = set.len() - 1;
+    let old = set[last];
+    I::push_front(set, last, id);
+    if old == EMPTY {
+        Inserted::Fresh
+    } else {
+        Inserted::Evicted(old)
     }
 }
 

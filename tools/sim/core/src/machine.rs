@@ -9,7 +9,10 @@
 //! line address itself as the slot.
 
 #[cfg(target_arch = "x86_64")]
-use crate::cache::{has_avx2, has_avx512, Cache, Inserted, Isa, Scalar, EMPTY};
+use crate::cache::{
+    has_avx2, has_avx512, set_insert, set_insert_absent, set_touch, set_touch_or_take, Cache,
+    Inserted, Isa, Scalar, EMPTY,
+};
 #[cfg(target_arch = "x86_64")]
 use crate::cache::{Avx2, Avx512};
 use crate::config::{Inclusion, MachineConfig};
@@ -96,6 +99,8 @@ pub struct Machine {
     /// The hierarchy has the shape of AMD's Family 10h with 8/16/32 ways (see
     /// [`Machine::access3`]): a specialised copy of the hot path serves it.
     amd3: bool,
+    /// Set masks (sets - 1) of L1, L2, L3 on the specialised path.
+    amd3_mask: [u64; 3],
 }
 
 /// What becomes of a line evicted from a level.
@@ -291,10 +296,12 @@ impl Machine {
             avx512: has_avx512(),
             avx2: has_avx2(),
             amd3: false,
+            amd3_mask: [0; 3],
             cfg,
         })
         .map(|mut m| {
             m.amd3 = m.is_amd3();
+            m.amd3_mask = [0, 1, 2].map(|i| m.amd3_mask_of(i));
             m
         })
     }
@@ -639,12 +646,21 @@ impl Machine {
             && self.victim_action[2] == LAST_DROP
             && (0..self.cfg.n_cpus()).all(|cpu| {
                 let h = &self.hier[cpu * 3..cpu * 3 + 3];
-                self.below[h[0] as usize] == h[1] && self.below[h[1] as usize] == h[2]
+                self.below[h[0] as usize] == h[1]
+                    && self.below[h[1] as usize] == h[2]
+                    && (0..3).all(|i| {
+                        self.caches[h[i] as usize].pow2_mask() == Some(self.amd3_mask_of(i))
+                    })
             })
     }
 
+    /// Set mask of level `i` (sets - 1).
+    fn amd3_mask_of(&self, i: usize) -> u64 {
+        self.cfg.levels[i].sets as u64 - 1
+    }
+
     /// [`Machine::access_i`] for the shape of [`Machine::is_amd3`]: the same operations in
-    /// the same order, with the level tables and associativities known.
+    /// the same order, with the level tables, associativities and set masks known.
     #[inline(always)]
     fn access3<I: Isa, const TRACE: bool>(
         &mut self,
@@ -657,6 +673,7 @@ impl Machine {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
+        let [m1, m2, m3] = self.amd3_mask;
         let h = cpu * 3;
         let c1 = *self.hier.at(h) as usize;
         let c2 = *self.hier.at(h + 1) as usize;
@@ -664,33 +681,27 @@ impl Machine {
         let g = *self.group_of.at(cpu) as usize;
         if *self.dir.at(slot as usize * self.n_groups + g) != 0 {
             if kind == AccessKind::NonTemporal {
-                if self.caches.at(c1).contains_i::<I, W1>(phys, slot) {
+                if I::find(self.caches.at(c1).set_masked_ref::<W1>(phys, m1), slot).is_some() {
                     return self.count(Source::Level(0), *self.hit_cycles.at(0));
                 }
-                if self.caches.at(c2).contains_i::<I, W2>(phys, slot) {
+                if I::find(self.caches.at(c2).set_masked_ref::<W2>(phys, m2), slot).is_some() {
                     return self.count(Source::Level(1), *self.hit_cycles.at(1));
                 }
-                if self.caches.at(c3).contains_i::<I, W3>(phys, slot) {
+                if I::find(self.caches.at(c3).set_masked_ref::<W3>(phys, m3), slot).is_some() {
                     return self.count(Source::Level(2), *self.hit_cycles.at(2));
                 }
             } else {
-                if self.caches.at_mut(c1).touch_i::<I, W1>(phys, slot) {
+                if set_touch::<I>(self.caches.at_mut(c1).set_masked::<W1>(phys, m1), slot) {
                     return self.count(Source::Level(0), *self.hit_cycles.at(0));
                 }
-                if self
-                    .caches
-                    .at_mut(c2)
-                    .touch_or_take_i::<I, W2>(phys, slot, true)
-                {
+                let set2 = self.caches.at_mut(c2).set_masked::<W2>(phys, m2);
+                if set_touch_or_take::<I>(set2, slot, true) {
                     self.dec(slot, g);
                     self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
                     return self.count(Source::Level(1), *self.hit_cycles.at(1));
                 }
-                if self
-                    .caches
-                    .at_mut(c3)
-                    .touch_or_take_i::<I, W3>(phys, slot, true)
-                {
+                let set3 = self.caches.at_mut(c3).set_masked::<W3>(phys, m3);
+                if set_touch_or_take::<I>(set3, slot, true) {
                     self.dec(slot, g);
                     self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
                     return self.count(Source::Level(2), *self.hit_cycles.at(2));
@@ -720,7 +731,9 @@ impl Machine {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
-        let v = match self.caches.at_mut(c1).insert_absent_i::<I, W1>(phys, slot) {
+        let [m1, m2, m3] = self.amd3_mask;
+        let set1 = self.caches.at_mut(c1).set_masked::<W1>(phys, m1);
+        let v = match set_insert_absent::<I>(set1, slot) {
             Inserted::Present => return,
             Inserted::Fresh => {
                 self.inc(slot, g);
@@ -732,7 +745,8 @@ impl Machine {
             }
         };
         let vphys = self.phys_of_m::<TRACE>(v);
-        let w = match self.caches.at_mut(c2).insert_absent_i::<I, W2>(vphys, v) {
+        let set2 = self.caches.at_mut(c2).set_masked::<W2>(vphys, m2);
+        let w = match set_insert_absent::<I>(set2, v) {
             Inserted::Present => {
                 self.dec(v, g);
                 return;
@@ -741,7 +755,8 @@ impl Machine {
             Inserted::Evicted(w) => w,
         };
         let wphys = self.phys_of_m::<TRACE>(w);
-        let gone = match self.caches.at_mut(c3).insert_i::<I, W3>(wphys, w) {
+        let set3 = self.caches.at_mut(c3).set_masked::<W3>(wphys, m3);
+        let gone = match set_insert::<I>(set3, w) {
             Inserted::Present => w,
             Inserted::Evicted(x) => x,
             Inserted::Fresh => return,
