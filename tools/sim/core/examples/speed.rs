@@ -107,7 +107,8 @@ fn main() {
     }
     rates.sort_by(f64::total_cmp);
     println!(
-        "{} accesses: median {:.1} M/s (min {:.1}, max {:.1}, {} runs, thread CPU time); served {:?}",
+        "{} accesses: median {:.1} M/s (min {:.1}, max {:.1}, {} runs, thread CPU time); \
+         served {:?}",
         lines.len(),
         rates[rates.len() / 2],
         rates[0],

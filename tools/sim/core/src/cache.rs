@@ -245,25 +245,10 @@ impl Cache {
         set_insert_absent::<I>(self.set_mut::<W>(b), id)
     }
 
-    /// The `W` ways of the set of `phys`, for a cache of power-of-two sets whose set mask
-    /// the caller holds (`mask` = sets - 1): no lookup of the geometry.
-    #[inline(always)]
-    pub(crate) fn set_masked<const W: usize>(&mut self, phys: u64, mask: u64) -> &mut [u32] {
-        debug_assert!(self.pow2 && mask == self.mask && W == self.ways);
-        let b = (phys & mask) as usize * W;
-        debug_assert!(b + W <= self.tags.len());
-        // SAFETY: set < sets, so b + W <= sets * W = len.
-        unsafe { self.tags.get_unchecked_mut(b..b + W) }
-    }
-
-    /// Read-only [`Cache::set_masked`].
-    #[inline(always)]
-    pub(crate) fn set_masked_ref<const W: usize>(&self, phys: u64, mask: u64) -> &[u32] {
-        debug_assert!(self.pow2 && mask == self.mask && W == self.ways);
-        let b = (phys & mask) as usize * W;
-        debug_assert!(b + W <= self.tags.len());
-        // SAFETY: as in `set_masked`.
-        unsafe { self.tags.get_unchecked(b..b + W) }
+    /// Pointer to the first tag, for [`crate::machine`]'s specialised path (valid while
+    /// the cache lives: the tag array never reallocates).
+    pub(crate) fn tags_ptr(&mut self) -> *mut u32 {
+        self.tags.as_mut_ptr()
     }
 
     /// The set mask (sets - 1) when the number of sets is a power of two.

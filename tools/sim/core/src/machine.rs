@@ -103,6 +103,15 @@ pub struct Machine {
     amd3_mask: [u64; 3],
 }
 
+/// One CPU's caches on the specialised path: tag arrays of its L1, L2 and L3 instances
+/// and its group. Built from the machine's tables (`Machine::cpu3`) and used while the
+/// machine is borrowed; the tag arrays never reallocate.
+#[derive(Debug, Clone, Copy)]
+struct Cpu3 {
+    tags: [*mut u32; 3],
+    group: usize,
+}
+
 /// What becomes of a line evicted from a level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct VictimAction {
@@ -589,12 +598,15 @@ impl Machine {
         if self.amd3 && self.mode == SlotMode::Trace {
             // raw trace: a slot is its line address
             if cpus.is_empty() {
+                let c = self.cpu3(cpu);
                 for &l in lines {
-                    self.access3::<I, true>(cpu, l, l as u32, kind, 0.0);
+                    self.access3::<I, true>(c, cpu, l, l as u32, kind, 0.0);
                 }
             } else {
+                let table: Vec<Cpu3> = (0..self.cfg.n_cpus()).map(|c| self.cpu3(c)).collect();
                 for (&c, &l) in cpus.iter().zip(lines) {
-                    self.access3::<I, true>(c as usize, l, l as u32, kind, 0.0);
+                    let cpu = c as usize;
+                    self.access3::<I, true>(*table.at(cpu), cpu, l, l as u32, kind, 0.0);
                 }
             }
             return;
@@ -659,11 +671,49 @@ impl Machine {
         self.cfg.levels[i].sets as u64 - 1
     }
 
+    /// The caches of `cpu` on the specialised path.
+    #[inline(always)]
+    fn cpu3(&mut self, cpu: usize) -> Cpu3 {
+        let h = cpu * 3;
+        let mut tags = [std::ptr::null_mut(); 3];
+        for (i, t) in tags.iter_mut().enumerate() {
+            let c = *self.hier.at(h + i) as usize;
+            *t = self.caches.at_mut(c).tags_ptr();
+        }
+        Cpu3 {
+            tags,
+            group: *self.group_of.at(cpu) as usize,
+        }
+    }
+
+    /// The `W` ways of the set of `phys` in the tag array `tags` (set mask `m`).
+    ///
+    /// # Safety
+    ///
+    /// `tags` comes from [`Machine::cpu3`] of this machine (a live cache of power-of-two
+    /// sets, `W` ways, mask `m` = sets - 1; tag arrays never move), and the set returned is
+    /// the only reference to it while it is used.
+    #[inline(always)]
+    unsafe fn set3<'a, const W: usize>(tags: *mut u32, phys: u64, m: u64) -> &'a mut [u32] {
+        // SAFETY: set index < sets, so the W tags lie inside the array (caller's contract).
+        unsafe { std::slice::from_raw_parts_mut(tags.add((phys & m) as usize * W), W) }
+    }
+
+    /// Directory count of `slot` in group `g`, through a pointer read once per access.
+    #[inline(always)]
+    fn dir_at(dir: *mut u8, n_groups: usize, slot: u32, g: usize) -> *mut u8 {
+        // SAFETY: slots index the directory (sized n_slots x n_groups in register_page /
+        // prepare_trace); callers pass `self.dir`'s pointer, unchanged during an access.
+        unsafe { dir.add(slot as usize * n_groups + g) }
+    }
+
     /// [`Machine::access_i`] for the shape of [`Machine::is_amd3`]: the same operations in
-    /// the same order, with the level tables, associativities and set masks known.
+    /// the same order, with the level tables, associativities and set masks known. `c`
+    /// holds `cpu`'s caches.
     #[inline(always)]
     fn access3<I: Isa, const TRACE: bool>(
         &mut self,
+        c: Cpu3,
         cpu: usize,
         phys: u64,
         slot: u32,
@@ -674,43 +724,55 @@ impl Machine {
         const W2: usize = 16;
         const W3: usize = 32;
         let [m1, m2, m3] = self.amd3_mask;
-        let h = cpu * 3;
-        let c1 = *self.hier.at(h) as usize;
-        let c2 = *self.hier.at(h + 1) as usize;
-        let c3 = *self.hier.at(h + 2) as usize;
-        let g = *self.group_of.at(cpu) as usize;
-        if *self.dir.at(slot as usize * self.n_groups + g) != 0 {
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        debug_assert!((slot as usize + 1) * ng <= self.dir.len());
+        // SAFETY (every `dir_at` dereference): see `dir_at`. (every `set3`): `c` is this
+        // machine's, and each set is used before the next is made.
+        if unsafe { *Self::dir_at(dir, ng, slot, g) } != 0 {
+            let set1 = unsafe { Self::set3::<W1>(c.tags[0], phys, m1) };
             if kind == AccessKind::NonTemporal {
-                if I::find(self.caches.at(c1).set_masked_ref::<W1>(phys, m1), slot).is_some() {
+                if I::find(set1, slot).is_some() {
                     return self.count(Source::Level(0), *self.hit_cycles.at(0));
                 }
-                if I::find(self.caches.at(c2).set_masked_ref::<W2>(phys, m2), slot).is_some() {
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                if I::find(set2, slot).is_some() {
                     return self.count(Source::Level(1), *self.hit_cycles.at(1));
                 }
-                if I::find(self.caches.at(c3).set_masked_ref::<W3>(phys, m3), slot).is_some() {
+                let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                if I::find(set3, slot).is_some() {
                     return self.count(Source::Level(2), *self.hit_cycles.at(2));
                 }
             } else {
-                if set_touch::<I>(self.caches.at_mut(c1).set_masked::<W1>(phys, m1), slot) {
+                if set_touch::<I>(set1, slot) {
                     return self.count(Source::Level(0), *self.hit_cycles.at(0));
                 }
-                let set2 = self.caches.at_mut(c2).set_masked::<W2>(phys, m2);
-                if set_touch_or_take::<I>(set2, slot, true) {
-                    self.dec(slot, g);
-                    self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
-                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
-                }
-                let set3 = self.caches.at_mut(c3).set_masked::<W3>(phys, m3);
-                if set_touch_or_take::<I>(set3, slot, true) {
-                    self.dec(slot, g);
-                    self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
-                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                // exclusive L2, then victim L3: a hit takes the line out, into L1
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                let level = if set_touch_or_take::<I>(set2, slot, true) {
+                    1
+                } else {
+                    let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                    if set_touch_or_take::<I>(set3, slot, true) {
+                        2
+                    } else {
+                        0
+                    }
+                };
+                if level > 0 {
+                    unsafe {
+                        let d = Self::dir_at(dir, ng, slot, g);
+                        *d = (*d).wrapping_sub(1);
+                    }
+                    self.fill3::<I, TRACE>(&c, phys, slot);
+                    return self.count(Source::Level(level), *self.hit_cycles.at(level));
                 }
             }
         }
         let result = self.serve_miss(cpu, phys, slot, now);
         if kind != AccessKind::NonTemporal {
-            self.fill3::<I, TRACE>(c1, c2, c3, g, phys, slot);
+            self.fill3::<I, TRACE>(&c, phys, slot);
         }
         result
     }
@@ -719,49 +781,58 @@ impl Machine {
     /// the line goes into L1; L1's victim moves into its (sole) L2; L2's victim into the
     /// shared L3, whose victim leaves the group.
     #[inline(always)]
-    fn fill3<I: Isa, const TRACE: bool>(
-        &mut self,
-        c1: usize,
-        c2: usize,
-        c3: usize,
-        g: usize,
-        phys: u64,
-        slot: u32,
-    ) {
+    fn fill3<I: Isa, const TRACE: bool>(&mut self, c: &Cpu3, phys: u64, slot: u32) {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
         let [m1, m2, m3] = self.amd3_mask;
-        let set1 = self.caches.at_mut(c1).set_masked::<W1>(phys, m1);
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        // SAFETY (every `dir_at` dereference): see `dir_at`. (every `set3`): `c` is this
+        // machine's, and each set is used before the next is made.
+        let set1 = unsafe { Self::set3::<W1>(c.tags[0], phys, m1) };
         let v = match set_insert_absent::<I>(set1, slot) {
             Inserted::Present => return,
             Inserted::Fresh => {
-                self.inc(slot, g);
+                unsafe {
+                    let d = Self::dir_at(dir, ng, slot, g);
+                    *d = (*d).wrapping_add(1);
+                }
                 return;
             }
             Inserted::Evicted(v) => {
-                self.inc(slot, g);
+                unsafe {
+                    let d = Self::dir_at(dir, ng, slot, g);
+                    *d = (*d).wrapping_add(1);
+                }
                 v
             }
         };
         let vphys = self.phys_of_m::<TRACE>(v);
-        let set2 = self.caches.at_mut(c2).set_masked::<W2>(vphys, m2);
+        let set2 = unsafe { Self::set3::<W2>(c.tags[1], vphys, m2) };
         let w = match set_insert_absent::<I>(set2, v) {
             Inserted::Present => {
-                self.dec(v, g);
+                unsafe {
+                    let d = Self::dir_at(dir, ng, v, g);
+                    *d = (*d).wrapping_sub(1);
+                }
                 return;
             }
             Inserted::Fresh => return,
             Inserted::Evicted(w) => w,
         };
         let wphys = self.phys_of_m::<TRACE>(w);
-        let set3 = self.caches.at_mut(c3).set_masked::<W3>(wphys, m3);
+        let set3 = unsafe { Self::set3::<W3>(c.tags[2], wphys, m3) };
         let gone = match set_insert::<I>(set3, w) {
             Inserted::Present => w,
             Inserted::Evicted(x) => x,
             Inserted::Fresh => return,
         };
-        self.dec(gone, g);
+        unsafe {
+            let d = Self::dir_at(dir, ng, gone, g);
+            *d = (*d).wrapping_sub(1);
+        }
     }
 
     #[inline(always)]
@@ -774,7 +845,8 @@ impl Machine {
         now: f64,
     ) -> (Source, f64) {
         if self.amd3 {
-            return self.access3::<I, false>(cpu, phys, slot, kind, now);
+            let c = self.cpu3(cpu);
+            return self.access3::<I, false>(c, cpu, phys, slot, kind, now);
         }
         let n = self.n_levels;
         let h = cpu * n;
