@@ -310,7 +310,9 @@ impl Machine {
         })
         .map(|mut m| {
             m.amd3 = m.is_amd3();
-            m.amd3_mask = [0, 1, 2].map(|i| m.amd3_mask_of(i));
+            if m.amd3 {
+                m.amd3_mask = [0, 1, 2].map(|i| m.amd3_mask_of(i));
+            }
             m
         })
     }
@@ -339,6 +341,9 @@ impl Machine {
         self.avx512 = vector && has_avx512();
         self.avx2 = vector && has_avx2();
         self.amd3 = specialised && self.is_amd3();
+        if self.amd3 {
+            self.amd3_mask = [0, 1, 2].map(|i| self.amd3_mask_of(i));
+        }
     }
 
     /// Use AVX2 (if the CPU has it) rather than AVX-512 set operations, as on a CPU without

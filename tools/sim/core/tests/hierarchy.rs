@@ -379,3 +379,37 @@ fn batched_trace_runs_match_the_reference_path() {
     }
     assert_eq!(fast.counters().served, reference.counters().served);
 }
+
+#[test]
+fn machines_of_one_two_and_four_levels_build_and_run() {
+    for n in [1usize, 2, 4] {
+        let levels = (0..n)
+            .map(|i| {
+                let inst = if i + 1 == n {
+                    vec![0, 0, 1, 1]
+                } else {
+                    vec![0, 1, 2, 3]
+                };
+                level(
+                    &format!("L{}", i + 1),
+                    4 << i,
+                    4,
+                    Inclusion::Inclusive,
+                    1.0,
+                    inst,
+                )
+            })
+            .collect();
+        let cfg = MachineConfig {
+            levels,
+            ..opteron_like(Inclusion::Exclusive, Inclusion::Victim)
+        };
+        let mut m = Machine::new(cfg).unwrap();
+        assert!(!m.uses_specialised_path());
+        m.use_paths(true, true);
+        for l in 0..200 {
+            acc(&mut m, (l % 4) as usize, l % 97, AccessKind::Read, 0.0);
+        }
+        assert_eq!(m.check_directory(), None);
+    }
+}
