@@ -96,11 +96,22 @@ pub struct Machine {
     avx512: bool,
     /// Else it has AVX2: the hot paths use that.
     avx2: bool,
-    /// The hierarchy has the shape of AMD's Family 10h with 8/16/32 ways (see
-    /// [`Machine::access3`]): a specialised copy of the hot path serves it.
-    amd3: bool,
-    /// Set masks (sets - 1) of L1, L2, L3 on the specialised path.
+    /// A three-level shape with a specialised copy of the hot path (see
+    /// [`Machine::shape3_of`]), or `Generic`.
+    shape3: Shape3,
+    /// Set masks (sets - 1) of L1, L2, L3 on the specialised paths.
     amd3_mask: [u64; 3],
+}
+
+/// The three-level shapes with a specialised copy of the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape3 {
+    /// Neither: the generic path.
+    Generic,
+    /// L1 -> private exclusive L2 -> shared victim L3 (the opteron-16 model).
+    Amd,
+    /// Three non-inclusive levels filled on every miss (the pycachesim comparison).
+    Nine,
 }
 
 /// One CPU's caches on the specialised path: tag arrays of its L1, L2 and L3 instances
@@ -304,13 +315,13 @@ impl Machine {
             counters,
             avx512: has_avx512(),
             avx2: has_avx2(),
-            amd3: false,
+            shape3: Shape3::Generic,
             amd3_mask: [0; 3],
             cfg,
         })
         .map(|mut m| {
-            m.amd3 = m.is_amd3();
-            if m.amd3 {
+            m.shape3 = m.shape3_of();
+            if m.shape3 != Shape3::Generic {
                 m.amd3_mask = [0, 1, 2].map(|i| m.amd3_mask_of(i));
             }
             m
@@ -340,8 +351,12 @@ impl Machine {
     pub fn use_paths(&mut self, vector: bool, specialised: bool) {
         self.avx512 = vector && has_avx512();
         self.avx2 = vector && has_avx2();
-        self.amd3 = specialised && self.is_amd3();
-        if self.amd3 {
+        self.shape3 = if specialised {
+            self.shape3_of()
+        } else {
+            Shape3::Generic
+        };
+        if self.shape3 != Shape3::Generic {
             self.amd3_mask = [0, 1, 2].map(|i| self.amd3_mask_of(i));
         }
     }
@@ -355,7 +370,7 @@ impl Machine {
 
     /// Whether the copy of the hot path specialised for the opteron-16 shape is in use.
     pub fn uses_specialised_path(&self) -> bool {
-        self.amd3
+        self.shape3 != Shape3::Generic
     }
 
     /// Index of `src` in [`Counters::served`].
@@ -573,6 +588,48 @@ impl Machine {
         self.run_lines_i::<Avx2>(cpu, cpus, lines, kind);
     }
 
+    /// Raw-trace run on a specialised path (`NINE`: [`Shape3::Nine`], else
+    /// [`Shape3::Amd`]).
+    #[inline(always)]
+    fn run_lines3<I: Isa, const NINE: bool>(
+        &mut self,
+        cpu: usize,
+        cpus: &[u32],
+        lines: &[u64],
+        kind: AccessKind,
+    ) {
+        if cpus.is_empty() {
+            let c = self.cpu3(cpu);
+            for &l in lines {
+                self.access_s::<I, true, NINE>(c, cpu, l, l as u32, kind, 0.0);
+            }
+        } else {
+            let table: Vec<Cpu3> = (0..self.cfg.n_cpus()).map(|c| self.cpu3(c)).collect();
+            for (&c, &l) in cpus.iter().zip(lines) {
+                let cpu = c as usize;
+                self.access_s::<I, true, NINE>(*table.at(cpu), cpu, l, l as u32, kind, 0.0);
+            }
+        }
+    }
+
+    /// One access on a specialised path.
+    #[inline(always)]
+    fn access_s<I: Isa, const TRACE: bool, const NINE: bool>(
+        &mut self,
+        c: Cpu3,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        if NINE {
+            self.access9::<I, TRACE>(c, cpu, phys, slot, kind, now)
+        } else {
+            self.access3::<I, TRACE>(c, cpu, phys, slot, kind, now)
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn access_avx2(
@@ -600,21 +657,13 @@ impl Machine {
 
     #[inline(always)]
     fn run_lines_i<I: Isa>(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
-        if self.amd3 && self.mode == SlotMode::Trace {
+        if self.mode == SlotMode::Trace {
             // raw trace: a slot is its line address
-            if cpus.is_empty() {
-                let c = self.cpu3(cpu);
-                for &l in lines {
-                    self.access3::<I, true>(c, cpu, l, l as u32, kind, 0.0);
-                }
-            } else {
-                let table: Vec<Cpu3> = (0..self.cfg.n_cpus()).map(|c| self.cpu3(c)).collect();
-                for (&c, &l) in cpus.iter().zip(lines) {
-                    let cpu = c as usize;
-                    self.access3::<I, true>(*table.at(cpu), cpu, l, l as u32, kind, 0.0);
-                }
+            match self.shape3 {
+                Shape3::Amd => return self.run_lines3::<I, false>(cpu, cpus, lines, kind),
+                Shape3::Nine => return self.run_lines3::<I, true>(cpu, cpus, lines, kind),
+                Shape3::Generic => {}
             }
-            return;
         }
         if cpus.is_empty() {
             for &l in lines {
@@ -640,15 +689,28 @@ impl Machine {
         self.access_i::<Avx512>(cpu, phys, slot, kind, now)
     }
 
-    /// Whether the hierarchy is L1 (filled on misses) -> private exclusive L2 (each L2
-    /// under one L1) -> shared victim L3 that drops its victims, with 8, 16 and 32 ways:
-    /// the opteron-16 model. [`Machine::access3`] is then the generic path with the
-    /// tables resolved at compile time.
-    fn is_amd3(&self) -> bool {
+    /// Which specialised copy of the hot path serves this hierarchy. Both need three
+    /// levels of 8, 16 and 32 ways with power-of-two sets:
+    ///
+    /// * [`Shape3::Amd`]: L1 (filled on misses) -> private exclusive L2 (each L2 under one
+    ///   L1) -> shared victim L3 that drops its victims: the opteron-16 model;
+    /// * [`Shape3::Nine`]: three non-inclusive levels, all filled on misses, none
+    ///   back-invalidating or passing victims down (pycachesim's semantics).
+    ///
+    /// [`Machine::access3`] and [`Machine::access9`] are the generic path with these tables
+    /// resolved at compile time.
+    fn shape3_of(&self) -> Shape3 {
         let ways: Vec<u32> = self.cfg.levels.iter().map(|l| l.ways).collect();
-        self.n_levels == 3
-            && ways == [8, 16, 32]
-            && self.victim_filled == [false, true, true]
+        if self.n_levels != 3
+            || ways != [8, 16, 32]
+            || !(0..self.cfg.n_cpus()).all(|cpu| {
+                let h = &self.hier[cpu * 3..cpu * 3 + 3];
+                (0..3).all(|i| self.caches[h[i] as usize].pow2_mask() == Some(self.amd3_mask_of(i)))
+            })
+        {
+            return Shape3::Generic;
+        }
+        let amd = self.victim_filled == [false, true, true]
             && self.fill_levels == [0]
             && self.victim_action[0]
                 == VictimAction {
@@ -663,12 +725,18 @@ impl Machine {
             && self.victim_action[2] == LAST_DROP
             && (0..self.cfg.n_cpus()).all(|cpu| {
                 let h = &self.hier[cpu * 3..cpu * 3 + 3];
-                self.below[h[0] as usize] == h[1]
-                    && self.below[h[1] as usize] == h[2]
-                    && (0..3).all(|i| {
-                        self.caches[h[i] as usize].pow2_mask() == Some(self.amd3_mask_of(i))
-                    })
-            })
+                self.below[h[0] as usize] == h[1] && self.below[h[1] as usize] == h[2]
+            });
+        let nine = self.victim_filled == [false, false, false]
+            && self.fill_levels == [2, 1, 0]
+            && self.victim_action == [LAST_DROP; 3];
+        if amd {
+            Shape3::Amd
+        } else if nine {
+            Shape3::Nine
+        } else {
+            Shape3::Generic
+        }
     }
 
     /// Set mask of level `i` (sets - 1).
@@ -712,7 +780,7 @@ impl Machine {
         unsafe { dir.add(slot as usize * n_groups + g) }
     }
 
-    /// [`Machine::access_i`] for the shape of [`Machine::is_amd3`]: the same operations in
+    /// [`Machine::access_i`] for [`Shape3::Amd`]: the same operations in
     /// the same order, with the level tables, associativities and set masks known. `c`
     /// holds `cpu`'s caches.
     #[inline(always)]
@@ -782,7 +850,7 @@ impl Machine {
         result
     }
 
-    /// [`Machine::fill`] then [`Machine::evicted`] for the shape of [`Machine::is_amd3`]:
+    /// [`Machine::fill`] then [`Machine::evicted`] for [`Shape3::Amd`]:
     /// the line goes into L1; L1's victim moves into its (sole) L2; L2's victim into the
     /// shared L3, whose victim leaves the group.
     #[inline(always)]
@@ -840,6 +908,101 @@ impl Machine {
         }
     }
 
+    /// [`Machine::access_i`] for [`Shape3::Nine`]: the same operations in the same order,
+    /// with the tables, associativities and set masks known. `c` holds `cpu`'s caches.
+    #[inline(always)]
+    fn access9<I: Isa, const TRACE: bool>(
+        &mut self,
+        c: Cpu3,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let [m1, m2, m3] = self.amd3_mask;
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        debug_assert!((slot as usize + 1) * ng <= self.dir.len());
+        // SAFETY (every `dir_at` dereference): see `dir_at`. (every `set3`): `c` is this
+        // machine's, and each set is used before the next is made.
+        if unsafe { *Self::dir_at(dir, ng, slot, g) } != 0 {
+            let set1 = unsafe { Self::set3::<W1>(c.tags[0], phys, m1) };
+            if kind == AccessKind::NonTemporal {
+                if I::find(set1, slot).is_some() {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                if I::find(set2, slot).is_some() {
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                if I::find(set3, slot).is_some() {
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            } else {
+                if set_touch::<I>(set1, slot) {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                // a hit stays where it is (most recently used) and fills the levels above
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                if set_touch::<I>(set2, slot) {
+                    self.fill9::<I>(&c, phys, slot, 1);
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                if set_touch::<I>(set3, slot) {
+                    self.fill9::<I>(&c, phys, slot, 2);
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            }
+        }
+        let result = self.serve_miss(cpu, phys, slot, now);
+        if kind != AccessKind::NonTemporal {
+            self.fill9::<I>(&c, phys, slot, 3);
+        }
+        result
+    }
+
+    /// [`Machine::fill`] for [`Shape3::Nine`]: insert the line into the levels above
+    /// `upto`, lowest first; every victim leaves the group.
+    #[inline(always)]
+    fn fill9<I: Isa>(&mut self, c: &Cpu3, phys: u64, slot: u32, upto: usize) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let [m1, m2, m3] = self.amd3_mask;
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        for j in (0..upto).rev() {
+            // SAFETY: as in `access9`.
+            let set = unsafe {
+                match j {
+                    2 => Self::set3::<W3>(c.tags[2], phys, m3),
+                    1 => Self::set3::<W2>(c.tags[1], phys, m2),
+                    _ => Self::set3::<W1>(c.tags[0], phys, m1),
+                }
+            };
+            let placed = set_insert_absent::<I>(set, slot);
+            // SAFETY: see `dir_at`.
+            unsafe {
+                if placed != Inserted::Present {
+                    let d = Self::dir_at(dir, ng, slot, g);
+                    *d = (*d).wrapping_add(1);
+                }
+                if let Inserted::Evicted(v) = placed {
+                    let d = Self::dir_at(dir, ng, v, g);
+                    *d = (*d).wrapping_sub(1);
+                }
+            }
+        }
+    }
+
     #[inline(always)]
     fn access_i<I: Isa>(
         &mut self,
@@ -849,9 +1012,16 @@ impl Machine {
         kind: AccessKind,
         now: f64,
     ) -> (Source, f64) {
-        if self.amd3 {
-            let c = self.cpu3(cpu);
-            return self.access3::<I, false>(c, cpu, phys, slot, kind, now);
+        match self.shape3 {
+            Shape3::Amd => {
+                let c = self.cpu3(cpu);
+                return self.access3::<I, false>(c, cpu, phys, slot, kind, now);
+            }
+            Shape3::Nine => {
+                let c = self.cpu3(cpu);
+                return self.access9::<I, false>(c, cpu, phys, slot, kind, now);
+            }
+            Shape3::Generic => {}
         }
         let n = self.n_levels;
         let h = cpu * n;

@@ -268,10 +268,28 @@ fn small_opteron(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
     }
 }
 
+/// [`small_opteron`] with every level non-inclusive (pycachesim's semantics).
+fn small_nine(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
+    let mut cfg = small_opteron(l1_ways, l2_ways, l3_ways);
+    for lv in &mut cfg.levels {
+        lv.inclusion = Inclusion::NonInclusive;
+    }
+    cfg
+}
+
 #[test]
 fn every_hot_path_gives_the_same_results() {
-    for (w1, w2, w3) in [(8, 16, 32), (2, 4, 8), (3, 5, 7), (8, 16, 48)] {
-        let cfg = small_opteron(w1, w2, w3);
+    let shapes = [
+        (small_opteron(8, 16, 32), true),
+        (small_opteron(2, 4, 8), false),
+        (small_opteron(3, 5, 7), false),
+        (small_opteron(8, 16, 48), false),
+        (small_nine(8, 16, 32), true),
+        (small_nine(4, 8, 16), false),
+    ];
+    for (cfg, specialised) in shapes {
+        let ways: Vec<u32> = cfg.levels.iter().map(|l| l.ways).collect();
+        let (w1, w2, w3) = (ways[0], ways[1], ways[2]);
         // (vector, AVX2 only, specialised): AVX-512 or AVX2 when present, else portable
         let paths = [
             (true, false, true),
@@ -292,10 +310,7 @@ fn every_hot_path_gives_the_same_results() {
                 m
             })
             .collect();
-        assert_eq!(
-            machines[0].uses_specialised_path(),
-            (w1, w2, w3) == (8, 16, 32)
-        );
+        assert_eq!(machines[0].uses_specialised_path(), specialised);
         let mut rng = rng::Rng::new(7);
         let span = 4096u64;
         for m in &mut machines {
@@ -347,21 +362,23 @@ fn batched_trace_runs_match_the_reference_path() {
             (k * 7) % span
         });
     }
-    let mut fast = Machine::new(cfg.clone()).unwrap();
-    assert!(fast.uses_specialised_path());
-    trace::prepare(&mut fast, &lines).unwrap();
-    trace::run_cpu_lines(&mut fast, &cpus, &lines, AccessKind::Read);
-    let mut reference = Machine::new(cfg).unwrap();
-    reference.use_paths(false, false);
-    trace::prepare(&mut reference, &lines).unwrap();
-    for (&c, &l) in cpus.iter().zip(&lines) {
-        reference.access(c as usize, l, l as u32, AccessKind::Read, 0.0);
-    }
-    assert_eq!(fast.counters().served, reference.counters().served);
-    assert_eq!(fast.check_directory(), None);
-    for lv in 0..3 {
-        for inst in 0..if lv == 2 { 4 } else { 16 } {
-            assert_eq!(fast.occupancy(lv, inst), reference.occupancy(lv, inst));
+    for cfg in [cfg, small_nine(8, 16, 32)] {
+        let mut fast = Machine::new(cfg.clone()).unwrap();
+        assert!(fast.uses_specialised_path());
+        trace::prepare(&mut fast, &lines).unwrap();
+        trace::run_cpu_lines(&mut fast, &cpus, &lines, AccessKind::Read);
+        let mut reference = Machine::new(cfg).unwrap();
+        reference.use_paths(false, false);
+        trace::prepare(&mut reference, &lines).unwrap();
+        for (&c, &l) in cpus.iter().zip(&lines) {
+            reference.access(c as usize, l, l as u32, AccessKind::Read, 0.0);
+        }
+        assert_eq!(fast.counters().served, reference.counters().served);
+        assert_eq!(fast.check_directory(), None);
+        for lv in 0..3 {
+            for inst in 0..if lv == 2 { 4 } else { 16 } {
+                assert_eq!(fast.occupancy(lv, inst), reference.occupancy(lv, inst));
+            }
         }
     }
     // one cpu, no cpu list
