@@ -100,7 +100,7 @@ pub struct Machine {
     /// [`Machine::shape3_of`]), or `Generic`.
     shape3: Shape3,
     /// Set masks (sets - 1) of L1, L2, L3 on the specialised paths.
-    amd3_mask: [u64; 3],
+    mask3: [u64; 3],
 }
 
 /// The three-level shapes with a specialised copy of the hot path.
@@ -316,13 +316,13 @@ impl Machine {
             avx512: has_avx512(),
             avx2: has_avx2(),
             shape3: Shape3::Generic,
-            amd3_mask: [0; 3],
+            mask3: [0; 3],
             cfg,
         })
         .map(|mut m| {
             m.shape3 = m.shape3_of();
             if m.shape3 != Shape3::Generic {
-                m.amd3_mask = [0, 1, 2].map(|i| m.amd3_mask_of(i));
+                m.mask3 = [0, 1, 2].map(|i| m.mask3_of(i));
             }
             m
         })
@@ -357,7 +357,7 @@ impl Machine {
             Shape3::Generic
         };
         if self.shape3 != Shape3::Generic {
-            self.amd3_mask = [0, 1, 2].map(|i| self.amd3_mask_of(i));
+            self.mask3 = [0, 1, 2].map(|i| self.mask3_of(i));
         }
     }
 
@@ -705,7 +705,7 @@ impl Machine {
             || ways != [8, 16, 32]
             || !(0..self.cfg.n_cpus()).all(|cpu| {
                 let h = &self.hier[cpu * 3..cpu * 3 + 3];
-                (0..3).all(|i| self.caches[h[i] as usize].pow2_mask() == Some(self.amd3_mask_of(i)))
+                (0..3).all(|i| self.caches[h[i] as usize].pow2_mask() == Some(self.mask3_of(i)))
             })
         {
             return Shape3::Generic;
@@ -740,7 +740,7 @@ impl Machine {
     }
 
     /// Set mask of level `i` (sets - 1).
-    fn amd3_mask_of(&self, i: usize) -> u64 {
+    fn mask3_of(&self, i: usize) -> u64 {
         self.cfg.levels[i].sets as u64 - 1
     }
 
@@ -796,7 +796,7 @@ impl Machine {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
-        let [m1, m2, m3] = self.amd3_mask;
+        let [m1, m2, m3] = self.mask3;
         let g = c.group;
         let dir = self.dir.as_mut_ptr();
         let ng = self.n_groups;
@@ -858,7 +858,7 @@ impl Machine {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
-        let [m1, m2, m3] = self.amd3_mask;
+        let [m1, m2, m3] = self.mask3;
         let g = c.group;
         let dir = self.dir.as_mut_ptr();
         let ng = self.n_groups;
@@ -923,7 +923,7 @@ impl Machine {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
-        let [m1, m2, m3] = self.amd3_mask;
+        let [m1, m2, m3] = self.mask3;
         let g = c.group;
         let dir = self.dir.as_mut_ptr();
         let ng = self.n_groups;
@@ -975,7 +975,7 @@ impl Machine {
         const W1: usize = 8;
         const W2: usize = 16;
         const W3: usize = 32;
-        let [m1, m2, m3] = self.amd3_mask;
+        let [m1, m2, m3] = self.mask3;
         let g = c.group;
         let dir = self.dir.as_mut_ptr();
         let ng = self.n_groups;
