@@ -3,9 +3,30 @@
 //! opteron-16-like machine (16 cores, L1 64 KiB 8-way inclusive, L2 512 KiB 16-way
 //! exclusive, L3 2 MiB 32-way victim per 4-core chip, 4 NUMA nodes).
 //!
-//! `cargo run --release --example speed [accesses]`; also a target for callgrind.
+//! `cargo run --release --example speed [accesses] [repeats] [paths]`; also a target for
+//! callgrind. `paths` picks the hot paths: `best` (default: AVX-512 if the CPU has it, the
+//! copy specialised for this shape), `avx2` (AVX2 rather than AVX-512), `portable` (no
+//! vector instructions), `generic` (no specialised copy) or `reference` (neither).
+//! Prints the rate in CPU time of the running thread (the machine's cores are shared), the
+//! median over `repeats` runs on fresh machines (default 5).
 
-use std::time::Instant;
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+}
+
+/// CPU time of the calling thread, seconds (Linux `CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_s() -> f64 {
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: a valid out-pointer; clock 3 is CLOCK_THREAD_CPUTIME_ID on Linux.
+    unsafe { clock_gettime(3, &mut ts) };
+    ts.sec as f64 + ts.nsec as f64 * 1e-9
+}
 
 use unicache_sim_core::machine::AccessKind;
 use unicache_sim_core::rng::Rng;
@@ -57,16 +78,42 @@ fn main() {
         let c = rng.below(16) as u32;
         cpus.extend(std::iter::repeat_n(c, file_lines as usize));
     }
-    let mut m = Machine::new(cfg).expect("config");
-    trace::prepare(&mut m, &lines).expect("prepare");
-    let t0 = Instant::now();
-    trace::run_cpu_lines(&mut m, &cpus, &lines, AccessKind::Read);
-    let s = t0.elapsed().as_secs_f64();
+    let repeats: usize = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
+    let (vector, specialised) = match std::env::args().nth(3).as_deref() {
+        None | Some("best") => (true, true),
+        Some("portable") => (false, true),
+        Some("avx2") => (true, true),
+        Some("generic") => (true, false),
+        Some("reference") => (false, false),
+        Some(other) => panic!("paths: best, avx2, portable, generic or reference, not {other}"),
+    };
+    let mut rates = Vec::new();
+    let mut served = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let mut m = Machine::new(cfg.clone()).expect("config");
+        m.use_paths(vector, specialised);
+        if std::env::args().nth(3).as_deref() == Some("avx2") {
+            m.use_avx2_only();
+        }
+        trace::prepare(&mut m, &lines).expect("prepare");
+        let t0 = thread_cpu_s();
+        trace::run_cpu_lines(&mut m, &cpus, &lines, AccessKind::Read);
+        let s = thread_cpu_s() - t0;
+        rates.push(lines.len() as f64 / s / 1e6);
+        served = m.counters().served.clone();
+    }
+    rates.sort_by(f64::total_cmp);
     println!(
-        "{} accesses in {:.3} s: {:.1} M/s; served {:?}",
+        "{} accesses: median {:.1} M/s (min {:.1}, max {:.1}, {} runs, thread CPU time); \
+         served {:?}",
         lines.len(),
-        s,
-        lines.len() as f64 / s / 1e6,
-        m.counters().served
+        rates[rates.len() / 2],
+        rates[0],
+        rates[rates.len() - 1],
+        rates.len(),
+        served
     );
 }

@@ -265,6 +265,46 @@ impl Engine {
         Ok(())
     }
 
+    /// Access `len` bytes of object `obj` from `offset` on `cpu` at time `now`, outside any
+    /// thread: the other users of the caches (kernel, other processes) whose lines compete
+    /// with the threads'. Pages are placed as for a thread on `cpu`. Counted in the
+    /// machine's counters (and DRAM queues), charged to no thread.
+    pub fn touch(
+        &mut self,
+        cpu: u32,
+        obj: u32,
+        offset: u64,
+        len: u64,
+        kind: AccessKind,
+        now: f64,
+    ) -> Result<()> {
+        self.check_cpu(cpu)?;
+        let size = self.object_size(obj)?;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(SimError::Config(format!(
+                "touch [{offset}, +{len}) is outside object {obj} of {size} bytes"
+            )));
+        }
+        let page = self.machine.config().page_size as u64;
+        let mut off = offset;
+        let end = offset + len;
+        while off < end {
+            let pidx = off / page;
+            let in_page = off % page;
+            let chunk = (page - in_page).min(end - off);
+            let (frame, slot0) = self.frame_for(obj, pidx, cpu as usize)?;
+            let page_first = (frame * page) >> self.line_shift;
+            let first = (frame * page + in_page) >> self.line_shift;
+            let last = (frame * page + in_page + chunk - 1) >> self.line_shift;
+            for line in first..=last {
+                let slot = slot0 + (line - page_first) as u32;
+                self.machine.access(cpu as usize, line, slot, kind, now);
+            }
+            off += chunk;
+        }
+        Ok(())
+    }
+
     fn check_cpu(&self, cpu: u32) -> Result<()> {
         if cpu as usize >= self.cpu_free.len() {
             return Err(SimError::NotFound("cpu", cpu as u64));

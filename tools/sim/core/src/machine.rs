@@ -8,7 +8,13 @@
 //! The engine assigns slots page by page as it allocates frames; a raw trace uses the
 //! line address itself as the slot.
 
-use crate::cache::{Cache, Inserted, EMPTY};
+#[cfg(target_arch = "x86_64")]
+use crate::cache::{
+    has_avx2, has_avx512, set_insert, set_insert_absent, set_touch, set_touch_or_take, Cache,
+    Inserted, Isa, Scalar, EMPTY,
+};
+#[cfg(target_arch = "x86_64")]
+use crate::cache::{Avx2, Avx512};
 use crate::config::{Inclusion, MachineConfig};
 use crate::dram::DramQueue;
 use crate::error::{Result, SimError};
@@ -87,6 +93,35 @@ pub struct Machine {
     /// Each node's DRAM queue.
     queues: Vec<DramQueue>,
     counters: Counters,
+    /// The CPU running the simulation has AVX-512 (F, VL): the hot paths use it.
+    avx512: bool,
+    /// Else it has AVX2: the hot paths use that.
+    avx2: bool,
+    /// A three-level shape with a specialised copy of the hot path (see
+    /// [`Machine::shape3_of`]), or `Generic`.
+    shape3: Shape3,
+    /// Set masks (sets - 1) of L1, L2, L3 on the specialised paths.
+    mask3: [u64; 3],
+}
+
+/// The three-level shapes with a specialised copy of the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape3 {
+    /// Neither: the generic path.
+    Generic,
+    /// L1 -> private exclusive L2 -> shared victim L3 (the opteron-16 model).
+    Amd,
+    /// Three non-inclusive levels filled on every miss (the pycachesim comparison).
+    Nine,
+}
+
+/// One CPU's caches on the specialised path: tag arrays of its L1, L2 and L3 instances
+/// and its group. Built from the machine's tables (`Machine::cpu3`) and used while the
+/// machine is borrowed; the tag arrays never reallocate.
+#[derive(Debug, Clone, Copy)]
+struct Cpu3 {
+    tags: [*mut u32; 3],
+    group: usize,
 }
 
 /// What becomes of a line evicted from a level.
@@ -120,6 +155,28 @@ enum SlotMode {
     Unset,
     Pages,
     Trace,
+}
+
+/// Unchecked slice access for the hot paths (indices come from tables built and validated
+/// in [`Machine::new`]; checked in debug builds).
+trait At<T> {
+    fn at(&self, i: usize) -> &T;
+    fn at_mut(&mut self, i: usize) -> &mut T;
+}
+
+impl<T> At<T> for [T] {
+    #[inline(always)]
+    fn at(&self, i: usize) -> &T {
+        debug_assert!(i < self.len());
+        // SAFETY: callers index with values derived from the machine's own tables.
+        unsafe { self.get_unchecked(i) }
+    }
+    #[inline(always)]
+    fn at_mut(&mut self, i: usize) -> &mut T {
+        debug_assert!(i < self.len());
+        // SAFETY: as in `at`.
+        unsafe { self.get_unchecked_mut(i) }
+    }
 }
 
 /// The largest slot id (the cache's empty marker is `u32::MAX`).
@@ -260,13 +317,64 @@ impl Machine {
             mode: SlotMode::Unset,
             node_base_line,
             counters,
+            avx512: has_avx512(),
+            avx2: has_avx2(),
+            shape3: Shape3::Generic,
+            mask3: [0; 3],
             cfg,
+        })
+        .map(|mut m| {
+            m.shape3 = m.shape3_of();
+            if m.shape3 != Shape3::Generic {
+                m.mask3 = [0, 1, 2].map(|i| m.mask3_of(i));
+            }
+            m
         })
     }
 
     /// The configuration this machine was built from.
     pub fn config(&self) -> &MachineConfig {
         &self.cfg
+    }
+
+    /// Whether the hot paths use AVX-512 (chosen at construction from the running CPU).
+    pub fn uses_avx512(&self) -> bool {
+        self.avx512
+    }
+
+    /// Use the portable set operations even on an AVX-512 CPU (both give the same results;
+    /// for tests and speed comparisons).
+    pub fn force_portable(&mut self) {
+        self.avx512 = false;
+        self.avx2 = false;
+    }
+
+    /// Choose the hot paths: vector set operations (AVX-512, else AVX2, if the CPU has
+    /// them) and the copy specialised for the opteron-16 shape (if the hierarchy has it).
+    /// Every choice gives the same results; for tests and speed comparisons.
+    pub fn use_paths(&mut self, vector: bool, specialised: bool) {
+        self.avx512 = vector && has_avx512();
+        self.avx2 = vector && has_avx2();
+        self.shape3 = if specialised {
+            self.shape3_of()
+        } else {
+            Shape3::Generic
+        };
+        if self.shape3 != Shape3::Generic {
+            self.mask3 = [0, 1, 2].map(|i| self.mask3_of(i));
+        }
+    }
+
+    /// Use AVX2 (if the CPU has it) rather than AVX-512 set operations, as on a CPU without
+    /// AVX-512; for tests and speed comparisons.
+    pub fn use_avx2_only(&mut self) {
+        self.avx512 = false;
+        self.avx2 = has_avx2();
+    }
+
+    /// Whether the copy of the hot path specialised for the opteron-16 shape is in use.
+    pub fn uses_specialised_path(&self) -> bool {
+        self.shape3 != Shape3::Generic
     }
 
     /// Index of `src` in [`Counters::served`].
@@ -353,7 +461,18 @@ impl Machine {
         }
         let page = (slot >> self.lpp_shift) as usize;
         let mask = (1u64 << self.lpp_shift) - 1;
-        (self.frame_of_page[page] << self.lpp_shift) | (slot as u64 & mask)
+        (*self.frame_of_page.at(page) << self.lpp_shift) | (slot as u64 & mask)
+    }
+
+    /// [`Machine::phys_of`], known to be the identity when `TRACE` (raw-trace mode).
+    #[inline(always)]
+    fn phys_of_m<const TRACE: bool>(&self, slot: u32) -> u64 {
+        debug_assert!(!TRACE || self.mode == SlotMode::Trace);
+        if TRACE {
+            slot as u64
+        } else {
+            self.phys_of(slot)
+        }
     }
 
     /// NUMA node holding physical line `line`.
@@ -414,18 +533,20 @@ impl Machine {
     #[inline(always)]
     fn inc(&mut self, slot: u32, g: usize) {
         let k = slot as usize * self.n_groups + g;
-        self.dir[k] = self.dir[k].wrapping_add(1);
+        let d = self.dir.at_mut(k);
+        *d = d.wrapping_add(1);
     }
 
     #[inline(always)]
     fn dec(&mut self, slot: u32, g: usize) {
         let k = slot as usize * self.n_groups + g;
-        self.dir[k] = self.dir[k].wrapping_sub(1);
+        let d = self.dir.at_mut(k);
+        *d = d.wrapping_sub(1);
     }
 
     /// Access the line `phys` (slot `slot`) from `cpu` at thread time `now`;
     /// returns where it was served from and the stall cycles.
-    #[inline(always)]
+    #[inline]
     pub fn access(
         &mut self,
         cpu: usize,
@@ -434,43 +555,533 @@ impl Machine {
         kind: AccessKind,
         now: f64,
     ) -> (Source, f64) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
+            return unsafe { self.access_avx512(cpu, phys, slot, kind, now) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is set only when the CPU has AVX2.
+            return unsafe { self.access_avx2(cpu, phys, slot, kind, now) };
+        }
+        self.access_i::<Scalar>(cpu, phys, slot, kind, now)
+    }
+
+    /// Feed line accesses in order: `(cpus[k], lines[k])`, or every line from `cpu` when
+    /// `cpus` is empty; each line is its own slot (raw traces). Time does not advance.
+    pub fn run_lines(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
+            unsafe { self.run_lines_avx512(cpu, cpus, lines, kind) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is set only when the CPU has AVX2.
+            unsafe { self.run_lines_avx2(cpu, cpus, lines, kind) };
+            return;
+        }
+        self.run_lines_i::<Scalar>(cpu, cpus, lines, kind);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_lines_avx2(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        self.run_lines_i::<Avx2>(cpu, cpus, lines, kind);
+    }
+
+    /// Raw-trace run on a specialised path (`NINE`: [`Shape3::Nine`], else
+    /// [`Shape3::Amd`]).
+    #[inline(always)]
+    fn run_lines3<I: Isa, const NINE: bool>(
+        &mut self,
+        cpu: usize,
+        cpus: &[u32],
+        lines: &[u64],
+        kind: AccessKind,
+    ) {
+        if cpus.is_empty() {
+            let c = self.cpu3(cpu);
+            for &l in lines {
+                self.access_s::<I, true, NINE>(c, cpu, l, l as u32, kind, 0.0);
+            }
+        } else {
+            let table: Vec<Cpu3> = (0..self.cfg.n_cpus()).map(|c| self.cpu3(c)).collect();
+            for (&c, &l) in cpus.iter().zip(lines) {
+                let cpu = c as usize;
+                self.access_s::<I, true, NINE>(*table.at(cpu), cpu, l, l as u32, kind, 0.0);
+            }
+        }
+    }
+
+    /// One access on a specialised path.
+    #[inline(always)]
+    fn access_s<I: Isa, const TRACE: bool, const NINE: bool>(
+        &mut self,
+        c: Cpu3,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        if NINE {
+            self.access9::<I, TRACE>(c, cpu, phys, slot, kind, now)
+        } else {
+            self.access3::<I, TRACE>(c, cpu, phys, slot, kind, now)
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn access_avx2(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        self.access_i::<Avx2>(cpu, phys, slot, kind, now)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    unsafe fn run_lines_avx512(
+        &mut self,
+        cpu: usize,
+        cpus: &[u32],
+        lines: &[u64],
+        kind: AccessKind,
+    ) {
+        self.run_lines_i::<Avx512>(cpu, cpus, lines, kind);
+    }
+
+    #[inline(always)]
+    fn run_lines_i<I: Isa>(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
+        if self.mode == SlotMode::Trace {
+            // raw trace: a slot is its line address
+            match self.shape3 {
+                Shape3::Amd => return self.run_lines3::<I, false>(cpu, cpus, lines, kind),
+                Shape3::Nine => return self.run_lines3::<I, true>(cpu, cpus, lines, kind),
+                Shape3::Generic => {}
+            }
+        }
+        if cpus.is_empty() {
+            for &l in lines {
+                self.access_i::<I>(cpu, l, l as u32, kind, 0.0);
+            }
+        } else {
+            for (&c, &l) in cpus.iter().zip(lines) {
+                self.access_i::<I>(c as usize, l, l as u32, kind, 0.0);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    unsafe fn access_avx512(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        self.access_i::<Avx512>(cpu, phys, slot, kind, now)
+    }
+
+    /// Which specialised copy of the hot path serves this hierarchy. Both need three
+    /// levels of 8, 16 and 32 ways with power-of-two sets:
+    ///
+    /// * [`Shape3::Amd`]: L1 (filled on misses) -> private exclusive L2 (each L2 under one
+    ///   L1) -> shared victim L3 that drops its victims: the opteron-16 model;
+    /// * [`Shape3::Nine`]: three non-inclusive levels, all filled on misses, none
+    ///   back-invalidating or passing victims down (pycachesim's semantics).
+    ///
+    /// [`Machine::access3`] and [`Machine::access9`] are the generic path with these tables
+    /// resolved at compile time.
+    fn shape3_of(&self) -> Shape3 {
+        let ways: Vec<u32> = self.cfg.levels.iter().map(|l| l.ways).collect();
+        if self.n_levels != 3
+            || ways != [8, 16, 32]
+            || !(0..self.cfg.n_cpus()).all(|cpu| {
+                let h = &self.hier[cpu * 3..cpu * 3 + 3];
+                (0..3).all(|i| self.caches[h[i] as usize].pow2_mask() == Some(self.mask3_of(i)))
+            })
+        {
+            return Shape3::Generic;
+        }
+        let amd = self.victim_filled == [false, true, true]
+            && self.fill_levels == [0]
+            && self.victim_action[0]
+                == VictimAction {
+                    back_invalidate: false,
+                    down: Down::Sole,
+                }
+            && self.victim_action[1]
+                == VictimAction {
+                    back_invalidate: false,
+                    down: Down::Shared,
+                }
+            && self.victim_action[2] == LAST_DROP
+            && (0..self.cfg.n_cpus()).all(|cpu| {
+                let h = &self.hier[cpu * 3..cpu * 3 + 3];
+                self.below[h[0] as usize] == h[1] && self.below[h[1] as usize] == h[2]
+            });
+        let nine = self.victim_filled == [false, false, false]
+            && self.fill_levels == [2, 1, 0]
+            && self.victim_action == [LAST_DROP; 3];
+        if amd {
+            Shape3::Amd
+        } else if nine {
+            Shape3::Nine
+        } else {
+            Shape3::Generic
+        }
+    }
+
+    /// Set mask of level `i` (sets - 1).
+    fn mask3_of(&self, i: usize) -> u64 {
+        self.cfg.levels[i].sets as u64 - 1
+    }
+
+    /// The caches of `cpu` on the specialised path.
+    #[inline(always)]
+    fn cpu3(&mut self, cpu: usize) -> Cpu3 {
+        let h = cpu * 3;
+        let mut tags = [std::ptr::null_mut(); 3];
+        for (i, t) in tags.iter_mut().enumerate() {
+            let c = *self.hier.at(h + i) as usize;
+            *t = self.caches.at_mut(c).tags_ptr();
+        }
+        Cpu3 {
+            tags,
+            group: *self.group_of.at(cpu) as usize,
+        }
+    }
+
+    /// The `W` ways of the set of `phys` in the tag array `tags` (set mask `m`).
+    ///
+    /// # Safety
+    ///
+    /// `tags` comes from [`Machine::cpu3`] of this machine (a live cache of power-of-two
+    /// sets, `W` ways, mask `m` = sets - 1; tag arrays never move), and the set returned is
+    /// the only reference to it while it is used.
+    #[inline(always)]
+    unsafe fn set3<'a, const W: usize>(tags: *mut u32, phys: u64, m: u64) -> &'a mut [u32] {
+        // SAFETY: set index < sets, so the W tags lie inside the array (caller's contract).
+        unsafe { std::slice::from_raw_parts_mut(tags.add((phys & m) as usize * W), W) }
+    }
+
+    /// Directory count of `slot` in group `g`, through a pointer read once per access.
+    #[inline(always)]
+    fn dir_at(dir: *mut u8, n_groups: usize, slot: u32, g: usize) -> *mut u8 {
+        // SAFETY: slots index the directory (sized n_slots x n_groups in register_page /
+        // prepare_trace); callers pass `self.dir`'s pointer, unchanged during an access.
+        unsafe { dir.add(slot as usize * n_groups + g) }
+    }
+
+    /// [`Machine::access_i`] for [`Shape3::Amd`]: the same operations in
+    /// the same order, with the level tables, associativities and set masks known. `c`
+    /// holds `cpu`'s caches.
+    #[inline(always)]
+    fn access3<I: Isa, const TRACE: bool>(
+        &mut self,
+        c: Cpu3,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let [m1, m2, m3] = self.mask3;
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        debug_assert!((slot as usize + 1) * ng <= self.dir.len());
+        // SAFETY (every `dir_at` dereference): see `dir_at`. (every `set3`): `c` is this
+        // machine's, and each set is used before the next is made.
+        if unsafe { *Self::dir_at(dir, ng, slot, g) } != 0 {
+            let set1 = unsafe { Self::set3::<W1>(c.tags[0], phys, m1) };
+            if kind == AccessKind::NonTemporal {
+                if I::find(set1, slot).is_some() {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                if I::find(set2, slot).is_some() {
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                if I::find(set3, slot).is_some() {
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            } else {
+                if set_touch::<I>(set1, slot) {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                // exclusive L2, then victim L3: a hit takes the line out, into L1
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                let level = if set_touch_or_take::<I>(set2, slot, true) {
+                    1
+                } else {
+                    let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                    if set_touch_or_take::<I>(set3, slot, true) {
+                        2
+                    } else {
+                        0
+                    }
+                };
+                if level > 0 {
+                    unsafe {
+                        let d = Self::dir_at(dir, ng, slot, g);
+                        *d = (*d).wrapping_sub(1);
+                    }
+                    self.fill3::<I, TRACE>(&c, phys, slot);
+                    return self.count(Source::Level(level), *self.hit_cycles.at(level));
+                }
+            }
+        }
+        let result = self.serve_miss(cpu, phys, slot, now);
+        if kind != AccessKind::NonTemporal {
+            self.fill3::<I, TRACE>(&c, phys, slot);
+        }
+        result
+    }
+
+    /// [`Machine::fill`] then [`Machine::evicted`] for [`Shape3::Amd`]:
+    /// the line goes into L1; L1's victim moves into its (sole) L2; L2's victim into the
+    /// shared L3, whose victim leaves the group.
+    #[inline(always)]
+    fn fill3<I: Isa, const TRACE: bool>(&mut self, c: &Cpu3, phys: u64, slot: u32) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let [m1, m2, m3] = self.mask3;
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        // SAFETY (every `dir_at` dereference): see `dir_at`. (every `set3`): `c` is this
+        // machine's, and each set is used before the next is made.
+        let set1 = unsafe { Self::set3::<W1>(c.tags[0], phys, m1) };
+        let v = match set_insert_absent::<I>(set1, slot) {
+            Inserted::Present => return,
+            Inserted::Fresh => {
+                unsafe {
+                    let d = Self::dir_at(dir, ng, slot, g);
+                    *d = (*d).wrapping_add(1);
+                }
+                return;
+            }
+            Inserted::Evicted(v) => {
+                unsafe {
+                    let d = Self::dir_at(dir, ng, slot, g);
+                    *d = (*d).wrapping_add(1);
+                }
+                v
+            }
+        };
+        let vphys = self.phys_of_m::<TRACE>(v);
+        let set2 = unsafe { Self::set3::<W2>(c.tags[1], vphys, m2) };
+        let w = match set_insert_absent::<I>(set2, v) {
+            Inserted::Present => {
+                unsafe {
+                    let d = Self::dir_at(dir, ng, v, g);
+                    *d = (*d).wrapping_sub(1);
+                }
+                return;
+            }
+            Inserted::Fresh => return,
+            Inserted::Evicted(w) => w,
+        };
+        let wphys = self.phys_of_m::<TRACE>(w);
+        let set3 = unsafe { Self::set3::<W3>(c.tags[2], wphys, m3) };
+        let gone = match set_insert::<I>(set3, w) {
+            Inserted::Present => w,
+            Inserted::Evicted(x) => x,
+            Inserted::Fresh => return,
+        };
+        unsafe {
+            let d = Self::dir_at(dir, ng, gone, g);
+            *d = (*d).wrapping_sub(1);
+        }
+    }
+
+    /// [`Machine::access_i`] for [`Shape3::Nine`]: the same operations in the same order,
+    /// with the tables, associativities and set masks known. `c` holds `cpu`'s caches.
+    #[inline(always)]
+    fn access9<I: Isa, const TRACE: bool>(
+        &mut self,
+        c: Cpu3,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let [m1, m2, m3] = self.mask3;
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        debug_assert!((slot as usize + 1) * ng <= self.dir.len());
+        // SAFETY (every `dir_at` dereference): see `dir_at`. (every `set3`): `c` is this
+        // machine's, and each set is used before the next is made.
+        if unsafe { *Self::dir_at(dir, ng, slot, g) } != 0 {
+            let set1 = unsafe { Self::set3::<W1>(c.tags[0], phys, m1) };
+            if kind == AccessKind::NonTemporal {
+                if I::find(set1, slot).is_some() {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                if I::find(set2, slot).is_some() {
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                if I::find(set3, slot).is_some() {
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            } else {
+                if set_touch::<I>(set1, slot) {
+                    return self.count(Source::Level(0), *self.hit_cycles.at(0));
+                }
+                // a hit stays where it is (most recently used) and fills the levels above
+                let set2 = unsafe { Self::set3::<W2>(c.tags[1], phys, m2) };
+                if set_touch::<I>(set2, slot) {
+                    self.fill9::<I>(&c, phys, slot, 1);
+                    return self.count(Source::Level(1), *self.hit_cycles.at(1));
+                }
+                let set3 = unsafe { Self::set3::<W3>(c.tags[2], phys, m3) };
+                if set_touch::<I>(set3, slot) {
+                    self.fill9::<I>(&c, phys, slot, 2);
+                    return self.count(Source::Level(2), *self.hit_cycles.at(2));
+                }
+            }
+        }
+        let result = self.serve_miss(cpu, phys, slot, now);
+        if kind != AccessKind::NonTemporal {
+            self.fill9::<I>(&c, phys, slot, 3);
+        }
+        result
+    }
+
+    /// [`Machine::fill`] for [`Shape3::Nine`]: insert the line into the levels above
+    /// `upto`, lowest first; every victim leaves the group.
+    #[inline(always)]
+    fn fill9<I: Isa>(&mut self, c: &Cpu3, phys: u64, slot: u32, upto: usize) {
+        const W1: usize = 8;
+        const W2: usize = 16;
+        const W3: usize = 32;
+        let [m1, m2, m3] = self.mask3;
+        let g = c.group;
+        let dir = self.dir.as_mut_ptr();
+        let ng = self.n_groups;
+        for j in (0..upto).rev() {
+            // SAFETY: as in `access9`.
+            let set = unsafe {
+                match j {
+                    2 => Self::set3::<W3>(c.tags[2], phys, m3),
+                    1 => Self::set3::<W2>(c.tags[1], phys, m2),
+                    _ => Self::set3::<W1>(c.tags[0], phys, m1),
+                }
+            };
+            let placed = set_insert_absent::<I>(set, slot);
+            // SAFETY: see `dir_at`.
+            unsafe {
+                if placed != Inserted::Present {
+                    let d = Self::dir_at(dir, ng, slot, g);
+                    *d = (*d).wrapping_add(1);
+                }
+                if let Inserted::Evicted(v) = placed {
+                    let d = Self::dir_at(dir, ng, v, g);
+                    *d = (*d).wrapping_sub(1);
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn access_i<I: Isa>(
+        &mut self,
+        cpu: usize,
+        phys: u64,
+        slot: u32,
+        kind: AccessKind,
+        now: f64,
+    ) -> (Source, f64) {
+        match self.shape3 {
+            Shape3::Amd => {
+                let c = self.cpu3(cpu);
+                return self.access3::<I, false>(c, cpu, phys, slot, kind, now);
+            }
+            Shape3::Nine => {
+                let c = self.cpu3(cpu);
+                return self.access9::<I, false>(c, cpu, phys, slot, kind, now);
+            }
+            Shape3::Generic => {}
+        }
         let n = self.n_levels;
         let h = cpu * n;
+        // The directory counts the copies in the cpu's group, its own levels included: with
+        // none, every lookup would miss (and a miss changes nothing), so skip them.
+        let g = (*self.group_of.at(cpu)) as usize;
+        if *self.dir.at(slot as usize * self.n_groups + g) == 0 {
+            return self.miss::<I>(cpu, phys, slot, now, kind != AccessKind::NonTemporal);
+        }
         if kind == AccessKind::NonTemporal {
             for i in 0..n {
-                if self.caches[self.hier[h + i] as usize].contains(phys, slot) {
-                    return self.count(Source::Level(i), self.hit_cycles[i]);
+                if self
+                    .caches
+                    .at(*self.hier.at(h + i) as usize)
+                    .contains_i::<I, 0>(phys, slot)
+                {
+                    return self.count(Source::Level(i), *self.hit_cycles.at(i));
                 }
             }
-            return self.miss(cpu, phys, slot, now, false);
+            return self.miss::<I>(cpu, phys, slot, now, false);
         }
-        if self.caches[self.hier[h] as usize].touch(phys, slot) {
-            return self.count(Source::Level(0), self.hit_cycles[0]);
+        if self
+            .caches
+            .at_mut(*self.hier.at(h) as usize)
+            .touch_i::<I, 0>(phys, slot)
+        {
+            return self.count(Source::Level(0), *self.hit_cycles.at(0));
         }
         for i in 1..n {
-            let c = self.hier[h + i] as usize;
-            let take = self.victim_filled[i];
-            if self.caches[c].touch_or_take(phys, slot, take) {
+            let c = *self.hier.at(h + i) as usize;
+            let take = *self.victim_filled.at(i);
+            if self
+                .caches
+                .at_mut(c)
+                .touch_or_take_i::<I, 0>(phys, slot, take)
+            {
                 if take {
-                    self.dec(slot, self.group_of[cpu] as usize);
+                    self.dec(slot, g);
                 }
-                self.fill(cpu, phys, slot, i);
-                return self.count(Source::Level(i), self.hit_cycles[i]);
+                self.fill::<I>(cpu, phys, slot, i);
+                return self.count(Source::Level(i), *self.hit_cycles.at(i));
             }
         }
-        self.miss(cpu, phys, slot, now, true)
+        self.miss::<I>(cpu, phys, slot, now, true)
     }
 
     #[inline(always)]
     fn count(&mut self, src: Source, cycles: f64) -> (Source, f64) {
         let k = self.source_index(src);
-        self.counters.served[k] += 1;
+        *self.counters.served.at_mut(k) += 1;
         (src, cycles)
     }
 
     /// The line is in none of `cpu`'s own levels: a group-mate, another group, or DRAM.
     #[inline(always)]
-    fn miss(
+    fn miss<I: Isa>(
         &mut self,
         cpu: usize,
         phys: u64,
@@ -478,9 +1089,22 @@ impl Machine {
         now: f64,
         allocate: bool,
     ) -> (Source, f64) {
-        let own = self.group_of[cpu] as usize;
+        let result = self.serve_miss(cpu, phys, slot, now);
+        if allocate {
+            self.fill::<I>(cpu, phys, slot, self.n_levels);
+        }
+        result
+    }
+
+    /// Where a line in none of `cpu`'s own levels comes from, counted.
+    #[inline(always)]
+    fn serve_miss(&mut self, cpu: usize, phys: u64, slot: u32, now: f64) -> (Source, f64) {
+        let own = *self.group_of.at(cpu) as usize;
         let base = slot as usize * self.n_groups;
-        let counts = &self.dir[base..base + self.n_groups];
+        debug_assert!(base + self.n_groups <= self.dir.len());
+        // SAFETY: slots index the directory (sized n_slots x n_groups in register_page /
+        // prepare_trace).
+        let counts = unsafe { self.dir.get_unchecked(base..base + self.n_groups) };
         let same = counts[own] > 0;
         let result = if same || counts.iter().any(|&c| c > 0) {
             // selects rather than branches: which cache serves is data-dependent
@@ -490,14 +1114,11 @@ impl Machine {
             } else {
                 (Source::CrossGroup, n + 1, self.cfg.cross_group_c2c_cycles)
             };
-            self.counters.served[k] += 1;
+            *self.counters.served.at_mut(k) += 1;
             (src, cycles)
         } else {
             self.dram(cpu, phys, now)
         };
-        if allocate {
-            self.fill(cpu, phys, slot, self.n_levels);
-        }
         result
     }
 
@@ -522,21 +1143,25 @@ impl Machine {
     /// Install the line in `cpu`'s levels above `upto` that are filled on misses (L1
     /// always). The line is known to be absent from all of them.
     #[inline(always)]
-    fn fill(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
-        let g = self.group_of[cpu] as usize;
+    fn fill<I: Isa>(&mut self, cpu: usize, phys: u64, slot: u32, upto: usize) {
+        let g = (*self.group_of.at(cpu)) as usize;
         let h = cpu * self.n_levels;
         for k in 0..self.fill_levels.len() {
-            let j = self.fill_levels[k];
+            let j = *self.fill_levels.at(k);
             if j >= upto {
                 continue;
             }
-            let c = self.hier[h + j];
-            match self.caches[c as usize].insert_absent(phys, slot) {
+            let c = *self.hier.at(h + j);
+            match self
+                .caches
+                .at_mut(c as usize)
+                .insert_absent_i::<I, 0>(phys, slot)
+            {
                 Inserted::Present => {}
                 Inserted::Fresh => self.inc(slot, g),
                 Inserted::Evicted(v) => {
                     self.inc(slot, g);
-                    self.evicted(j, c, v, g);
+                    self.evicted::<I>(j, c, v, g);
                 }
             }
         }
@@ -545,14 +1170,14 @@ impl Machine {
     /// Line `v` was pushed out of (level j, cache index c) in group g: back-invalidate above
     /// an inclusive level, then move it into a victim-filled level below or drop it.
     #[inline(always)]
-    fn evicted(&mut self, mut j: usize, mut c: u32, mut v: u32, g: usize) {
+    fn evicted<I: Isa>(&mut self, mut j: usize, mut c: u32, mut v: u32, g: usize) {
         loop {
             let vphys = self.phys_of(v);
-            let action = self.victim_action[j];
+            let action = *self.victim_action.at(j);
             if action.back_invalidate {
-                for idx in 0..self.covered_c[c as usize].len() {
-                    let up = self.covered_c[c as usize][idx];
-                    if self.caches[up as usize].remove(vphys, v) {
+                for idx in 0..(*self.covered_c.at(c as usize)).len() {
+                    let up = (*self.covered_c.at(c as usize))[idx];
+                    if self.caches.at_mut(up as usize).remove_i::<I, 0>(vphys, v) {
                         self.dec(v, g);
                     }
                 }
@@ -562,11 +1187,12 @@ impl Machine {
                     self.dec(v, g);
                     return;
                 }
-                Down::Sole => self.caches[self.below[c as usize] as usize].insert_absent(vphys, v),
+                Down::Sole => self.caches[*self.below.at(c as usize) as usize]
+                    .insert_absent_i::<I, 0>(vphys, v),
                 Down::Shared => {
-                    let below = self.below[c as usize] as usize;
-                    let placed = self.caches[below].insert(vphys, v);
-                    if self.victim_action[j + 1] == LAST_DROP {
+                    let below = *self.below.at(c as usize) as usize;
+                    let placed = self.caches.at_mut(below).insert_i::<I, 0>(vphys, v);
+                    if *self.victim_action.at(j + 1) == LAST_DROP {
                         // the level below drops its victims: one copy fewer either way
                         // (the arriving copy if already there, else the evicted line)
                         let gone = match placed {
@@ -591,7 +1217,7 @@ impl Machine {
                 // moved down: same number of copies
                 Inserted::Fresh => return,
                 Inserted::Evicted(w) => {
-                    c = self.below[c as usize];
+                    c = *self.below.at(c as usize);
                     j += 1;
                     v = w;
                 }

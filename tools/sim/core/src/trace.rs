@@ -4,10 +4,6 @@ use crate::error::Result;
 use crate::machine::{AccessKind, Machine};
 use crate::rng::Rng;
 
-/// Whether trace runs prefetch the sets of upcoming accesses (measured: no gain on the
-/// project machine, so off; kept to try on others).
-const PREFETCH: bool = false;
-
 /// Make `m` ready for `lines` (each line address is its own slot).
 pub fn prepare(m: &mut Machine, lines: &[u64]) -> Result<()> {
     let max = lines.iter().copied().max().unwrap_or(0);
@@ -17,28 +13,15 @@ pub fn prepare(m: &mut Machine, lines: &[u64]) -> Result<()> {
 /// Feed `lines` (line addresses) from `cpu`, in order, after [`prepare`].
 /// Time does not advance (no queueing).
 pub fn run_lines(m: &mut Machine, cpu: usize, lines: &[u64], kind: AccessKind) {
-    const AHEAD: usize = 4;
-    for (i, &l) in lines.iter().enumerate() {
-        if PREFETCH {
-            if let Some(&next) = lines.get(i + AHEAD) {
-                m.prefetch(cpu, next);
-            }
-        }
-        m.access(cpu, l, l as u32, kind, 0.0);
-    }
+    m.run_lines(cpu, &[], lines, kind);
 }
 
 /// Feed `(cpu, line)` pairs in order, after [`prepare`].
 pub fn run_cpu_lines(m: &mut Machine, cpus: &[u32], lines: &[u64], kind: AccessKind) {
-    const AHEAD: usize = 4;
-    for (i, (&c, &l)) in cpus.iter().zip(lines).enumerate() {
-        if PREFETCH {
-            if let (Some(&nc), Some(&nl)) = (cpus.get(i + AHEAD), lines.get(i + AHEAD)) {
-                m.prefetch(nc as usize, nl);
-            }
-        }
-        m.access(c as usize, l, l as u32, kind, 0.0);
+    if cpus.is_empty() {
+        return;
     }
+    m.run_lines(0, cpus, &lines[..cpus.len().min(lines.len())], kind);
 }
 
 /// Line trace of the read microbenchmark: `reads` times pick one of `n_files` files

@@ -227,3 +227,206 @@ fn engine_pages_and_raw_traces_do_not_mix() {
     m.register_page(3).unwrap();
     assert!(m.prepare_trace(10).is_err());
 }
+
+/// A 16-core, 4-group machine of the opteron-16 shape (L1 inclusive, L2 exclusive, L3
+/// victim shared), small enough for random traces to evict at every level.
+fn small_opteron(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
+    MachineConfig {
+        line_size: 64,
+        page_size: 4096,
+        levels: vec![
+            level(
+                "L1",
+                4,
+                l1_ways,
+                Inclusion::Inclusive,
+                1.0,
+                (0..16).collect(),
+            ),
+            level(
+                "L2",
+                8,
+                l2_ways,
+                Inclusion::Exclusive,
+                5.0,
+                (0..16).collect(),
+            ),
+            level(
+                "L3",
+                16,
+                l3_ways,
+                Inclusion::Victim,
+                20.0,
+                (0..16).map(|c| c / 4).collect(),
+            ),
+        ],
+        cpu_node: (0..16).map(|c| c / 4).collect(),
+        nodes: (0..4).map(|_| node(3.0)).collect(),
+        same_group_c2c_cycles: 30.0,
+        cross_group_c2c_cycles: 60.0,
+        migration_cycles: 1000.0,
+    }
+}
+
+/// [`small_opteron`] with every level non-inclusive (pycachesim's semantics).
+fn small_nine(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
+    let mut cfg = small_opteron(l1_ways, l2_ways, l3_ways);
+    for lv in &mut cfg.levels {
+        lv.inclusion = Inclusion::NonInclusive;
+    }
+    cfg
+}
+
+#[test]
+fn every_hot_path_gives_the_same_results() {
+    let shapes = [
+        (small_opteron(8, 16, 32), true),
+        (small_opteron(2, 4, 8), false),
+        (small_opteron(3, 5, 7), false),
+        (small_opteron(8, 16, 48), false),
+        (small_nine(8, 16, 32), true),
+        (small_nine(4, 8, 16), false),
+    ];
+    for (cfg, specialised) in shapes {
+        let ways: Vec<u32> = cfg.levels.iter().map(|l| l.ways).collect();
+        let (w1, w2, w3) = (ways[0], ways[1], ways[2]);
+        // (vector, AVX2 only, specialised): AVX-512 or AVX2 when present, else portable
+        let paths = [
+            (true, false, true),
+            (true, false, false),
+            (true, true, true),
+            (true, true, false),
+            (false, false, true),
+            (false, false, false),
+        ];
+        let mut machines: Vec<Machine> = paths
+            .iter()
+            .map(|&(vector, avx2_only, specialised)| {
+                let mut m = Machine::new(cfg.clone()).unwrap();
+                m.use_paths(vector, specialised);
+                if avx2_only {
+                    m.use_avx2_only();
+                }
+                m
+            })
+            .collect();
+        assert_eq!(machines[0].uses_specialised_path(), specialised);
+        let mut rng = rng::Rng::new(7);
+        let span = 4096u64;
+        for m in &mut machines {
+            m.prepare_trace(span).unwrap();
+        }
+        for k in 0..60_000u64 {
+            let cpu = rng.below(16) as usize;
+            // runs of sequential lines mixed with random ones, some non-temporal
+            let line = if k % 3 == 0 {
+                rng.below(span)
+            } else {
+                (k * 7) % span
+            };
+            let kind = match rng.below(10) {
+                0 => AccessKind::NonTemporal,
+                1 => AccessKind::Write,
+                _ => AccessKind::Read,
+            };
+            let first = machines[0].access(cpu, line, line as u32, kind, k as f64);
+            for (i, m) in machines.iter_mut().enumerate().skip(1) {
+                let r = m.access(cpu, line, line as u32, kind, k as f64);
+                assert_eq!(r, first, "access {k}, path {i}, ways ({w1},{w2},{w3})");
+            }
+        }
+        for m in &machines {
+            assert_eq!(m.counters().served, machines[0].counters().served);
+            assert_eq!(m.check_directory(), None);
+            for lv in 0..3 {
+                for inst in 0..if lv == 2 { 4 } else { 16 } {
+                    assert_eq!(m.occupancy(lv, inst), machines[0].occupancy(lv, inst));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_trace_runs_match_the_reference_path() {
+    let cfg = small_opteron(8, 16, 32);
+    let mut rng = rng::Rng::new(11);
+    let span = 4096u64;
+    let mut cpus = Vec::new();
+    let mut lines = Vec::new();
+    for k in 0..60_000u64 {
+        cpus.push(rng.below(16) as u32);
+        lines.push(if k % 3 == 0 {
+            rng.below(span)
+        } else {
+            (k * 7) % span
+        });
+    }
+    for cfg in [cfg, small_nine(8, 16, 32)] {
+        let mut fast = Machine::new(cfg.clone()).unwrap();
+        assert!(fast.uses_specialised_path());
+        trace::prepare(&mut fast, &lines).unwrap();
+        trace::run_cpu_lines(&mut fast, &cpus, &lines, AccessKind::Read);
+        let mut reference = Machine::new(cfg).unwrap();
+        reference.use_paths(false, false);
+        trace::prepare(&mut reference, &lines).unwrap();
+        for (&c, &l) in cpus.iter().zip(&lines) {
+            reference.access(c as usize, l, l as u32, AccessKind::Read, 0.0);
+        }
+        assert_eq!(fast.counters().served, reference.counters().served);
+        assert_eq!(fast.check_directory(), None);
+        for lv in 0..3 {
+            for inst in 0..if lv == 2 { 4 } else { 16 } {
+                assert_eq!(fast.occupancy(lv, inst), reference.occupancy(lv, inst));
+            }
+        }
+    }
+    // one cpu, no cpu list
+    let mut fast = Machine::new(small_opteron(8, 16, 32)).unwrap();
+    let mut reference = Machine::new(small_opteron(8, 16, 32)).unwrap();
+    reference.use_paths(false, false);
+    trace::prepare(&mut fast, &lines).unwrap();
+    trace::prepare(&mut reference, &lines).unwrap();
+    trace::run_lines(&mut fast, 5, &lines, AccessKind::NonTemporal);
+    trace::run_lines(&mut fast, 5, &lines, AccessKind::Read);
+    for kind in [AccessKind::NonTemporal, AccessKind::Read] {
+        for &l in &lines {
+            reference.access(5, l, l as u32, kind, 0.0);
+        }
+    }
+    assert_eq!(fast.counters().served, reference.counters().served);
+}
+
+#[test]
+fn machines_of_one_two_and_four_levels_build_and_run() {
+    for n in [1usize, 2, 4] {
+        let levels = (0..n)
+            .map(|i| {
+                let inst = if i + 1 == n {
+                    vec![0, 0, 1, 1]
+                } else {
+                    vec![0, 1, 2, 3]
+                };
+                level(
+                    &format!("L{}", i + 1),
+                    4 << i,
+                    4,
+                    Inclusion::Inclusive,
+                    1.0,
+                    inst,
+                )
+            })
+            .collect();
+        let cfg = MachineConfig {
+            levels,
+            ..opteron_like(Inclusion::Exclusive, Inclusion::Victim)
+        };
+        let mut m = Machine::new(cfg).unwrap();
+        assert!(!m.uses_specialised_path());
+        m.use_paths(true, true);
+        for l in 0..200 {
+            acc(&mut m, (l % 4) as usize, l % 97, AccessKind::Read, 0.0);
+        }
+        assert_eq!(m.check_directory(), None);
+    }
+}

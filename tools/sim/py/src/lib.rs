@@ -70,6 +70,22 @@ pub struct PyCounters {
 pub struct PyTrace {
     lines: Vec<u64>,
     cpus: Vec<u32>,
+    /// Largest line address and CPU, computed once (checked by every run).
+    max_line: u64,
+    max_cpu: u32,
+}
+
+impl PyTrace {
+    fn build(lines: Vec<u64>, cpus: Vec<u32>) -> Self {
+        let max_line = lines.iter().copied().max().unwrap_or(0);
+        let max_cpu = cpus.iter().copied().max().unwrap_or(0);
+        PyTrace {
+            lines,
+            cpus,
+            max_line,
+            max_cpu,
+        }
+    }
 }
 
 #[pymethods]
@@ -82,7 +98,7 @@ impl PyTrace {
         if !cpus.is_empty() && cpus.len() != lines.len() {
             return Err(config_err(py, "cpus and lines differ in length".into()));
         }
-        Ok(PyTrace { lines, cpus })
+        Ok(PyTrace::build(lines, cpus))
     }
 
     /// Read-microbenchmark trace: `reads` random files (uniform or Zipf 1/n) of `file_lines`
@@ -108,16 +124,13 @@ impl PyTrace {
                 cpus.extend(std::iter::repeat_n(c, file_lines as usize));
             }
         }
-        Ok(PyTrace { lines, cpus })
+        Ok(PyTrace::build(lines, cpus))
     }
 
     /// Uniformly random line addresses below `span`.
     #[staticmethod]
     fn random(span: u64, n: u64, seed: u64) -> Self {
-        PyTrace {
-            lines: core::trace::random_trace(span.max(1), n, seed),
-            cpus: Vec::new(),
-        }
+        PyTrace::build(core::trace::random_trace(span.max(1), n, seed), Vec::new())
     }
 
     /// Number of accesses.
@@ -316,6 +329,24 @@ impl PyEngine {
         .into_py(py)
     }
 
+    /// Access `length` bytes of `obj` at `offset` from `cpu` at time `now` outside any
+    /// thread (other users of the caches); charged to no thread.
+    #[pyo3(signature = (cpu, obj, offset, length, kind="read", now=0.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn touch(
+        &mut self,
+        py: Python<'_>,
+        cpu: u32,
+        obj: u32,
+        offset: u64,
+        length: u64,
+        kind: &str,
+        now: f64,
+    ) -> PyResult<()> {
+        let kind = parse_kind(py, kind)?;
+        ToPyResult(self.inner.touch(cpu, obj, offset, length, kind, now)).into_py(py)
+    }
+
     /// Queue pure computation.
     fn push_compute(&mut self, py: Python<'_>, tid: usize, cycles: f64) -> PyResult<()> {
         ToPyResult(self.inner.push(tid, Op::Compute { cycles })).into_py(py)
@@ -428,14 +459,14 @@ impl PyEngine {
     ) -> PyResult<f64> {
         let kind = parse_kind(py, kind)?;
         let ncpu = self.n_cpus() as u32;
-        if cpu >= ncpu || trace.cpus.iter().any(|&c| c >= ncpu) {
+        if cpu >= ncpu || (!trace.cpus.is_empty() && trace.max_cpu >= ncpu) {
             return Err(config_err(
                 py,
                 format!("trace names a cpu outside 0..{ncpu}"),
             ));
         }
         let m = self.inner.machine_mut();
-        ToPyResult(core::trace::prepare(m, &trace.lines)).into_py(py)?;
+        ToPyResult(m.prepare_trace(trace.max_line)).into_py(py)?;
         let t0 = Instant::now();
         if trace.cpus.is_empty() {
             core::trace::run_lines(m, cpu as usize, &trace.lines, kind);

@@ -11,13 +11,17 @@ Two measurements on one read-microbenchmark line trace (256 KiB files, uniform c
 
 Only the simulation loops are timed (trace generation and list building are not), in
 CPU time of the calling thread (``time.thread_time``): the project machine has two cores
-shared with other jobs, and wall time would count the time this process waited.
+shared with other jobs, and wall time would count the time this process waited. Each of
+the three runs is repeated on a fresh (cold) simulator, interleaved, and the median rate
+is reported, with the smallest and largest of the multicore runs.
 """
 
 from __future__ import annotations
 
 import importlib
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,9 @@ class BenchResult:
     :param pycachesim_rate: accesses per second, the same hierarchy in pycachesim (None if
         pycachesim is not installed).
     :param counts_equal: whether both simulators counted the same hits per level.
+    :param repeats: runs of each measurement; the rates are their medians.
+    :param multicore_min: slowest multicore run, accesses per second.
+    :param multicore_max: fastest multicore run, accesses per second.
     """
 
     model: str
@@ -48,6 +55,9 @@ class BenchResult:
     single_core_rate: float
     pycachesim_rate: float | None
     counts_equal: bool | None
+    repeats: int = 1
+    multicore_min: float = 0.0
+    multicore_max: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -57,12 +67,22 @@ class BenchResult:
         return self.single_core_rate / self.pycachesim_rate
 
 
-def run_bench(model: str = "opteron-16", accesses: int = 8_000_000, ws_mb: int = 8) -> BenchResult:
+def _timed(run: Callable[[Any], object], arg: Any) -> float:
+    """CPU seconds of the calling thread spent in ``run(arg)``."""
+    t0 = time.thread_time()
+    run(arg)
+    return time.thread_time() - t0
+
+
+def run_bench(
+    model: str = "opteron-16", accesses: int = 8_000_000, ws_mb: int = 8, repeats: int = 3
+) -> BenchResult:
     """Run the benchmark.
 
     :param model: machine model name.
     :param accesses: approximate number of line accesses.
     :param ws_mb: working set of the read microbenchmark trace, MiB.
+    :param repeats: runs of each measurement (median reported).
     :returns: the figures.
     """
     cfg = from_topology(load_model(model))
@@ -70,47 +90,62 @@ def run_bench(model: str = "opteron-16", accesses: int = 8_000_000, ws_mb: int =
     reads = max(1, accesses // file_lines)
     n_files = max(1, ws_mb * 1024 * 1024 // FILE_BYTES)
     multi = _native.Trace.file_reads(n_files, file_lines, reads, False, 1, cfg.n_cpus)
-    engine = cfg.engine()
-    t0 = time.thread_time()
-    engine.run_trace(multi)
-    multicore_s = time.thread_time() - t0
-
     geometry = tuple((lv.sets, lv.ways) for lv in cfg.levels)
     one = _native.Trace.file_reads(n_files, file_lines, reads, False, 1, 1)
-    ours = single_core(geometry, cfg.line_size).engine()
-    t0 = time.thread_time()
-    ours.run_trace(one)
-    single_s = time.thread_time() - t0
     n = len(one)
-
-    peer_rate: float | None = None
-    equal: bool | None = None
+    cachesim: Any
     try:
         cachesim = importlib.import_module("cachesim")
     except ImportError:
         cachesim = None
-    if cachesim is not None:
-        mem = cachesim.MainMemory()
-        below = None
-        caches: list[Any] = []
-        for i in reversed(range(len(geometry))):
-            sets, ways = geometry[i]
-            if below is None:
-                cache = cachesim.Cache(f"L{i + 1}", sets, ways, cfg.line_size, "LRU")
-                mem.load_to(cache)
-                mem.store_from(cache)
-            else:
-                cache = cachesim.Cache(
-                    f"L{i + 1}", sets, ways, cfg.line_size, "LRU", store_to=below, load_from=below
-                )
-            caches.insert(0, cache)
-            below = cache
-        sim = cachesim.CacheSimulator(caches[0], mem)
-        addrs = [line * cfg.line_size for line in one.lines()]
-        t0 = time.thread_time()
-        sim.load(addrs)
-        peer_s = time.thread_time() - t0
-        peer_rate = n / peer_s
+    addrs = [line * cfg.line_size for line in one.lines()] if cachesim is not None else []
+
+    multi_rates: list[float] = []
+    single_rates: list[float] = []
+    peer_rates: list[float] = []
+    equal: bool | None = None
+    for _ in range(max(1, repeats)):
+        engine = cfg.engine()
+        multi_rates.append(len(multi) / _timed(engine.run_trace, multi))
+        ours = single_core(geometry, cfg.line_size).engine()
+        single_rates.append(n / _timed(ours.run_trace, one))
+        if cachesim is None:
+            continue
+        caches, sim = _pycachesim(cachesim, geometry, cfg.line_size)
+        peer_rates.append(n / _timed(sim.load, addrs))
         served = ours.counters().served
-        equal = [c.HIT_count for c in caches] == served[: len(geometry)]
-    return BenchResult(model, n, len(multi) / multicore_s, n / single_s, peer_rate, equal)
+        same = [c.HIT_count for c in caches] == served[: len(geometry)]
+        equal = same if equal is None else equal and same
+    return BenchResult(
+        model,
+        len(multi),
+        statistics.median(multi_rates),
+        statistics.median(single_rates),
+        statistics.median(peer_rates) if peer_rates else None,
+        equal,
+        len(multi_rates),
+        min(multi_rates),
+        max(multi_rates),
+    )
+
+
+def _pycachesim(
+    cachesim: Any, geometry: tuple[tuple[int, int], ...], line_size: int
+) -> tuple[list[Any], Any]:
+    """pycachesim's LRU hierarchy of the given (sets, ways) per level, L1 first."""
+    mem = cachesim.MainMemory()
+    below = None
+    caches: list[Any] = []
+    for i in reversed(range(len(geometry))):
+        sets, ways = geometry[i]
+        if below is None:
+            cache = cachesim.Cache(f"L{i + 1}", sets, ways, line_size, "LRU")
+            mem.load_to(cache)
+            mem.store_from(cache)
+        else:
+            cache = cachesim.Cache(
+                f"L{i + 1}", sets, ways, line_size, "LRU", store_to=below, load_from=below
+            )
+        caches.insert(0, cache)
+        below = cache
+    return caches, cachesim.CacheSimulator(caches[0], mem)

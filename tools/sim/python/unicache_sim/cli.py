@@ -68,6 +68,12 @@ def mfc(
     dram_bw_scale: Annotated[float, typer.Option(help="DRAM bandwidth factor")] = 1.0,
     lag_us: Annotated[float, typer.Option(help="host-to-guest placement lag, us")] = 0.0,
     corunner: Annotated[str, typer.Option(help="none, mergesort, cachebuster, spinloop")] = "none",
+    background_kib: Annotated[
+        int, typer.Option(help="other users' footprint per CPU, KiB (MFC §4.6); 0: none")
+    ] = 0,
+    background_period_us: Annotated[
+        float, typer.Option(help="how often each CPU's other users read it, us")
+    ] = 4000.0,
     seed: Annotated[int, typer.Option(help="random seed")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a Figure 3-style PNG")] = None,
@@ -82,6 +88,8 @@ def mfc(
             raise UnicacheError(f"--corunner must be one of {', '.join(CORUNNERS)}")
         if threads < 1:
             raise UnicacheError("--threads must be at least 1")
+        if background_kib < 0 or background_period_us <= 0:
+            raise UnicacheError("--background-kib must be >= 0 and --background-period-us > 0")
         sizes = _parse_sizes(ws_mb)
         topo = load_model(model)
         clock = topo.clock_ghz or 2.0
@@ -92,6 +100,8 @@ def mfc(
             dram_bw_scale=dram_bw_scale,
             lag_cycles=lag_us * clock * 1e3,
             corunner=corunner,
+            background_bytes=background_kib * 1024,
+            background_period_s=background_period_us * 1e-6,
             seed=seed,
         )
         with Progress(console=_err, transient=True) as progress:
@@ -138,13 +148,16 @@ def bench(
     model: Annotated[str, typer.Option(help="machine model")] = "opteron-16",
     accesses: Annotated[int, typer.Option(help="line accesses")] = 8_000_000,
     ws_mb: Annotated[int, typer.Option(help="working set of the trace, MiB")] = 8,
+    repeats: Annotated[int, typer.Option(help="runs of each measurement (median)")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Speed of the native core, and of pycachesim on the same single-core trace."""
     from unicache_sim.bench import run_bench
 
     try:
-        result = run_bench(model, accesses, ws_mb)
+        if repeats < 1:
+            raise UnicacheError("--repeats must be at least 1")
+        result = run_bench(model, accesses, ws_mb, repeats)
     except UnicacheError as err:
         _fail(err)
         return
@@ -152,10 +165,15 @@ def bench(
         doc = {**asdict(result), "ratio": result.ratio}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    table = Table(title=f"simulator speed, {result.accesses:,} line accesses ({model})")
+    title = f"simulator speed, {result.accesses:,} line accesses ({model})"
+    table = Table(title=f"{title}, median of {result.repeats} runs, thread CPU time")
     table.add_column("run")
     table.add_column("M accesses/s", justify="right")
-    table.add_row(f"unicache-sim, {model} (all cores)", f"{result.multicore_rate / 1e6:.1f}")
+    table.add_row(
+        f"unicache-sim, {model} (all cores)",
+        f"{result.multicore_rate / 1e6:.1f} "
+        f"({result.multicore_min / 1e6:.1f}-{result.multicore_max / 1e6:.1f})",
+    )
     table.add_row("unicache-sim, one core's L1/L2/L3", f"{result.single_core_rate / 1e6:.1f}")
     if result.pycachesim_rate is not None:
         table.add_row("pycachesim, same hierarchy", f"{result.pycachesim_rate / 1e6:.1f}")

@@ -71,6 +71,12 @@ class MfcSpec:
     :param file_placement: ``spread`` — file i's pages on node i mod nodes, as files
         written before the run by processes all over the machine; ``first_touch`` — on the
         node of the first thread that reads them (this favours a baseline that stays put).
+    :param background_bytes: footprint of the other users of the caches, per CPU (MFC §4.6:
+        "program text and data", the kernel, other processes, small files): an object on the
+        CPU's node that the CPU reads every ``background_period_s`` outside the reader
+        threads, in every baseline alike (the oracle's merged caches get all of them). 0 (the
+        default) turns it off; docs/simulator.md shows what it does to Figure 3.
+    :param background_period_s: how often each CPU's other users read their footprint.
     :param seed: seed of file choice, page placement and floating.
     """
 
@@ -89,6 +95,9 @@ class MfcSpec:
     update_use_s: float = 0.4
     file_placement: str = "spread"
     corunner: str = "none"
+    # MFC §4.6: "MFC must share the caches with other uses such as program text and data"
+    background_bytes: int = 0
+    background_period_s: float = 0.004
     seed: int = 1
 
 
@@ -379,6 +388,28 @@ class _CoRunner:
             self.regions.reverse()
 
 
+class _Background:
+    """The other users of the caches (MFC §4.6): per CPU, a footprint read every period."""
+
+    def __init__(self, spec: MfcSpec, engine: _native.Engine, cfg: SimConfig) -> None:
+        self.engine = engine
+        self.size = spec.background_bytes
+        self.period = spec.background_period_s * cfg.clock_ghz * 1e9
+        on = self.size > 0 and self.period > 0
+        self.objects = [engine.add_object(self.size, "node", n) for n in cfg.cpu_node] if on else []
+        self.next = self.period if on else math.inf
+
+    def run_until(self, now: float) -> None:
+        """Read every CPU's footprint once per period elapsed up to ``now``.
+
+        :param now: simulated time, cycles.
+        """
+        while self.next <= now:
+            for cpu, obj in enumerate(self.objects):
+                self.engine.touch(cpu, obj, 0, self.size, "read", self.next)
+            self.next += self.period
+
+
 def _migration_cost(cfg: SimConfig, src: int, dst: int) -> float:
     if src == dst:
         return 0.0
@@ -420,6 +451,7 @@ def run_baseline(
     tids = [engine.add_thread(policy.start_cpu(t)) for t in range(spec.threads)]
     policy.attach(tids)
     corunner = _CoRunner(spec.corunner, engine, machine)
+    background = _Background(spec, engine, machine)
     co_tid = -1
     if spec.corunner != "none":
         co_tid = engine.add_thread(machine.n_cpus - 1)
@@ -435,13 +467,16 @@ def run_baseline(
     measuring = False
     start_time = 0.0
     reads = 0
-    deadline = tick
+    next_tick = tick
     live = set(tids)
     while live:
+        deadline = min(next_tick, background.next)
         stop, tid = engine.run(deadline)
         if stop == "deadline":
-            policy.tick(deadline, sorted(live | ({co_tid} if co_tid >= 0 else set())))
-            deadline += tick
+            background.run_until(deadline)
+            if deadline >= next_tick:
+                policy.tick(next_tick, sorted(live | ({co_tid} if co_tid >= 0 else set())))
+                next_tick += tick
             continue
         if stop == "idle":
             break
