@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from unicache.host.colors import host_page_colors
+from unicache.host.guest_scripts import PAGE_NODES
 from unicache.host.qemu import QemuVm, VmConfig, list_vms, parse_numa
 from unicache.topology import Unify, discover_topology
 
@@ -105,32 +106,6 @@ while time.time() < end:
     time.sleep(0.01)
 """
 
-#: {guest node: resident pages} of a file's page cache: mincore + move_pages(nodes=NULL)
-PAGE_NODES = r"""
-import ctypes, json, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_long]
-libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-libc.syscall.restype = ctypes.c_long
-fd = os.open(sys.argv[1], os.O_RDONLY)
-size = os.fstat(fd).st_size
-npages = (size + 4095) // 4096
-addr = libc.mmap(None, size, 1, 1, fd, 0)
-vec = (ctypes.c_ubyte * npages)()
-libc.mincore(ctypes.c_void_p(addr), size, vec)
-resident = [i for i in range(npages) if vec[i] & 1]
-for i in resident:
-    ctypes.string_at(addr + 4096 * i, 1)
-pages = (ctypes.c_void_p * len(resident))(*[addr + 4096 * i for i in resident])
-status = (ctypes.c_int * len(resident))()
-libc.syscall(279, 0, len(resident), pages, None, status, 0)
-nodes = {}
-for st in status:
-    nodes[st] = nodes.get(st, 0) + 1
-print(json.dumps(nodes))
-"""
 
 #: the shims' statistics from the counters file (read-only)
 SHIM_STATS = r"""
@@ -198,7 +173,7 @@ def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -
     start = last_tick(log)
     guest(vm, f"LD_PRELOAD={SHIM} taskset -c 0 python3 -c '{STREAM_READ}' {stream}", timeout=300)
     where = json.loads(guest(vm, f"python3 -c '{PAGE_NODES}' {stream}"))
-    pages = {int(k): int(v) for k, v in where.items()}
+    pages = {int(k): int(v) for k, v in where["nodes"].items()}
     total = max(sum(pages.values()), 1)
     table = Table("guest node", "page-cache pages of the stream", "share",
                   title="where the stream's page cache landed (move_pages in the guest)")
