@@ -84,6 +84,46 @@ def test_a_slow_stream_is_colored_at_least_one_run_ahead() -> None:
     assert first.color == nodes[ChunkId(7, 4)] - 1
 
 
+def test_a_stream_that_stops_releases_its_color() -> None:
+    vm = _vm()
+    first = colors_round([vm], [_stream("vm0", 7, range(4))], ColorState(), OPTS)
+    assert [s.key.ident for s in first.state.vms[0].srm.sequences] == [7]
+    later = colors_round([vm], [_stream("vm0", 8, range(4), seq=1)], first.state, OPTS)
+    assert [s.key.ident for s in later.state.vms[0].srm.sequences] == [8]
+    assert sum(later.state.vms[0].srm.marks) == 1
+
+
+def test_a_guest_reporting_many_streams_costs_bounded_work() -> None:
+    vm = _vm()
+    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=256)
+    many = GuestReport("vm0", 0, 1.0, tuple(
+        ChunkAccess(ChunkId(f, 0), CHUNK, 1, 0, ((0, CHUNK),)) for f in range(1, 5000)
+    ))
+    decision = colors_round([vm], [many], ColorState(), opts)
+    assert len(decision.color_nodes["vm0"]) <= 256
+    assert sum(a.last_chunk - a.first_chunk + 1 for a in decision.actions) <= 256
+
+
+def test_ncc_work_and_memory_per_vm_are_bounded() -> None:
+    from unicache.policy import replicas
+
+    vm = _vm(colored=0, cpu_nodes=2)
+    state = ReplicaState()
+    for seq, first in enumerate((1, 20_001)):  # each round: 20000 chunks read once remotely
+        accesses = tuple(
+            ChunkAccess(ChunkId(f, 0), CHUNK, 1, 0, ((1, CHUNK),), home_node=0,
+                        node_reads=((1, 1),))
+            for f in range(first, first + 20_000)
+        )
+        report = GuestReport("vm0", seq, 1.0, accesses, guest_nodes=(0, 1))
+        clock = state.vms[0].ncc.clock if state.vms else 0
+        state = replicas_round([vm], [report], state, NccParams()).state
+        ncc_state = state.vms[0].ncc
+        assert ncc_state.clock - clock <= replicas.MAX_READS_PER_ROUND + 1  # reads + one Age
+        assert len(ncc_state.counters) <= replicas.MAX_COUNTERS_PER_VM
+    assert len(state.vms[0].ncc.counters) == replicas.MAX_COUNTERS_PER_VM
+
+
 def test_a_reread_file_loses_its_colors() -> None:
     vm = _vm()
     first = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), OPTS)

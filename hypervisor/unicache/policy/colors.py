@@ -198,9 +198,20 @@ def _vm_round(
         )
         ahead[fid] = min(runs * params.t_l, options.max_colored_chunks // 4)
         wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead[fid]))
+    # Figure 7's sequences end with their stream: a file not read this interval releases its
+    # color (so the sequences a guest can hold are bounded by what it reads per interval)
+    events += [
+        srm.CloseFile(vm.name, seq.key.ident)
+        for seq in prev.srm.sequences
+        if seq.key.kind is srm.SequenceKind.FILE
+        and seq.key.ident not in reached
+        and (vm.name, seq.key.ident) not in locality.strong
+    ]
+    # bounded work per round: the fastest streams first, at most max_colored_chunks misses
+    todo = sorted(wanted - colored.keys(), key=lambda c: (-rate[c.file_id], c))
     misses = [
         srm.BufferMiss(vm.name, 0, c.file_id, c.index, reached[c.file_id] + 1 + ahead[c.file_id])
-        for c in sorted(wanted - colored.keys())
+        for c in sorted(todo[: options.max_colored_chunks])
     ]
     events += misses
     decision = srm.srm_round(prev.srm, events, params, locality.weak)

@@ -12,6 +12,8 @@ of different VMs are unrelated):
   "Cache Coherence");
 * the report's free memory per node drives the §3.2 timer (generation off when tight);
 * one ``Age`` per round (MQ aging);
+* bounded: at most ``MAX_READS_PER_ROUND`` reads per VM and round, and the
+  ``MAX_COUNTERS_PER_VM`` largest remote-read counters are kept;
 * chunks whose page cache is on a colored node are left alone: SRM-buffer confined them
   there on purpose (a colored node's memory is on the VM's own host node, so it is not
   remote), and a replica would spread them over every color again.
@@ -22,13 +24,17 @@ Pure: no I/O, no clock; the same state and observation give the same decision.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Replicate, Vm
 from unicache.policy import ncc
 
 #: at most this many Read events per chunk record and node
 MAX_READS_PER_RECORD = 4
+#: at most this many Read events per VM and round (a guest cannot buy unbounded work)
+MAX_READS_PER_ROUND = 16_384
+#: remote-read counters kept per VM (the most counted first): NCC's memory is bounded
+MAX_COUNTERS_PER_VM = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +95,8 @@ def _events(
             key = ncc.ReplicaKey(vm, access.chunk)
             if access.home_node >= 0 and access.home_node not in colored:
                 for node, count in access.node_reads:
-                    reads += [ncc.Read(key, node, access.home_node)] * min(count, max_reads)
+                    room = MAX_READS_PER_ROUND - len(reads)
+                    reads += [ncc.Read(key, node, access.home_node)] * min(count, max_reads, room)
             if access.writes > 0:
                 writes.append(ncc.Write(key))
     # §3.2 coherence for writers without the shim: every known chunk of a modified file
@@ -136,6 +143,10 @@ def replicas_round(
         colored = frozenset(n.node for n in vm.colored_nodes())
         events = _events(vm.name, mine, prev.ncc, max_reads, colored)
         decision = ncc.ncc_round(prev.ncc, memory, events, params)
+        kept = decision.state
+        if len(kept.counters) > MAX_COUNTERS_PER_VM:
+            most = sorted(kept.counters, key=lambda c: (-c.count, c.key, c.node))
+            kept = replace(kept, counters=tuple(sorted(most[:MAX_COUNTERS_PER_VM])))
         for act in decision.actions:
             if isinstance(act, ncc.Replicate):
                 actions.append(
@@ -147,8 +158,8 @@ def replicas_round(
                 actions.append(DropReplica(vm.name, act.key.chunk, act.node, act.rule, act.reason))
             # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
         held: dict[ChunkId, set[int]] = {}
-        for replica in decision.state.replicas:
+        for replica in kept.replicas:
             held.setdefault(replica.key.chunk, set()).add(replica.node)
         nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
-        out.append(VmReplicas(vm.name, decision.state, tuple(memory)))
+        out.append(VmReplicas(vm.name, kept, tuple(memory)))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)))
