@@ -61,24 +61,30 @@ def write_slot(t0: float, seed: int) -> bool:
 
 
 class Commits:
-    """The shared ``writing`` and ``committed`` arrays."""
+    """The shared ``writing`` and ``committed`` arrays.
+
+    Accessed through a ``Q`` memoryview: one 8-byte load or store per value. ``struct``'s
+    ``pack_into`` writes a little-endian u64 byte by byte, so a reader could see a torn
+    value (255 -> 256 passes through 0) and count a false "garbage" or miss a stale block.
+    """
 
     def __init__(self, path: str) -> None:
         fd = os.open(path, os.O_RDWR)
         self.map = mmap.mmap(fd, 16 * NBLOCKS)
         os.close(fd)
+        self.words = memoryview(self.map).cast("Q")
 
     def writing(self, b: int) -> int:
-        return int(_U64.unpack_from(self.map, 8 * b)[0])
+        return int(self.words[b])
 
     def committed(self, b: int) -> int:
-        return int(_U64.unpack_from(self.map, 8 * (NBLOCKS + b))[0])
+        return int(self.words[NBLOCKS + b])
 
     def set_writing(self, b: int, v: int) -> None:
-        _U64.pack_into(self.map, 8 * b, v)
+        self.words[b] = v
 
     def set_committed(self, b: int, v: int) -> None:
-        _U64.pack_into(self.map, 8 * (NBLOCKS + b), v)
+        self.words[NBLOCKS + b] = v
 
 
 def writer(wid: int, nwriters: int, mode: str, path: str, commits: Commits, t0: float,
