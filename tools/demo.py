@@ -248,7 +248,8 @@ def main() -> int:
          "LLC page colors")
     # --fanotify: the agent also sees writers without the shim (NCC drops their replicas)
     vm = QemuVm(VmConfig("demo", vcpus=2, memory_mib=1024, numa=parse_numa(layout, 2, 1024),
-                         append=("unicache.agent_args=--fanotify",)), registry)
+                         append=("unicache.agent_args=--fanotify",)), registry,
+                progress=lambda line: console.print(line, highlight=False))
     record = vm.start()
     why = vm.accel.line() if vm.accel is not None else f"accelerator: {record.accel}"
     console.print(f"guest up: pid {record.pid}; {why}")
