@@ -37,28 +37,60 @@ def test_small_chunk_is_read_where_the_thread_is() -> None:
     assert t.assigned_bytes(2) == 0
 
 
-def test_spare_capacity_on_current_unit_replicates_there() -> None:
+def test_first_read_caches_on_the_current_unit_when_it_has_the_most_spare_capacity() -> None:
     t = table()
     access = t.mfc_access(key(1), CHUNK, curunit=1, allowed=ALL)
-    assert (access.unit, access.rule) == (1, mfc.RULE_REPLICATE_SPARE)
+    # a first read is no frequent use (§4.2): lines 12-16, ties to the current unit
+    assert (access.unit, access.rule) == (1, mfc.RULE_MIGRATE_MAX_AVAIL)
     assert t.holders()[key(1)] == {1}
+
+
+def test_first_read_goes_to_the_unit_with_the_most_spare_capacity() -> None:
+    t = table()
+    t.mfc_access(key(10), CHUNK, curunit=0, allowed=ALL)  # unit 0 half full
+    access = t.mfc_access(key(1), CHUNK, curunit=0, allowed=ALL)
+    assert (access.unit, access.rule) == (1, mfc.RULE_MIGRATE_MAX_AVAIL)
+
+
+def test_frequent_user_with_spare_capacity_replicates_there() -> None:
+    t = table()
+    t.mfc_access(key(1), CHUNK, curunit=0, allowed=frozenset({0}))  # cached on unit 0
+    first = t.mfc_access(key(1), CHUNK, curunit=1, allowed=ALL)
+    second = t.mfc_access(key(1), CHUNK, curunit=1, allowed=ALL)
+    # unit 1 now reads it as often as unit 0's copy is used: a frequent user
+    assert first.rule == mfc.RULE_MIGRATE_HOLDER
+    assert (second.unit, second.rule) == (1, mfc.RULE_REPLICATE_SPARE)
+    assert t.holders()[key(1)] == {0, 1}
+
+
+def test_thread_passing_through_a_unit_does_not_replicate() -> None:
+    # §4.4's single thread: it reads f from unit 1 now and then, but f's copy on unit 0
+    # serves far more reads, so unit 1 is no frequent user and spends no space on a replica
+    t = table()
+    for _ in range(6):
+        t.mfc_access(key(1), CHUNK, curunit=0, allowed=ALL)
+    for _ in range(3):
+        access = t.mfc_access(key(1), CHUNK, curunit=1, allowed=ALL)
+        assert (access.unit, access.rule) == (0, mfc.RULE_MIGRATE_HOLDER)
+    assert t.holders()[key(1)] == {0}
 
 
 def test_full_current_unit_migrates_to_unit_with_most_spare_capacity() -> None:
     t = table()
     for n in (10, 11):
-        t.mfc_access(key(n), CHUNK, curunit=0, allowed=ALL)  # fills unit 0
-    t.mfc_access(key(12), CHUNK, curunit=1, allowed=ALL)  # unit 1 half full
+        t.mfc_access(key(n), CHUNK, curunit=0, allowed=frozenset({0}))  # fills unit 0
+    t.mfc_access(key(12), CHUNK, curunit=1, allowed=frozenset({1}))  # unit 1 half full
     access = t.mfc_access(key(1), CHUNK, curunit=0, allowed=ALL)
     assert (access.unit, access.rule) == (2, mfc.RULE_MIGRATE_MAX_AVAIL)
 
 
 def _fill(t: MfcTable, uses: int) -> None:
+    # two chunks on every unit, each used ``uses`` times there
     n = 100
     for unit in sorted(t.units):
         for _ in range(2):
             for _ in range(uses):
-                t.mfc_access(key(n), CHUNK, curunit=unit, allowed=ALL)
+                t.mfc_access(key(n), CHUNK, curunit=unit, allowed=frozenset({unit}))
             n += 1
 
 

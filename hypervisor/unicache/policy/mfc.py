@@ -72,8 +72,10 @@ class MfcParams:
     :param migration_cycles: §4.5 — cost of one thread migration.
     :param offchip_bytes_per_cycle: §4.5 — what one core reading from DRAM achieves.
     :param max_copies: a chunk is never held by more units than this.
-    :param frequent_reads: reads from a unit since the last ``update_use`` that make it a
-        "frequent user" (§4.2, the condition on lines 6-10 the pseudo-code leaves out).
+    :param frequent_reads: the fewest reads from a unit since the last ``update_use`` that
+        make it a "frequent user" (§4.2, the condition on lines 6-10 the pseudo-code leaves
+        out); it must also read the chunk at least as often as the chunk's busiest copy is
+        used.
     """
 
     min_read_size: int
@@ -308,7 +310,7 @@ class MfcTable:
         holders = f.units & allowed
         if curunit not in f.units and len(f.units) < p.max_copies:
             # lines 6-10: spare capacity on curcore, and curcore is a frequent user (§4.2)
-            frequent = f.reads_from[curunit] >= p.frequent_reads or not f.units
+            frequent = self._frequent_user(f, curunit)
             if frequent and self.cache_avail(curunit) > size and self._fits(curunit, size):
                 self._add(key, curunit)
                 f.use[curunit] = f.use.get(curunit, 0) + 1
@@ -316,7 +318,8 @@ class MfcTable:
 
             # lines 12-16: migrate to the unit with the most spare capacity
             if not holders:
-                maxunit = max(sorted(allowed), key=self.cache_avail)
+                # ties go to curunit: caching f there needs no migration
+                maxunit = max(sorted(allowed), key=lambda u: (self.cache_avail(u), u == curunit))
                 if self.cache_avail(maxunit) > size and self._fits(maxunit, size):
                     return self._migrate(key, f, curunit, maxunit, RULE_MIGRATE_MAX_AVAIL)
 
@@ -357,6 +360,15 @@ class MfcTable:
 
         # lines 42-43: migrate to the holder
         return self._migrate(key, f, curunit, newunit, RULE_MIGRATE_HOLDER)
+
+    def _frequent_user(self, f: ChunkState, curunit: int) -> bool:
+        # §4.2 "curcore is a frequent user of f": it read f at least frequent_reads times
+        # since the last aging and at least as often as f's busiest copy is used. A first
+        # read is no frequent use, nor is a thread passing through curunit on its way to the
+        # holders (§4.4: one thread wants all caches to hold distinct files, not replicas).
+        reads = f.reads_from.get(curunit, 0)
+        busiest = max((f.use.get(u, 0) for u in f.units), default=0)
+        return reads >= self.params.frequent_reads and reads >= busiest
 
     def _migrate(
         self, key: ChunkKey, f: ChunkState, curunit: int, target: int, rule: str
