@@ -374,19 +374,16 @@ class AssignColor:
 
 
 @dataclass(frozen=True, slots=True)
-class Replicate:
-    """NCC: keep a node-local replica of a chunk on a guest node.
-
-    Carried out by the VM's next placement table (``PlacementEntry.replica_nodes``).
+class _ReplicaAction:
+    """NCC: a decision about the replica of a chunk on one guest node.
 
     :param vm: which VM.
     :param chunk: the chunk.
-    :param node: the guest node that gets the replica.
+    :param node: the guest node of the replica.
     :param rule: the paper rule that produced it.
     :param reason: one line for humans.
     """
 
-    kind: ClassVar[ActionKind] = ActionKind.REPLICATE
     vm: str
     chunk: ChunkId
     node: int
@@ -400,27 +397,20 @@ class Replicate:
 
 
 @dataclass(frozen=True, slots=True)
-class DropReplica:
-    """NCC: drop the replica of a chunk on a guest node.
+class Replicate(_ReplicaAction):
+    """NCC: keep a node-local replica of a chunk on a guest node.
 
-    :param vm: which VM.
-    :param chunk: the chunk.
-    :param node: the guest node that loses the replica.
-    :param rule: the paper rule that produced it.
-    :param reason: one line for humans.
+    Carried out by the VM's next placement table (``PlacementEntry.replica_nodes``).
     """
 
-    kind: ClassVar[ActionKind] = ActionKind.DROP_REPLICA
-    vm: str
-    chunk: ChunkId
-    node: int
-    rule: str
-    reason: str
+    kind: ClassVar[ActionKind] = ActionKind.REPLICATE
 
-    @property
-    def target(self) -> str:
-        """The key under which the reconciler remembers what it applied."""
-        return f"replica/{self.vm}/{self.chunk}@{self.node}"
+
+@dataclass(frozen=True, slots=True)
+class DropReplica(_ReplicaAction):
+    """NCC: drop the replica of a chunk on a guest node."""
+
+    kind: ClassVar[ActionKind] = ActionKind.DROP_REPLICA
 
 
 #: every action a policy can return
