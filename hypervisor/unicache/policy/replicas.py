@@ -149,11 +149,9 @@ def replicas_round(
             kept = replace(kept, counters=tuple(sorted(most[:MAX_COUNTERS_PER_VM])))
         for act in decision.actions:
             if isinstance(act, ncc.Replicate):
-                actions.append(
-                    Replicate(
-                        vm.name, act.key.chunk, act.node, act.reason.split(":")[0], act.reason
-                    )
-                )
+                # NCC makes replicas by one rule only (its Replicate carries no rule field)
+                rule = ncc.RULE_REPLICATE
+                actions.append(Replicate(vm.name, act.key.chunk, act.node, rule, act.reason))
             elif isinstance(act, ncc.DropReplica):
                 actions.append(DropReplica(vm.name, act.key.chunk, act.node, act.rule, act.reason))
             # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
