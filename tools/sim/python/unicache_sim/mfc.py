@@ -38,6 +38,10 @@ from unicache_sim.simhost import GuestShim, SimHost
 BASELINES = ("linux", "unicache", "oracle")
 WORKLOADS = tuple(CYCLES_PER_BYTE)
 DISTRIBUTIONS = ("uniform", "zipf")
+#: how unicache runs: the product's loop, or the in-kernel MFC what-if
+PATHS = ("live", "whatif")
+#: equal threads in every baseline, or MFC §6.3's 16 under Linux and 32 under MFC
+SETUPS = ("equal", "parallel")
 #: co-runners of the observations paper, in a second VM on the last CPU
 CORUNNERS = ("none", "mergesort", "cachebuster", "spinloop")
 MIB = 1024 * 1024
@@ -77,6 +81,11 @@ class MfcSpec:
         threads, in every baseline alike (the oracle's merged caches get all of them). 0 (the
         default) turns it off; docs/simulator.md shows what it does to Figure 3.
     :param background_period_s: how often each CPU's other users read their footprint.
+    :param path: ``live`` — the product's loop (daemon round, agent report and table delay
+        from their defaults; the guest follows the shim's rule); ``whatif`` — the
+        synchronous per-read ``mfc_access`` of an in-kernel MFC (a what-if, not the product).
+    :param setup: ``equal`` — every baseline runs ``threads`` readers; ``parallel`` — MFC
+        §6.3's set-up: ``threads`` instances under Linux, twice as many under unicache.
     :param seed: seed of file choice, page placement and floating.
     """
 
@@ -98,6 +107,8 @@ class MfcSpec:
     # MFC §4.6: "MFC must share the caches with other uses such as program text and data"
     background_bytes: int = 0
     background_period_s: float = 0.004
+    path: str = "live"
+    setup: str = "equal"
     seed: int = 1
 
 
