@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from unicache.cpulist import format_list
-from unicache.decisionlog import action_record, chunk_record, report_record
+from unicache.decisionlog import action_record, chunk_record, refusal_record, report_record
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.live import LiveHost, VmSource
@@ -278,6 +278,8 @@ async def run_daemon(
                 decisions.write(report_record(obs.tick, report))
             for chunk in decision.chunk_decisions:
                 decisions.write(chunk_record(obs.tick, chunk))
+            for refusal in decision.refusals:
+                decisions.write(refusal_record(obs.tick, refusal))
             decisions.flush()
             write_status(config.state_dir / "status.json", obs.tick, policy, state, obs)
             errors = [(st.vm, kind, count) for st in channel.status() for kind, count in st.errors]

@@ -17,6 +17,7 @@ from unicache.model import (
     GuestReport,
     PinVcpu,
     PublishPlacement,
+    Refusal,
     Replicate,
     SetCpuWeight,
 )
@@ -93,6 +94,11 @@ def chunk_record(tick: int, decision: ChunkDecision) -> dict[str, Any]:
         "rule": decision.rule,
         "reason": decision.reason,
     }
+
+
+def refusal_record(tick: int, refusal: Refusal) -> dict[str, Any]:
+    """Something a policy chose not to do, and why (e.g. SCU leaving a VM alone)."""
+    return {"tick": tick, "kind": "refusal", "refusal": refusal.kind, "reason": refusal.reason}
 
 
 def report_record(tick: int, report: GuestReport) -> dict[str, Any]:

@@ -225,6 +225,10 @@ class GuestReport:
     modified_files: frozenset[int] = frozenset()
 
 
+#: a placement entry's migration budget meaning "no limit" (the wire and the shim's value)
+BUDGET_UNLIMITED = 0xFFFFFFFF
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementEntry:
     """Where the guest must read one chunk.
@@ -232,7 +236,8 @@ class PlacementEntry:
     :param chunk: which chunk.
     :param vcpus: the VM's vCPUs (indices) pinned in a unit that holds the chunk.
     :param caching: ``False`` = read with non-temporal loads (MFC §4.3 non-caching).
-    :param migration_budget: migrations per interval the shim may spend on it (MFC §4.5).
+    :param migration_budget: migrations per interval the shim may spend on it (MFC §4.5);
+        ``BUDGET_UNLIMITED`` where every migration pays, 0 = none.
     :param unit: the first host cache unit holding the chunk (informational for the guest).
     :param color_node: SRM-buffer: the guest node (a colored memory-only node) where the
         page cache of this chunk must be allocated; -1 = wherever the guest kernel puts it.

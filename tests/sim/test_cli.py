@@ -6,7 +6,9 @@ import inspect
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
+from unicache.daemon import DaemonConfig
 from unicache_sim.cli import app
 
 # click < 8.2 mixes stderr into stdout unless told not to; 8.2 always separates them
@@ -28,14 +30,14 @@ def test_mfc_json_has_every_baseline_and_the_ratios() -> None:
 
 def test_unknown_workload_is_one_line_and_exit_1() -> None:
     result = runner.invoke(app, ["mfc", "--workload", "sort", "--ws-mb", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--workload must be one of" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 
 
 def test_unknown_model_is_one_line_and_exit_1() -> None:
     result = runner.invoke(app, ["mfc", "--model", "cray-1", "--ws-mb", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no machine model" in result.stderr
 
 
@@ -48,9 +50,27 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_corunner_and_lag_runs_finish() -> None:
-    result = runner.invoke(
-        app, ["mfc", "--ws-mb", "2", "--corunner", "mergesort", "--lag-us", "500", "--json"]
-    )
+def test_corunner_runs_on_the_live_loop_with_the_daemons_round() -> None:
+    result = runner.invoke(app, ["mfc", "--ws-mb", "2", "--corunner", "mergesort", "--json"])
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["spec"]["corunner"] == "mergesort"
+    spec = json.loads(result.stdout)["spec"]
+    assert spec["corunner"] == "mergesort"
+    assert spec["path"] == "live"
+    assert spec["timing"]["round_s"] == DaemonConfig().interval_s
+
+
+def test_whatif_and_parallel_setup_are_named_in_the_output() -> None:
+    args = ["mfc", "--ws-mb", "2", "--path", "whatif", "--setup", "parallel", "--threads", "2"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["spec"]["path"], doc["spec"]["setup"]) == ("whatif", "parallel")
+
+
+@pytest.mark.parametrize(
+    "args", [["--path", "kernel"], ["--setup", "twice"], ["--round-ms", "1"]], ids=str
+)
+def test_bad_path_setup_or_round_is_one_line_and_exit_2(args: list[str]) -> None:
+    result = runner.invoke(app, ["mfc", "--ws-mb", "2", *args])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1

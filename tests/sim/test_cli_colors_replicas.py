@@ -80,7 +80,7 @@ def test_srm_table_output_names_both_configurations() -> None:
 
 def _one_line_error(args: list[str], text: str) -> None:
     result = runner.invoke(app, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert text in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from unicache.errors import ProtocolError
 from unicache.model import (
+    BUDGET_UNLIMITED,
     AgentHealth,
     ChunkAccess,
     ChunkId,
@@ -65,8 +66,6 @@ MAX_REPORT_INTERVAL_S = 60.0
 MAX_COUNTER = (1 << 63) - 1
 #: largest chunk index
 MAX_CHUNK_INDEX = (1 << 48) - 1
-#: migration budget meaning "no limit"
-BUDGET_UNLIMITED = 0xFFFFFFFF
 
 T_HELLO = "hello"
 T_WELCOME = "welcome"

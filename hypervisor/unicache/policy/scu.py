@@ -7,7 +7,11 @@ chunk's unit, caching or non-caching. The guest's shim then migrates the reading
 thread synchronously, as MFC's kernel did (§4.2).
 
 Parameters come from the machine (§4.5 ``min_read_size``, §4.7 chunk size, §4.6
-``M_on-chip``) through :func:`scu_options_for`. Pure: no I/O, no clock, no threads.
+``M_on-chip``) through :func:`scu_options_for`, whose :class:`~unicache.policy.cost.CostModel`
+also decides where SCU steps aside: a read migrates only where the saving beats the
+migration with a margin, chunks are grouped into extents where one chunk saves too little,
+and a VM predicted to gain nothing gets an empty table and a logged refusal.
+Pure: no I/O, no clock, no threads.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from unicache.model import (
+    BUDGET_UNLIMITED,
     ChunkDecision,
     ChunkId,
     CounterSource,
@@ -25,8 +30,10 @@ from unicache.model import (
     PlacementEntry,
     PlacementTable,
     PublishPlacement,
+    Refusal,
     VcpuId,
 )
+from unicache.policy.cost import CostModel, GainEstimate
 from unicache.policy.mfc import (
     RULE_NON_CACHING,
     ChunkKey,
@@ -40,6 +47,8 @@ from unicache.topology import CacheLevel, CacheUnit, Scope, Topology, Unify
 
 #: §4.5: MFC "conservatively estimates this working set to be 4 Kbytes"
 WORKING_SET_BYTES = 4096
+#: the refusal kind SCU logs when it leaves a VM alone
+STEP_ASIDE = "SCU_NO_GAIN"
 #: used where the machine model has no figure (a discovered host): documented defaults
 DEFAULT_MIGRATION_CYCLES = 20_000
 DEFAULT_ONCHIP_BYTES_PER_CYCLE = 3.0
@@ -58,6 +67,8 @@ class ScuOptions:
     :param max_replays: the most ``mfc_access`` calls one reported chunk access may cause
         per round (reads are replayed, but a guest cannot buy unbounded policy work).
     :param cost_source: where the cost figures came from (model, or defaults).
+    :param cost: the cost model behind ``min_read_size``, budgets, extents and the per-VM
+        gain prediction (``None``: place every VM, MFC as published).
     """
 
     params: MfcParams
@@ -67,6 +78,7 @@ class ScuOptions:
     max_entries: int = 4_096
     max_replays: int = 8
     cost_source: str = "model"
+    cost: CostModel | None = None
 
 
 def min_read_size(
@@ -110,24 +122,31 @@ def scu_options_for(topology: Topology, unify: Unify, **overrides: int) -> ScuOp
         )
         if value is None
     ]
-    migration = topology.migration_cycles or DEFAULT_MIGRATION_CYCLES
+    # SCU's migrations cross units: the cross-chip figure where the model has one
+    migration = (
+        topology.migration_cycles_remote or topology.migration_cycles or DEFAULT_MIGRATION_CYCLES
+    )
     onchip = outer.bandwidth_bytes_per_cycle or DEFAULT_ONCHIP_BYTES_PER_CYCLE
     offchip = offchip or DEFAULT_OFFCHIP_BYTES_PER_CYCLE
     source = "model" if not missing else "defaults for " + ", ".join(missing)
+    cost = CostModel(onchip, offchip, migration)
     # "a core's L2": level 2 whether private or shared (Core 2's L2 is its LLC)
     l2 = next((lv for lv in topology.levels if lv.level == 2), topology.llc)
+    # §4.7: "The implementation's chunk size is half the size of a core's L2 cache";
+    # where one such chunk saves less than a migration, an extent of them moves as one
+    half_l2 = l2.size_bytes // 2
     units = topology.units(unify)
     params = MfcParams(
-        min_read_size=overrides.pop("min_read_size", min_read_size(migration, onchip, offchip)),
-        migration_cycles=migration,
+        min_read_size=overrides.pop("min_read_size", cost.min_read_size()),
+        migration_cycles=int(migration),
         offchip_bytes_per_cycle=offchip,
         max_copies=overrides.pop("max_copies", len(units)),
     )
     return ScuOptions(
         params=params,
-        # §4.7: "The implementation's chunk size is half the size of a core's L2 cache"
-        chunk_size=overrides.pop("chunk_size", l2.size_bytes // 2),
+        chunk_size=overrides.pop("chunk_size", half_l2 * cost.extent_chunks(half_l2)),
         cost_source=source,
+        cost=cost,
         **overrides,
     )
 
@@ -215,10 +234,14 @@ class ScuPolicy:
         for vcpu, unit in vcpu_units.items():
             by_vm.setdefault(vcpu.vm, {})[vcpu.index] = unit
         decisions: list[ChunkDecision] = []
+        refusals: list[Refusal] = []
         touched: set[str] = set()
+        aside = self._step_aside(obs, by_vm)
+        for vm, estimate in sorted(aside.items()):
+            refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
         for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
             units_of_vm = by_vm.get(report.vm)
-            if not units_of_vm:
+            if not units_of_vm or report.vm in aside:
                 continue
             allowed = frozenset(units_of_vm.values())
             for access in sorted(report.chunks, key=lambda a: a.chunk):
@@ -256,7 +279,9 @@ class ScuPolicy:
         for key, chunk_state in table.chunks.items():  # one pass, not one per VM
             chunks_of.setdefault(key.vm, []).append((key, chunk_state))
         for vm in sorted(live_vms):
-            entries = self._entries(chunks_of.get(vm, []), by_vm.get(vm, {}), extras.get(vm, {}))
+            # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
+            mine = [] if vm in aside else chunks_of.get(vm, [])
+            entries = self._entries(mine, by_vm.get(vm, {}), extras.get(vm, {}))
             if vm not in touched and published.get(vm, ()) == entries:
                 continue
             if published.get(vm) == entries:
@@ -276,7 +301,51 @@ class ScuPolicy:
                 versions.pop(vm, None)
 
         new_state = ScuState(table, versions, published, next_round)
-        return Decision(self.name, tuple(actions), tuple(decisions)), new_state
+        decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
+        return decision, new_state
+
+    def _step_aside(
+        self, obs: Observation, by_vm: Mapping[str, Mapping[int, int]]
+    ) -> dict[str, GainEstimate]:
+        """VMs whose reads this round are predicted to gain nothing from unification."""
+        cost = self.options.cost
+        if cost is None:
+            return {}
+        capacity = {u.id: u.capacity_bytes for u in self.units}
+        # without migrations a thread reaches its unit's shared levels and its own core's
+        # private ones, not the other cores' (MFC's per-core M_on-chip, §4.6)
+        private = sum(lv.size_bytes for lv in self.levels if lv.scope is Scope.CORE)
+        reach = {u.id: u.capacity_bytes - private * (self._cores(u) - 1) for u in self.units}
+        reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
+        for report in obs.reports:
+            per_chunk = reads.setdefault(report.vm, {})
+            for access in report.chunks:
+                if access.reads <= 0:
+                    continue
+                size = min(access.bytes_read // access.reads, self.options.chunk_size)
+                old_size, old_reads = per_chunk.get(access.chunk, (0, 0))
+                per_chunk[access.chunk] = (max(size, old_size), old_reads + access.reads)
+        out = {}
+        for vm, per_chunk in reads.items():
+            spanned = sorted(set(by_vm.get(vm, {}).values()))
+            if not spanned or not per_chunk:
+                continue
+            estimate = cost.predict_gain(
+                list(per_chunk.values()),
+                min(reach[u] for u in spanned),
+                sum(capacity[u] for u in spanned),
+                len(spanned),
+            )
+            if not estimate.pays:
+                out[vm] = estimate
+        return out
+
+    def _budget(self, size: int) -> int:
+        # every migration pays (cost model): no limit; else §4.5's competitive budget
+        cost = self.options.cost
+        if cost is not None and cost.migration_pays(size):
+            return BUDGET_UNLIMITED
+        return self.options.params.migration_budget(size)
 
     def _unit_views(self, obs: Observation, vcpu_units: Mapping[VcpuId, int]) -> list[UnitView]:
         busy: dict[int, float] = {}
@@ -303,9 +372,12 @@ class ScuPolicy:
             views.append(UnitView(unit.id, unit.capacity_bytes, counter_use, runqueue))
         return views
 
+    def _cores(self, unit: CacheUnit) -> int:
+        return max(len(unit.cpus) // self.smt, 1)
+
     def _copies(self, unit: CacheUnit) -> list[int]:
         # instances of each level inside a unit: one per core for private levels
-        cores = max(len(unit.cpus) // self.smt, 1)
+        cores = self._cores(unit)
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
 
     def _entries(
@@ -323,7 +395,7 @@ class ScuPolicy:
                 unit = units[0]
                 vcpus = frozenset(i for i, u in vcpu_units.items() if u in units)
                 # §4.5 competitive rule, enforced by the guest's shim per aging period
-                budget = self.options.params.migration_budget(state.size)
+                budget = self._budget(state.size)
                 entries.append(
                     (state.total_use(), PlacementEntry(key.chunk, vcpus, True, budget, unit))
                 )

@@ -15,10 +15,13 @@ from rich.table import Table
 from unicache.errors import UnicacheError
 from unicache.topology import load_model
 
+from unicache_sim.livetiming import LoopTiming
 from unicache_sim.mfc import (
     BASELINES,
     CORUNNERS,
     DISTRIBUTIONS,
+    PATHS,
+    SETUPS,
     WORKLOADS,
     MfcSpec,
     PointResult,
@@ -30,8 +33,8 @@ _err = Console(stderr=True)
 
 
 def _fail(err: Exception) -> None:
-    _err.print(f"[red]error:[/red] {err}")
-    raise typer.Exit(1)
+    _err.print(f"[red]error:[/red] {err}", soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _parse_sizes(text: str) -> list[float]:
@@ -58,6 +61,15 @@ def _points_json(points: list[PointResult]) -> list[dict[str, object]]:
     return out
 
 
+def _timing(round_ms: float | None, window_passes: float) -> LoopTiming:
+    if round_ms is None:
+        return LoopTiming.daemon_defaults(window_passes=window_passes)
+    period = round_ms / 1e3
+    return LoopTiming.daemon_defaults(
+        window_passes=window_passes, round_s=period, report_s=max(period, 0.1)
+    )
+
+
 @app.command()
 def mfc(
     model: Annotated[str, typer.Option(help="machine model (unicache.topology)")] = "opteron-16",
@@ -66,7 +78,30 @@ def mfc(
     ws_mb: Annotated[str, typer.Option(help="working sets in MiB")] = "1,2,4,8,16,32,64,128",
     threads: Annotated[int, typer.Option(help="reader threads")] = 1,
     dram_bw_scale: Annotated[float, typer.Option(help="DRAM bandwidth factor")] = 1.0,
-    lag_us: Annotated[float, typer.Option(help="host-to-guest placement lag, us")] = 0.0,
+    path: Annotated[
+        str,
+        typer.Option(
+            help="live: the product's loop (daemon round, agent report, shim rule); "
+            "whatif: the in-kernel MFC what-if (synchronous mfc_access per read)"
+        ),
+    ] = "live",
+    setup: Annotated[
+        str,
+        typer.Option(
+            help="equal: the same threads in every baseline; parallel: MFC §6.3, "
+            "--threads under Linux and twice as many under unicache"
+        ),
+    ] = "equal",
+    round_ms: Annotated[
+        float | None, typer.Option(help="daemon round period, ms (default: the daemon's)")
+    ] = None,
+    window_passes: Annotated[
+        float,
+        typer.Option(
+            help="a sampled interval lasts this many passes over the working set "
+            "(docs/simulator.md, 'The live loop'); inf: simulate every interval whole"
+        ),
+    ] = 4.0,
     corunner: Annotated[str, typer.Option(help="none, mergesort, cachebuster, spinloop")] = "none",
     background_kib: Annotated[
         int, typer.Option(help="other users' footprint per CPU, KiB (MFC §4.6); 0: none")
@@ -88,17 +123,27 @@ def mfc(
             raise UnicacheError(f"--corunner must be one of {', '.join(CORUNNERS)}")
         if threads < 1:
             raise UnicacheError("--threads must be at least 1")
+        if path not in PATHS:
+            raise UnicacheError(f"--path must be one of {', '.join(PATHS)}")
+        if setup not in SETUPS:
+            raise UnicacheError(f"--setup must be one of {', '.join(SETUPS)}")
+        if window_passes <= 0 or (round_ms is not None and not 50 <= round_ms <= 3_600_000):
+            raise UnicacheError(
+                "--window-passes must be > 0 and --round-ms within 50..3600000 "
+                "(the daemon's interval_s bounds)"
+            )
         if background_kib < 0 or background_period_us <= 0:
             raise UnicacheError("--background-kib must be >= 0 and --background-period-us > 0")
         sizes = _parse_sizes(ws_mb)
         topo = load_model(model)
-        clock = topo.clock_ghz or 2.0
         spec = MfcSpec(
             workload=workload,
             dist=dist,
             threads=threads,
             dram_bw_scale=dram_bw_scale,
-            lag_cycles=lag_us * clock * 1e3,
+            path=path,
+            setup=setup,
+            timing=_timing(round_ms, window_passes),
             corunner=corunner,
             background_bytes=background_kib * 1024,
             background_period_s=background_period_us * 1e-6,

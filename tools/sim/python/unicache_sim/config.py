@@ -104,6 +104,14 @@ class SimConfig:
         """LLC group (last-level instance) of a CPU."""
         return self.levels[-1].instance_of[cpu]
 
+    def migration_cost(self, src: int, dst: int) -> float:
+        """Cycles of moving a thread from CPU ``src`` to ``dst`` (0 when it stays)."""
+        if src == dst:
+            return 0.0
+        if self.group_of(src) == self.group_of(dst):
+            return self.migration_cycles
+        return self.migration_cycles_remote
+
     def on_chip_bytes(self) -> int:
         """Total bytes of all cache instances of all levels."""
         total = 0

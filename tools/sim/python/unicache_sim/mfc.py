@@ -1,17 +1,20 @@
-"""The MFC experiment (MFC paper §6.1-§6.2, Figures 3-5) with three baselines in one run.
+"""The MFC experiment (MFC paper §6.1-§6.3, Figures 3-7) with three baselines in one run.
 
 * ``linux``: no unicache. Each thread stays on its vCPU; vCPUs float the way Linux's
   load balancer moves threads (a heuristic: every ``balance_interval`` a busy vCPU moves
   with probability ``float_prob``, mostly inside its LLC group).
-* ``unicache``: vCPU i pinned on host CPU i (what OBS-X gives a VM with one vCPU per
-  CPU) and, for every chunk a thread reads, the *same* ``MfcTable.mfc_access`` the live
-  SCU policy runs (unicache.policy.mfc, Figure 2) decides the unit and the load type,
-  synchronously, as MFC's kernel did. With a host-guest lag, the live system's loop runs
-  instead: every ``lag`` the simulated host (unicache_sim.simhost) observes, the combined
-  OBS + SCU policy (unicache.policy.round) decides, the host pins vCPUs and publishes the
-  placement table, and the guest's shim follows the last table it received.
+* ``unicache``: by default the product (``path="live"``): the simulated host runs the
+  daemon's loop at its default round period (OBS + SCU, ``unicache.policy.round``), the
+  guest follows the published tables with the shim's rule (``unicache_sim.shimrule``).
+  ``path="whatif"`` runs instead the in-kernel MFC what-if: ``mfc_access`` synchronously
+  on every read, as MFC's kernel did — a figure of that path is not a figure of unicache.
 * ``oracle``: one shared cache of the machine's total on-chip size (every level's
   instances merged), free migration: the limit.
+
+Set-ups (``setup``): ``equal`` runs ``threads`` readers in every baseline; ``parallel`` is
+MFC §6.3's: ``threads`` instances under Linux, twice as many under unicache and the
+oracle (the paper ran 16 under Linux and 32 under MFC so that a thread waiting for a
+migration leaves no core idle). Throughput is always the sum over the readers.
 
 Workload: the read microbenchmark (pick a file at random — uniform or Zipf 1/n — and
 pread it whole) or grep/wc/md5sum as the same reads plus calibrated compute per byte.
@@ -22,18 +25,15 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from unicache.model import ChunkId
-from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
-from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu import scu_options_for
-from unicache.topology import Topology, Unify
+from unicache.topology import Topology
 
-from unicache_sim import _native
+from unicache_sim.baselines import Baseline, Linux, Oracle, UnicacheLive, UnicacheWhatIf
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig, from_topology, oracle
-from unicache_sim.simhost import GuestShim, SimHost
+from unicache_sim.corunners import Background, CoRunner
+from unicache_sim.livetiming import LoopTiming
 
 BASELINES = ("linux", "unicache", "oracle")
 WORKLOADS = tuple(CYCLES_PER_BYTE)
@@ -45,10 +45,9 @@ SETUPS = ("equal", "parallel")
 #: co-runners of the observations paper, in a second VM on the last CPU
 CORUNNERS = ("none", "mergesort", "cachebuster", "spinloop")
 MIB = 1024 * 1024
-#: the VM the simulated threads belong to
-VM_NAME = "vm0"
-#: policy rounds the unicache baseline warms up for when it runs with a lag
-WARM_ROUNDS = 10
+#: policy rounds the live unicache baseline decides before it measures (the table
+#: converges in two or three; the rest is margin)
+WARM_ROUNDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +56,11 @@ class MfcSpec:
 
     :param workload: read, grep, wc or md5sum.
     :param dist: uniform or zipf.
-    :param threads: reader threads (one VM, one vCPU per host CPU).
+    :param threads: reader threads (one VM, one vCPU per host CPU); in the parallel
+        set-up, the Linux baseline's (unicache and the oracle run twice as many).
     :param file_bytes: size of every file (MFC §6.1: 256 KiB).
     :param dram_bw_scale: factor on DRAM bandwidth (§6.5.1).
-    :param lag_cycles: host-to-guest lag (0: synchronous ``mfc_access`` per read; else the
-        round period of the simulated host running OBS + SCU).
+    :param timing: the live loop's timing (the daemon's defaults) and its sampling.
     :param warm_factor: warm-up reads, in working sets (at least ``min_warm_bytes``).
     :param measure_factor: measured reads, in working sets (at least ``min_measure_bytes``).
     :param min_warm_bytes: smallest warm-up.
@@ -94,7 +93,7 @@ class MfcSpec:
     threads: int = 1
     file_bytes: int = 256 * 1024
     dram_bw_scale: float = 1.0
-    lag_cycles: float = 0.0
+    timing: LoopTiming = field(default_factory=LoopTiming.daemon_defaults)
     warm_factor: float = 3.0
     measure_factor: float = 4.0
     min_warm_bytes: int = 32 * MIB
@@ -180,255 +179,6 @@ class _Picker:
         return min(bisect.bisect_left(self.cdf, self.rng.random()), self.n - 1)
 
 
-class _Baseline:
-    """How one baseline places threads and issues reads."""
-
-    name = ""
-
-    def __init__(self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine) -> None:
-        self.cfg = cfg
-        self.spec = spec
-        self.engine = engine
-        self.compute = CYCLES_PER_BYTE[spec.workload]
-
-    def start_cpu(self, thread: int) -> int:
-        return thread % self.cfg.n_cpus
-
-    def attach(self, tids: list[int]) -> None:
-        """The reader threads, once created (thread i runs on vCPU i)."""
-
-    def read(self, tid: int, obj: int, file_index: int) -> None:
-        self.engine.push_access(tid, obj, 0, self.spec.file_bytes, "read", self.compute)
-
-    def tick(self, now: float, tids: list[int]) -> None:
-        """Periodic work at simulated time ``now``."""
-
-
-class _Linux(_Baseline):
-    name = "linux"
-
-    def __init__(self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine) -> None:
-        super().__init__(cfg, spec, engine)
-        self.rng = random.Random(spec.seed * 7919)
-
-    def tick(self, now: float, tids: list[int]) -> None:
-        # A heuristic of CFS load balancing: a busy vCPU thread moves now and then, to an
-        # idle CPU of its own LLC group (wake-affine) four times out of five.
-        busy = {self.engine.thread_cpu(t) for t in tids}
-        for tid in tids:
-            if self.rng.random() >= self.spec.float_prob:
-                continue
-            cpu = self.engine.thread_cpu(tid)
-            group = self.cfg.group_of(cpu)
-            same = self.rng.random() < 0.8
-            idle = [
-                c
-                for c in range(self.cfg.n_cpus)
-                if c not in busy and (self.cfg.group_of(c) == group) == same
-            ]
-            if not idle:
-                continue
-            to = self.rng.choice(idle)
-            cost = _migration_cost(self.cfg, cpu, to)
-            self.engine.move_thread(tid, to, cost)
-            busy.discard(cpu)
-            busy.add(to)
-
-
-class _Oracle(_Baseline):
-    name = "oracle"
-
-
-class _Unicache(_Baseline):
-    """Drives unicache.policy.mfc.MfcTable, the table the live SCU policy runs."""
-
-    name = "unicache"
-
-    def __init__(
-        self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine, topo: Topology
-    ) -> None:
-        super().__init__(cfg, spec, engine)
-        self.options = scu_options_for(topo, Unify.LLC)
-        self.units = topo.units(Unify.LLC)
-        self.unit_of_cpu = {c: u.id for u in self.units for c in u.cpus}
-        self.cpus_of_unit = {u.id: sorted(u.cpus) for u in self.units}
-        self.table = MfcTable(self.options.params, self._views([]))
-        self.allowed = frozenset(u.id for u in self.units)
-        self.next_update = spec.update_use_s * cfg.clock_ghz * 1e9
-        #: every live thread (readers and co-runner), for load-aware placement
-        self.tids: list[int] = []
-
-    def _views(self, tids: list[int]) -> list[UnitView]:
-        load: dict[int, float] = {}
-        for tid in tids:
-            unit = self.unit_of_cpu[self.engine.thread_cpu(tid)]
-            load[unit] = load.get(unit, 0.0) + 1.0
-        return [
-            UnitView(u.id, u.capacity_bytes, 0, load.get(u.id, 0.0) / len(u.cpus))
-            for u in self.units
-        ]
-
-    def _cpu_for(self, unit: int, key: ChunkKey, tid: int) -> int:
-        # Spread a unit's chunks over its cores so their private levels all hold data: the
-        # chunk's own core when no other thread runs there, else the least busy core.
-        cpus = self.cpus_of_unit[unit]
-        home = cpus[(key.chunk.file_id * 31 + key.chunk.index) % len(cpus)]
-        load = dict.fromkeys(cpus, 0)
-        for other in self.tids:
-            if other != tid:
-                cpu = self.engine.thread_cpu(other)
-                if cpu in load:
-                    load[cpu] += 1
-        if load[home] == 0:
-            return home
-        return min(cpus, key=lambda c: (load[c], c != home, c))
-
-    def read(self, tid: int, obj: int, file_index: int) -> None:
-        if len(self.tids) > 1:
-            # run-queue lengths as the scheduler sees them now (Figure 2 lines 31-33)
-            self.table.set_units(self._views(self.tids))
-        chunk = self.options.chunk_size
-        size = self.spec.file_bytes
-        offset = 0
-        index = 0
-        while offset < size:
-            length = min(chunk, size - offset)
-            key = ChunkKey(VM_NAME, ChunkId(file_index, index))
-            cpu = self.engine.thread_cpu(tid)
-            access = self.table.mfc_access(key, length, self.unit_of_cpu[cpu], self.allowed)
-            unit, caching = access.unit, access.caching
-            target = cpu if unit == self.unit_of_cpu[cpu] and not caching else None
-            if target is None:
-                target = self._cpu_for(unit, key, tid) if caching else cpu
-            if target != cpu:
-                self.engine.push_migrate(tid, target, _migration_cost(self.cfg, cpu, target))
-            self.engine.push_access(
-                tid, obj, offset, length, "read" if caching else "nt", self.compute
-            )
-            offset += length
-            index += 1
-
-    def tick(self, now: float, tids: list[int]) -> None:
-        self.tids = tids
-        self.table.set_units(self._views(tids))
-        if now >= self.next_update:
-            self.table.update_use(self.options.max_chunks)  # Figure 2 lines 45-47
-            self.next_update = now + self.spec.update_use_s * self.cfg.clock_ghz * 1e9
-
-
-class _UnicacheRounds(_Baseline):
-    """The live loop: SimHost observes, UnicachePolicy (OBS + SCU) decides, SimHost acts."""
-
-    name = "unicache"
-
-    def __init__(
-        self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine, topo: Topology
-    ) -> None:
-        super().__init__(cfg, spec, engine)
-        self.host = SimHost(cfg, engine, VM_NAME, spec.lag_cycles)
-        self.shim = GuestShim(self.host)
-        self.policy = UnicachePolicy(topo, Unify.LLC)
-        self.state = RoundState()
-        self.policy.start(self.state)
-        self.chunk = self.policy.scu.options.chunk_size
-        self.next_round = spec.lag_cycles
-
-    def attach(self, tids: list[int]) -> None:
-        for i, tid in enumerate(tids):
-            self.host.add_thread(tid, i % self.cfg.n_cpus)
-
-    def read(self, tid: int, obj: int, file_index: int) -> None:
-        size = self.spec.file_bytes
-        offset = 0
-        index = 0
-        while offset < size:
-            length = min(self.chunk, size - offset)
-            chunk = ChunkId(file_index, index)
-            self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute)
-            offset += length
-            index += 1
-
-    def tick(self, now: float, tids: list[int]) -> None:
-        while now >= self.next_round:
-            obs = self.host.observe()
-            if obs is not None:
-                decision, self.state = self.policy.decide(obs, self.state)
-                self.host.act(decision.actions)
-            self.next_round += self.spec.lag_cycles
-
-
-class _CoRunner:
-    """The co-runner's endless work, one step per call."""
-
-    #: bytes per step
-    STEP = 1024 * 1024
-    #: mergesort compute per byte (a comparison and a move per 64-byte record; an estimate)
-    SORT_CYCLES_PER_BYTE = 0.5
-
-    def __init__(self, kind: str, engine: _native.Engine, cfg: SimConfig) -> None:
-        self.kind = kind
-        self.engine = engine
-        self.offset = 0
-        if kind == "cachebuster":
-            self.size = 4 * cfg.on_chip_bytes()
-            self.regions = [engine.add_object(self.size)]
-        elif kind == "mergesort":
-            self.size = 16 * MIB
-            self.regions = [engine.add_object(self.size), engine.add_object(self.size)]
-        else:
-            self.size = 0
-            self.regions = []
-
-    def step(self, tid: int) -> None:
-        if self.kind == "spinloop":
-            self.engine.push_compute(tid, 1e6)
-            return
-        length = min(self.STEP, self.size - self.offset)
-        if self.kind == "cachebuster":
-            self.engine.push_access(tid, self.regions[0], self.offset, length, "read", 0.0)
-        else:
-            # one merge step: read a slice of the source run, write it merged to the target
-            src, dst = self.regions
-            self.engine.push_access(
-                tid, src, self.offset, length, "read", self.SORT_CYCLES_PER_BYTE
-            )
-            self.engine.push_access(tid, dst, self.offset, length, "write", 0.0)
-        self.offset += length
-        if self.offset >= self.size:
-            self.offset = 0
-            self.regions.reverse()
-
-
-class _Background:
-    """The other users of the caches (MFC §4.6): per CPU, a footprint read every period."""
-
-    def __init__(self, spec: MfcSpec, engine: _native.Engine, cfg: SimConfig) -> None:
-        self.engine = engine
-        self.size = spec.background_bytes
-        self.period = spec.background_period_s * cfg.clock_ghz * 1e9
-        on = self.size > 0 and self.period > 0
-        self.objects = [engine.add_object(self.size, "node", n) for n in cfg.cpu_node] if on else []
-        self.next = self.period if on else math.inf
-
-    def run_until(self, now: float) -> None:
-        """Read every CPU's footprint once per period elapsed up to ``now``.
-
-        :param now: simulated time, cycles.
-        """
-        while self.next <= now:
-            for cpu, obj in enumerate(self.objects):
-                self.engine.touch(cpu, obj, 0, self.size, "read", self.next)
-            self.next += self.period
-
-
-def _migration_cost(cfg: SimConfig, src: int, dst: int) -> float:
-    if src == dst:
-        return 0.0
-    if cfg.group_of(src) == cfg.group_of(dst):
-        return cfg.migration_cycles
-    return cfg.migration_cycles_remote
-
-
 def run_baseline(
     baseline: str, topo: Topology, cfg: SimConfig, spec: MfcSpec, ws_bytes: int
 ) -> BaselineResult:
@@ -443,37 +193,33 @@ def run_baseline(
     """
     machine = oracle(cfg) if baseline == "oracle" else cfg
     engine = machine.engine(seed=spec.seed)
-    policy: _Baseline
-    if baseline == "linux":
-        policy = _Linux(machine, spec, engine)
-    elif baseline == "oracle":
-        policy = _Oracle(machine, spec, engine)
-    elif spec.lag_cycles > 0:
-        policy = _UnicacheRounds(machine, spec, engine, topo)
-    else:
-        policy = _Unicache(machine, spec, engine, topo)
     n_files = max(1, ws_bytes // spec.file_bytes)
+    ws = n_files * spec.file_bytes
+    policy: Baseline
+    if baseline == "linux":
+        policy = Linux(machine, spec, engine)
+    elif baseline == "oracle":
+        policy = Oracle(machine, spec, engine)
+    elif spec.path == "live":
+        policy = UnicacheLive(machine, spec, engine, topo, ws)
+    else:
+        policy = UnicacheWhatIf(machine, spec, engine, topo)
     n_nodes = len(machine.nodes)
     if spec.file_placement == "spread":
         files = [engine.add_object(spec.file_bytes, "node", i % n_nodes) for i in range(n_files)]
     else:
         files = [engine.add_object(spec.file_bytes) for _ in range(n_files)]
     picker = _Picker(n_files, spec.dist, random.Random(spec.seed))
-    tids = [engine.add_thread(policy.start_cpu(t)) for t in range(spec.threads)]
+    tids = [engine.add_thread(policy.start_cpu(t)) for t in range(readers(spec, baseline))]
     policy.attach(tids)
-    corunner = _CoRunner(spec.corunner, engine, machine)
-    background = _Background(spec, engine, machine)
+    corunner = CoRunner(spec.corunner, engine, machine)
+    background = Background(spec, engine, machine)
     co_tid = -1
     if spec.corunner != "none":
         co_tid = engine.add_thread(machine.n_cpus - 1)
-    ws = n_files * spec.file_bytes
     warm = max(spec.min_warm_bytes, int(spec.warm_factor * ws))
     measure = max(spec.min_measure_bytes, int(spec.measure_factor * ws))
     tick = spec.balance_interval_s * machine.clock_ghz * 1e9
-    if baseline == "unicache" and spec.lag_cycles > 0:
-        tick = min(tick, spec.lag_cycles)
-    # with a host-guest lag, warm up for at least WARM_ROUNDS policy rounds too
-    warm_time = WARM_ROUNDS * spec.lag_cycles if baseline == "unicache" else 0.0
     issued = 0
     measuring = False
     start_time = 0.0
@@ -494,7 +240,7 @@ def run_baseline(
         if tid == co_tid:
             corunner.step(tid)
             continue
-        if not measuring and issued >= warm and engine.thread_time(tid) >= warm_time:
+        if not measuring and issued >= warm and policy.warm(WARM_ROUNDS):
             measuring = True
             engine.reset_stats()
             start_time = min(engine.thread_time(t) for t in live)
@@ -522,6 +268,13 @@ def run_baseline(
         reads,
         seconds,
     )
+
+
+def readers(spec: MfcSpec, baseline: str) -> int:
+    """Reader threads of one baseline: equal, or MFC §6.3's twice as many under unicache."""
+    if spec.setup == "parallel" and baseline != "linux":
+        return 2 * spec.threads
+    return spec.threads
 
 
 def run_mfc(

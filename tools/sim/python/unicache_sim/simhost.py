@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from unicache.host.base import ActResult
 from unicache.model import (
+    BUDGET_UNLIMITED,
     Action,
     ChunkAccess,
     ChunkId,
@@ -106,9 +107,16 @@ class SimHost:
 
     # --- Host port --------------------------------------------------------------------
 
-    def observe(self) -> Observation | None:
-        """This round's observation: samples per vCPU and the guest's report."""
+    def observe(self, window_cycles: float | None = None, scale: float = 1.0) -> Observation:
+        """This round's observation: samples per vCPU and the guest's report.
+
+        :param window_cycles: the simulated time the observation covers (default: the
+            round period); a sampled interval (``unicache_sim.livetiming``) covers less.
+        :param scale: the report's counts are multiplied by this, so that a sampled
+            window's report stands for the whole interval (1: unsampled).
+        """
         self.tick += 1
+        window = self.period if window_cycles is None else window_cycles
         per_vcpu: dict[int, _ThreadMark] = {}
         for tid, vcpu in self.thread_vcpu.items():
             st = self.engine.thread_stats(tid)
@@ -127,12 +135,18 @@ class SimHost:
                 cycles=int(m.cycles),
                 llc_references=m.lines,
                 llc_misses=m.misses,
-                busy=min(1.0, m.cycles / self.period) if self.period > 0 else 0.0,
+                busy=min(1.0, m.cycles / window) if window > 0 else 0.0,
             )
             for vcpu, m in sorted(per_vcpu.items())
         )
         chunks = tuple(
-            ChunkAccess(chunk, r.bytes_read, r.reads, 0, tuple(sorted(r.vcpu_bytes.items())))
+            ChunkAccess(
+                chunk,
+                _scaled(r.bytes_read, scale),
+                _scaled(r.reads, scale),
+                0,
+                tuple((v, _scaled(b, scale)) for v, b in sorted(r.vcpu_bytes.items())),
+            )
             for chunk, r in sorted(self._reads.items(), key=lambda kv: (kv[0].file_id, kv[0].index))
         )
         self._reads = {}
@@ -175,7 +189,7 @@ class SimHost:
         self.vcpu_cpu[vcpu] = cpu
         for tid, on in self.thread_vcpu.items():
             if on == vcpu:
-                self.engine.move_thread(tid, cpu, _migration_cost(self.cfg, old, cpu))
+                self.engine.move_thread(tid, cpu, self.cfg.migration_cost(old, cpu))
 
 
 class GuestShim:
@@ -206,7 +220,7 @@ class GuestShim:
                 kind = "nt"
             elif host.thread_vcpu[tid] not in entry.vcpus and entry.vcpus:
                 spent = self._budget.get(chunk, 0)
-                if entry.migration_budget <= 0 or spent < entry.migration_budget:
+                if entry.migration_budget == BUDGET_UNLIMITED or spent < entry.migration_budget:
                     self._budget[chunk] = spent + 1
                     self._migrate(tid, entry, chunk)
         host.engine.push_access(tid, obj, offset, length, "nt" if kind == "nt" else "read", compute)
@@ -223,12 +237,10 @@ class GuestShim:
         src = host.vcpu_cpu[host.thread_vcpu[tid]]
         dst = host.vcpu_cpu[target]
         host.thread_vcpu[tid] = target
-        host.engine.push_migrate(tid, dst, _migration_cost(host.cfg, src, dst))
+        host.engine.push_migrate(tid, dst, host.cfg.migration_cost(src, dst))
 
 
-def _migration_cost(cfg: SimConfig, src: int, dst: int) -> float:
-    if src == dst:
-        return 0.0
-    if cfg.group_of(src) == cfg.group_of(dst):
-        return cfg.migration_cycles
-    return cfg.migration_cycles_remote
+def _scaled(count: int, scale: float) -> int:
+    # a count seen in a sampled window, for the whole interval (a seen read stays seen)
+    return max(1, round(count * scale)) if count > 0 else 0
+

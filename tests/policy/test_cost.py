@@ -1,0 +1,96 @@
+"""SCU's cost model: migrate only where the saving beats the migration with a margin,
+extents where one chunk saves too little, and a VM left alone where unification gains
+nothing."""
+
+from __future__ import annotations
+
+from unicache.model import (
+    BUDGET_UNLIMITED,
+    ChunkAccess,
+    ChunkId,
+    GuestReport,
+    Observation,
+    Vcpu,
+    VcpuId,
+    Vm,
+)
+from unicache.policy.cost import MIGRATION_MARGIN, CostModel
+from unicache.policy.scu import STEP_ASIDE, ScuPolicy, ScuState, scu_options_for
+from unicache.topology import Unify, load_model
+
+KIB = 1024
+MIB = 1024 * KIB
+OPTERON = CostModel(
+    onchip_bytes_per_cycle=2.9, offchip_bytes_per_cycle=0.9, migration_cycles=23_400
+)
+#: a machine whose L3 reads 256 KiB far faster than a migration (today's hosts)
+FAST_L3 = CostModel(
+    onchip_bytes_per_cycle=32.0, offchip_bytes_per_cycle=8.0, migration_cycles=48_000
+)
+
+
+def test_a_migration_pays_only_with_the_margin() -> None:
+    size = OPTERON.min_read_size()
+    assert OPTERON.migration_pays(size)
+    assert not OPTERON.migration_pays(size - 2)
+    assert OPTERON.saving(size) >= MIGRATION_MARGIN * OPTERON.migration_cost()
+
+
+def test_one_chunk_pays_on_the_opteron_but_fast_l3_machines_need_an_extent() -> None:
+    assert OPTERON.extent_chunks(256 * KIB) == 1
+    k = FAST_L3.extent_chunks(256 * KIB)
+    assert k > 1
+    assert FAST_L3.migration_pays(k * 256 * KIB)
+    assert not FAST_L3.migration_pays((k - 1) * 256 * KIB)
+
+
+def test_no_gain_when_the_hot_data_fits_what_one_thread_reaches() -> None:
+    chunks = [(256 * KIB, 10)] * 4  # 1 MiB
+    estimate = OPTERON.predict_gain(chunks, 2 * MIB, 8 * MIB, 4)
+    assert not estimate.pays
+    assert "fits one unit" in estimate.reason
+
+
+def test_no_gain_when_the_vcpus_sit_in_one_unit() -> None:
+    estimate = OPTERON.predict_gain([(256 * KIB, 10)] * 32, 2 * MIB, 2 * MIB, 1)
+    assert not estimate.pays
+
+
+def test_gain_when_the_aggregate_holds_what_one_unit_cannot() -> None:
+    estimate = OPTERON.predict_gain([(256 * KIB, 10)] * 32, 2 * MIB, 16 * MIB, 4)
+    assert estimate.pays and estimate.fraction > 0.3
+
+
+def test_migrations_that_cost_more_than_they_save_predict_a_loss() -> None:
+    # small reads: each read's saving is far below a migration
+    estimate = FAST_L3.predict_gain([(4 * KIB, 10)] * 4096, 2 * MIB, 16 * MIB, 4)
+    assert estimate.fraction < 0 and not estimate.pays
+
+
+def _obs(vm: str, chunks: int, size: int) -> Observation:
+    accesses = tuple(
+        ChunkAccess(ChunkId(1, i), size * 8, 8, 0, ((0, size * 8),)) for i in range(chunks)
+    )
+    vcpus = tuple(Vcpu(VcpuId(vm, i), None, frozenset({i * 4})) for i in range(4))
+    report = GuestReport(vm, 1, 1.0, accesses, guest_vcpus=4)
+    return Observation(1, (Vm(vm, vcpus),), (), (report,))
+
+
+def test_scu_leaves_a_vm_alone_and_logs_why_when_its_data_fits_one_unit() -> None:
+    topo = load_model("opteron-16")
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    units = {VcpuId("vm0", i): i for i in range(4)}
+    decision, _ = scu.decide(_obs("vm0", 4, 256 * KIB), ScuState(), units)
+    assert [r.kind for r in decision.refusals] == [STEP_ASIDE]
+    assert "vm0" in decision.refusals[0].reason
+    assert not decision.chunk_decisions
+
+
+def test_scu_places_a_vm_whose_data_needs_several_units_with_unlimited_budgets() -> None:
+    topo = load_model("opteron-16")
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    units = {VcpuId("vm0", i): i for i in range(4)}
+    decision, state = scu.decide(_obs("vm0", 32, 256 * KIB), ScuState(), units)
+    assert not decision.refusals
+    entries = state.published["vm0"]
+    assert entries and all(e.migration_budget == BUDGET_UNLIMITED for e in entries if e.caching)

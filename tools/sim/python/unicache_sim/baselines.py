@@ -1,0 +1,250 @@
+"""How each baseline of the MFC experiment places threads and issues reads.
+
+* ``Linux``: no unicache; threads float the way Linux's load balancer moves them.
+* ``UnicacheLive``: the product (the default): the simulated host runs the daemon's loop
+  (``unicache.policy.round.UnicachePolicy``, OBS then SCU) on sampled intervals of the
+  daemon's round period (``unicache_sim.livetiming``), and the guest follows the tables
+  with the shim's rule.
+* ``UnicacheWhatIf``: the in-kernel MFC what-if, ``mfc_access`` synchronously per read.
+* ``Oracle``: the machine's caches merged into one, free migration.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from unicache.model import ChunkId
+from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.policy.scu import scu_options_for
+from unicache.topology import Topology, Unify
+
+from unicache_sim import _native
+from unicache_sim.calibration import CYCLES_PER_BYTE
+from unicache_sim.config import SimConfig
+from unicache_sim.simhost import GuestShim, SimHost
+
+if TYPE_CHECKING:
+    from unicache_sim.mfc import MfcSpec
+
+#: the VM the simulated threads belong to
+VM_NAME = "vm0"
+
+
+class Baseline:
+    """How one baseline places threads and issues reads."""
+
+    name = ""
+
+    def __init__(self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.engine = engine
+        self.compute = CYCLES_PER_BYTE[spec.workload]
+
+    def start_cpu(self, thread: int) -> int:
+        return thread % self.cfg.n_cpus
+
+    def attach(self, tids: list[int]) -> None:
+        """The reader threads, once created (thread i runs on vCPU i)."""
+
+    def warm(self, rounds: int) -> bool:
+        """Whether the baseline has warmed up (the live loop: ``rounds`` rounds decided)."""
+        return True
+
+    def read(self, tid: int, obj: int, file_index: int) -> None:
+        self.engine.push_access(tid, obj, 0, self.spec.file_bytes, "read", self.compute)
+
+    def tick(self, now: float, tids: list[int]) -> None:
+        """Periodic work at simulated time ``now``."""
+
+
+class Linux(Baseline):
+    name = "linux"
+
+    def __init__(self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine) -> None:
+        super().__init__(cfg, spec, engine)
+        self.rng = random.Random(spec.seed * 7919)
+
+    def tick(self, now: float, tids: list[int]) -> None:
+        # A heuristic of CFS load balancing: a busy vCPU thread moves now and then, to an
+        # idle CPU of its own LLC group (wake-affine) four times out of five.
+        busy = {self.engine.thread_cpu(t) for t in tids}
+        for tid in tids:
+            if self.rng.random() >= self.spec.float_prob:
+                continue
+            cpu = self.engine.thread_cpu(tid)
+            group = self.cfg.group_of(cpu)
+            same = self.rng.random() < 0.8
+            idle = [
+                c
+                for c in range(self.cfg.n_cpus)
+                if c not in busy and (self.cfg.group_of(c) == group) == same
+            ]
+            if not idle:
+                continue
+            to = self.rng.choice(idle)
+            cost = self.cfg.migration_cost(cpu, to)
+            self.engine.move_thread(tid, to, cost)
+            busy.discard(cpu)
+            busy.add(to)
+
+
+class Oracle(Baseline):
+    name = "oracle"
+
+
+class UnicacheWhatIf(Baseline):
+    """The in-kernel MFC what-if: ``MfcTable.mfc_access`` synchronously on every read.
+
+    Not the product: no host-guest loop, a core chosen per chunk by the simulator, no
+    migration budget. It shows what an in-kernel MFC (the paper's own set-up) would gain.
+    """
+
+    name = "unicache"
+
+    def __init__(
+        self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine, topo: Topology
+    ) -> None:
+        super().__init__(cfg, spec, engine)
+        self.options = scu_options_for(topo, Unify.LLC)
+        self.units = topo.units(Unify.LLC)
+        self.unit_of_cpu = {c: u.id for u in self.units for c in u.cpus}
+        self.cpus_of_unit = {u.id: sorted(u.cpus) for u in self.units}
+        self.table = MfcTable(self.options.params, self._views([]))
+        self.allowed = frozenset(u.id for u in self.units)
+        self.next_update = spec.update_use_s * cfg.clock_ghz * 1e9
+        #: every live thread (readers and co-runner), for load-aware placement
+        self.tids: list[int] = []
+
+    def _views(self, tids: list[int]) -> list[UnitView]:
+        load: dict[int, float] = {}
+        for tid in tids:
+            unit = self.unit_of_cpu[self.engine.thread_cpu(tid)]
+            load[unit] = load.get(unit, 0.0) + 1.0
+        return [
+            UnitView(u.id, u.capacity_bytes, 0, load.get(u.id, 0.0) / len(u.cpus))
+            for u in self.units
+        ]
+
+    def _cpu_for(self, unit: int, key: ChunkKey, tid: int) -> int:
+        # Spread a unit's chunks over its cores so their private levels all hold data: the
+        # chunk's own core when no other thread runs there, else the least busy core.
+        cpus = self.cpus_of_unit[unit]
+        home = cpus[(key.chunk.file_id * 31 + key.chunk.index) % len(cpus)]
+        load = dict.fromkeys(cpus, 0)
+        for other in self.tids:
+            if other != tid:
+                cpu = self.engine.thread_cpu(other)
+                if cpu in load:
+                    load[cpu] += 1
+        if load[home] == 0:
+            return home
+        return min(cpus, key=lambda c: (load[c], c != home, c))
+
+    def read(self, tid: int, obj: int, file_index: int) -> None:
+        if len(self.tids) > 1:
+            # run-queue lengths as the scheduler sees them now (Figure 2 lines 31-33)
+            self.table.set_units(self._views(self.tids))
+        chunk = self.options.chunk_size
+        size = self.spec.file_bytes
+        offset = 0
+        index = 0
+        while offset < size:
+            length = min(chunk, size - offset)
+            key = ChunkKey(VM_NAME, ChunkId(file_index, index))
+            cpu = self.engine.thread_cpu(tid)
+            access = self.table.mfc_access(key, length, self.unit_of_cpu[cpu], self.allowed)
+            unit, caching = access.unit, access.caching
+            target = cpu if unit == self.unit_of_cpu[cpu] and not caching else None
+            if target is None:
+                target = self._cpu_for(unit, key, tid) if caching else cpu
+            if target != cpu:
+                self.engine.push_migrate(tid, target, self.cfg.migration_cost(cpu, target))
+            self.engine.push_access(
+                tid, obj, offset, length, "read" if caching else "nt", self.compute
+            )
+            offset += length
+            index += 1
+
+    def tick(self, now: float, tids: list[int]) -> None:
+        self.tids = tids
+        self.table.set_units(self._views(tids))
+        if now >= self.next_update:
+            self.table.update_use(self.options.max_chunks)  # Figure 2 lines 45-47
+            self.next_update = now + self.spec.update_use_s * self.cfg.clock_ghz * 1e9
+
+
+class UnicacheLive(Baseline):
+    """The product: the daemon's loop on the simulated host, the shim's rule in the guest.
+
+    Every sampled interval (``LoopTiming``) ends with the agent's report of it, scaled
+    to the whole interval; the round (OBS + SCU, as ``unicache run`` decides) follows,
+    and its actions (pins, the placement table) take effect before the next interval.
+    """
+
+    name = "unicache"
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        spec: MfcSpec,
+        engine: _native.Engine,
+        topo: Topology,
+        ws_bytes: int,
+    ) -> None:
+        super().__init__(cfg, spec, engine)
+        timing = spec.timing
+        hz = cfg.clock_ghz * 1e9
+        self.round_cycles = timing.round_s * hz
+        self.host = SimHost(cfg, engine, VM_NAME, self.round_cycles)
+        self.shim = GuestShim(self.host)
+        self.policy = UnicachePolicy(topo, Unify.LLC)
+        self.state = RoundState()
+        self.policy.start(self.state)
+        self.chunk = self.policy.scu.options.chunk_size
+        self.sampled = timing.sampled
+        self.window_bytes = timing.window_bytes(ws_bytes)
+        self.min_window = timing.min_window_s * hz
+        self.window_start = 0.0
+        self.window_issued = 0
+        #: policy rounds decided so far
+        self.rounds = 0
+
+    def attach(self, tids: list[int]) -> None:
+        for i, tid in enumerate(tids):
+            self.host.add_thread(tid, i % self.cfg.n_cpus)
+
+    def read(self, tid: int, obj: int, file_index: int) -> None:
+        size = self.spec.file_bytes
+        offset = 0
+        index = 0
+        while offset < size:
+            length = min(self.chunk, size - offset)
+            chunk = ChunkId(file_index, index)
+            self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute)
+            offset += length
+            index += 1
+        self.window_issued += size
+        now = self.engine.thread_time(tid)
+        elapsed = now - self.window_start
+        full = elapsed >= self.round_cycles
+        sampled = self.window_issued >= self.window_bytes and elapsed >= self.min_window
+        if full or sampled:
+            self._round(now, elapsed)
+
+    def warm(self, rounds: int) -> bool:
+        return self.rounds >= rounds
+
+    def _round(self, now: float, elapsed: float) -> None:
+        # the agent's report of this interval (a sampled window stands for all of it)
+        scale = max(1.0, self.round_cycles / elapsed) if self.sampled and elapsed > 0 else 1.0
+        obs = self.host.observe(elapsed, scale)
+        decision, self.state = self.policy.decide(obs, self.state)
+        self.host.act(decision.actions)
+        self.rounds += 1
+        self.window_start = now
+        self.window_issued = 0
+
+

@@ -1,0 +1,73 @@
+"""The live loop's timing in the simulator: the daemon's round, the agent's report, the table.
+
+The product runs one loop: every ``interval_s`` (``DaemonConfig``, 1 s by default) the
+daemon decides on the reports the guest agents sent (each agent harvests its counters
+every ``report_interval_s``, which the daemon sets to its own interval) and publishes
+tables, which a guest applies a short channel hop later. ``unicache-sim`` runs exactly
+that loop on the simulated host by default: the same policy objects, the same report
+shapes, the same tables, the shim's rule (``unicache_sim.shimrule``) in the guest.
+
+Simulating every second of every interval line by line would take minutes per point, so
+each interval is *sampled* (as SMARTS-style samplers do): after a table arrives the
+guest's threads run for a window (``window_passes`` passes over the working set, at least
+``min_window_s``, at most the whole interval), the agent's report of that window is
+scaled to the whole interval (counts times ``interval / window``), and the next round
+follows. For a stationary workload the caches and the policy's input are what the
+whole interval would give; ``tests/sim/test_live_sampling.py`` checks that sampled and
+unsampled runs agree on points where both can be run. ``window_passes = inf`` turns the
+sampling off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LoopTiming:
+    """When the product's loop acts, and how the simulator samples it.
+
+    :param round_s: the daemon's round period (``DaemonConfig.interval_s``).
+    :param report_s: the agent's report interval (the daemon sets it to its round period).
+    :param table_delay_s: from the daemon's publish to the table in the guest's shared
+        memory (one channel message and the agent's atomic swap; an estimate until
+        ``unicache bench live`` measures it).
+    :param window_passes: a sampled interval lasts this many passes over the working set.
+    :param min_window_s: a sampled interval lasts at least this long (simulated).
+    """
+
+    round_s: float = 1.0
+    report_s: float = 1.0
+    table_delay_s: float = 0.001
+    window_passes: float = 4.0
+    min_window_s: float = 0.01
+
+    @classmethod
+    def daemon_defaults(cls, **overrides: float) -> LoopTiming:
+        """The timing of a daemon started without a config file (``unicache run``)."""
+        from unicache.daemon import DaemonConfig
+
+        interval = DaemonConfig().interval_s
+        # daemon.py: the agent is told to report every max(interval_s, 0.1) seconds
+        timing = cls(round_s=interval, report_s=max(interval, 0.1))
+        return cls(**{**_fields(timing), **overrides})
+
+    @property
+    def sampled(self) -> bool:
+        """Whether intervals are sampled (``window_passes`` finite)."""
+        return math.isfinite(self.window_passes)
+
+    def window_bytes(self, ws_bytes: int) -> float:
+        """Bytes the guest reads in one sampled interval (inf: the whole interval)."""
+        return self.window_passes * ws_bytes if self.sampled else math.inf
+
+
+def _fields(timing: LoopTiming) -> dict[str, float]:
+    return {
+        "round_s": timing.round_s,
+        "report_s": timing.report_s,
+        "table_delay_s": timing.table_delay_s,
+        "window_passes": timing.window_passes,
+        "min_window_s": timing.min_window_s,
+    }
