@@ -157,3 +157,23 @@ def test_help_works_for_every_command() -> None:
     for command in commands:
         out = run(command, "--help")
         assert out.returncode == 0 and "Usage" in out.stdout, (command, out.stderr)
+
+
+MODERN = ("epyc-2s", "epyc-rome-2s", "xeon-spr-2s", "xeon-spr-2s-snc4")
+
+
+def test_models_lists_the_modern_machines_with_their_shapes() -> None:
+    out = run("models", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    shapes = {(rows[m]["cpus"], rows[m]["llc_groups"], rows[m]["nodes"]) for m in MODERN}
+    assert shapes == {(128, 16, 2), (128, 32, 2), (112, 2, 2), (112, 8, 8)}
+
+
+def test_topology_shows_each_modern_model_with_its_source() -> None:
+    for model in MODERN:
+        out = run("topology", "--model", model, "--json")
+        assert out.returncode == 0, (model, out.stderr)
+        data = json.loads(out.stdout)
+        assert data["name"] == model and data["source"]
+        assert data["migration_cycles"] < data["migration_cycles_remote"]

@@ -25,7 +25,7 @@ MIB = 1024 * 1024
 def test_all_models_named_in_the_issue_ship() -> None:
     assert set(model_names()) >= {
         "opteron-16", "xeon-x5355", "core-i7-860", "opteron-242-2node", "xeon-5300-quad",
-        "epyc-2s",
+        "epyc-2s", "epyc-rome-2s", "xeon-spr-2s", "xeon-spr-2s-snc4",
     }
 
 
@@ -50,7 +50,10 @@ def test_opteron16_has_four_chips_of_four_cores_with_the_papers_caches() -> None
         ("core-i7-860", 1, 8, 1),
         ("opteron-242-2node", 2, 1, 2),
         ("xeon-5300-quad", 2, 2, 1),
-        ("epyc-2s", 8, 8, 2),
+        ("epyc-2s", 16, 8, 2),
+        ("epyc-rome-2s", 32, 4, 2),
+        ("xeon-spr-2s", 2, 56, 2),
+        ("xeon-spr-2s-snc4", 8, 14, 8),
     ],
     ids=lambda v: str(v),
 )

@@ -15,6 +15,7 @@ from rich.table import Table
 from unicache.errors import UnicacheError
 from unicache.topology import load_model
 
+from unicache_sim.hop import DEFAULT_HOPS
 from unicache_sim.livetiming import LoopTiming
 from unicache_sim.mfc import (
     BASELINES,
@@ -230,31 +231,54 @@ def bench(
 @app.command()
 def calibrate(
     size_mib: Annotated[int, typer.Option(help="size of the test file")] = 64,
+    tools: Annotated[
+        bool, typer.Option("--tools/--no-tools", help="time grep, wc and md5sum")
+    ] = True,
+    hops: Annotated[
+        int, typer.Option(help="sched_setaffinity hops to time (0: none)")
+    ] = DEFAULT_HOPS,
+    guest: Annotated[
+        str | None, typer.Option(help="also time the hop between two vCPUs of this VM")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Time grep, wc and md5sum over a cached file: compute cycles per byte."""
+    """Time grep, wc and md5sum over a cached file (compute cycles per byte) and a thread's
+    sched_setaffinity hop between two CPUs, here and optionally in a guest."""
     from unicache_sim.calibration import calibrate as measure
+    from unicache_sim.hop import Hop, measure_guest_hop, measure_host_hop
 
     try:
-        results = measure(size_mib)
+        results = measure(size_mib) if tools else ()
+        hop_results: list[Hop] = []
+        if hops:
+            hop_results.append(measure_host_hop(hops))
+            if guest is not None:
+                hop_results.append(measure_guest_hop(guest, hops))
     except UnicacheError as err:
         _fail(err)
         return
     if as_json:
-        sys.stdout.write(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+        doc = {
+            "tools": [asdict(r) for r in results],
+            "hops": [{**asdict(h), "move_cycles": h.move_cycles} for h in hop_results],
+        }
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    table = Table(title="compute cycles per byte (this machine)")
-    for col in ("tool", "seconds", "cat seconds", "GHz", "cycles/byte"):
-        table.add_column(col)
-    for r in results:
-        table.add_row(
-            r.tool,
-            f"{r.seconds:.4f}",
-            f"{r.cat_seconds:.4f}",
-            f"{r.clock_ghz:.2f}",
-            f"{r.cycles_per_byte:.2f}",
-        )
-    Console().print(table)
+    if results:
+        table = Table(title="compute cycles per byte (this machine)")
+        for col in ("tool", "seconds", "cat seconds", "GHz", "cycles/byte"):
+            table.add_column(col)
+        for r in results:
+            table.add_row(
+                r.tool,
+                f"{r.seconds:.4f}",
+                f"{r.cat_seconds:.4f}",
+                f"{r.clock_ghz:.2f}",
+                f"{r.cycles_per_byte:.2f}",
+            )
+        Console().print(table)
+    for h in hop_results:
+        Console(width=200).print(h.line(), highlight=False)
 
 
 def _parse_kib(text: str) -> tuple[int, ...]:
