@@ -162,5 +162,5 @@ def test_calibrate_with_a_missing_guest_is_one_line_and_exit_1(
         "host", json.dumps({"cpus": 1, "mhz": None, "hops": hops, "error": "only one CPU"})))
     monkeypatch.setenv("UNICACHE_STATE_DIR", "/nonexistent-unicache-state")
     result = runner.invoke(app, ["calibrate", "--no-tools", "--hops", "20", "--guest", "nosuch"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "nosuch" in result.stderr and "Traceback" not in result.stderr + result.stdout

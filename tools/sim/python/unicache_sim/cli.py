@@ -1,4 +1,5 @@
-"""The ``unicache-sim`` command: the MFC experiment, the speed benchmark, calibration."""
+"""The ``unicache-sim`` command: the MFC, SRM and NCC experiments, the MFC grid, the speed
+benchmark, calibration."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.table import Table
 from unicache.errors import UnicacheError
 from unicache.topology import load_model
 
+from unicache_sim.cli_grid import grid
 from unicache_sim.hop import DEFAULT_HOPS
 from unicache_sim.livetiming import LoopTiming
 from unicache_sim.mfc import (
@@ -453,6 +455,9 @@ def ncc(
     Console().print(f"mean grep speedup with replicas: {result.speedup:.2f}x")
     if plot is not None:
         Console().print(f"plot written to {plot}")
+
+
+app.command("grid")(grid)
 
 
 def main() -> None:

@@ -1,0 +1,216 @@
+"""The ``unicache-sim grid`` command: options, progress bar, output files (mounted by cli.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+from unicache.errors import ConfigError, UnicacheError
+
+from unicache_sim.grid import (
+    GridRequest,
+    GridResult,
+    build_axes,
+    default_workers,
+    grid_points,
+    run_grid,
+)
+from unicache_sim.grid_plot import plot_model
+from unicache_sim.grid_report import (
+    THRESHOLD,
+    GridRun,
+    grid_document,
+    markdown,
+    regressions,
+    rich_table,
+    summarize_points,
+)
+
+_err = Console(stderr=True)
+
+
+def _user_error(err: Exception) -> None:
+    """A user error (a bad option, an unreachable scheduler): one line on stderr, exit 2."""
+    _err.print(Text.assemble(("error:", "red"), f" {err}"), soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _opt(help_text: str, metavar: str) -> Any:
+    """An option whose default (``None``: the whole axis) is told in its help."""
+    return typer.Option(help=help_text, metavar=metavar, show_default=False)
+
+
+def grid(
+    models: Annotated[
+        str | None,
+        _opt("machine models, comma-separated [default: every model with several LLCs]", "M,.."),
+    ] = None,
+    workloads: Annotated[
+        str | None, _opt("workloads [default: read,grep,wc,md5sum]", "W,..")
+    ] = None,
+    dists: Annotated[str | None, _opt("file popularity [default: uniform,zipf]", "D,..")] = None,
+    threads: Annotated[
+        str | None,
+        _opt("reader threads, integers or 'all' (the model's CPUs) [default: 1,4,all]", "T,.."),
+    ] = None,
+    paths: Annotated[
+        str | None,
+        _opt("unicache path: live (the product's loop), whatif [default: live,whatif]", "P,.."),
+    ] = None,
+    seeds: Annotated[int | None, _opt("seeds 1..N of every point [default: 5]", "N")] = None,
+    ws_points: Annotated[
+        int | None,
+        _opt("working sets per model, spread over its series, ends kept [default: all]", "N"),
+    ] = None,
+    setup: Annotated[str, typer.Option(help="MfcSpec.setup: equal or parallel")] = "equal",
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="smoke subset of every axis not given: models with <= 16 CPUs, read, "
+            "threads 1,all, 3 working sets (smallest, middle, largest), 2 seeds",
+        ),
+    ] = False,
+    workers: Annotated[
+        int | None, _opt("local worker processes [default: this machine's CPUs]", "N")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        _opt("use the running Dask scheduler at ADDR (tcp://host:8786) instead", "ADDR"),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="output directory", metavar="DIR")] = Path("build/grid"),
+    check: Annotated[
+        bool, typer.Option("--check", help="exit 1 if a point's median speedup is below 0.98")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print everything as JSON, every raw result too")
+    ] = False,
+) -> None:
+    """The MFC experiment over a grid of machines and workloads, in parallel on Dask.
+
+    Axes: every model with several LLC groups x read, grep, wc, md5sum x uniform, Zipf x 1,
+    4 and all threads x working sets (powers of two from half an LLC to twice the on-chip
+    cache) x path (live, whatif) x seeds. Each point runs linux, unicache and oracle; its
+    speedup is the median over seeds of unicache / linux.
+
+    Prints, per model, workload and path, the min / median / max of the point speedups,
+    the points below 0.98x and the worst one. Writes OUT/results.json (every raw result),
+    OUT/grid.md (the table, for docs/PERFORMANCE.md) and OUT/grid-MODEL.png (heat maps).
+
+    Exit 2 on a user error; with --check, 1 if a point is below 0.98x.
+    """
+    req = GridRequest(
+        models=_csv(models),
+        workloads=_csv(workloads),
+        dists=_csv(dists),
+        threads=_csv(threads),
+        paths=_csv(paths),
+        seeds=seeds,
+        ws_points=ws_points,
+        quick=quick,
+        setup=setup,
+    )
+    n_workers = default_workers() if workers is None else workers
+    try:
+        if n_workers < 1:
+            raise ConfigError(f"--workers must be at least 1, not {n_workers}")
+        axes = build_axes(req)
+        points = grid_points(axes)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"cannot create output directory {out}") from err
+        start = time.monotonic()
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=_err, transient=True) as progress:
+            task = progress.add_task("starting workers", total=len(points))
+
+            def step(result: GridResult) -> None:
+                progress.update(task, advance=1, description=result.point.label)
+
+            results = run_grid(points, n_workers, scheduler, step)
+        run = GridRun(
+            axes, results, time.monotonic() - start, 0 if scheduler else n_workers, scheduler
+        )
+        doc = grid_document(run)
+        command = _grid_command(req)
+        try:
+            (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+            (out / "grid.md").write_text(markdown(run, command))
+        except OSError as err:
+            raise ConfigError(f"cannot write to {out}") from err
+        summary = summarize_points(results)
+        pngs = [out / f"grid-{m.model}.png" for m in axes.models]
+        for m, png in zip(axes.models, pngs, strict=True):
+            plot_model(axes, m, summary, png)
+    except ConfigError as err:
+        _user_error(err)
+        return
+    except UnicacheError as err:  # a point failed in the simulator: not the user's doing
+        _err.print(Text.assemble(("error:", "red"), f" {err}"), soft_wrap=True)
+        raise typer.Exit(1) from None
+    bad = regressions(summary)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        console = Console()
+        console.print(rich_table(run))
+        for p in bad[:10]:
+            k = p.key
+            per_seed = ", ".join(f"{s:.3f}" for s in p.speedups)
+            console.print(
+                f"[red]below {THRESHOLD}x:[/red] {k.model} {k.workload} {k.path} {p.label}: "
+                f"{p.median:.3f} (per seed {per_seed})"
+            )
+        if len(bad) > 10:
+            console.print(f"[red]... and {len(bad) - 10} more points below {THRESHOLD}x[/red]")
+        written = ", ".join(str(f) for f in (out / "results.json", out / "grid.md", *pngs))
+        console.print(f"written: {written}", soft_wrap=True)
+    if check and bad:
+        raise typer.Exit(1)
+
+
+def _grid_command(req: GridRequest) -> str:
+    """The ``unicache-sim grid`` command line that reproduces a request (for grid.md)."""
+    parts = ["unicache-sim grid"]
+    if req.quick:
+        parts.append("--quick")
+    for flag, value in (
+        ("--models", req.models),
+        ("--workloads", req.workloads),
+        ("--dists", req.dists),
+        ("--threads", req.threads),
+        ("--paths", req.paths),
+    ):
+        if value is not None:
+            parts.append(f"{flag} {','.join(value)}")
+    for flag, number in (("--seeds", req.seeds), ("--ws-points", req.ws_points)):
+        if number is not None:
+            parts.append(f"{flag} {number}")
+    if req.setup != "equal":
+        parts.append(f"--setup {req.setup}")
+    return " ".join(parts)
