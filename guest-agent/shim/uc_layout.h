@@ -12,7 +12,8 @@
  *   The agent writes the inactive buffer under that buffer's seqlock, then flips `active`.
  *
  * Counters file (UNICACHE_COUNTERS, default /dev/shm/unicache-counters):
- *   [uc_ctr_hdr 64 B][region 0][region 1][uc_gen_hdr 64 B][ngens x u64 generations]
+ *   [uc_ctr_hdr 64 B][UC_MAX_VCPUS x u64 vCPU claims][region 0][region 1]
+ *   [uc_gen_hdr 64 B][ngens x u64 generations]
  *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64 (bytes per vCPU)
  *   + nnodes x u64 (reads per guest node) + u64 home (guest node + 1 of the chunk's first
  *   page-cache page, 0 unknown), rounded to 64 B.
@@ -22,6 +23,14 @@
  *   every write the shim sees and by the agent for writes it learns of (fanotify); a replica
  *   filled under one generation is not served under another. A fast hint only: every serve
  *   is also checked against fstat (docs/replicas.md "Coherence").
+ *   vCPU claims (layout 3): one u64 per vCPU, the reading thread that holds it and until
+ *   when (uc_decide.h: the rule that reads and writes them), updated by compare-and-swap.
+ *   Words 0..max_vcpus-1 are used. Fixed size at a fixed offset, so that no header field a
+ *   reader might see half-rewritten can move them outside the mapping. A word:
+ *     bits  0..23  tid of the holder, 0 = free (Linux tids are below PID_MAX_LIMIT = 2^22)
+ *     bits 24..63  expiry, CLOCK_MONOTONIC milliseconds modulo 2^40, compared as a serial
+ *                  number (expired when (now - expiry) mod 2^40 < 2^39): 2^40 ms is 34
+ *                  years of uptime, and even a claim left behind is misread only 17 years on
  */
 #ifndef UC_LAYOUT_H
 #define UC_LAYOUT_H
@@ -30,7 +39,7 @@
 
 #define UC_TABLE_MAGIC 0x42544355u   /* "UCTB" */
 #define UC_CTR_MAGIC 0x54434355u     /* "UCCT" */
-#define UC_LAYOUT_VERSION 2u         /* 2: color/replica entries, generations */
+#define UC_LAYOUT_VERSION 3u         /* 2: color/replica entries, generations; 3: claims */
 #define UC_MAX_VCPUS 256u            /* vCPU mask bits per entry */
 #define UC_MASK_WORDS (UC_MAX_VCPUS / 64u)
 #define UC_MAX_BUCKETS 65536u        /* hard bound the shim accepts */
@@ -46,6 +55,16 @@
 
 /* migration budget meaning "no limit" */
 #define UC_BUDGET_UNLIMITED 0xffffffffu
+
+/* vCPU claim word: tid in the low bits, expiry (ms, modulo 2^40) above */
+#define UC_CLAIM_TID_BITS 24u
+#define UC_CLAIM_TID_MAX ((1u << UC_CLAIM_TID_BITS) - 1u)
+#define UC_CLAIM_EXPIRY_BITS 40u
+#define UC_CLAIM_EXPIRY_MASK ((1ull << UC_CLAIM_EXPIRY_BITS) - 1ull)
+/* where the claims are in the counters file; the regions follow them */
+#define UC_CTR_CLAIMS_OFF 64u
+#define UC_CTR_CLAIMS_LEN (8u * UC_MAX_VCPUS)
+#define UC_CTR_REGIONS_OFF (UC_CTR_CLAIMS_OFF + UC_CTR_CLAIMS_LEN)
 
 struct uc_table_hdr {
 	uint32_t magic;
@@ -123,6 +142,8 @@ _Static_assert(sizeof(struct uc_entry) == 64, "entry is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_hdr) == 64, "counter header is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_slot) == 64, "counter slot head is 64 bytes");
 _Static_assert(sizeof(struct uc_gen_hdr) == 64, "generation header is 64 bytes");
+_Static_assert(UC_CTR_CLAIMS_OFF == sizeof(struct uc_ctr_hdr), "claims follow the header");
+_Static_assert(UC_CTR_REGIONS_OFF % 64 == 0, "regions start on a cache line");
 
 /* splitmix64 finalizer: the one mixing function both sides use */
 static inline uint64_t uc_mix64(uint64_t x)

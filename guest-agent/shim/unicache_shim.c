@@ -8,7 +8,9 @@
  *      agent publishes in shared memory (lock-free, seqlock over a double buffer);
  *   2. when the chunk's home vCPUs do not include the current CPU, the read is at least
  *      min_read_size and the chunk's migration budget for this interval is not spent,
- *      moves the thread there with sched_setaffinity (MFC section 4.2, 4.5);
+ *      moves the thread to one of them, the one the rule of uc_decide.h picks (the chunk's
+ *      own vCPU, or the next one no other reader claims), with sched_setaffinity to that
+ *      single CPU (MFC section 4.2, 4.5);
  *   3. for chunks marked non-caching, serves pread through an mmap of the file copied
  *      with prefetchnta loads (MFC section 4.3, 5), falling back to the plain call on
  *      anything unusual;
@@ -52,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "uc_decide.h"
 #include "uc_layout.h"
 #include "uc_nt.h"
 
@@ -224,6 +227,15 @@ static UC_TLS sigjmp_buf uc_jb;
 /* the CPUs the process could use when the shim loaded: migrations stay inside them */
 static cpu_set_t uc_orig_mask;
 static int uc_orig_valid;
+/* the same, as the rule's vCPU bit mask (empty when unknown: then no migration) */
+static uint64_t uc_orig_words[UC_MASK_WORDS];
+/* this thread's id for the vCPU claims, 0 until asked (reset in a fork child) */
+static UC_TLS uint32_t uc_tid_cached;
+
+static void uc_tid_atfork_child(void)
+{
+	uc_tid_cached = 0; /* the child's thread has a tid of its own */
+}
 
 static struct sigaction uc_old_bus, uc_old_segv;
 static _Atomic int uc_guard_state; /* 0 none, 1 installed, -1 failed */
@@ -234,6 +246,15 @@ static long long uc_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* The vCPU claims' clock: precise, because a claim lasts only UC_CLAIM_LEASE_NS. */
+static uint64_t uc_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void uc_warn(const char *what, const char *path)
@@ -316,7 +337,7 @@ static int uc_try_map(void)
 		uc_warn("bad counters header in", uc.ctr_path);
 		goto fail;
 	}
-	if (ch && clen < sizeof(*ch) + 2 * (size_t)ch->nslots * ch->slot_size +
+	if (ch && clen < UC_CTR_REGIONS_OFF + 2 * (size_t)ch->nslots * ch->slot_size +
 				 sizeof(struct uc_gen_hdr) + 8u * (size_t)ch->ngens) {
 		uc_warn("short counters file", uc.ctr_path);
 		goto fail;
@@ -324,7 +345,7 @@ static int uc_try_map(void)
 	if (ch) {
 		uc.ngens = ch->ngens;
 		__atomic_store_n(&uc.gens,
-				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + sizeof(*ch) +
+				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + UC_CTR_REGIONS_OFF +
 							       2 * (size_t)ch->nslots * ch->slot_size),
 				 __ATOMIC_RELEASE);
 	}
@@ -379,6 +400,7 @@ static void uc_rep_atfork_child(void);
 __attribute__((constructor)) static void uc_init(void)
 {
 	const char *v;
+	unsigned i;
 
 	uc.pagesz = sysconf(_SC_PAGESIZE);
 	if (uc.pagesz <= 0)
@@ -405,7 +427,11 @@ __attribute__((constructor)) static void uc_init(void)
 	uc_env_path(uc.table_path, sizeof(uc.table_path), "UNICACHE_TABLE", UC_DEFAULT_TABLE);
 	uc_env_path(uc.ctr_path, sizeof(uc.ctr_path), "UNICACHE_COUNTERS", UC_DEFAULT_COUNTERS);
 	uc_orig_valid = sched_getaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask) == 0;
+	for (i = 0; uc_orig_valid && i < UC_MAX_VCPUS; i++)
+		if (CPU_ISSET(i, &uc_orig_mask))
+			uc_orig_words[i / 64] |= 1ull << (i % 64);
 	(void)pthread_atfork(NULL, NULL, uc_rep_atfork_child);
+	(void)pthread_atfork(NULL, NULL, uc_tid_atfork_child);
 	if (!uc.disabled)
 		(void)uc_try_map();
 	atomic_store_explicit(&uc.next_try_ns, uc_now_ns() + UC_RETRY_NS, memory_order_relaxed);
@@ -615,9 +641,10 @@ static inline struct uc_ctr_hdr *uc_ctr(void)
 	return (void *)__atomic_load_n(&uc.ctr, __ATOMIC_ACQUIRE);
 }
 
-static struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id, uint64_t chunk)
+/* The chunk's slot in the active region; `insert`: take a free one (else count a drop). */
+static struct uc_ctr_slot *uc_slot_at(struct uc_ctr_hdr *ch, uint64_t file_id, uint64_t chunk,
+				      int insert)
 {
-
 	uint32_t region, nslots, ssz;
 	unsigned char *base;
 	uint64_t key, idx;
@@ -632,7 +659,7 @@ static struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id, uint
 	region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
 	nslots = ch->nslots;
 	ssz = ch->slot_size;
-	base = (unsigned char *)ch + sizeof(*ch) + (size_t)region * nslots * ssz;
+	base = (unsigned char *)ch + UC_CTR_REGIONS_OFF + (size_t)region * nslots * ssz;
 	key = uc_slot_key(file_id, chunk);
 	idx = key & (nslots - 1u);
 
@@ -644,6 +671,8 @@ static struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id, uint
 			return s;
 		if (k != 0)
 			continue;
+		if (!insert)
+			return NULL;
 		if (__atomic_compare_exchange_n(&s->key, &zero, key, 0, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE)) {
 			__atomic_store_n(&s->file_id, file_id, __ATOMIC_RELAXED);
@@ -653,8 +682,15 @@ static struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id, uint
 		if (zero == key)
 			return s;
 	}
-	__atomic_fetch_add(&ch->dropped[region], 1, __ATOMIC_RELAXED);
+	if (insert)
+		__atomic_fetch_add(&ch->dropped[region], 1, __ATOMIC_RELAXED);
 	return NULL;
+}
+
+static inline struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id,
+					  uint64_t chunk)
+{
+	return uc_slot_at(ch, file_id, chunk, 1);
 }
 
 static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
@@ -799,33 +835,92 @@ static inline void uc_fd_advance(int fd, int64_t pos)
 
 /* --- migration ---------------------------------------------------------------------------- */
 
-/* Move the thread to the chunk's home vCPUs if the rules allow it (MFC section 4.2). */
+/* This thread's id (a system call once per thread); 0 if it does not fit a claim word. */
+static uint32_t uc_tid(void)
+{
+	if (__builtin_expect(uc_tid_cached == 0, 0)) {
+		long t = syscall(SYS_gettid);
+
+		uc_tid_cached = t > 0 && t <= (long)UC_CLAIM_TID_MAX ? (uint32_t)t : UINT32_MAX;
+	}
+	return uc_tid_cached == UINT32_MAX ? 0 : uc_tid_cached;
+}
+
+/* The vCPU claims of the counters file and how many are used; NULL without counters. */
+static uint64_t *uc_claims(struct uc_ctr_hdr *ch, uint32_t *nclaims)
+{
+	uint32_t n;
+
+	if (!ch || __atomic_load_n(&ch->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC)
+		return NULL;
+	n = __atomic_load_n(&ch->max_vcpus, __ATOMIC_RELAXED);
+	/* fixed offset and size: a header rewritten under us cannot take us outside the map */
+	*nclaims = n < UC_MAX_VCPUS ? n : UC_MAX_VCPUS;
+	return (uint64_t *)(void *)((unsigned char *)ch + UC_CTR_CLAIMS_OFF);
+}
+
+/*
+ * Migrations already spent on a chunk this interval, looked up without taking a slot. Only
+ * a limited budget asks; without counters it counts as spent, so that only an unlimited
+ * budget migrates uncounted (a full region is caught by uc_take_budget).
+ */
+static uint64_t uc_spent(uint64_t file_id, uint64_t chunk, uint32_t budget)
+{
+	struct uc_ctr_hdr *ch = uc_ctr();
+	struct uc_ctr_slot *s;
+
+	if (budget == UC_BUDGET_UNLIMITED)
+		return 0;
+	if (!ch)
+		return UINT64_MAX;
+	s = uc_slot_at(ch, file_id, chunk, 0);
+	return s ? __atomic_load_n(&s->migrations, __ATOMIC_RELAXED) : 0;
+}
+
+/*
+ * Run the read on the vCPU the rule of uc_decide.h picks: stay, or move the thread to that
+ * single CPU, spending one migration of the chunk's budget; then claim that vCPU.
+ */
 static void uc_maybe_migrate(uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h)
 {
+	struct uc_read_facts f;
+	struct uc_decision d;
+	struct uc_ctr_hdr *ch;
+	uint64_t *claims;
+	uint32_t nclaims = 0;
 	cpu_set_t want;
-	int cpu = sched_getcpu(), any = 0;
-	unsigned i;
 
-	/* MFC section 4.5: reads shorter than min_read_size never migrate */
-	if (n < h->min_read_size || cpu < 0)
+	/* step 1 of the rule, before any clock or counter is read: most reads end here */
+	if (n < h->min_read_size)
 		return;
-	if ((unsigned)cpu < UC_MAX_VCPUS && (h->mask[cpu / 64] >> (cpu % 64)) & 1u)
+	f.n = n;
+	f.min_read_size = h->min_read_size;
+	memcpy(f.mask, h->mask, sizeof(f.mask));
+	memcpy(f.allowed, uc_orig_words, sizeof(f.allowed));
+	f.file_id = file_id;
+	f.chunk = off / h->chunk_size;
+	f.budget = h->budget;
+	f.spent = uc_spent(file_id, f.chunk, h->budget);
+	f.now_ns = uc_mono_ns();
+	f.cur = sched_getcpu();
+	f.tid = uc_tid();
+	f.pad = 0;
+	ch = uc_ctr();
+	claims = uc_claims(ch, &nclaims);
+	d = uc_decide(&f, claims, nclaims);
+	if (d.action == UC_ACT_NONE)
 		return;
-	if (!uc_orig_valid)
-		return;
-	CPU_ZERO(&want);
-	for (i = 0; i < UC_MAX_VCPUS; i++) {
-		if ((h->mask[i / 64] >> (i % 64)) & 1u && CPU_ISSET(i, &uc_orig_mask)) {
-			CPU_SET(i, &want);
-			any = 1;
-		}
+	if (d.action == UC_ACT_MIGRATE) {
+		/* MFC section 4.5 competitive rule: spend one; another thread may have been first */
+		if (!uc_take_budget(file_id, f.chunk, h->budget))
+			return;
+		CPU_ZERO(&want);
+		CPU_SET(d.vcpu, &want);
+		/* not moved (a cpuset forbids it): then it does not hold the vCPU either */
+		if (sched_setaffinity(0, sizeof(want), &want) < 0)
+			return;
 	}
-	if (!any)
-		return;
-	/* MFC section 4.5 competitive rule: the host's per-chunk budget of migrations */
-	if (!uc_take_budget(file_id, off / h->chunk_size, h->budget))
-		return;
-	(void)sched_setaffinity(0, sizeof(want), &want);
+	uc_claims_settle(claims, nclaims, d, f.tid, f.now_ns);
 }
 
 /* --- non-temporal path ------------------------------------------------------------------------ */

@@ -9,11 +9,13 @@ buffer under that buffer's seqlock (odd sequence while writing), then flips ``ac
 reader that overlaps a write sees the sequence change and retries, so a table is replaced
 atomically from the shim's point of view.
 
-Counters: a 64-byte header and two regions. The shim adds into region ``active``;
-:meth:`CounterReader.harvest` flips ``active``, waits a grace period for calls already past
-the flip, reads the other region and zeroes it. After the regions (layout 2): the shim's
-monotonic statistics and one generation per bucket of file ids, bumped by every write the
-shim sees and by the agent for writes it learns of (fanotify); replicas check them.
+Counters: a 64-byte header, the vCPU claims (layout 3) and two regions. The shim adds
+into region ``active``; :meth:`CounterReader.harvest` flips ``active``, waits a grace period
+for calls already past the flip, reads the other region and zeroes it. After the regions
+(layout 2): the shim's monotonic statistics and one generation per bucket of file ids, bumped
+by every write the shim sees and by the agent for writes it learns of (fanotify); replicas
+check them. The claims (one word per vCPU: which reading thread holds it, until when) are
+the shims' alone: the agent creates them zeroed and only reads them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .errors import ShmError
 #: "UCTB", "UCCT" little-endian, as in uc_layout.h
 TABLE_MAGIC = 0x42544355
 CTR_MAGIC = 0x54434355
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 MAX_VCPUS = 256
 MASK_WORDS = MAX_VCPUS // 64
 MAX_BUCKETS = 65536
@@ -44,6 +46,15 @@ ENTRY_CACHING = 2
 ENTRY_COLOR = 4
 ENTRY_REPLICA = 8
 BUDGET_UNLIMITED = 0xFFFFFFFF
+#: vCPU claim word: bits 0..23 the holder's tid (0 free), bits 24..63 its expiry in
+#: CLOCK_MONOTONIC ms modulo 2**40 (uc_layout.h; the rule: uc_decide.h)
+CLAIM_TID_BITS = 24
+CLAIM_EXPIRY_BITS = 40
+#: the claims follow the counters header: one u64 per possible vCPU, fixed size
+CLAIMS_OFFSET = 64
+CLAIMS_LEN = 8 * MAX_VCPUS
+#: the counter regions follow the claims
+REGIONS_OFFSET = CLAIMS_OFFSET + CLAIMS_LEN
 
 DEFAULT_TABLE = "/dev/shm/unicache-table"
 DEFAULT_COUNTERS = "/dev/shm/unicache-counters"
@@ -375,7 +386,7 @@ class CounterReader:
         raw = _SLOT.size + 8 * (self.max_vcpus + self.nnodes + 1)
         self.slot_size = (raw + 63) // 64 * 64
         self._region_len = nslots * self.slot_size
-        self._gen_base = _CHDR.size + 2 * self._region_len
+        self._gen_base = REGIONS_OFFSET + 2 * self._region_len
         self.path = path
         size = self._gen_base + _GHDR.size + 8 * ngens
         self._map, _ = _open_map(path, size, CTR_MAGIC, mode)
@@ -397,7 +408,7 @@ class CounterReader:
         _U32.pack_into(self._map, 16, 1 - active)
         if grace_s > 0:
             time.sleep(grace_s)
-        base = _CHDR.size + active * self._region_len
+        base = REGIONS_OFFSET + active * self._region_len
         region = self._map[base:base + self._region_len]
         chunks: List[ChunkCounts] = []
         vfmt = struct.Struct(f"<{self.max_vcpus}Q")
@@ -449,6 +460,15 @@ class CounterReader:
         off = self._gen_off(file_id)
         cur = int(_U64.unpack_from(self._map, off)[0])
         _U64.pack_into(self._map, off, (cur + 2) & _M64)
+
+    def claims(self) -> Tuple[int, ...]:
+        """The vCPU claim words the shims hold now (0: free), one per vCPU < max_vcpus.
+
+        :returns: the raw words; tid = ``word & (2**CLAIM_TID_BITS - 1)``, expiry (ms modulo
+            2**40) = ``word >> CLAIM_TID_BITS``.
+        """
+        return tuple(int(w) for w in struct.unpack_from(f"<{self.max_vcpus}Q", self._map,
+                                                       CLAIMS_OFFSET))
 
     def stats(self) -> ShimStats:
         """The shims' monotonic statistics."""

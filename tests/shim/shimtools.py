@@ -1,4 +1,4 @@
-"""Helpers of the preload shim tests: paths, the ShimEnv bundle, random files."""
+"""Helpers of the preload shim tests: paths, the ShimEnv bundle, a reader process, files."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM_DIR = ROOT / "guest-agent" / "shim"
@@ -16,6 +17,7 @@ sys.path.insert(0, str(ROOT / "guest-agent"))
 from unicache_agent.shm import CounterReader, TableWriter, file_id_of  # noqa: E402
 
 CHUNK = 65536
+UCREAD = Path(__file__).resolve().parent / "ucread.py"
 
 
 @dataclass
@@ -36,6 +38,36 @@ class ShimEnv:
         env = {**self.env, **(extra or {})}
         return subprocess.run([str(self.selftest), *args], env=env, capture_output=True,
                               text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+
+
+class Reader:
+    """A process under the shim that preads and pwrites a file on command (ucread.py)."""
+
+    def __init__(self, env: ShimEnv, path: Path, extra: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(UCREAD), str(path)],
+                                     env={**env.env, **(extra or {})}, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def ask(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def pread(self, off: int, n: int) -> bytes:
+        return bytes.fromhex(self.ask(f"pread {off} {n}"))
+
+    def pwrite(self, off: int, data: bytes) -> None:
+        assert self.ask(f"pwrite {off} {data.hex()}") == "ok"
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
 
 
 def make_files(dirpath: Path, seed: int) -> list[Path]:

@@ -1,13 +1,31 @@
-"""The shim moves a reader to the chunk's home vCPUs as the table says (MFC §4.2, §4.5)."""
+"""The shim moves a reader to the chunk's home vCPUs as the table says (MFC §4.2, §4.5).
+
+The last tests check the real libunicache.so against the rule's Python mirror: a reader ends
+up with a single-CPU affinity equal to the rule's target, and the counters file's claims are
+left as the rule says.
+"""
 
 from __future__ import annotations
 
+import os
+import struct
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from unicache_agent.shm import BUDGET_UNLIMITED, ShmEntry
+from unicache_agent.shm import BUDGET_UNLIMITED, CLAIMS_OFFSET, CounterReader, ShmEntry
+from unicache_sim.shimrule import (
+    CLAIM_LEASE_NS,
+    CLAIM_TID_BITS,
+    CLAIM_TID_MAX,
+    Action,
+    ClaimTable,
+    Decision,
+    decide,
+)
 
-from tests.shim.shimtools import CHUNK, ShimEnv, cpus
+from tests.shim.shimtools import CHUNK, Reader, ShimEnv, cpus
 
 pytestmark = pytest.mark.skipif(len(cpus()) < 2 or not {0, 1} <= set(cpus()),
                                 reason="needs CPUs 0 and 1")
@@ -76,3 +94,94 @@ def test_without_counters_the_table_is_still_followed(shim_env: ShimEnv, tmp_pat
     assert res.returncode == 0, res.stderr
     fields = dict(kv.split("=") for kv in res.stdout.split())
     assert (int(fields["cpu"]), fields["mask"]) == where
+
+
+# --- the rule of uc_decide.h in the real shim: one CPU, the rule's target, claimed ---
+
+#: vCPUs of the claim table in these tests (more than this machine has: room for claims on
+#: vCPUs no thread here can run on)
+CLAIM_VCPUS = 16
+
+
+def _claims_env(tmp_path: Path) -> tuple[CounterReader, dict[str, str]]:
+    counters = CounterReader(str(tmp_path / "claims-counters"), max_vcpus=CLAIM_VCPUS, nslots=64)
+    return counters, {"UNICACHE_COUNTERS": counters.path}
+
+
+def _plant(counters: CounterReader, words: dict[int, int]) -> None:
+    """Write claim words into the counters file, as other readers' shims would have."""
+    with open(counters.path, "r+b") as fh:
+        for v, w in words.items():
+            fh.seek(CLAIMS_OFFSET + 8 * v)
+            fh.write(struct.pack("<Q", w))
+
+
+def _read_under_rule(env: ShimEnv, tmp_path: Path, vcpus: frozenset[int], start_cpu: int,
+                     plant: Callable[[int, int], dict[int, int]],
+                     ) -> tuple[set[int], Decision, dict[int, int], dict[int, int], int]:
+    """One pread of 32 KiB of a placed chunk 0 by a reader on ``start_cpu``.
+
+    :param plant: (tid, now_ms) -> claim words to plant before the read.
+    :returns: (affinity after, the Python rule's decision, claims before, claims after, tid).
+    """
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 1024)
+    fid = env.file_id(f)
+    env.table.publish(1, CHUNK, 16384, [ShmEntry(fid, 0, vcpus)])
+    counters, extra = _claims_env(tmp_path)
+    allowed = os.sched_getaffinity(0)  # the reader's when its shim loads
+    with Reader(env, f, extra) as r:
+        tid = int(r.ask("tid"))
+        _plant(counters, plant(tid, time.monotonic_ns() // 1_000_000))
+        before = {v: w for v, w in enumerate(counters.claims()) if w}
+        os.sched_setaffinity(r.proc.pid, {start_cpu})
+        t0 = time.monotonic_ns()
+        assert len(r.pread(0, 32768)) == 32768
+        t1 = time.monotonic_ns()
+        affinity = {int(c) for c in r.ask("affinity").split(",")}
+    after = {v: w for v, w in enumerate(counters.claims()) if w}
+    counters.close()
+    decision = decide(n=32768, min_read_size=16384, cur=start_cpu, mask=vcpus, allowed=allowed,
+                      file_id=fid, chunk=0, budget=BUDGET_UNLIMITED, spent=0,
+                      claims=ClaimTable(CLAIM_VCPUS, before), tid=tid, now_ns=t0)
+    # the shim read the clock between t0 and t1: settle at the instant its claim names
+    mine = [w >> CLAIM_TID_BITS for w in after.values() if w & CLAIM_TID_MAX == tid]
+    now_ns = (mine[0] - CLAIM_LEASE_NS // 1_000_000) * 1_000_000 if mine else t0
+    assert t0 // 1_000_000 <= now_ns // 1_000_000 <= t1 // 1_000_000
+    expected = ClaimTable(CLAIM_VCPUS, before)
+    expected.settle(decision, tid, now_ns)
+    assert after == expected.snapshot()
+    return affinity, decision, before, after, tid
+
+
+def test_reader_gets_the_rules_single_cpu_claims_it_and_drops_its_old_claim(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    def plant(tid: int, now_ms: int) -> dict[int, int]:
+        return {7: (now_ms + 60_000) << CLAIM_TID_BITS | tid,        # its own, elsewhere
+                9: (now_ms + 60_000) << CLAIM_TID_BITS | (tid + 1)}  # another live reader's
+
+    affinity, decision, _, after, tid = _read_under_rule(
+        shim_env, tmp_path, frozenset({1, 5, 9, 130}), 0, plant)
+    assert decision == Decision(Action.MIGRATE, 1)
+    assert affinity == {decision.vcpu}  # one CPU, not the unit
+    assert after[1] & CLAIM_TID_MAX == tid and 7 not in after and 9 in after
+
+
+def test_reader_on_a_home_vcpu_stays_and_claims_it(shim_env: ShimEnv, tmp_path: Path) -> None:
+    affinity, decision, _, after, tid = _read_under_rule(
+        shim_env, tmp_path, frozenset({0, 1}), 0, lambda tid, now_ms: {})
+    assert decision == Decision(Action.STAY, 0)
+    assert affinity == {0}
+    assert set(after) == {0} and after[0] & CLAIM_TID_MAX == tid
+
+
+def test_vcpu_held_by_another_live_reader_is_still_home_when_it_is_the_only_one(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    def plant(tid: int, now_ms: int) -> dict[int, int]:
+        return {1: (now_ms + 60_000) << CLAIM_TID_BITS | (tid + 1)}
+
+    affinity, decision, before, after, _ = _read_under_rule(
+        shim_env, tmp_path, frozenset({1}), 0, plant)
+    assert decision == Decision(Action.MIGRATE, 1)
+    assert affinity == {1}
+    assert after == before  # the other reader's claim is never overwritten

@@ -11,48 +11,15 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
-from types import TracebackType
 
 from unicache_agent.shm import BUDGET_UNLIMITED, CounterReader, ShmEntry
 
-from tests.shim.shimtools import CHUNK, ShimEnv, make_files
+from tests.shim.shimtools import CHUNK, Reader, ShimEnv, make_files
 
-UCREAD = Path(__file__).resolve().parent / "ucread.py"
 #: longer than the shim's default replica margin (20 ms): a file this quiet may be replicated
 QUIET_S = 0.06
-
-
-class Reader:
-    """A process under the shim that preads and pwrites a file on command (ucread.py)."""
-
-    def __init__(self, env: ShimEnv, path: Path, extra: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(UCREAD), str(path)],
-                                     env={**env.env, **(extra or {})}, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
-    def ask(self, line: str) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip()
-
-    def pread(self, off: int, n: int) -> bytes:
-        return bytes.fromhex(self.ask(f"pread {off} {n}"))
-
-    def pwrite(self, off: int, data: bytes) -> None:
-        assert self.ask(f"pwrite {off} {data.hex()}") == "ok"
-
-    def __enter__(self) -> Reader:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(10)
 
 
 def _replicated(env: ShimEnv, f: Path, nodes: frozenset[int] = frozenset({0}),

@@ -5,6 +5,7 @@ Commands, one per line, each answered with one line on stdout:
 * ``pread OFF N`` -> the hex of the bytes ``os.pread`` returned;
 * ``pwrite OFF HEX`` -> ``ok`` after ``os.pwrite`` (a write the shim sees);
 * ``affinity`` -> the thread's CPUs, comma-separated;
+* ``tid`` -> the thread's id (the shim's vCPU claims name it);
 * ``quit``.
 
 Usage: ``python3 ucread.py FILE`` (with LD_PRELOAD and UNICACHE_* set by the test).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 
 def main() -> int:
@@ -28,6 +30,8 @@ def main() -> int:
         elif words[0] == "pwrite":
             os.pwrite(fd, bytes.fromhex(words[2]), int(words[1]))
             out = "ok"
+        elif words[0] == "tid":
+            out = str(threading.get_native_id())
         elif words[0] == "affinity":
             out = ",".join(map(str, sorted(os.sched_getaffinity(0))))
         else:
