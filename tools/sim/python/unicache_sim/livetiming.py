@@ -21,7 +21,7 @@ sampling off.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,7 @@ class LoopTiming:
 
         interval = DaemonConfig().interval_s
         # daemon.py: the agent is told to report every max(interval_s, 0.1) seconds
-        timing = cls(round_s=interval, report_s=max(interval, 0.1))
-        return cls(**{**_fields(timing), **overrides})
+        return replace(cls(round_s=interval, report_s=max(interval, 0.1)), **overrides)
 
     @property
     def sampled(self) -> bool:
@@ -62,12 +61,3 @@ class LoopTiming:
         """Bytes the guest reads in one sampled interval (inf: the whole interval)."""
         return self.window_passes * ws_bytes if self.sampled else math.inf
 
-
-def _fields(timing: LoopTiming) -> dict[str, float]:
-    return {
-        "round_s": timing.round_s,
-        "report_s": timing.report_s,
-        "table_delay_s": timing.table_delay_s,
-        "window_passes": timing.window_passes,
-        "min_window_s": timing.min_window_s,
-    }
