@@ -20,7 +20,7 @@ from rich.table import Table
 
 from unicache import __version__
 from unicache.cpulist import format_list
-from unicache.decisionlog import action_record, chunk_record
+from unicache.decisionlog import action_record, chunk_record, refusal_record
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.replay import ReplayHost
 from unicache.loop import run_rounds
@@ -305,9 +305,11 @@ def replay(
     records: list[dict[str, Any]] = []
     chunk_records: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
+    refusals: list[dict[str, Any]] = []
     rules: Counter[str] = Counter()
     for rnd in run_rounds(host, policy, RoundState()):
         records.extend(action_record(rnd.tick, a) for a in rnd.decision.actions)
+        refusals.extend(refusal_record(rnd.tick, r) for r in rnd.decision.refusals)
         chunk_records.extend(chunk_record(rnd.tick, d) for d in rnd.decision.chunk_decisions)
         rules.update(d.rule for d in rnd.decision.chunk_decisions)
         failures.extend(
@@ -332,6 +334,7 @@ def replay(
                     "actions": records,
                     "chunk_decisions": chunk_records,
                     "rules": dict(sorted(rules.items())),
+                    "refusals": refusals,
                     "failed": failures,
                 },
                 indent=1,
@@ -346,6 +349,12 @@ def replay(
     for rec in records:
         table.add_row(str(rec["tick"]), rec["kind"], rec["target"], _detail(rec), rec["reason"])
     _out.print(table)
+    if refusals:
+        # what a policy chose not to do, and why (SCU stepping aside where it predicts no gain)
+        rtable = Table("tick", "refusal", "reason", title="left alone")
+        for rec in refusals:
+            rtable.add_row(str(rec["tick"]), rec["refusal"], rec["reason"])
+        _out.print(rtable)
     if chunks:
         ctable = Table("tick", "vm", "chunk", "unit", "load", "rule", title="chunk decisions")
         for rec in chunk_records:

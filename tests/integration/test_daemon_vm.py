@@ -18,21 +18,39 @@ from pathlib import Path
 
 import pytest
 from unicache.host.qemu import GuestImage, QemuVm, VmConfig, ensure_image
+from unicache.policy.scu import scu_options_for
+from unicache.topology import Unify, discover_topology
 
 UNICACHE = str(Path(sys.executable).parent / "unicache")
-SHIM = "/usr/lib/unicache-agent/libunicache.so"
+AGENT_LIB = "/usr/lib/unicache-agent"  # the image's agent package and shim
+SHIM = f"{AGENT_LIB}/libunicache.so"
 ALL = frozenset(os.sched_getaffinity(0))
-FILE = "/root/one-chunk"
-FILE_KIB = 400  # one chunk (half of this host's 1 MiB L2 is 512 KiB), above min_read_size
+FILES = ("/root/hot-a", "/root/hot-b", "/root/hot-c")
+
+
+def _file_bytes() -> int:
+    """Each file one chunk (the daemon's, from this host's L2) and 3/8 of an L2 unit.
+
+    Three of them exceed what one L2 holds and fit two: the VM's hot data is then worth
+    unifying (SCU's cost model steps aside for a VM whose hot data fits one unit).
+    """
+    topo = discover_topology()
+    unit = topo.units(Unify.L2)[0].capacity_bytes
+    return min(3 * unit // 8, scu_options_for(topo, Unify.L2).chunk_size) // 4096 * 4096
+
+
+FILE_BYTES = _file_bytes()
 
 # The reader moves itself to a start CPU *after* the shim captured the process's own
 # affinity (the shim only ever migrates within that, as a process pinned by its user
-# must stay pinned), then reads one chunk again and again.
+# must stay pinned), then reads its files (one chunk each) in turn, again and again.
 READER = (
     "import os,sys,time\n"
     "if len(sys.argv) > 3: os.sched_setaffinity(0, {int(sys.argv[3])})\n"
-    "fd=os.open(sys.argv[1],os.O_RDONLY); end=time.time()+float(sys.argv[2])\n"
-    "while time.time()<end: os.pread(fd, 1<<20, 0)\n"
+    "fds=[os.open(f,os.O_RDONLY) for f in sys.argv[1].split(',')]\n"
+    "end=time.time()+float(sys.argv[2])\n"
+    "while time.time()<end:\n"
+    "    for fd in fds: os.pread(fd, 1<<20, 0)\n"
     "print(sorted(os.sched_getaffinity(0)))\n"
 )
 
@@ -56,7 +74,8 @@ def vm(image: GuestImage, dirs: tuple[Path, Path]) -> Iterator[QemuVm]:
     machine.start()
     try:
         machine.wait_for_boot(120)
-        make = f"head -c {FILE_KIB * 1024} /dev/urandom > {FILE} && cat {FILE} >/dev/null"
+        make = " && ".join(f"head -c {FILE_BYTES} /dev/urandom > {f} && cat {f} >/dev/null"
+                           for f in FILES)
         out = machine.run_in_guest(["sh", "-c", make])
         assert out.ok, out.stderr
         yield machine
@@ -101,13 +120,26 @@ def vcpu_affinity(vm: QemuVm) -> dict[int, frozenset[int]]:
     return {i: frozenset(os.sched_getaffinity(t)) for i, t in vm.vcpu_threads().items()}
 
 
-def read_in_guest(vm: QemuVm, seconds: float, cpu: int | None = None) -> str:
-    argv = ["python3", "-c", READER, FILE, str(seconds)]
+def read_in_guest(vm: QemuVm, seconds: float, cpu: int | None = None,
+                  files: tuple[str, ...] = FILES) -> str:
+    argv = ["python3", "-c", READER, ",".join(files), str(seconds)]
     if cpu is not None:
         argv.append(str(cpu))
     out = vm.run_in_guest(argv, env={"LD_PRELOAD": SHIM}, timeout=seconds + 60)
     assert out.ok, out.stderr
     return out.stdout
+
+
+def _file_id_in_guest(vm: QemuVm, path: str) -> str:
+    """The shim's id of a guest file, as the decision log writes it (hex): the guest agent's
+    own ``file_id_of`` under the salt of the table it published."""
+    code = ("import os,struct,sys\n"
+            "from unicache_agent import shm\n"
+            "salt=struct.unpack_from('<IIQ',open(shm.DEFAULT_TABLE,'rb').read(16))[2]\n"
+            "st=os.stat(sys.argv[1]); print(f'{shm.file_id_of(salt, st.st_dev, st.st_ino):x}')\n")
+    out = vm.run_in_guest(["python3", "-c", code, path], env={"PYTHONPATH": AGENT_LIB})
+    assert out.ok, out.stderr
+    return out.stdout.strip()
 
 
 def test_daemon_pins_vcpus_publishes_a_table_and_the_shim_reads_on_the_planned_vcpu(
@@ -120,30 +152,31 @@ def test_daemon_pins_vcpus_publishes_a_table_and_the_shim_reads_on_the_planned_v
         assert sorted(vcpu_affinity(vm).values(), key=min) == [frozenset({0}), frozenset({1})]
         wait_until("the agent channel", lambda: any(
             "listening for its agent" in r.get("message", "") for r in records(dirs)))
-        # 2. the guest reads under the shim, from vCPU 0 only; its reports reach the host
+        # 2. the guest reads three files under the shim, from vCPU 0 only; its reports reach
+        # the host
         read_in_guest(vm, 3, cpu=0)
-        reports = wait_until("a guest report", lambda: [
-            r for r in records(dirs) if r["kind"] == "guest-report" and r["chunks"]])
-        biggest = max((c for r in reports for c in r["chunks"]), key=lambda c: c["bytes"])
-        file_id = biggest["file"]
+        wait_until("guest reports of the three files", lambda: len({
+            c["file"] for r in records(dirs) if r["kind"] == "guest-report"
+            for c in r["chunks"]}) >= len(FILES))
 
-        # 3. a placement table with the file's chunk reaches the guest
+        # 3. a placement table reaches the guest: a file's chunk cached in one vCPU's unit
         def entry() -> dict | None:
             for rec in reversed(records(dirs)):
                 if rec["kind"] == "publish-placement":
                     for e in rec["entries"]:
-                        if e["file"] == file_id and e["caching"]:
+                        if e["caching"] and e["chunk"] == 0 and e["vcpus"] in ("0", "1"):
                             return e
             return None
 
-        planned = wait_until("a caching entry for the file", lambda: entry() or
+        planned = wait_until("a caching entry in one unit", lambda: entry() or
                              (read_in_guest(vm, 1, cpu=0) and None), timeout=90)
-        # read only from vCPU 0, the chunk lives in vCPU 0's unit alone (no replica)
-        assert planned["vcpus"] == "0", planned
-        home, other = 0, 1
+        file_id = planned["file"]
+        home = int(planned["vcpus"])
+        other = 1 - home
+        path = next(f for f in FILES if _file_id_in_guest(vm, f) == file_id)
         before = len(records(dirs))
         # 4. a reader started on the other vCPU is moved home by the shim
-        where = read_in_guest(vm, 3, cpu=other)
+        where = read_in_guest(vm, 3, cpu=other, files=(path,))
         assert where.strip() == f"[{home}]", where
         time.sleep(1.5)
         moved = [c for r in records(dirs)[before:] if r["kind"] == "guest-report"
