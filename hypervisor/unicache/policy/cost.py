@@ -31,6 +31,10 @@ MIGRATION_MARGIN = 2.0
 MAX_EXTENT_CHUNKS = 16
 #: a VM whose predicted gain is below this fraction of its read time is left alone
 MIN_PREDICTED_GAIN = 0.02
+#: a VM SCU already places keeps its table while its predicted gain stays at or above
+#: this (hysteresis: an estimate near MIN_PREDICTED_GAIN must not flip the VM's table,
+#: and the migrations that follow it, every round)
+KEEP_PREDICTED_GAIN = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,15 @@ class GainEstimate:
     def pays(self) -> bool:
         """Whether the VM gains enough to be worth changing anything."""
         return self.fraction >= MIN_PREDICTED_GAIN
+
+    def keeps(self, placed: bool) -> bool:
+        """Whether a VM is placed this round: it pays, or it was placed and still gains."""
+        return self.fraction >= needed_gain(placed)
+
+
+def needed_gain(placed: bool) -> float:
+    """The predicted gain a VM needs to be placed (less if it is placed already)."""
+    return KEEP_PREDICTED_GAIN if placed else MIN_PREDICTED_GAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +149,7 @@ class CostModel:
         fraction = net / base if base > 0 else 0.0
         return GainEstimate(
             fraction,
-            f"predicted {fraction:+.0%} of read time: {gained >> 20} MiB of reads more "
+            f"predicted {fraction:+.2%} of read time: {gained >> 20} MiB of reads more "
             f"on-chip, {moved:.0f} migrations at {self.migration_cost():.0f} cycles",
         )
 

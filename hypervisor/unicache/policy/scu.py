@@ -33,7 +33,7 @@ from unicache.model import (
     Refusal,
     VcpuId,
 )
-from unicache.policy.cost import CostModel, GainEstimate
+from unicache.policy.cost import CostModel, GainEstimate, needed_gain
 from unicache.policy.mfc import (
     RULE_NON_CACHING,
     ChunkKey,
@@ -159,12 +159,14 @@ class ScuState:
     :param versions: VM -> version of the last table published to it.
     :param published: VM -> the entries of that table.
     :param round: rounds decided so far.
+    :param aside: VMs SCU left alone in the last round that predicted for them.
     """
 
     table: MfcTable | None = None
     versions: Mapping[str, int] = field(default_factory=dict)
     published: Mapping[str, tuple[PlacementEntry, ...]] = field(default_factory=dict)
     round: int = 0
+    aside: frozenset[str] = frozenset()
 
 
 class ScuPolicy:
@@ -236,7 +238,7 @@ class ScuPolicy:
         decisions: list[ChunkDecision] = []
         refusals: list[Refusal] = []
         touched: set[str] = set()
-        aside = self._step_aside(obs, by_vm)
+        aside, predicted = self._step_aside(obs, by_vm, state)
         for vm, estimate in sorted(aside.items()):
             refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
         for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
@@ -300,45 +302,64 @@ class ScuPolicy:
                 del published[vm]
                 versions.pop(vm, None)
 
-        new_state = ScuState(table, versions, published, next_round)
+        # a VM without reads this round keeps its standing: no estimate, no change
+        still_aside = (state.aside - predicted) | frozenset(aside)
+        new_state = ScuState(table, versions, published, next_round, still_aside & live_vms)
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
 
     def _step_aside(
-        self, obs: Observation, by_vm: Mapping[str, Mapping[int, int]]
-    ) -> dict[str, GainEstimate]:
-        """VMs whose reads this round are predicted to gain nothing from unification."""
+        self, obs: Observation, by_vm: Mapping[str, Mapping[int, int]], state: ScuState
+    ) -> tuple[dict[str, GainEstimate], frozenset[str]]:
+        """VMs whose reads this round are predicted to gain nothing from unification.
+
+        :returns: those VMs with their estimates, and every VM an estimate was made for.
+        """
         cost = self.options.cost
         if cost is None:
-            return {}
-        capacity = {u.id: u.capacity_bytes for u in self.units}
-        # without migrations a thread reaches its unit's shared levels and its own core's
-        # private ones, not the other cores' (MFC's per-core M_on-chip, §4.6)
-        private = sum(lv.size_bytes for lv in self.levels if lv.scope is Scope.CORE)
-        reach = {u.id: u.capacity_bytes - private * (self._cores(u) - 1) for u in self.units}
+            return {}, frozenset()
+        units = {u.id: u for u in self.units}
         reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
+        readers: dict[str, set[int]] = {}
         for report in obs.reports:
             per_chunk = reads.setdefault(report.vm, {})
             for access in report.chunks:
                 if access.reads <= 0:
                     continue
+                readers.setdefault(report.vm, set()).update(
+                    v for v, nbytes in access.vcpu_bytes if nbytes > 0
+                )
                 size = min(access.bytes_read // access.reads, self.options.chunk_size)
                 old_size, old_reads = per_chunk.get(access.chunk, (0, 0))
                 per_chunk[access.chunk] = (max(size, old_size), old_reads + access.reads)
         out = {}
+        predicted = set()
         for vm, per_chunk in reads.items():
             spanned = sorted(set(by_vm.get(vm, {}).values()))
             if not spanned or not per_chunk:
                 continue
+            predicted.add(vm)
+            in_unit = Counter(by_vm[vm][v] for v in readers.get(vm, ()) if v in by_vm[vm])
             estimate = cost.predict_gain(
                 list(per_chunk.values()),
-                min(reach[u] for u in spanned),
-                sum(capacity[u] for u in spanned),
+                min(self._reach(units[u], in_unit[u]) for u in spanned),
+                sum(units[u].capacity_bytes for u in spanned),
                 len(spanned),
             )
-            if not estimate.pays:
-                out[vm] = estimate
-        return out
+            # a VM placed last round stays placed while it is predicted not to lose
+            placed = state.round > 0 and vm not in state.aside
+            if not estimate.keeps(placed):
+                need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
+                out[vm] = replace(estimate, reason=f"{estimate.reason} ({need})")
+        return out, frozenset(predicted)
+
+    def _reach(self, unit: CacheUnit, readers: int) -> int:
+        """What a unit caches for its readers without migrations: its shared levels and the
+        private levels of the cores they run on, not the other cores' (MFC's per-core
+        M_on-chip, §4.6); at least one reader's worth."""
+        private = sum(lv.size_bytes for lv in self.levels if lv.scope is Scope.CORE)
+        idle_cores = self._cores(unit) - min(max(readers, 1), self._cores(unit))
+        return unit.capacity_bytes - private * idle_cores
 
     def _budget(self, size: int) -> int:
         # every migration pays (cost model): no limit; else §4.5's competitive budget
