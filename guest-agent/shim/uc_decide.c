@@ -81,14 +81,15 @@ struct uc_decision uc_decide(const struct uc_read_facts *f, const uint64_t *clai
 {
 	const struct uc_decision none = {UC_ACT_NONE, -1};
 	uint64_t cand[UC_MASK_WORDS], count = 0, k, i;
-	int home, v, x;
+	int home, v, x, at_home;
 	unsigned w;
 
 	/* 1. MFC section 4.5: short reads never migrate; an unknown CPU cannot be compared */
 	if (f->n < f->min_read_size || f->cur < 0)
 		return none;
-	/* 2. already home */
-	if (uc_bit(f->mask, f->cur))
+	/* 2. already home, and no other live reader holds this vCPU */
+	at_home = uc_bit(f->mask, f->cur);
+	if (at_home && uc_vcpu_free(claims, nclaims, f->cur, f->tid, f->now_ns))
 		return (struct uc_decision){UC_ACT_STAY, f->cur};
 	/* 3. only CPUs the thread was allowed on */
 	for (w = 0; w < UC_MASK_WORDS; w++) {
@@ -100,8 +101,11 @@ struct uc_decision uc_decide(const struct uc_read_facts *f, const uint64_t *clai
 	/* 4. the chunk's home inside the unit */
 	k = uc_mix64(f->file_id * UC_HOME_HASH_MUL + f->chunk) % count;
 	home = uc_nth_bit(cand, k);
-	/* 5. the first vCPU from home on that no other live reader holds; all held: home */
-	v = home;
+	/*
+	 * 5. the first vCPU from home on that no other live reader holds; all held: stay
+	 * (cur, when it is one of the chunk's) or go to the chunk's own
+	 */
+	v = -1;
 	for (i = 0, x = home; i < count; i++) {
 		if (uc_vcpu_free(claims, nclaims, x, f->tid, f->now_ns)) {
 			v = x;
@@ -110,6 +114,11 @@ struct uc_decision uc_decide(const struct uc_read_facts *f, const uint64_t *clai
 		x = uc_next_bit(cand, (unsigned)x + 1);
 		if (x < 0)
 			x = uc_next_bit(cand, 0); /* wrap around to the lowest */
+	}
+	if (v < 0) {
+		if (at_home)
+			return (struct uc_decision){UC_ACT_STAY, f->cur};
+		v = home;
 	}
 	/* 6. MFC section 4.5 competitive rule: the host's per-chunk budget of migrations */
 	if (f->budget != UC_BUDGET_UNLIMITED && f->spent >= f->budget)

@@ -8,16 +8,22 @@
  *
  * uc_decide() is pure: it reads the claims and writes nothing. The steps:
  *   1. n < min_read_size, or the current CPU is unknown (cur < 0): NONE;
- *   2. cur is one of the chunk's vCPUs (mask): STAY at cur;
+ *   2. cur is one of the chunk's vCPUs (mask) and its claim is free for this thread: STAY;
  *   3. cand = mask & allowed (the CPUs the thread could use when the shim loaded); empty: NONE;
  *   4. home = the k-th vCPU of cand ascending, k = uc_mix64(file_id * UC_HOME_HASH_MUL +
  *      chunk) % |cand|: a chunk always prefers the same vCPU of its unit, and the chunks of
  *      a unit spread over its vCPUs;
  *   5. target = the first vCPU of cand, cyclically ascending from home, whose claim is free
- *      for this thread (free: no holder, the thread itself, or expired); none free: home;
+ *      for this thread (free: no holder, the thread itself, or expired); none free: STAY at
+ *      cur if it is one of the chunk's vCPUs, else home;
  *   6. a limited budget already spent (spent >= budget): NONE; else MIGRATE to target.
  * After STAY or MIGRATE at v the caller settles the claims (uc_claims_settle): it drops
  * its claims on other vCPUs and claims v, unless another live thread holds v.
+ *
+ * A thread the shim moved is pinned to one vCPU, which the guest's scheduler can no longer
+ * change: when it reads a chunk the table does not place, the shim asks the rule with the
+ * thread's allowed CPUs as the mask and an unlimited budget, so two pinned readers never
+ * share a vCPU while a free one exists.
  */
 #ifndef UC_DECIDE_H
 #define UC_DECIDE_H

@@ -231,6 +231,8 @@ static int uc_orig_valid;
 static uint64_t uc_orig_words[UC_MASK_WORDS];
 /* this thread's id for the vCPU claims, 0 until asked (reset in a fork child) */
 static UC_TLS uint32_t uc_tid_cached;
+/* the shim moved this thread: it is pinned to one vCPU (a fork child inherits both) */
+static UC_TLS int uc_pinned;
 
 static void uc_tid_atfork_child(void)
 {
@@ -919,6 +921,7 @@ static void uc_maybe_migrate(uint64_t file_id, uint64_t off, size_t n, const str
 		/* not moved (a cpuset forbids it): then it does not hold the vCPU either */
 		if (sched_setaffinity(0, sizeof(want), &want) < 0)
 			return;
+		uc_pinned = 1;
 	}
 	uc_claims_settle(claims, nclaims, d, f.tid, f.now_ns);
 }
@@ -1467,8 +1470,15 @@ static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 	if (c->off < 0 || !uc_lookup(c->file_id, (uint64_t)c->off, &h))
 		return 1;
 	c->chunk_size = h.chunk_size;
-	if (!h.found)
+	if (!h.found) {
+		/* a pinned thread leaves a vCPU another reader holds (uc_decide.h, unplaced) */
+		if (__builtin_expect(uc_pinned, 0)) {
+			memcpy(h.mask, uc_orig_words, sizeof(h.mask));
+			h.budget = UC_BUDGET_UNLIMITED;
+			uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);
+		}
 		return 1;
+	}
 	/* MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads */
 	c->nt = !(h.flags & UC_ENTRY_CACHING) && n >= h.min_read_size;
 	uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);

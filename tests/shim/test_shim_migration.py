@@ -185,3 +185,25 @@ def test_vcpu_held_by_another_live_reader_is_still_home_when_it_is_the_only_one(
     assert decision == Decision(Action.MIGRATE, 1)
     assert affinity == {1}
     assert after == before  # the other reader's claim is never overwritten
+
+
+def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 1024)
+    shim_env.table.publish(1, CHUNK, 16384, [ShmEntry(shim_env.file_id(f), 0, frozenset({1}))])
+    counters, extra = _claims_env(tmp_path)
+    with Reader(shim_env, f, extra) as r:
+        tid = int(r.ask("tid"))
+        os.sched_setaffinity(r.proc.pid, {0})
+        assert len(r.pread(0, 32768)) == 32768
+        assert r.ask("affinity") == "1"  # moved, and so pinned to vCPU 1
+        # the table no longer places the chunk, and another live reader now holds vCPU 1
+        shim_env.table.publish(2, CHUNK, 16384, [])
+        now_ms = time.monotonic_ns() // 1_000_000
+        _plant(counters, {1: (now_ms + 60_000) << CLAIM_TID_BITS | (tid + 1)})
+        assert len(r.pread(0, 32768)) == 32768
+        assert r.ask("affinity") == "0"  # the rule over its allowed CPUs: the free vCPU 0
+        claims = counters.claims()
+        assert claims[0] & CLAIM_TID_MAX == tid and claims[1] & CLAIM_TID_MAX == tid + 1
+    counters.close()

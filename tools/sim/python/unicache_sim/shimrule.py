@@ -12,16 +12,22 @@ the helpers :func:`mix64`, :func:`home_vcpu` and :func:`as_mask`.
 The rule (numbered as in uc_decide.h):
 
 1. ``n < min_read_size`` or the current CPU is unknown (``cur < 0``): NONE;
-2. ``cur`` is one of the chunk's vCPUs: STAY at ``cur``;
+2. ``cur`` is one of the chunk's vCPUs and its claim is free for the reader: STAY at ``cur``;
 3. ``cand = mask & allowed``; empty: NONE;
 4. ``home`` = the k-th vCPU of ``cand`` ascending, ``k = mix64(file_id * 0x9E3779B97F4A7C15
    + chunk) % |cand|`` (64-bit wrap-around);
 5. ``target`` = the first vCPU of ``cand``, cyclically ascending from ``home``, whose claim
-   is free for the reader (no holder, the reader itself, or expired); none free: ``home``;
+   is free for the reader (no holder, the reader itself, or expired); none free: STAY at
+   ``cur`` if it is one of the chunk's vCPUs, else ``home``;
 6. a limited budget already spent (``spent >= budget``): NONE; else MIGRATE to ``target``.
 
 After STAY or MIGRATE the caller settles the claims (:meth:`ClaimTable.settle`); after a
 MIGRATE it also spends one unit of the chunk's budget, as the shim does.
+
+A thread the shim moved is pinned to one vCPU, so the guest's scheduler can no longer
+spread it: when it reads a chunk the table does not place, the caller asks the rule with
+the thread's allowed CPUs as the mask and an unlimited budget, so two pinned readers never
+share a vCPU while a free one exists.
 """
 
 from __future__ import annotations
@@ -286,8 +292,9 @@ def decide(*, n: int, min_read_size: int, cur: int, mask: VcpuMaskT, allowed: Vc
     if n < min_read_size or cur < 0:
         return NO_MOVE
     bits = as_mask(mask)
-    # 2. already home
-    if cur < MAX_VCPUS and bits >> cur & 1:
+    # 2. already home, and no other live reader holds this vCPU
+    at_home = cur < MAX_VCPUS and bits >> cur & 1 == 1
+    if at_home and (claims is None or claims.is_free(cur, tid, now_ns)):
         return Decision(Action.STAY, cur)
     # 3. only CPUs the thread was allowed on
     cand = bits & as_mask(allowed)
@@ -295,11 +302,16 @@ def decide(*, n: int, min_read_size: int, cur: int, mask: VcpuMaskT, allowed: Vc
         return NO_MOVE
     # 4. the chunk's home inside the unit
     home = home_vcpu(cand, file_id, chunk)
-    # 5. the first vCPU from home on that no other live reader holds; all held: home
-    target = home
+    # 5. the first vCPU from home on that no other live reader holds; all held: stay home
+    # (cur, when it is one of the chunk's) or go to the chunk's own
+    target = -1
     if claims is not None:
         target = next((v for v in vcpus_from_home(cand, home) if claims.is_free(v, tid, now_ns)),
-                      home)
+                      -1)
+    if target < 0:
+        if at_home:
+            return Decision(Action.STAY, cur)
+        target = home
     # 6. MFC §4.5 competitive rule: the host's per-chunk budget of migrations
     if budget != BUDGET_UNLIMITED and spent >= budget:
         return NO_MOVE
