@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from unicache.model import (
+    BUDGET_UNLIMITED,
     ChunkId,
     CounterSource,
     PinVcpu,
@@ -12,6 +13,7 @@ from unicache.model import (
     VcpuId,
 )
 from unicache.topology import load_model
+from unicache_sim import shimrule
 from unicache_sim.config import from_topology
 from unicache_sim.mfc import MfcSpec, run_mfc
 from unicache_sim.simhost import GuestShim, SimHost
@@ -85,6 +87,28 @@ def test_shim_migrates_to_the_published_vcpus_and_obeys_non_caching() -> None:
     shim.read_chunk(tid, cold, ChunkId(2, 0), 0, CHUNK, 0.0)
     assert host.engine.run() == ("need", tid)
     assert sum(host.engine.occupancy(level, 12) for level in range(2)) == before
+
+
+def test_shim_runs_readers_of_one_unit_where_the_shims_rule_puts_them() -> None:
+    host, first, obj = _host()
+    second = host.engine.add_thread(1)
+    host.add_thread(second, 1)
+    unit = frozenset({4, 5, 6, 7})
+    chunk = ChunkId(3, 0)
+    table = PlacementTable(
+        "vm0", 1, CHUNK, 4096, (PlacementEntry(chunk, unit, True, BUDGET_UNLIMITED, 1),)
+    )
+    host.act([PublishPlacement("vm0", table, "test")])
+    shim = GuestShim(host)
+    shim.read_chunk(first, obj, chunk, 0, CHUNK, 0.0)
+    shim.read_chunk(second, obj, chunk, 0, CHUNK, 0.0)
+    # uc_decide: the chunk's home vCPU for the first; it holds it (a live claim), so the
+    # second goes to the next vCPU of the unit cyclically from home
+    home = shimrule.home_vcpu(unit, chunk.file_id, chunk.index)
+    following = list(shimrule.vcpus_from_home(shimrule.as_mask(unit), home))[1]
+    assert host.thread_vcpu[first] == home
+    assert host.thread_vcpu[second] == following
+    assert set(shim.claims.snapshot()) == {home, following}
 
 
 def test_live_loop_at_the_daemons_round_still_gains_at_8_mib() -> None:

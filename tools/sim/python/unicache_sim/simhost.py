@@ -9,8 +9,10 @@ actions: ``PinVcpu`` moves a vCPU (and the thread on it) into its new CPU set,
 effect (the engine shares a CPU first come, first served).
 
 ``GuestShim`` is what libunicache does on every read: look the chunk up in the last
-published table and migrate the reading thread to one of the entry's vCPUs (within the
-entry's migration budget per round), then read with caching or non-temporal loads.
+published table, let the shim's rule (``uc_decide.c``, mirrored by
+:mod:`unicache_sim.shimrule`) pick the vCPU the read runs on (stay, or move to the chunk's
+home vCPU or the next one no other reader claims, within the entry's migration budget per
+round), settle the claims, then read with caching or non-temporal loads.
 The policy behind it is whatever drives the host: the simulator uses
 :class:`unicache.policy.round.UnicachePolicy` (OBS then SCU), as the daemon does.
 """
@@ -19,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from unicache.host.base import ActResult
 from unicache.model import (
-    BUDGET_UNLIMITED,
     Action,
     ChunkAccess,
     ChunkId,
@@ -39,7 +41,7 @@ from unicache.model import (
     Vm,
 )
 
-from unicache_sim import _native
+from unicache_sim import _native, shimrule
 from unicache_sim.config import SimConfig
 
 
@@ -171,20 +173,37 @@ class SimHost:
                 if not cpus:
                     failed.append((action, "no simulated CPU in the set"))
                     continue
-                self._pin(action.vcpu.index, cpus)
+                self.affinity[action.vcpu.index] = cpus
             elif isinstance(action, PublishPlacement) and action.vm == self.vm:
                 self.table = action.table
                 self.entries = {e.chunk: e for e in action.table.entries}
             applied.append(action)
+        self._place_vcpus()
         return ActResult(tuple(applied), tuple(failed))
 
-    def _pin(self, vcpu: int, cpus: frozenset[int]) -> None:
-        self.affinity[vcpu] = cpus
-        if self.vcpu_cpu[vcpu] in cpus:
-            return
-        used = {c for v, c in self.vcpu_cpu.items() if v != vcpu}
-        free = sorted(cpus - used)
-        cpu = free[0] if free else min(cpus)
+    def _place_vcpus(self) -> None:
+        """Run each vCPU on a CPU of its set, as the host scheduler spreads runnable threads.
+
+        A vCPU stays where it is while that CPU is in its set and it has the CPU to itself;
+        the others go to the least shared CPU of their set (lowest first). The host's
+        scheduler would do the same within a round: it never keeps two busy vCPU threads
+        on one CPU while their cpuset has an idle one.
+        """
+        load: dict[int, int] = {}
+        keep: dict[int, int] = {}
+        for vcpu in sorted(self.vcpu_cpu):
+            cpu = self.vcpu_cpu[vcpu]
+            if cpu in self.affinity[vcpu] and cpu not in load:
+                keep[vcpu] = cpu
+                load[cpu] = 1
+        for vcpu in sorted(self.vcpu_cpu):
+            if vcpu in keep:
+                continue
+            cpu = min(self.affinity[vcpu], key=lambda c: (load.get(c, 0), c))
+            load[cpu] = load.get(cpu, 0) + 1
+            self._move_vcpu(vcpu, cpu)
+
+    def _move_vcpu(self, vcpu: int, cpu: int) -> None:
         old = self.vcpu_cpu[vcpu]
         self.vcpu_cpu[vcpu] = cpu
         for tid, on in self.thread_vcpu.items():
@@ -193,51 +212,84 @@ class SimHost:
 
 
 class GuestShim:
-    """libunicache's read path in the simulated guest.
+    """libunicache's read path in the simulated guest (``uc_pre`` and ``uc_maybe_migrate``).
+
+    Every thread could use every vCPU when the shim loaded (the rule's ``allowed``); the
+    claims are the guest's one :class:`~unicache_sim.shimrule.ClaimTable`, a word per
+    vCPU, and the budgets start again with each report, as the agent's harvest resets the
+    shim's per-chunk migration counts.
 
     :param host: the simulated host (its table is the guest's view).
     """
 
     def __init__(self, host: SimHost) -> None:
         self.host = host
-        self._budget: dict[ChunkId, int] = {}
-        self._budget_tick = -1
+        self.claims = shimrule.ClaimTable(host.cfg.n_cpus)
+        self._allowed = (1 << host.cfg.n_cpus) - 1  # every vCPU
+        self._spent: dict[ChunkId, int] = {}
+        self._spent_tick = -1
+        #: threads the shim moved: each is pinned to one vCPU (``uc_pinned``)
+        self._pinned: set[int] = set()
 
     def read_chunk(
         self, tid: int, obj: int, chunk: ChunkId, offset: int, length: int, compute: float
     ) -> None:
-        """Queue the read of one chunk for thread ``tid``: migrate if the table says so."""
+        """Queue the read of one chunk for thread ``tid``: run it where the rule says."""
         host = self.host
-        if self._budget_tick != host.tick:
-            self._budget = {}
-            self._budget_tick = host.tick
         host.record_read(tid, chunk, length)
-        entry = self._lookup(chunk)
+        entry = host.entries.get(chunk)
         table = host.table
-        kind = "read"
-        if entry is not None and table is not None and length >= table.min_read_size:
-            if not entry.caching:
+        kind: Literal["read", "nt"] = "read"
+        if entry is not None and table is not None:
+            # MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads
+            if not entry.caching and length >= table.min_read_size:
                 kind = "nt"
-            elif host.thread_vcpu[tid] not in entry.vcpus and entry.vcpus:
-                spent = self._budget.get(chunk, 0)
-                if entry.migration_budget == BUDGET_UNLIMITED or spent < entry.migration_budget:
-                    self._budget[chunk] = spent + 1
-                    self._migrate(tid, entry, chunk)
-        host.engine.push_access(tid, obj, offset, length, "nt" if kind == "nt" else "read", compute)
+            self._place(tid, entry.vcpus, entry.migration_budget, chunk, length, table)
+        elif table is not None and tid in self._pinned:
+            # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget
+            self._place(tid, self._allowed, shimrule.BUDGET_UNLIMITED, chunk, length, table)
+        host.engine.push_access(tid, obj, offset, length, kind, compute)
 
-    def _lookup(self, chunk: ChunkId) -> PlacementEntry | None:
-        return self.host.entries.get(chunk)
-
-    def _migrate(self, tid: int, entry: PlacementEntry, chunk: ChunkId) -> None:
+    def _place(
+        self,
+        tid: int,
+        vcpus: shimrule.VcpuMaskT,
+        budget: int,
+        chunk: ChunkId,
+        length: int,
+        table: PlacementTable,
+    ) -> None:
         host = self.host
-        vcpus = sorted(entry.vcpus)
-        busy = {v for t, v in host.thread_vcpu.items() if t != tid}
-        home = vcpus[(chunk.file_id * 31 + chunk.index) % len(vcpus)]
-        target = home if home not in busy else next((v for v in vcpus if v not in busy), home)
-        src = host.vcpu_cpu[host.thread_vcpu[tid]]
-        dst = host.vcpu_cpu[target]
-        host.thread_vcpu[tid] = target
-        host.engine.push_migrate(tid, dst, host.cfg.migration_cost(src, dst))
+        if self._spent_tick != host.tick:
+            self._spent = {}
+            self._spent_tick = host.tick
+        reader = tid + 1  # claim words name threads 1..CLAIM_TID_MAX
+        now_ns = int(host.engine.thread_time(tid) / host.cfg.clock_ghz)
+        spent = self._spent.get(chunk, 0)
+        decision = shimrule.decide(
+            n=length,
+            min_read_size=table.min_read_size,
+            cur=host.thread_vcpu[tid],
+            mask=vcpus,
+            allowed=self._allowed,
+            file_id=chunk.file_id,
+            chunk=chunk.index,
+            budget=budget,
+            spent=spent,
+            claims=self.claims,
+            tid=reader,
+            now_ns=now_ns,
+        )
+        if decision.action is shimrule.Action.NONE:
+            return
+        if decision.action is shimrule.Action.MIGRATE:
+            self._spent[chunk] = spent + 1
+            src = host.vcpu_cpu[host.thread_vcpu[tid]]
+            dst = host.vcpu_cpu[decision.vcpu]
+            host.thread_vcpu[tid] = decision.vcpu
+            host.engine.push_migrate(tid, dst, host.cfg.migration_cost(src, dst))
+            self._pinned.add(tid)
+        self.claims.settle(decision, reader, now_ns)
 
 
 def _scaled(count: int, scale: float) -> int:
