@@ -57,7 +57,7 @@ typecheck: setup
 pytest: setup image
 	$(PY) -m pytest -q tests
 
-test: lint typecheck pytest
+test: lint typecheck sim-test-rust pytest
 
 demo: setup image
 	@bash tools/demo.sh

@@ -2,7 +2,7 @@
 # `unicache-sim` wheel into .venv. Included by the top-level Makefile.
 #
 #   make sim-build     build (release, maturin) and install; rebuilt only when sources change
-#   make sim-test-rust cargo test of the pure core crate (not part of `make test`)
+#   make sim-test-rust cargo test of the pure core crate (part of `make test`)
 #   make sim-clean     remove the build products and the stamp
 
 SIM_DIR      := tools/sim
