@@ -59,6 +59,17 @@ def test_new_vcpus_go_to_the_lightest_unit() -> None:
     assert pins and "OBS-X: new vCPU" in pins[-1].reason
 
 
+def test_idle_new_vcpus_spread_over_the_units_with_the_fewest_vcpus() -> None:
+    # one busy vCPU and five idle ones: the idle ones add no cache load, so they do not all
+    # follow one another into the lightest unit
+    policy = ObsPolicy(UNITS)
+    guest = vm("guest", 6)
+    _, state = policy.decide(observation(0, (guest,), [sample("guest", 0, 10**7)]), ObsState())
+    counts = [sum(1 for u in state.unit_of.values() if u == unit.id) for unit in UNITS]
+    assert counts == [3, 3]
+    assert state.unit_of[VcpuId("guest", 0)] == 0
+
+
 def _imbalanced() -> tuple[ObsPolicy, ObsState, tuple]:
     # four heavy vCPUs in unit 0, four light ones in unit 1
     policy = ObsPolicy(UNITS, ObsOptions(rebalance_period=5))

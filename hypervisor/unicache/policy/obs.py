@@ -166,20 +166,30 @@ class ObsPolicy:
         unit_of = {v: u for v, u in state.unit_of.items() if v in live}
         reasons: dict[VcpuId, str] = {}
 
-        # OBS-X 1: a new vCPU goes to the unit with the smallest cache load
+        # OBS-X 1: a new vCPU goes to the unit with the smallest cache load; one that weighs
+        # nothing adds no load, so it goes where the fewest vCPUs are (else every idle vCPU
+        # would follow the first into the same unit, and that unit's CPUs would have to
+        # carry them all once they wake up)
         for vcpu in live:
             if vcpu not in unit_of:
                 loads = self._loads(unit_of, weights)
-                # sort keys: cache load, vCPUs already there, unit id
+                idle = weights.get(vcpu, 0.0) <= 0.0
+                # sort keys: cache load, vCPUs already there, unit id (idle: count first)
                 target = min(
                     self.units,
-                    key=lambda u: (loads[u.id], _count(unit_of, u.id), u.id),
+                    key=lambda u: (
+                        (_count(unit_of, u.id), loads[u.id], u.id)
+                        if idle
+                        else (loads[u.id], _count(unit_of, u.id), u.id)
+                    ),
                 )
                 unit_of[vcpu] = target.id
-                reasons[vcpu] = (
-                    f"OBS-X: new vCPU placed in the lightest unit {target.id} "
-                    f"(cache load {loads[target.id]:.3g})"
+                kind = (
+                    "new vCPU, idle, placed in the unit with the fewest vCPUs"
+                    if idle
+                    else "new vCPU placed in the lightest unit"
                 )
+                reasons[vcpu] = f"OBS-X: {kind} {target.id} (cache load {loads[target.id]:.3g})"
 
         # OBS-X 2: periodic rebalance of one overweight vCPU, heaviest -> lightest unit
         last_rebalance = state.last_rebalance
