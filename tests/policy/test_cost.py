@@ -14,7 +14,7 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.cost import MIGRATION_MARGIN, CostModel
+from unicache.policy.cost import MIGRATION_MARGIN, CostModel, needed_gain, running_fraction
 from unicache.policy.scu import STEP_ASIDE, ScuPolicy, ScuState, scu_options_for
 from unicache.topology import Unify, load_model
 
@@ -65,6 +65,31 @@ def test_migrations_that_cost_more_than_they_save_predict_a_loss() -> None:
     # small reads: each read's saving is far below a migration
     estimate = FAST_L3.predict_gain([(4 * KIB, 10)] * 4096, 2 * MIB, 16 * MIB, 4)
     assert estimate.fraction < 0 and not estimate.pays
+
+
+def test_readers_that_fit_one_units_cores_always_run() -> None:
+    assert running_fraction(1, 4, 4) == 1.0
+    assert running_fraction(4, 4, 4) == 1.0
+    assert running_fraction(16, 1, 4) == 1.0
+
+
+def test_more_readers_than_a_units_cores_wait_for_the_unit_of_their_data() -> None:
+    # 16 readers over 4 units of 4 cores: E[min(Binomial(16, 1/4), 4)] * 4 / 16
+    assert 0.82 < running_fraction(16, 4, 4) < 0.84
+    assert running_fraction(32, 4, 4) < running_fraction(16, 4, 4)
+    assert running_fraction(2, 2, 1) == 0.75
+
+
+def test_waiting_readers_turn_a_predicted_gain_into_a_loss() -> None:
+    chunks = [(256 * KIB, 10)] * 128  # 32 MiB
+    alone = OPTERON.predict_gain(chunks, 4 * MIB, 16 * MIB, 4, readers=4, cores_per_unit=4)
+    crowded = OPTERON.predict_gain(chunks, 4 * MIB, 16 * MIB, 4, readers=16, cores_per_unit=4)
+    assert crowded.fraction < alone.fraction
+    assert "readers run 83% of the time" in crowded.reason
+
+
+def test_a_placed_vm_needs_less_to_stay_placed_than_a_new_one_to_be_placed() -> None:
+    assert needed_gain(placed=True) < needed_gain(placed=False)
 
 
 def _obs(vm: str, chunks: int, size: int) -> Observation:

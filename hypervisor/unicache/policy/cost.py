@@ -20,6 +20,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -119,6 +120,8 @@ class CostModel:
         unit_bytes: int,
         spanned_bytes: int,
         units: int,
+        readers: int = 1,
+        cores_per_unit: int = 1,
     ) -> GainEstimate:
         """Predict what unification gains one VM from what it read in one round.
 
@@ -131,6 +134,8 @@ class CostModel:
         :param unit_bytes: capacity of one of the VM's units.
         :param spanned_bytes: capacity of all units the VM's vCPUs are pinned in.
         :param units: how many units that is.
+        :param readers: the VM's vCPUs that read this round.
+        :param cores_per_unit: cores of one of those units.
         """
         total = sum(size * reads for size, reads in chunk_reads)
         if total <= 0:
@@ -139,19 +144,46 @@ class CostModel:
             return GainEstimate(0.0, "its vCPUs sit in one unit: nothing to unify")
         hot = sorted(chunk_reads, key=lambda c: (-c[1], c[0]))
         linux = _hot_bytes(hot, unit_bytes)
-        unified = _hot_bytes(hot, spanned_bytes)
-        gained = unified - linux
+        gained = _hot_bytes(hot, spanned_bytes) - linux
         if gained <= 0:
             return GainEstimate(0.0, f"its hot data fits one unit ({unit_bytes >> 20} MiB)")
         base = sum(self.read_cycles(s, False) * r for s, r in chunk_reads) - self.saving(1) * linux
         moved = sum(r for _, r in hot[: _hot_count(hot, spanned_bytes)]) * (units - 1) / units
-        net = self.saving(1) * gained - self.margin * moved * self.migration_cost()
-        fraction = net / base if base > 0 else 0.0
+        # readers follow their data: a unit runs at most its cores at once, the rest wait
+        running = running_fraction(readers, units, cores_per_unit)
+        unified = (
+            base - self.saving(1) * gained + self.margin * moved * self.migration_cost()
+        ) / running
+        fraction = (base - unified) / base if base > 0 else 0.0
+        waits = f"; readers run {running:.0%} of the time" if running < 1 else ""
         return GainEstimate(
             fraction,
             f"predicted {fraction:+.2%} of read time: {gained >> 20} MiB of reads more "
-            f"on-chip, {moved:.0f} migrations at {self.migration_cost():.0f} cycles",
+            f"on-chip, {moved:.0f} migrations at {self.migration_cost():.0f} cycles{waits}",
         )
+
+
+#: readers beyond this are counted as this many (bounded work per prediction)
+MAX_READERS = 1024
+
+
+def running_fraction(readers: int, units: int, cores_per_unit: int) -> float:
+    """The expected fraction of readers running when each goes to the unit of its data.
+
+    Readers land in units independently and evenly (``X ~ Binomial(readers, 1/units)`` in
+    each), and a unit runs at most ``cores_per_unit`` of them at once (MFC §4.4: "a core
+    holding a popular file may be a CPU bottleneck if many threads migrate to it").
+    1 when the readers fit one unit's cores.
+    """
+    readers = min(max(readers, 1), MAX_READERS)
+    if readers <= cores_per_unit or units <= 1:
+        return 1.0
+    p = 1.0 / units
+    running = sum(
+        min(k, cores_per_unit) * math.comb(readers, k) * p**k * (1 - p) ** (readers - k)
+        for k in range(readers + 1)
+    )
+    return min(1.0, units * running / readers)
 
 
 def _hot_count(hot: Sequence[tuple[int, int]], capacity: int) -> int:

@@ -345,6 +345,8 @@ class ScuPolicy:
                 min(self._reach(units[u], in_unit[u]) for u in spanned),
                 sum(units[u].capacity_bytes for u in spanned),
                 len(spanned),
+                readers=sum(in_unit.values()),
+                cores_per_unit=min(self._cores(units[u]) for u in spanned),
             )
             # a VM placed last round stays placed while it is predicted not to lose
             placed = state.round > 0 and vm not in state.aside
