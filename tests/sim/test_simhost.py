@@ -42,7 +42,10 @@ def test_observe_reports_the_reads_and_counters_of_the_round() -> None:
     (access,) = report.chunks
     assert access.chunk == ChunkId(7, 0) and access.bytes_read == CHUNK and access.reads == 1
     assert access.vcpu_bytes == ((0, CHUNK),)
-    (sample,) = obs.samples
+    # a sample for every vCPU, as the live host counts every vCPU thread; vCPU 0 read
+    assert [s.vcpu.index for s in obs.samples] == list(range(host.cfg.n_cpus))
+    sample = obs.samples[0]
+    assert all(s.llc_references == 0 for s in obs.samples[1:])
     assert sample.source is CounterSource.SIMULATED
     assert sample.llc_misses == CHUNK // 64  # a cold read misses every line
     # the next round starts from zero

@@ -119,13 +119,14 @@ class SimHost:
         """
         self.tick += 1
         window = self.period if window_cycles is None else window_cycles
-        per_vcpu: dict[int, _ThreadMark] = {}
+        # every vCPU has a sample, idle or not, as the live host counts every vCPU thread
+        per_vcpu = {vcpu: _ThreadMark() for vcpu in range(self.cfg.n_cpus)}
         for tid, vcpu in self.thread_vcpu.items():
             st = self.engine.thread_stats(tid)
             cycles = st.compute_cycles + st.stall_cycles + st.migration_cycles
             misses = st.dram_lines + st.c2c_lines
             mark = self._marks[tid]
-            acc = per_vcpu.setdefault(vcpu, _ThreadMark())
+            acc = per_vcpu[vcpu]
             acc.cycles += max(0.0, cycles - mark.cycles)
             acc.lines += max(0, st.lines - mark.lines)
             acc.misses += max(0, misses - mark.misses)
