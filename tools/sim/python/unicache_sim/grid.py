@@ -19,6 +19,7 @@ one-threaded worker processes, or an existing scheduler.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -295,7 +296,11 @@ def run_point(point: GridPoint) -> GridResult:
         setup=point.setup,
         seed=point.seed,
     )
-    return GridResult(point, run_mfc(_model(point.model), spec, [point.ws_mb])[0])
+    result = GridResult(point, run_mfc(_model(point.model), spec, [point.ws_mb])[0])
+    # the native engine may only be dropped on the thread that made it: collect whatever
+    # cycle still holds one here, not later on the worker's event loop thread
+    gc.collect()
+    return result
 
 
 def default_workers() -> int:
