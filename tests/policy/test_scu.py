@@ -105,7 +105,9 @@ def test_table_is_bounded_by_max_entries() -> None:
 
     options = scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_entries=5)
     policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, scu_options=options)
-    decision, _ = _round(policy, 0, _vms(1), [_report("vm0", range(50))], RoundState())
+    # the first round measures the VM's reads unplaced (the watch); the second places it
+    _, state = _round(policy, 0, _vms(1), [_report("vm0", range(50))], RoundState())
+    decision, _ = _round(policy, 1, _vms(1), [_report("vm0", range(50))], state)
     tables = [a for a in decision.actions if isinstance(a, PublishPlacement)]
     assert tables and len(tables[0].table.entries) <= 5
 

@@ -43,12 +43,15 @@ from unicache.policy.mfc import (
     UnitView,
     m_use,
 )
+from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope, Topology, Unify
 
 #: §4.5: MFC "conservatively estimates this working set to be 4 Kbytes"
 WORKING_SET_BYTES = 4096
 #: the refusal kind SCU logs when it leaves a VM alone
 STEP_ASIDE = "SCU_NO_GAIN"
+#: the refusal kind SCU logs when the watch keeps a VM unplaced
+WATCH = "SCU_WATCH"
 #: used where the machine model has no figure (a discovered host): documented defaults
 DEFAULT_MIGRATION_CYCLES = 20_000
 DEFAULT_ONCHIP_BYTES_PER_CYCLE = 3.0
@@ -160,6 +163,7 @@ class ScuState:
     :param published: VM -> the entries of that table.
     :param round: rounds decided so far.
     :param aside: VMs SCU left alone in the last round that predicted for them.
+    :param watched: what the watch (:mod:`unicache.policy.watch`) knows of each VM's reads.
     """
 
     table: MfcTable | None = None
@@ -167,6 +171,7 @@ class ScuState:
     published: Mapping[str, tuple[PlacementEntry, ...]] = field(default_factory=dict)
     round: int = 0
     aside: frozenset[str] = frozenset()
+    watched: Mapping[str, ReadRates] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -238,12 +243,22 @@ class ScuPolicy:
         decisions: list[ChunkDecision] = []
         refusals: list[Refusal] = []
         touched: set[str] = set()
+        live_vms = {vm.name for vm in obs.vms}
         aside, predicted = self._step_aside(obs, by_vm, state)
         for vm, estimate in sorted(aside.items()):
             refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
+        # what the cost model predicts, the watch checks against what the VM's reads did
+        rates = read_rates(obs)
+        watched, held = watch_round(
+            rates, self._placed(state), state.watched, live_vms, state.round + 1
+        )
+        for vm, verdict in sorted(held.items()):
+            if vm in rates and vm not in aside:
+                refusals.append(Refusal(WATCH, f"SCU leaves {vm} alone: {verdict.reason}"))
+        left_alone = frozenset(aside) | frozenset(held)
         for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
             units_of_vm = by_vm.get(report.vm)
-            if not units_of_vm or report.vm in aside:
+            if not units_of_vm or report.vm in left_alone:
                 continue
             allowed = frozenset(units_of_vm.values())
             for access in sorted(report.chunks, key=lambda a: a.chunk):
@@ -276,13 +291,12 @@ class ScuPolicy:
         versions = dict(state.versions)
         published = dict(state.published)
         actions = []
-        live_vms = {vm.name for vm in obs.vms}
         chunks_of: dict[str, list[tuple[ChunkKey, ChunkState]]] = {}
         for key, chunk_state in table.chunks.items():  # one pass, not one per VM
             chunks_of.setdefault(key.vm, []).append((key, chunk_state))
         for vm in sorted(live_vms):
             # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
-            mine = [] if vm in aside else chunks_of.get(vm, [])
+            mine = [] if vm in left_alone else chunks_of.get(vm, [])
             entries = self._entries(mine, by_vm.get(vm, {}), extras.get(vm, {}))
             if vm not in touched and published.get(vm, ()) == entries:
                 continue
@@ -295,7 +309,8 @@ class ScuPolicy:
             table_msg = PlacementTable(
                 vm, versions[vm], opts.chunk_size, opts.params.min_read_size, entries
             )
-            reason = f"SCU placement: {len(entries)} chunks ({summary or 'aging only'})"
+            why = "left alone: no migration" if vm in left_alone else summary or "aging only"
+            reason = f"SCU placement: {len(entries)} chunks ({why})"
             actions.append(PublishPlacement(vm, table_msg, reason))
         for vm in list(published):
             if vm not in live_vms:
@@ -303,8 +318,10 @@ class ScuPolicy:
                 versions.pop(vm, None)
 
         # a VM without reads this round keeps its standing: no estimate, no change
-        still_aside = (state.aside - predicted) | frozenset(aside)
-        new_state = ScuState(table, versions, published, next_round, still_aside & live_vms)
+        still_aside = (state.aside - predicted) | left_alone
+        new_state = ScuState(
+            table, versions, published, next_round, still_aside & live_vms, watched
+        )
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
 
@@ -362,6 +379,16 @@ class ScuPolicy:
         private = sum(lv.size_bytes for lv in self.levels if lv.scope is Scope.CORE)
         idle_cores = self._cores(unit) - min(max(readers, 1), self._cores(unit))
         return unit.capacity_bytes - private * idle_cores
+
+    @staticmethod
+    def _placed(state: ScuState) -> frozenset[str]:
+        """VMs whose last published table held SCU's own entries (not only colors and
+        replicas): the interval just observed ran placed."""
+        return frozenset(
+            vm
+            for vm, entries in state.published.items()
+            if any(not e.caching or e.unit >= 0 for e in entries)
+        )
 
     def _budget(self, size: int) -> int:
         # every migration pays (cost model): no limit; else §4.5's competitive budget
