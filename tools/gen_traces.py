@@ -12,6 +12,7 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FILE_SIZE = 256 * 1024  # the MFC paper's 256 KiB files (§6.1)
 CYCLES_PER_TICK = 2_000_000_000  # one second at 2 GHz
+READ_RATE = 1.5e9  # bytes a reading vCPU reads per busy second in the file-reader traces
 
 
 def _zipf_weights(n: int) -> list[float]:
@@ -58,7 +59,9 @@ def file_reader_trace(dist: str, seed: int) -> list[dict[str, object]]:
                         "instructions": CYCLES_PER_TICK // 2,
                         "llc_references": bytes_read // 64,
                         "llc_misses": bytes_read // 64 // 3,
-                        "busy": round(rng.uniform(0.6, 0.95), 3),
+                        # a recorded trace does not answer to placement: every vCPU
+                        # reads at one rate per busy second, placed or not
+                        "busy": round(bytes_read / READ_RATE, 3),
                     }
                 )
             chunks = [
