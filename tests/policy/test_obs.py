@@ -25,7 +25,7 @@ from unicache.policy.obs import (
     cache_weight,
 )
 
-from tests.policy.conftest import TOPO_XEON_5300, observation, sample, vm
+from tests.policy.conftest import TOPO_OPTERON_16, TOPO_XEON_5300, observation, sample, vm
 
 UNITS = TOPO_XEON_5300.units()
 
@@ -68,6 +68,23 @@ def test_idle_new_vcpus_spread_over_the_units_with_the_fewest_vcpus() -> None:
     counts = [sum(1 for u in state.unit_of.values() if u == unit.id) for unit in UNITS]
     assert counts == [3, 3]
     assert state.unit_of[VcpuId("guest", 0)] == 0
+
+
+def test_busy_vcpus_never_share_a_cpu_while_another_unit_has_one_free() -> None:
+    # 16 busy vCPUs of different weights (a simulated md5sum's first round) on 16 CPUs in
+    # 4 units of 4: by weight alone a light unit takes a fifth vCPU while another keeps a
+    # CPU idle
+    policy = ObsPolicy(TOPO_OPTERON_16.units())
+    guest = vm("guest", 16)
+    misses = [22400, 25856, 20160, 26624, 13760, 26752, 15936, 32256, 17600, 20544, 29440,
+              17280, 23872, 21888, 12672, 28864]
+    samples = [sample("guest", i, m) for i, m in enumerate(misses)]
+    state = ObsState()
+    for tick in range(12):  # placement, then rebalances every 5 rounds
+        _, state = policy.decide(observation(tick, (guest,), samples), state)
+        counts = [sum(1 for u in state.unit_of.values() if u == unit.id)
+                  for unit in TOPO_OPTERON_16.units()]
+        assert counts == [4, 4, 4, 4], (tick, counts)
 
 
 def _imbalanced() -> tuple[ObsPolicy, ObsState, tuple]:

@@ -176,7 +176,7 @@ class ObsPolicy:
                 idle = weights.get(vcpu, 0.0) <= 0.0
                 # sort keys: cache load, vCPUs already there, unit id (idle: count first)
                 target = min(
-                    self.units,
+                    self._with_room(unit_of) or self.units,
                     key=lambda u: (
                         (_count(unit_of, u.id), loads[u.id], u.id)
                         if idle
@@ -235,13 +235,25 @@ class ObsPolicy:
             loads[unit] += weights.get(vcpu, 0.0)
         return loads
 
+    def _with_room(self, unit_of: Mapping[VcpuId, int]) -> tuple[CacheUnit, ...]:
+        """The units a vCPU may move into: while the host has a CPU for every vCPU, only
+        units with a CPU to spare (two vCPUs sharing a CPU while another idles would cost
+        more than any cache gain); on an oversubscribed host, every unit (OBS-L pairs
+        heavy and light vCPUs on the shared CPUs). Empty when every CPU has its vCPU."""
+        if len(unit_of) > sum(len(u.cpus) for u in self.units):
+            return self.units
+        return tuple(u for u in self.units if _count(unit_of, u.id) < len(u.cpus))
+
     def _rebalance(
         self, unit_of: dict[VcpuId, int], weights: Mapping[VcpuId, float]
     ) -> tuple[VcpuId, int, int, str] | None:
         loads = self._loads(unit_of, weights)
         # sort keys: load, then unit id (deterministic ties)
         heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
-        light = min(self.units, key=lambda u: (loads[u.id], u.id)).id
+        room = self._with_room(unit_of)
+        if not room:
+            return None
+        light = min(room, key=lambda u: (loads[u.id], u.id)).id
         gap = loads[heavy] - loads[light]
         if heavy == light or gap <= self.options.imbalance_margin * loads[heavy]:
             return None
