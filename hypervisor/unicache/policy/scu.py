@@ -52,6 +52,10 @@ WORKING_SET_BYTES = 4096
 STEP_ASIDE = "SCU_NO_GAIN"
 #: the refusal kind SCU logs when the watch keeps a VM unplaced
 WATCH = "SCU_WATCH"
+#: a placed VM predicted to lose is withdrawn only after this many rounds of it in a row
+#: (a prediction that flips with each round's sample must not flip the VM's table: the
+#: watch needs one settled placed interval to judge what the placement did)
+DOUBT_ROUNDS = 3
 #: used where the machine model has no figure (a discovered host): documented defaults
 DEFAULT_MIGRATION_CYCLES = 20_000
 DEFAULT_ONCHIP_BYTES_PER_CYCLE = 3.0
@@ -164,6 +168,7 @@ class ScuState:
     :param round: rounds decided so far.
     :param aside: VMs SCU left alone in the last round that predicted for them.
     :param watched: what the watch (:mod:`unicache.policy.watch`) knows of each VM's reads.
+    :param doubts: placed VMs predicted to lose, by consecutive rounds of that doubt.
     """
 
     table: MfcTable | None = None
@@ -172,6 +177,7 @@ class ScuState:
     round: int = 0
     aside: frozenset[str] = frozenset()
     watched: Mapping[str, ReadRates] = field(default_factory=dict)
+    doubts: Mapping[str, int] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -244,7 +250,7 @@ class ScuPolicy:
         refusals: list[Refusal] = []
         touched: set[str] = set()
         live_vms = {vm.name for vm in obs.vms}
-        aside, predicted = self._step_aside(obs, by_vm, state)
+        aside, doubts = self._step_aside(obs, by_vm, state)
         for vm, estimate in sorted(aside.items()):
             refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
         # what the cost model predicts, the watch checks against what the VM's reads did
@@ -318,59 +324,69 @@ class ScuPolicy:
                 versions.pop(vm, None)
 
         # a VM without reads this round keeps its standing: no estimate, no change
-        still_aside = (state.aside - predicted) | left_alone
+        read_now = {r.vm for r in obs.reports if r.chunks}
+        still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
-            table, versions, published, next_round, still_aside & live_vms, watched
+            table, versions, published, next_round, still_aside & live_vms, watched, doubts
         )
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
 
     def _step_aside(
         self, obs: Observation, by_vm: Mapping[str, Mapping[int, int]], state: ScuState
-    ) -> tuple[dict[str, GainEstimate], frozenset[str]]:
+    ) -> tuple[dict[str, GainEstimate], dict[str, int]]:
         """VMs whose reads this round are predicted to gain nothing from unification.
 
-        :returns: those VMs with their estimates, and every VM an estimate was made for.
+        :returns: those VMs with their estimates, and the placed VMs kept in doubt (with
+            their rounds of doubt so far).
         """
         cost = self.options.cost
         if cost is None:
-            return {}, frozenset()
+            return {}, {}
         units = {u.id: u for u in self.units}
         reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
-        readers: dict[str, set[int]] = {}
         for report in obs.reports:
             per_chunk = reads.setdefault(report.vm, {})
             for access in report.chunks:
                 if access.reads <= 0:
                     continue
-                readers.setdefault(report.vm, set()).update(
-                    v for v, nbytes in access.vcpu_bytes if nbytes > 0
-                )
                 size = min(access.bytes_read // access.reads, self.options.chunk_size)
                 old_size, old_reads = per_chunk.get(access.chunk, (0, 0))
                 per_chunk[access.chunk] = (max(size, old_size), old_reads + access.reads)
+        # running readers per unit: busy vCPU time, which stays put when threads migrate
+        # (the vCPUs a thread passes through in a round do not each count as a reader)
+        running: dict[tuple[str, int], float] = {}
+        for sample in obs.samples:
+            unit = by_vm.get(sample.vcpu.vm, {}).get(sample.vcpu.index)
+            if unit is not None:
+                key = (sample.vcpu.vm, unit)
+                running[key] = running.get(key, 0.0) + max(sample.busy, 0.0)
         out = {}
-        predicted = set()
+        doubts: dict[str, int] = {}
         for vm, per_chunk in reads.items():
             spanned = sorted(set(by_vm.get(vm, {}).values()))
             if not spanned or not per_chunk:
                 continue
-            predicted.add(vm)
-            in_unit = Counter(by_vm[vm][v] for v in readers.get(vm, ()) if v in by_vm[vm])
+            in_unit = {u: round(running.get((vm, u), 0.0)) for u in spanned}
             estimate = cost.predict_gain(
                 list(per_chunk.values()),
                 min(self._reach(units[u], in_unit[u]) for u in spanned),
                 sum(units[u].capacity_bytes for u in spanned),
                 len(spanned),
-                readers=sum(in_unit.values()),
+                readers=max(1, round(sum(running.get((vm, u), 0.0) for u in spanned))),
                 cores_per_unit=min(self._cores(units[u]) for u in spanned),
             )
-            # a VM placed last round stays placed while it is predicted not to lose
+            # a VM placed last round stays placed while it is predicted not to lose, and
+            # for DOUBT_ROUNDS rounds of doubt more: the watch then judges what it measured
             placed = state.round > 0 and vm not in state.aside
-            if not estimate.keeps(placed):
-                need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
-                out[vm] = replace(estimate, reason=f"{estimate.reason} ({need})")
-        return out, frozenset(predicted)
+            if estimate.keeps(placed):
+                continue
+            if placed and state.doubts.get(vm, 0) + 1 < DOUBT_ROUNDS:
+                doubts[vm] = state.doubts.get(vm, 0) + 1
+                continue
+            need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
+            out[vm] = replace(estimate, reason=f"{estimate.reason} ({need})")
+        return out, doubts
 
     def _reach(self, unit: CacheUnit, readers: int) -> int:
         """What a unit caches for its readers without migrations: its shared levels and the

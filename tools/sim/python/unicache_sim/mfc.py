@@ -45,9 +45,11 @@ SETUPS = ("equal", "parallel")
 #: co-runners of the observations paper, in a second VM on the last CPU
 CORUNNERS = ("none", "mergesort", "cachebuster", "spinloop")
 MIB = 1024 * 1024
-#: policy rounds the live unicache baseline decides before it measures (the table
-#: converges in two or three; the rest is margin)
-WARM_ROUNDS = 4
+#: policy rounds the live unicache baseline decides before it measures: SCU's watch
+#: measures a VM unplaced (rounds 1-2) and placed (3-4) before it keeps or withdraws the
+#: placement, and the prediction's hysteresis settles in a few more; the measured phase
+#: is then the steady state a long-running VM sees, not the first probe
+WARM_ROUNDS = 8
 
 
 @dataclass(frozen=True, slots=True)
