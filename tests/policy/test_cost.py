@@ -15,7 +15,7 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.cost import MIGRATION_MARGIN, CostModel, needed_gain, running_fraction
-from unicache.policy.scu import STEP_ASIDE, ScuPolicy, ScuState, scu_options_for
+from unicache.policy.scu import DOUBT_ROUNDS, STEP_ASIDE, ScuPolicy, ScuState, scu_options_for
 from unicache.topology import Unify, load_model
 
 KIB = 1024
@@ -119,3 +119,20 @@ def test_scu_places_a_vm_whose_data_needs_several_units_with_unlimited_budgets()
     assert not decision.refusals
     entries = state.published["vm0"]
     assert entries and all(e.migration_budget == BUDGET_UNLIMITED for e in entries if e.caching)
+
+
+def test_a_placed_vm_predicted_to_lose_is_withdrawn_only_after_rounds_of_doubt() -> None:
+    topo = load_model("opteron-16")
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    units = {VcpuId("vm0", i): i for i in range(4)}
+    # 4 MiB read 4 KiB at a time: more than one unit holds, each read saving far less
+    # than a migration costs
+    obs = _obs("vm0", 1024, 4 * KIB)
+    state = ScuState(round=5)  # placed (not aside) in the rounds before
+    for doubt in range(1, DOUBT_ROUNDS):
+        decision, state = scu.decide(obs, state, units)
+        assert not decision.refusals and state.doubts == {"vm0": doubt}
+    decision, state = scu.decide(obs, state, units)
+    assert [r.kind for r in decision.refusals] == [STEP_ASIDE]
+    assert "to stay placed" in decision.refusals[0].reason
+    assert "vm0" in state.aside and not state.doubts
