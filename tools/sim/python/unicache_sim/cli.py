@@ -112,6 +112,13 @@ def mfc(
     background_period_us: Annotated[
         float, typer.Option(help="how often each CPU's other users read it, us")
     ] = 4000.0,
+    file_kib: Annotated[
+        int,
+        typer.Option(
+            help="size of every file, KiB (MFC §6.1: 256); large files make a scan, read "
+            "whole in chunks of the policy's size"
+        ),
+    ] = 256,
     seed: Annotated[int, typer.Option(help="random seed")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a Figure 3-style PNG")] = None,
@@ -137,6 +144,8 @@ def mfc(
             )
         if background_kib < 0 or background_period_us <= 0:
             raise UnicacheError("--background-kib must be >= 0 and --background-period-us > 0")
+        if not 4 <= file_kib <= 1 << 20:
+            raise UnicacheError("--file-kib must be within 4..1048576")
         sizes = _parse_sizes(ws_mb)
         topo = load_model(model)
         spec = MfcSpec(
@@ -150,6 +159,7 @@ def mfc(
             corunner=corunner,
             background_bytes=background_kib * 1024,
             background_period_s=background_period_us * 1e-6,
+            file_bytes=file_kib * 1024,
             seed=seed,
         )
         with Progress(console=_err, transient=True) as progress:
