@@ -273,13 +273,17 @@ def main() -> int:
         step("unicache OFF: read benchmark, grep and wc without the shim, no daemon")
         off = measure(vm, files, shim=False)
 
-        step("Starting the daemon (--unify l2); its decisions as they happen:")
+        step("Starting the daemon (--unify l2 --always-place); its decisions as they happen:")
+        console.print("--always-place: this host's two L2 units share one L3 and the guest "
+                      "runs under TCG, where SCU's cost model and watch would rightly leave "
+                      "the guest alone; the demo shows the mechanism instead (docs/policies.md "
+                      "'Never slower')", highlight=False)
         log = state / "decisions.jsonl"
         if log.exists():
             log.unlink()
         daemon = subprocess.Popen(
-            [str(VENV_BIN / "unicache"), "run", "--unify", "l2", "--interval", "1",
-             "--state-dir", str(state), "--connect", "none"],
+            [str(VENV_BIN / "unicache"), "run", "--unify", "l2", "--always-place",
+             "--interval", "1", "--state-dir", str(state), "--connect", "none"],
             stdout=sys.stdout, stderr=sys.stderr,
         )
         time.sleep(3)

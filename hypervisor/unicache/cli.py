@@ -425,6 +425,15 @@ def run(
         bool, typer.Option("--dry-run", help="Decide and log, change nothing.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo decisions.")] = False,
+    always_place: Annotated[
+        bool,
+        typer.Option(
+            "--always-place",
+            help="SCU places every VM, without its cost model and watch: to check the "
+            "mechanism on a host where unification cannot gain (one LLC, --unify l2). "
+            "Never slower no longer holds.",
+        ),
+    ] = False,
     metrics_port: Annotated[
         int | None,
         typer.Option("--metrics-port", help="Serve Prometheus metrics on 127.0.0.1:PORT."),
@@ -454,6 +463,7 @@ def run(
         decision_log=decision_log,
         rounds=rounds,
         dry_run=dry_run or None,
+        always_place=always_place or None,
         metrics_port=metrics_port,
         connect=connect,
     )

@@ -30,6 +30,7 @@ from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
 from unicache.model import Observation
 from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.policy.scu import scu_options_for
 from unicache.topology import Unify, load_topology
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ CONFIG_KEYS = frozenset(
     {
         "interval_s",
         "unify",
+        "always_place",
         "model",
         "model_file",
         "state_dir",
@@ -64,6 +66,8 @@ class DaemonConfig:
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
     :param connect: libvirt URI; ``None`` tries qemu:///system, then unicache's own QEMU.
+    :param always_place: SCU places every VM, without its cost model and watch (checks the
+        mechanism where unification cannot gain; "never slower" no longer holds).
     """
 
     interval_s: float = 1.0
@@ -76,6 +80,7 @@ class DaemonConfig:
     rounds: int | None = None
     metrics_port: int | None = None
     connect: str | None = None
+    always_place: bool = False
 
     @property
     def log_path(self) -> Path:
@@ -112,6 +117,7 @@ def load_config(path: Path | None) -> DaemonConfig:
             dry_run=bool(data.get("dry_run", False)),
             metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
             connect=str(data["connect"]) if "connect" in data else None,
+            always_place=bool(data.get("always_place", False)),
         )
     except (TypeError, ValueError) as err:
         raise ConfigError(f"config {path}: bad value ({err})") from err
@@ -205,8 +211,14 @@ async def run_daemon(
         log.info("%s", message)
 
     topo = load_topology(config.model, config.model_file)
-    policy = UnicachePolicy(topo, config.unify)
+    scu_options = scu_options_for(topo, config.unify)
+    if config.always_place:
+        scu_options = replace(scu_options, cost=None, watch=False)
+    policy = UnicachePolicy(topo, config.unify, scu_options=scu_options)
     note(f"topology {topo.name}: {len(policy.units)} cache units with --unify {config.unify}")
+    if config.always_place:
+        note("--always-place: SCU places every VM, without its cost model and watch "
+             "(never slower no longer holds)")
     if len(policy.units) < 2:
         note("only one cache unit: SCU has nothing to unify (try --unify l2)")
     if policy.scu.options.cost_source != "model":

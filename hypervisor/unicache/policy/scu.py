@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from unicache.model import (
     BUDGET_UNLIMITED,
@@ -76,6 +77,8 @@ class ScuOptions:
     :param cost_source: where the cost figures came from (model, or defaults).
     :param cost: the cost model behind ``min_read_size``, budgets, extents and the per-VM
         gain prediction (``None``: place every VM, MFC as published).
+    :param watch: check each placed VM's measured reads against its unplaced ones
+        (:mod:`unicache.policy.watch`).
     """
 
     params: MfcParams
@@ -86,6 +89,7 @@ class ScuOptions:
     max_replays: int = 8
     cost_source: str = "model"
     cost: CostModel | None = None
+    watch: bool = True
 
 
 def min_read_size(
@@ -105,7 +109,7 @@ def min_read_size(
     return int(fixed / gain_per_byte) + 1
 
 
-def scu_options_for(topology: Topology, unify: Unify, **overrides: int) -> ScuOptions:
+def scu_options_for(topology: Topology, unify: Unify, **overrides: Any) -> ScuOptions:
     """Derive the SCU options from a machine.
 
     On-chip bandwidth is that of the outermost level inside a unit (the LLC for ``llc``,
@@ -254,7 +258,7 @@ class ScuPolicy:
         for vm, estimate in sorted(aside.items()):
             refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
         # what the cost model predicts, the watch checks against what the VM's reads did
-        rates = read_rates(obs)
+        rates = read_rates(obs) if opts.watch else {}
         watched, held = watch_round(
             rates, self._placed(state), state.watched, live_vms, state.round + 1
         )
