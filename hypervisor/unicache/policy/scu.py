@@ -47,8 +47,6 @@ from unicache.policy.mfc import (
 from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope, Topology, Unify
 
-#: §4.5: MFC "conservatively estimates this working set to be 4 Kbytes"
-WORKING_SET_BYTES = 4096
 #: the refusal kind SCU logs when it leaves a VM alone
 STEP_ASIDE = "SCU_NO_GAIN"
 #: the refusal kind SCU logs when the watch keeps a VM unplaced
@@ -102,11 +100,8 @@ def min_read_size(
 
     :returns: the threshold in bytes; effectively infinite when on-chip is not faster.
     """
-    gain_per_byte = 1.0 / offchip_bytes_per_cycle - 1.0 / onchip_bytes_per_cycle
-    if gain_per_byte <= 0:
-        return 2**62
-    fixed = migration_cycles + WORKING_SET_BYTES / offchip_bytes_per_cycle
-    return int(fixed / gain_per_byte) + 1
+    paper = CostModel(onchip_bytes_per_cycle, offchip_bytes_per_cycle, migration_cycles, 1.0)
+    return paper.min_read_size()  # the paper's rule: the cost model without a margin
 
 
 def scu_options_for(topology: Topology, unify: Unify, **overrides: Any) -> ScuOptions:
