@@ -13,6 +13,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FILE_SIZE = 256 * 1024  # the MFC paper's 256 KiB files (§6.1)
 CYCLES_PER_TICK = 2_000_000_000  # one second at 2 GHz
 READ_RATE = 1.5e9  # bytes a reading vCPU reads per busy second in the file-reader traces
+READS_PER_TICK = 2000  # files each vCPU reads per tick (a recorded rate: placement cannot move it)
 
 
 def _zipf_weights(n: int) -> list[float]:
@@ -25,7 +26,7 @@ def file_reader_trace(dist: str, seed: int) -> list[dict[str, object]]:
 
     Each VM's 6 MiB exceed what one thread reaches without migrating (its chip's 2 MiB L3
     and its core's 512 KiB L2), and both together fit the 16 MiB on all four chips: the
-    case SCU is for (MFC Figure 3, 4-8 MiB). A vCPU reads 1,500-2,500 files a second
+    case SCU is for (MFC Figure 3, 4-8 MiB). A vCPU reads 2,000 files a second
     (about 500 MiB/s, a read benchmark's pace), so a migration costs little beside the
     DRAM reads it saves. With Zipf popularity the hottest files fit one chip and the cost
     model predicts less gain.
@@ -44,7 +45,7 @@ def file_reader_trace(dist: str, seed: int) -> list[dict[str, object]]:
         for v, vm in enumerate(vms):
             per_chunk: dict[int, dict[int, int]] = {}
             for vcpu in range(vcpus):
-                reads = rng.randint(1500, 2500)
+                reads = READS_PER_TICK
                 for f in rng.choices(range(files_per_vm), weights, k=reads):
                     per_chunk.setdefault(f, {}).setdefault(vcpu, 0)
                     per_chunk[f][vcpu] += FILE_SIZE
