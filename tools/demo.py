@@ -115,7 +115,7 @@ from unicache_agent import shm
 with open(shm.DEFAULT_COUNTERS, "rb") as f:
     m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     head = shm._CHDR.unpack_from(m, 0)
-    base = shm._CHDR.size + 2 * head[2] * head[5]
+    base = shm.REGIONS_OFFSET + 2 * head[2] * head[5]  # after the header and the claims
     names = ["replica_serves", "replica_fills", "replica_rejects", "fill_aborts",
              "color_reads", "gen_bumps"]
     print(json.dumps(dict(zip(names, shm._GHDR.unpack_from(m, base)))))
@@ -162,8 +162,12 @@ def last_tick(log: Path) -> int:
                default=0)
 
 
-def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -> None:
-    """SRM-buffer colors for a backup stream, an NCC replica for a hot file (daemon running)."""
+def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -> list[str]:
+    """SRM-buffer colors for a backup stream, an NCC replica for a hot file (daemon running).
+
+    :returns: what did not work (empty: both mechanisms did).
+    """
+    failed: list[str] = []
     stream, hot = "/var/tmp/backup.img", "/var/tmp/hot.db"
     step("Colors (SRM-buffer): a throttled backup stream read once on vCPU 0 (guest node 0); "
          f"the daemon colors it ahead onto the colored nodes {colored_nodes}, a new color "
@@ -183,6 +187,8 @@ def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -
     console.print(table)
     console.print("The first chunks are read before the host has seen the stream: its report "
                   "comes an interval later and the table a round after that.")
+    if not any(pages.get(n, 0) for n in colored_nodes):
+        failed.append("colors: no page of the stream landed on a colored node")
     runs = log_records(log, "assign-color", since=start)
     console.print(f"{len(runs)} color runs in the decision log while the stream ran; the first:")
     for rec in runs[:4]:
@@ -203,12 +209,19 @@ def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -
                   f"reads served from a node-local replica, {stats['replica_rejects']} refused "
                   f"(file changed since the fill); {stats['color_reads']} colored reads",
                   highlight=False)
+    if not made or stats["replica_serves"] <= 0:
+        failed.append(f"replicas: {len(made)} replicate decisions, "
+                      f"{stats['replica_serves']} reads served from a replica")
     start = last_tick(log)
     guest(vm, f"echo appended-without-the-shim >> {hot} && sync")
     time.sleep(3)  # the agent's fanotify sees the write; the next report carries it
-    for rec in log_records(log, "drop-replica", since=start)[:4]:
+    dropped = log_records(log, "drop-replica", since=start)
+    for rec in dropped[:4]:
         console.print(f"  tick {rec['tick']}: drop replica of chunk {rec['file']}:{rec['chunk']} "
                       f"on guest node {rec['node']}: {rec['reason']}", highlight=False)
+    if made and not dropped:
+        failed.append("replicas: a write without the shim dropped no replica")
+    return failed
 
 
 def per_vcpu_reads(log: Path, vm: str) -> dict[str, dict[int, int]]:
@@ -263,6 +276,7 @@ def main() -> int:
             "echo \"$(basename $n):cpus=$(cat $n/cpulist),$(grep MemTotal $n/meminfo | "
             "awk '{print $4$5}')\"; done").split()), highlight=False)
     daemon = None
+    failed: list[str] = []
     try:
         files = [f"/root/data/f{i}" for i in range(2)]
         writes = " && ".join(f"head -c {file_size} /dev/urandom > {f}" for f in files)
@@ -294,7 +308,7 @@ def main() -> int:
         step("unicache ON: the same, under the shim, with the daemon's placement")
         on = measure(vm, files, shim=True)
         time.sleep(1.5)
-        colors_and_replicas(vm, log, colored_nodes=(2, 3))
+        failed = colors_and_replicas(vm, log, colored_nodes=(2, 3))
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
@@ -336,6 +350,10 @@ def main() -> int:
         subprocess.run([str(VENV_BIN / "unicache-sim"), "mfc", "--model", model,
                         "--workload", "read", "--dist", "uniform", "--ws-mb", sizes], check=False)
 
+    for what in failed:
+        console.print(f"[red]did not work: {what}[/red]")
+    if failed:
+        return 1
     leftovers = subprocess.run(["pgrep", "-f", "guest=demo,"], capture_output=True, text=True)
     if leftovers.stdout.strip():
         console.print(f"[red]processes left behind: {leftovers.stdout.split()}[/red]")
