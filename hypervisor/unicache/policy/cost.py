@@ -134,7 +134,7 @@ class CostModel:
         :param unit_bytes: capacity of one of the VM's units.
         :param spanned_bytes: capacity of all units the VM's vCPUs are pinned in.
         :param units: how many units that is.
-        :param readers: the VM's vCPUs that read this round.
+        :param readers: the VM's readers running at once (its vCPUs' busy time this round).
         :param cores_per_unit: cores of one of those units.
         """
         total = sum(size * reads for size, reads in chunk_reads)
