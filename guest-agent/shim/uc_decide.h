@@ -22,8 +22,9 @@
  *
  * A thread the shim moved is pinned to one vCPU, which the guest's scheduler can no longer
  * change: when it reads a chunk the table does not place, the shim asks the rule with the
- * thread's allowed CPUs as the mask and an unlimited budget, so two pinned readers never
- * share a vCPU while a free one exists.
+ * thread's allowed CPUs as the mask, an unlimited budget and no min_read_size (the move is
+ * about CPU, not data: a read of any size), so two pinned readers never share a vCPU while
+ * a free one exists.
  */
 #ifndef UC_DECIDE_H
 #define UC_DECIDE_H

@@ -1475,6 +1475,7 @@ static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 		if (__builtin_expect(uc_pinned, 0)) {
 			memcpy(h.mask, uc_orig_words, sizeof(h.mask));
 			h.budget = UC_BUDGET_UNLIMITED;
+			h.min_read_size = 0; /* a move for CPU, not for data: any read size */
 			uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);
 		}
 		return 1;

@@ -15,7 +15,14 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.cost import MIGRATION_MARGIN, CostModel, needed_gain, running_fraction
-from unicache.policy.scu import DOUBT_ROUNDS, STEP_ASIDE, ScuPolicy, ScuState, scu_options_for
+from unicache.policy.scu import (
+    DOUBT_ROUNDS,
+    STEP_ASIDE,
+    TRUST_ROUNDS,
+    ScuPolicy,
+    ScuState,
+    scu_options_for,
+)
 from unicache.topology import Unify, load_model
 
 KIB = 1024
@@ -136,3 +143,54 @@ def test_a_placed_vm_predicted_to_lose_is_withdrawn_only_after_rounds_of_doubt()
     assert [r.kind for r in decision.refusals] == [STEP_ASIDE]
     assert "to stay placed" in decision.refusals[0].reason
     assert "vm0" in state.aside and not state.doubts
+
+
+def test_a_vm_a_prediction_left_alone_is_placed_only_after_rounds_of_trust() -> None:
+    topo = load_model("opteron-16")
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    units = {VcpuId("vm0", i): i for i in range(4)}
+    # one round whose reads fit one unit leaves the VM alone ...
+    _, state = scu.decide(_obs("vm0", 4, 256 * KIB), ScuState(), units)
+    assert "vm0" in state.aside and state.trusts == {"vm0": 0}
+    # ... and a sample that then predicts a gain must do so TRUST_ROUNDS times in a row
+    gain = _obs("vm0", 32, 256 * KIB)
+    for trust in range(1, TRUST_ROUNDS):
+        decision, state = scu.decide(gain, state, units)
+        assert [r.kind for r in decision.refusals] == [STEP_ASIDE]
+        assert f"gain predicted {trust} of the {TRUST_ROUNDS} rounds" in decision.refusals[0].reason
+    decision, state = scu.decide(gain, state, units)
+    assert not decision.refusals and "vm0" not in state.aside and not state.trusts
+    assert state.published["vm0"]
+
+
+def test_one_round_without_gain_restarts_the_trust() -> None:
+    topo = load_model("opteron-16")
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    units = {VcpuId("vm0", i): i for i in range(4)}
+    small, gain = _obs("vm0", 4, 256 * KIB), _obs("vm0", 32, 256 * KIB)
+    _, state = scu.decide(small, ScuState(), units)
+    _, state = scu.decide(gain, state, units)
+    _, state = scu.decide(small, state, units)
+    assert state.trusts == {"vm0": 0}
+
+
+def test_a_vm_whose_vcpus_sit_in_one_unit_is_judged_over_the_units_it_could_span() -> None:
+    # OBS keeps a sharing VM's vCPUs in one unit while SCU leaves it alone: SCU must
+    # still see what spreading them would gain, or the VM could never be placed again
+    topo = load_model("opteron-16")
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    clustered = {VcpuId("vm0", i): 0 for i in range(4)}
+    decision, _ = scu.decide(_obs("vm0", 32, 256 * KIB), ScuState(), clustered)
+    assert not decision.refusals
+
+
+def test_work_between_reads_shrinks_the_gain_and_waiting_readers_wait_through_it() -> None:
+    # 2 readers, 2 units of one core (a two-chip machine): half the time both want one unit
+    chunks = [(256 * KIB, 10)] * 16  # 4 MiB, twice what one unit holds
+    read_cycles = sum(OPTERON.read_cycles(s, False) * r for s, r in chunks)
+    reads_only = OPTERON.predict_gain(chunks, 2 * MIB, 4 * MIB, 2, readers=2)
+    hashing = OPTERON.predict_gain(
+        chunks, 2 * MIB, 4 * MIB, 2, readers=2, busy_cycles=20 * read_cycles
+    )
+    assert reads_only.pays  # the reads alone would gain despite the waits
+    assert hashing.fraction < 0  # md5sum-like work: waiting for the unit costs more

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.model import (
+    ChunkAccess,
+    ChunkId,
     CounterSample,
     CounterSource,
+    GuestReport,
+    Observation,
     PinVcpu,
     SetCpuWeight,
     Vcpu,
@@ -194,3 +199,90 @@ def test_same_observations_give_same_actions(misses: list[int], tick: int) -> No
     placed = first[1].unit_of
     assert set(placed) == {v.id for v in mix.vcpus}
     assert all(u in {unit.id for unit in UNITS} for u in placed.values())
+
+
+# --- thread clustering (policy.cluster): vCPUs that share data, SCU leaving their VM alone
+
+
+def _shared_reads(vmname: str, readers: dict[int, range]) -> GuestReport:
+    """A report in which each vCPU reads the given chunks of file 1."""
+    by_chunk: dict[int, list[tuple[int, int]]] = {}
+    for vcpu, chunks in readers.items():
+        for c in chunks:
+            by_chunk.setdefault(c, []).append((vcpu, 64 * 1024))
+    accesses = tuple(
+        ChunkAccess(ChunkId(1, c), sum(b for _, b in pairs), len(pairs), 0, tuple(pairs))
+        for c, pairs in sorted(by_chunk.items())
+    )
+    return GuestReport(vmname, 1, 1.0, accesses)
+
+
+def _four_busy(vmname: str = "vm0", vcpus: int = 16) -> list[CounterSample]:
+    return [
+        sample(vmname, i, 10**6 if i < 4 else 0, busy=1.0 if i < 4 else 0.0) for i in range(vcpus)
+    ]
+
+
+def _units_of(state: ObsState, vmname: str, vcpus: range) -> list[int]:
+    return [state.unit_of[VcpuId(vmname, i)] for i in vcpus]
+
+
+def test_busy_vcpus_sharing_data_of_a_vm_scu_leaves_alone_share_one_unit() -> None:
+    units = TOPO_OPTERON_16.units()
+    policy = ObsPolicy(units)
+    guest = vm("vm0", 16, frozenset(range(16)))
+    shared = _shared_reads("vm0", {i: range(32) for i in range(4)})
+    obs = Observation(0, (guest,), tuple(_four_busy()), (shared,))
+    spread = _units_of(policy.decide(obs, ObsState())[1], "vm0", range(4))
+    assert len(set(spread)) == 4  # OBS-X alone spreads them
+    decision, state = policy.decide(obs, ObsState(), frozenset({"vm0"}))
+    assert len(set(_units_of(state, "vm0", range(4)))) == 1
+    assert state.clustered == {"vm0"}
+    # no unit holds more vCPUs than CPUs: idle vCPUs made room
+    assert all(sum(1 for u in state.unit_of.values() if u == unit.id) == 4 for unit in units)
+    pins = [a for a in decision.actions if isinstance(a, PinVcpu) and a.vcpu.index < 4]
+    assert any("thread clustering" in p.reason for p in pins)
+
+
+def test_vcpus_reading_different_data_stay_spread() -> None:
+    policy = ObsPolicy(TOPO_OPTERON_16.units())
+    own = _shared_reads("vm0", {i: range(8 * i, 8 * i + 8) for i in range(4)})
+    obs = Observation(0, (vm("vm0", 16),), tuple(_four_busy()), (own,))
+    _, state = policy.decide(obs, ObsState(), frozenset({"vm0"}))
+    assert len(set(_units_of(state, "vm0", range(4)))) == 4
+    assert not state.clustered
+
+
+def test_a_clustered_vm_that_scu_unifies_again_is_spread_again_and_says_why() -> None:
+    policy = ObsPolicy(TOPO_OPTERON_16.units())
+    shared = _shared_reads("vm0", {i: range(32) for i in range(4)})
+    obs = Observation(0, (vm("vm0", 16),), tuple(_four_busy()), (shared,))
+    _, state = policy.decide(obs, ObsState(), frozenset({"vm0"}))
+    decision, state = policy.decide(replace(obs, tick=1), state, frozenset())
+    assert len(set(_units_of(state, "vm0", range(4)))) == 4
+    assert not state.clustered
+    assert any("SCU unifies vm0 again" in a.reason for a in decision.actions)
+
+
+def test_a_cluster_survives_rebalances() -> None:
+    policy = ObsPolicy(TOPO_OPTERON_16.units(), ObsOptions(rebalance_period=1))
+    shared = _shared_reads("vm0", {i: range(32) for i in range(4)})
+    state = ObsState()
+    for tick in range(8):
+        obs = Observation(tick, (vm("vm0", 16),), tuple(_four_busy()), (shared,))
+        _, state = policy.decide(obs, state, frozenset({"vm0"}))
+        assert len(set(_units_of(state, "vm0", range(4)))) == 1
+
+
+def test_clustering_never_moves_another_vms_vcpus() -> None:
+    # two units of two CPUs; vm a's busy sharing vCPUs could only meet by displacing vm b's
+    policy = ObsPolicy(UNITS)
+    a, b = vm("a", 2), vm("b", 2)
+    samples = [sample("a", i, 10**6, busy=1.0) for i in range(2)]
+    samples += [sample("b", i, 0, busy=0.0) for i in range(2)]
+    reads = _shared_reads("a", {0: range(8), 1: range(8)})
+    obs = Observation(0, (a, b), tuple(samples), (reads,))
+    _, before = policy.decide(obs, ObsState())
+    _, after = policy.decide(replace(obs, tick=1), before, frozenset({"a"}))
+    assert _units_of(after, "b", range(2)) == _units_of(before, "b", range(2))
+    assert sorted(_units_of(after, "a", range(2))) == sorted(_units_of(before, "a", range(2)))

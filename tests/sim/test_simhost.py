@@ -119,3 +119,14 @@ def test_live_loop_at_the_daemons_round_still_gains_at_8_mib() -> None:
     (point,) = run_mfc(load_model("opteron-16"), spec, [8.0])
     assert point.speedup > 1.3
     assert point.get("unicache").dram_per_byte < 0.5 * point.get("linux").dram_per_byte
+
+
+def test_where_the_policy_has_nothing_to_do_unicache_measures_exactly_linux() -> None:
+    # one LLC group: OBS's cpuset is every CPU and SCU has nothing to unify; the host's
+    # scheduler floats the vCPUs as Linux floats threads, and every baseline measures the
+    # same reads of the sequence, so nothing but the policy could tell the two apart
+    for seed in (1, 2):
+        spec = MfcSpec(threads=2, min_measure_bytes=32 * 1024 * 1024, seed=seed)
+        (point,) = run_mfc(load_model("core-i7-860"), spec, [16.0])
+        assert point.get("unicache").migrations == 0
+        assert point.speedup == 1.0, (seed, point.speedup)

@@ -42,8 +42,9 @@ KEEP_PREDICTED_GAIN = 0.0
 class GainEstimate:
     """What unification is predicted to do for one VM's reads over one round.
 
-    :param fraction: predicted saving as a fraction of the read time without unicache
-        (negative: unicache would make it slower).
+    :param fraction: predicted saving as a fraction of the VM's busy time without
+        unicache, reads and the work between them (negative: unicache would make it
+        slower).
     :param reason: one line for the decision log.
     """
 
@@ -73,12 +74,14 @@ class CostModel:
     :param offchip_bytes_per_cycle: one core reading from DRAM.
     :param migration_cycles: moving a thread to another CPU (MFC §4.5's run-queue move).
     :param margin: a migration must save this many times its cost.
+    :param clock_hz: the core clock (None: unknown), to turn busy time into cycles.
     """
 
     onchip_bytes_per_cycle: float
     offchip_bytes_per_cycle: float
     migration_cycles: float
     margin: float = MIGRATION_MARGIN
+    clock_hz: float | None = None
 
     def read_cycles(self, size: int, onchip: bool) -> float:
         """Cycles to read ``size`` bytes from on-chip caches or from DRAM."""
@@ -122,6 +125,7 @@ class CostModel:
         units: int,
         readers: int = 1,
         cores_per_unit: int = 1,
+        busy_cycles: float = 0.0,
     ) -> GainEstimate:
         """Predict what unification gains one VM from what it read in one round.
 
@@ -136,6 +140,10 @@ class CostModel:
         :param units: how many units that is.
         :param readers: the VM's readers running at once (its vCPUs' busy time this round).
         :param cores_per_unit: cores of one of those units.
+        :param busy_cycles: the cycles its vCPUs ran this round (0: unknown). What they
+            ran beyond the predicted reads is work between reads (md5sum's hashing):
+            migrations do not speed it up, but readers that wait for one another's unit
+            wait through it too.
         """
         total = sum(size * reads for size, reads in chunk_reads)
         if total <= 0:
@@ -148,13 +156,14 @@ class CostModel:
         if gained <= 0:
             return GainEstimate(0.0, f"its hot data fits one unit ({unit_bytes >> 20} MiB)")
         base = sum(self.read_cycles(s, False) * r for s, r in chunk_reads) - self.saving(1) * linux
+        work = max(busy_cycles - base, 0.0)
         moved = sum(r for _, r in hot[: _hot_count(hot, spanned_bytes)]) * (units - 1) / units
         # readers follow their data: a unit runs at most its cores at once, the rest wait
         running = running_fraction(readers, units, cores_per_unit)
         unified = (
-            base - self.saving(1) * gained + self.margin * moved * self.migration_cost()
+            base + work - self.saving(1) * gained + self.margin * moved * self.migration_cost()
         ) / running
-        fraction = (base - unified) / base if base > 0 else 0.0
+        fraction = (base + work - unified) / (base + work) if base > 0 else 0.0
         waits = f"; readers run {running:.0%} of the time" if running < 1 else ""
         return GainEstimate(
             fraction,

@@ -10,6 +10,9 @@ of tasks and cache units in the place of LLC groups:
   smallest cache load; overweight vCPUs (weight above their unit's average) are not
   moved, except by the periodic rebalance that moves one overweight vCPU from the
   heaviest unit to the lightest;
+* OBS-X's thread clustering (:mod:`unicache.policy.cluster`, after the paper's
+  reference 1): the busy vCPUs of a VM that shares its data and that SCU leaves alone
+  stay in one unit; rebalances leave them there;
 * OBS-L ("Policy: Reducing cache interference"): inside a unit with more vCPUs than
   CPUs, heavy vCPUs share a CPU so that what co-runs on the other CPUs is light;
 * OBS-C ("Policy: Addressing fairness"): CPU time credited from the heaviest to lighter
@@ -34,6 +37,12 @@ from unicache.model import (
     PinVcpu,
     SetCpuWeight,
     VcpuId,
+)
+from unicache.policy.cluster import (
+    SHARED_FRACTION_ENTER,
+    SHARED_FRACTION_STAY,
+    cluster_moves,
+    shared_fractions,
 )
 from unicache.topology import CacheUnit
 
@@ -112,12 +121,14 @@ class ObsState:
     :param weights: vCPU -> its last known cache weight.
     :param cpu_weights: vCPU -> the cpu.weight OBS-C last set.
     :param last_rebalance: the round of the last rebalance.
+    :param clustered: VMs whose busy vCPUs OBS-X keeps in one unit (:mod:`.cluster`).
     """
 
     unit_of: Mapping[VcpuId, int] = field(default_factory=dict)
     weights: Mapping[VcpuId, float] = field(default_factory=dict)
     cpu_weights: Mapping[VcpuId, int] = field(default_factory=dict)
     last_rebalance: int = 0
+    clustered: frozenset[str] = frozenset()
 
 
 class ObsPolicy:
@@ -148,11 +159,14 @@ class ObsPolicy:
             if unit not in self._unit_by_id:
                 raise ValueError(f"{vcpu} is in unit {unit}, which this topology lacks")
 
-    def decide(self, obs: Observation, state: ObsState) -> tuple[Decision, ObsState]:
-        """One round: weigh, place new vCPUs, maybe rebalance, pin, credit.
+    def decide(
+        self, obs: Observation, state: ObsState, left_alone: frozenset[str] = frozenset()
+    ) -> tuple[Decision, ObsState]:
+        """One round: weigh, place new vCPUs, cluster, maybe rebalance, pin, credit.
 
         :param obs: this round's observation.
         :param state: what the previous round left.
+        :param left_alone: VMs SCU leaves alone (their vCPUs may be clustered).
         :returns: the decision and the new state.
         """
         opts = self.options
@@ -165,6 +179,13 @@ class ObsPolicy:
                 busy[sample.vcpu] = sample.busy
         unit_of = {v: u for v, u in state.unit_of.items() if v in live}
         reasons: dict[VcpuId, str] = {}
+        vcpus_of = {vm.name: [v.id for v in vm.vcpus] for vm in obs.vms}
+        # a clustered VM that SCU unifies again needs a vCPU in every unit: OBS-X places
+        # its vCPUs afresh, as new ones (below)
+        spread_again = {vm for vm in state.clustered if vm in vcpus_of and vm not in left_alone}
+        for vm in spread_again:
+            for vcpu in vcpus_of[vm]:
+                unit_of.pop(vcpu, None)
 
         # OBS-X 1: a new vCPU goes to the unit with the smallest cache load; one that weighs
         # nothing adds no load, so it goes where the fewest vCPUs are (else every idle vCPU
@@ -190,12 +211,37 @@ class ObsPolicy:
                     else "new vCPU placed in the lightest unit"
                 )
                 reasons[vcpu] = f"OBS-X: {kind} {target.id} (cache load {loads[target.id]:.3g})"
+                if vcpu.vm in spread_again:
+                    reasons[vcpu] = (
+                        f"OBS-X: SCU unifies {vcpu.vm} again, its vCPUs spread: placed in "
+                        f"unit {target.id} (cache load {loads[target.id]:.3g})"
+                    )
+
+        # OBS-X 1b: the busy vCPUs of a VM that shares its data and that SCU leaves alone
+        # stay in one unit (thread clustering, policy.cluster)
+        shared = shared_fractions(obs.reports)
+        clustered: set[str] = set()
+        for vm, vcpus in sorted(vcpus_of.items()):
+            was = vm in state.clustered and vm not in spread_again
+            fraction = shared.get(vm)
+            if fraction is None:
+                if was:
+                    clustered.add(vm)  # no reads this round: it keeps its standing
+                continue
+            floor = SHARED_FRACTION_STAY if was else SHARED_FRACTION_ENTER
+            if vm not in left_alone or fraction < floor:
+                continue
+            clustered.add(vm)
+            for move in cluster_moves(vcpus, unit_of, busy, self.units, fraction):
+                unit_of[move.vcpu] = move.dst
+                reasons[move.vcpu] = move.reason
 
         # OBS-X 2: periodic rebalance of one overweight vCPU, heaviest -> lightest unit
         last_rebalance = state.last_rebalance
         if obs.tick - state.last_rebalance >= opts.rebalance_period and len(self.units) > 1:
             last_rebalance = obs.tick
-            moved = self._rebalance(unit_of, weights)
+            kept = frozenset(v for vm in clustered for v in vcpus_of[vm])
+            moved = self._rebalance(unit_of, weights, kept)
             if moved is not None:
                 vcpu, src, dst, why = moved
                 unit_of[vcpu] = dst
@@ -222,7 +268,7 @@ class ObsPolicy:
                     cpu_weights[vcpu] = value
         cpu_weights = {v: w for v, w in cpu_weights.items() if v in live}
 
-        new_state = ObsState(unit_of, weights, cpu_weights, last_rebalance)
+        new_state = ObsState(unit_of, weights, cpu_weights, last_rebalance, frozenset(clustered))
         return Decision(self.name, tuple(actions)), new_state
 
     # --- steps -----------------------------------------------------------------------------
@@ -245,7 +291,10 @@ class ObsPolicy:
         return tuple(u for u in self.units if _count(unit_of, u.id) < len(u.cpus))
 
     def _rebalance(
-        self, unit_of: dict[VcpuId, int], weights: Mapping[VcpuId, float]
+        self,
+        unit_of: dict[VcpuId, int],
+        weights: Mapping[VcpuId, float],
+        kept: frozenset[VcpuId] = frozenset(),
     ) -> tuple[VcpuId, int, int, str] | None:
         loads = self._loads(unit_of, weights)
         # sort keys: load, then unit id (deterministic ties)
@@ -259,7 +308,8 @@ class ObsPolicy:
             return None
         members = [v for v, u in unit_of.items() if u == heavy]
         average = loads[heavy] / len(members)
-        overweight = [v for v in members if weights.get(v, 0.0) > average]
+        # a clustered vCPU stays with the vCPUs it shares data with
+        overweight = [v for v in members if weights.get(v, 0.0) > average and v not in kept]
         # only moves that lower the heaviest load: light + w < heavy
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
         if not useful:

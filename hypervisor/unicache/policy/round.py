@@ -92,7 +92,7 @@ class UnicachePolicy:
         :returns: the combined decision (OBS, color, replica, then table actions) and the
             new state.
         """
-        obs_decision, obs_state = self.obs.decide(obs, state.obs)
+        obs_decision, obs_state = self.obs.decide(obs, state.obs, state.scu.aside)
         colors = colors_round(obs.vms, obs.reports, state.colors, self.color_options)
         replicas = replicas_round(obs.vms, obs.reports, state.replicas, self.ncc_params)
         extras: dict[str, dict[ChunkId, ChunkExtras]] = {}

@@ -55,6 +55,10 @@ WATCH = "SCU_WATCH"
 #: (a prediction that flips with each round's sample must not flip the VM's table: the
 #: watch needs one settled placed interval to judge what the placement did)
 DOUBT_ROUNDS = 3
+#: a VM SCU left alone is placed again only after this many rounds in a row predicted a
+#: gain for it (the same reason the other way: a sampled estimate near the threshold
+#: must not place a VM for one round, and placing then withdrawing costs both ways)
+TRUST_ROUNDS = 3
 #: used where the machine model has no figure (a discovered host): documented defaults
 DEFAULT_MIGRATION_CYCLES = 20_000
 DEFAULT_ONCHIP_BYTES_PER_CYCLE = 3.0
@@ -135,7 +139,8 @@ def scu_options_for(topology: Topology, unify: Unify, **overrides: Any) -> ScuOp
     onchip = outer.bandwidth_bytes_per_cycle or DEFAULT_ONCHIP_BYTES_PER_CYCLE
     offchip = offchip or DEFAULT_OFFCHIP_BYTES_PER_CYCLE
     source = "model" if not missing else "defaults for " + ", ".join(missing)
-    cost = CostModel(onchip, offchip, migration)
+    clock = topology.clock_ghz * 1e9 if topology.clock_ghz else None
+    cost = CostModel(onchip, offchip, migration, clock_hz=clock)
     # "a core's L2": level 2 whether private or shared (Core 2's L2 is its LLC)
     l2 = next((lv for lv in topology.levels if lv.level == 2), topology.llc)
     # §4.7: "The implementation's chunk size is half the size of a core's L2 cache";
@@ -168,6 +173,8 @@ class ScuState:
     :param aside: VMs SCU left alone in the last round that predicted for them.
     :param watched: what the watch (:mod:`unicache.policy.watch`) knows of each VM's reads.
     :param doubts: placed VMs predicted to lose, by consecutive rounds of that doubt.
+    :param trusts: VMs a prediction left alone, by the rounds in a row since predicted to
+        gain (0: the last prediction was no gain).
     """
 
     table: MfcTable | None = None
@@ -177,6 +184,7 @@ class ScuState:
     aside: frozenset[str] = frozenset()
     watched: Mapping[str, ReadRates] = field(default_factory=dict)
     doubts: Mapping[str, int] = field(default_factory=dict)
+    trusts: Mapping[str, int] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -249,7 +257,7 @@ class ScuPolicy:
         refusals: list[Refusal] = []
         touched: set[str] = set()
         live_vms = {vm.name for vm in obs.vms}
-        aside, doubts = self._step_aside(obs, by_vm, state)
+        aside, doubts, trusts = self._step_aside(obs, by_vm, state)
         for vm, estimate in sorted(aside.items()):
             refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
         # what the cost model predicts, the watch checks against what the VM's reads did
@@ -326,25 +334,28 @@ class ScuPolicy:
         read_now = {r.vm for r in obs.reports if r.chunks}
         still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
-            table, versions, published, next_round, still_aside & live_vms, watched, doubts
+            table, versions, published, next_round, still_aside & live_vms, watched, doubts, trusts
         )
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
 
     def _step_aside(
         self, obs: Observation, by_vm: Mapping[str, Mapping[int, int]], state: ScuState
-    ) -> tuple[dict[str, GainEstimate], dict[str, int]]:
+    ) -> tuple[dict[str, GainEstimate], dict[str, int], dict[str, int]]:
         """VMs whose reads this round are predicted to gain nothing from unification.
 
-        :returns: those VMs with their estimates, and the placed VMs kept in doubt (with
-            their rounds of doubt so far).
+        :returns: those VMs with their estimates, the placed VMs kept in doubt (with
+            their rounds of doubt so far), and the VMs left alone that are predicted to
+            gain but not yet for ``TRUST_ROUNDS`` rounds (with those rounds so far).
         """
         cost = self.options.cost
         if cost is None:
-            return {}, {}
+            return {}, {}, {}
         units = {u.id: u for u in self.units}
         reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
+        seconds: dict[str, float] = {}
         for report in obs.reports:
+            seconds[report.vm] = max(seconds.get(report.vm, 0.0), report.interval_s)
             per_chunk = reads.setdefault(report.vm, {})
             for access in report.chunks:
                 if access.reads <= 0:
@@ -362,30 +373,58 @@ class ScuPolicy:
                 running[key] = running.get(key, 0.0) + max(sample.busy, 0.0)
         out = {}
         doubts: dict[str, int] = {}
+        # a VM without reads this round keeps what trust it had (a VM that left, none)
+        live = {vm.name for vm in obs.vms}
+        trusts = {vm: n for vm, n in state.trusts.items() if vm not in reads and vm in live}
         for vm, per_chunk in reads.items():
             spanned = sorted(set(by_vm.get(vm, {}).values()))
             if not spanned or not per_chunk:
                 continue
+            busy = sum(running.get((vm, u), 0.0) for u in spanned)
             in_unit = {u: round(running.get((vm, u), 0.0)) for u in spanned}
+            # a VM OBS keeps in fewer units than it has vCPUs for (a cluster of vCPUs that
+            # share data, policy.cluster) is judged over the units OBS-X would spread it
+            # to, its readers spread evenly: never over the one unit its cluster sits in
+            spread = min(len(by_vm[vm]), len(self.units))
+            if len(spanned) < spread:
+                others = sorted(
+                    (u for u in self.units if u.id not in spanned),
+                    key=lambda u: (-u.capacity_bytes, u.id),
+                )
+                spanned += [u.id for u in others[: spread - len(spanned)]]
+                in_unit = dict.fromkeys(spanned, round(busy / len(spanned)))
             estimate = cost.predict_gain(
                 list(per_chunk.values()),
                 min(self._reach(units[u], in_unit[u]) for u in spanned),
                 sum(units[u].capacity_bytes for u in spanned),
                 len(spanned),
-                readers=max(1, round(sum(running.get((vm, u), 0.0) for u in spanned))),
+                readers=max(1, round(busy)),
                 cores_per_unit=min(self._cores(units[u]) for u in spanned),
+                busy_cycles=busy * seconds[vm] * (cost.clock_hz or 0.0),
             )
             # a VM placed last round stays placed while it is predicted not to lose, and
             # for DOUBT_ROUNDS rounds of doubt more: the watch then judges what it measured
             placed = state.round > 0 and vm not in state.aside
             if estimate.keeps(placed):
+                if vm not in state.trusts:  # not left alone by a prediction: none to earn
+                    continue
+                trusts[vm] = state.trusts[vm] + 1
+                if trusts[vm] >= TRUST_ROUNDS:
+                    del trusts[vm]
+                    continue
+                out[vm] = replace(
+                    estimate,
+                    reason=f"{estimate.reason}; gain predicted {trusts[vm]} of the "
+                    f"{TRUST_ROUNDS} rounds in a row it needs after being left alone",
+                )
                 continue
             if placed and state.doubts.get(vm, 0) + 1 < DOUBT_ROUNDS:
                 doubts[vm] = state.doubts.get(vm, 0) + 1
                 continue
             need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
             out[vm] = replace(estimate, reason=f"{estimate.reason} ({need})")
-        return out, doubts
+            trusts[vm] = 0
+        return out, doubts, trusts
 
     def _reach(self, unit: CacheUnit, readers: int) -> int:
         """What a unit caches for its readers without migrations: its shared levels and the

@@ -23,7 +23,7 @@ from unicache.topology import Topology, Unify
 from unicache_sim import _native
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig
-from unicache_sim.simhost import GuestShim, SimHost
+from unicache_sim.simhost import GuestShim, SimHost, linux_float
 
 if TYPE_CHECKING:
     from unicache_sim.mfc import MfcSpec
@@ -68,27 +68,9 @@ class Linux(Baseline):
         self.rng = random.Random(spec.seed * 7919)
 
     def tick(self, now: float, tids: list[int]) -> None:
-        # A heuristic of CFS load balancing: a busy vCPU thread moves now and then, to an
-        # idle CPU of its own LLC group (wake-affine) four times out of five.
-        busy = {self.engine.thread_cpu(t) for t in tids}
-        for tid in tids:
-            if self.rng.random() >= self.spec.float_prob:
-                continue
-            cpu = self.engine.thread_cpu(tid)
-            group = self.cfg.group_of(cpu)
-            same = self.rng.random() < 0.8
-            idle = [
-                c
-                for c in range(self.cfg.n_cpus)
-                if c not in busy and (self.cfg.group_of(c) == group) == same
-            ]
-            if not idle:
-                continue
-            to = self.rng.choice(idle)
-            cost = self.cfg.migration_cost(cpu, to)
-            self.engine.move_thread(tid, to, cost)
-            busy.discard(cpu)
-            busy.add(to)
+        placed = {tid: self.engine.thread_cpu(tid) for tid in tids}
+        for tid, to in linux_float(self.rng, self.spec.float_prob, self.cfg, placed):
+            self.engine.move_thread(tid, to, self.cfg.migration_cost(placed[tid], to))
 
 
 class Oracle(Baseline):
@@ -199,6 +181,8 @@ class UnicacheLive(Baseline):
         hz = cfg.clock_ghz * 1e9
         self.round_cycles = timing.round_s * hz
         self.host = SimHost(cfg, engine, VM_NAME, self.round_cycles)
+        #: the host scheduler's randomness, drawn as ``Linux``'s is
+        self.rng = random.Random(spec.seed * 7919)
         self.shim = GuestShim(self.host)
         self.policy = UnicachePolicy(topo, Unify.LLC)
         self.state = RoundState()
@@ -215,6 +199,11 @@ class UnicacheLive(Baseline):
     def attach(self, tids: list[int]) -> None:
         for i, tid in enumerate(tids):
             self.host.add_thread(tid, i % self.cfg.n_cpus)
+
+    def tick(self, now: float, tids: list[int]) -> None:
+        # the host is Linux: it load-balances the vCPU threads as it balances any thread
+        # (``Linux.tick``), inside the cpusets OBS gave them
+        self.host.float_vcpus(self.rng, self.spec.float_prob, tids)
 
     def read(self, tid: int, obj: int, file_index: int) -> None:
         size = self.spec.file_bytes

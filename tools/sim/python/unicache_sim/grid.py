@@ -344,13 +344,19 @@ def run_grid(
             raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}") from err
         cluster = None
     else:
-        cluster = LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        )
+        import dask
+
+        # no statistical profiler on the workers: it keeps sampled frames, and a frame that
+        # still holds a native engine would then drop it on the profiler's thread, which
+        # PyO3 refuses ("unsendable") with a traceback on the user's terminal
+        with dask.config.set({"distributed.worker.profile.enabled": False}):
+            cluster = LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
         client = Client(cluster)  # type: ignore[no-untyped-call]
     try:
         futures = client.map(run_point, order, pure=False)

@@ -26,8 +26,8 @@ MIGRATE it also spends one unit of the chunk's budget, as the shim does.
 
 A thread the shim moved is pinned to one vCPU, so the guest's scheduler can no longer
 spread it: when it reads a chunk the table does not place, the caller asks the rule with
-the thread's allowed CPUs as the mask and an unlimited budget, so two pinned readers never
-share a vCPU while a free one exists.
+the thread's allowed CPUs as the mask, an unlimited budget and no ``min_read_size`` (a move
+for CPU, not for data), so two pinned readers never share a vCPU while a free one exists.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ The policy behind it is whatever drives the host: the simulator uses
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -182,6 +183,20 @@ class SimHost:
         self._place_vcpus()
         return ActResult(tuple(applied), tuple(failed))
 
+    def float_vcpus(self, rng: random.Random, float_prob: float, tids: Sequence[int]) -> None:
+        """One load-balancing tick of the host's scheduler over the busy vCPUs.
+
+        The vCPUs that run a reader move as :func:`linux_float` moves any thread,
+        inside their CPU sets; another thread of ``tids`` (a co-runner) keeps its CPU.
+        """
+        busy = sorted(set(self.thread_vcpu.values()))
+        placed = {vcpu: self.vcpu_cpu[vcpu] for vcpu in busy}
+        occupied = frozenset(
+            self.engine.thread_cpu(t) for t in tids if t not in self.thread_vcpu
+        )
+        for vcpu, cpu in linux_float(rng, float_prob, self.cfg, placed, self.affinity, occupied):
+            self._move_vcpu(vcpu, cpu)
+
     def _place_vcpus(self) -> None:
         """Run each vCPU on a CPU of its set, as the host scheduler spreads runnable threads.
 
@@ -192,7 +207,10 @@ class SimHost:
         """
         load: dict[int, int] = {}
         keep: dict[int, int] = {}
-        for vcpu in sorted(self.vcpu_cpu):
+        # vCPUs that run a reader keep their CPU first (one may have floated onto the CPU
+        # of an idle vCPU)
+        running = set(self.thread_vcpu.values())
+        for vcpu in sorted(self.vcpu_cpu, key=lambda v: (v not in running, v)):
             cpu = self.vcpu_cpu[vcpu]
             if cpu in self.affinity[vcpu] and cpu not in load:
                 keep[vcpu] = cpu
@@ -245,10 +263,13 @@ class GuestShim:
             # MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads
             if not entry.caching and length >= table.min_read_size:
                 kind = "nt"
-            self._place(tid, entry.vcpus, entry.migration_budget, chunk, length, table)
+            self._place(
+                tid, entry.vcpus, entry.migration_budget, chunk, length, table.min_read_size
+            )
         elif table is not None and tid in self._pinned:
-            # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget
-            self._place(tid, self._allowed, shimrule.BUDGET_UNLIMITED, chunk, length, table)
+            # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget, no
+            # min_read_size (a move for CPU, not for data)
+            self._place(tid, self._allowed, shimrule.BUDGET_UNLIMITED, chunk, length, 0)
         host.engine.push_access(tid, obj, offset, length, kind, compute)
 
     def _place(
@@ -258,7 +279,7 @@ class GuestShim:
         budget: int,
         chunk: ChunkId,
         length: int,
-        table: PlacementTable,
+        min_read_size: int,
     ) -> None:
         host = self.host
         if self._spent_tick != host.tick:
@@ -269,7 +290,7 @@ class GuestShim:
         spent = self._spent.get(chunk, 0)
         decision = shimrule.decide(
             n=length,
-            min_read_size=table.min_read_size,
+            min_read_size=min_read_size,
             cur=host.thread_vcpu[tid],
             mask=vcpus,
             allowed=self._allowed,
@@ -297,3 +318,48 @@ def _scaled(count: int, scale: float) -> int:
     # a count seen in a sampled window, for the whole interval (a seen read stays seen)
     return max(1, round(count * scale)) if count > 0 else 0
 
+
+def linux_float(
+    rng: random.Random,
+    float_prob: float,
+    cfg: SimConfig,
+    placed: dict[int, int],
+    allowed: dict[int, frozenset[int]] | None = None,
+    occupied: frozenset[int] = frozenset(),
+) -> list[tuple[int, int]]:
+    """A heuristic of CFS load balancing, for the host's runnable threads.
+
+    Each thread moves now and then (``float_prob`` per balancing tick) to an idle CPU of
+    its own LLC group (wake-affine) four times out of five, else of another group; only
+    to CPUs it is allowed on (a cpuset), and never to one another thread runs on.
+
+    :param rng: the random source (one per run).
+    :param float_prob: probability that a thread moves at this tick.
+    :param cfg: the machine.
+    :param placed: thread -> the CPU it runs on, in the order threads are considered.
+    :param allowed: thread -> the CPUs it may run on (missing: all).
+    :param occupied: CPUs busy with threads that do not move.
+    :returns: (thread, new CPU) per move, in order.
+    """
+    busy = set(placed.values()) | occupied
+    moves = []
+    for thread, cpu in placed.items():
+        if rng.random() >= float_prob:
+            continue
+        group = cfg.group_of(cpu)
+        same = rng.random() < 0.8
+        mine = (allowed or {}).get(thread)
+        idle = [
+            c
+            for c in range(cfg.n_cpus)
+            if c not in busy
+            and (cfg.group_of(c) == group) == same
+            and (mine is None or c in mine)
+        ]
+        if not idle:
+            continue
+        to = rng.choice(idle)
+        moves.append((thread, to))
+        busy.discard(cpu)
+        busy.add(to)
+    return moves

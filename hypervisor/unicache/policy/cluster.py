@@ -1,0 +1,141 @@
+"""Sharing-aware OBS-X: the vCPUs of a VM that read the same data stay in one cache unit.
+
+The observations paper places vCPUs by cache weight alone ("Policy: Migrating across
+caches"); the work it cites as its closest relative, Tam, Azimi and Stumm's thread
+clustering (EuroSys'07, the paper's reference 1), groups threads that share data and
+runs each group on one cache. unicache does the same for a VM that SCU leaves alone:
+
+* spread over units, vCPUs that read the same chunks each fill their own unit's cache
+  with a copy and fetch lines from one another's caches across the interconnect (the
+  grid's `opteron-16` Zipf points lost 8 % that way, docs/PERFORMANCE.md);
+* kept in one unit, they share one copy in one cache, as under a Linux that has not
+  moved them apart.
+
+A VM SCU unifies needs a vCPU in every unit (its reads go to where their chunk is
+cached), so clustering is only for VMs SCU leaves alone, and SCU predicts its gain over
+the units OBS-X would spread the VM to (``ScuPolicy._step_aside``), never over the one
+unit a cluster sits in.
+
+What shares: the guest's report gives, per chunk, the bytes each vCPU read. The VM's
+*shared fraction* is the share of its bytes read from chunks that two or more of its
+vCPUs read in the interval. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from unicache.cpulist import format_list
+from unicache.model import GuestReport, VcpuId
+from unicache.topology import CacheUnit
+
+#: a VM SCU leaves alone is clustered when at least this share of its reads is shared
+SHARED_FRACTION_ENTER = 0.5
+#: a clustered VM stays clustered while its shared fraction is at least this (hysteresis)
+SHARED_FRACTION_STAY = 0.25
+#: a vCPU busy for less than this share of the interval is idle: clustering moves only
+#: the busy ones, and may swap an idle one out of the cluster's unit to make room
+BUSY_FLOOR = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMove:
+    """One vCPU moved by clustering.
+
+    :param vcpu: the vCPU.
+    :param dst: the unit it goes to.
+    :param reason: one line for the decision log.
+    """
+
+    vcpu: VcpuId
+    dst: int
+    reason: str
+
+
+def shared_fractions(reports: Iterable[GuestReport]) -> dict[str, float]:
+    """Per VM that read, the share of its bytes read from chunks several vCPUs read."""
+    shared: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for report in reports:
+        for access in report.chunks:
+            # vcpu_bytes is guest input: count each vCPU once, bytes never negative
+            readers = {v for v, n in access.vcpu_bytes if n > 0}
+            nbytes = max(access.bytes_read, 0)
+            total[report.vm] = total.get(report.vm, 0) + nbytes
+            if len(readers) >= 2:
+                shared[report.vm] = shared.get(report.vm, 0) + nbytes
+    return {vm: shared.get(vm, 0) / n for vm, n in total.items() if n > 0}
+
+
+def cluster_moves(
+    members: Sequence[VcpuId],
+    unit_of: Mapping[VcpuId, int],
+    busy: Mapping[VcpuId, float],
+    units: Sequence[CacheUnit],
+    shared: float,
+) -> list[ClusterMove]:
+    """Gather a VM's busy vCPUs into one unit, as far as its CPUs go.
+
+    The cluster's unit is the one holding most of the VM's busy vCPUs (then the most
+    busy time, then the lowest id). A busy vCPU outside it moves in while the unit has a
+    CPU without a vCPU, or swaps places with an idle vCPU of the same VM (never another
+    VM's: one VM's reports steer only its own vCPUs). Busy vCPUs that do not fit stay.
+
+    :param members: the VM's vCPUs (all placed in ``unit_of``).
+    :param unit_of: vCPU -> unit, for every vCPU on the host.
+    :param busy: vCPU -> busy share of the interval.
+    :param units: the host's units.
+    :param shared: the VM's shared fraction (for the log).
+    :returns: the moves, in order (a swap is two moves).
+    """
+    placed = dict(unit_of)
+    active = sorted(
+        (v for v in members if busy.get(v, 0.0) >= BUSY_FLOOR and v in placed),
+        key=lambda v: (-busy.get(v, 0.0), v),
+    )
+    if len(active) < 2:
+        return []
+    by_id = {u.id: u for u in units}
+
+    def in_unit(unit: int, among: Iterable[VcpuId]) -> list[VcpuId]:
+        return [v for v in among if placed[v] == unit]
+
+    # sort keys: busy vCPUs there, their busy time, unit id (lowest first)
+    home = max(
+        by_id.values(),
+        key=lambda u: (
+            len(in_unit(u.id, active)),
+            sum(busy.get(v, 0.0) for v in in_unit(u.id, active)),
+            -u.id,
+        ),
+    )
+    why = (
+        f"OBS-X: {shared:.0%} of {active[0].vm}'s reads are of chunks several of its vCPUs "
+        f"read and SCU leaves it alone: its busy vCPUs share unit {home.id} "
+        f"(cpus {format_list(home.cpus)}) and one copy of their data (thread clustering)"
+    )
+    moves: list[ClusterMove] = []
+    for vcpu in active:
+        src = placed[vcpu]
+        if src == home.id:
+            continue
+        if sum(1 for u in placed.values() if u == home.id) < len(home.cpus):
+            placed[vcpu] = home.id
+            moves.append(ClusterMove(vcpu, home.id, why))
+            continue
+        idle = [v for v in members if placed[v] == home.id and busy.get(v, 0.0) < BUSY_FLOOR]
+        if not idle:
+            break  # the unit's CPUs all run busy vCPUs of the VM
+        out = min(idle, key=lambda v: (busy.get(v, 0.0), v))
+        placed[out], placed[vcpu] = src, home.id
+        moves.append(
+            ClusterMove(
+                out,
+                src,
+                f"OBS-X: idle vCPU makes room in unit {home.id} "
+                f"for a busy vCPU of its VM (thread clustering)",
+            )
+        )
+        moves.append(ClusterMove(vcpu, home.id, why))
+    return moves
