@@ -23,6 +23,7 @@ vCPUs read in the interval. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -89,26 +90,27 @@ def cluster_moves(
     :param shared: the VM's shared fraction (for the log).
     :returns: the moves, in order (a swap is two moves).
     """
-    placed = dict(unit_of)
+    where = {v: unit_of[v] for v in members if v in unit_of}
     active = sorted(
-        (v for v in members if busy.get(v, 0.0) >= BUSY_FLOOR and v in placed),
+        (v for v in where if busy.get(v, 0.0) >= BUSY_FLOOR),
         key=lambda v: (-busy.get(v, 0.0), v),
     )
     if len(active) < 2:
         return []
-    by_id = {u.id: u for u in units}
-
-    def in_unit(unit: int, among: Iterable[VcpuId]) -> list[VcpuId]:
-        return [v for v in among if placed[v] == unit]
-
+    count: Counter[int] = Counter(where[v] for v in active)
+    load: dict[int, float] = {}
+    for v in active:
+        load[where[v]] = load.get(where[v], 0.0) + busy.get(v, 0.0)
     # sort keys: busy vCPUs there, their busy time, unit id (lowest first)
-    home = max(
-        by_id.values(),
-        key=lambda u: (
-            len(in_unit(u.id, active)),
-            sum(busy.get(v, 0.0) for v in in_unit(u.id, active)),
-            -u.id,
-        ),
+    home = max(units, key=lambda u: (count[u.id], load.get(u.id, 0.0), -u.id))
+    outside = [v for v in active if where[v] != home.id]
+    if not outside:
+        return []  # clustered already: the steady state costs no scan of the host
+    room = len(home.cpus) - sum(1 for u in unit_of.values() if u == home.id)
+    # the VM's idle vCPUs in the unit, the idlest first, to swap out for busy ones
+    idle = sorted(
+        (v for v in where if where[v] == home.id and busy.get(v, 0.0) < BUSY_FLOOR),
+        key=lambda v: (busy.get(v, 0.0), v),
     )
     why = (
         f"OBS-X: {shared:.0%} of {active[0].vm}'s reads are of chunks several of its vCPUs "
@@ -116,26 +118,20 @@ def cluster_moves(
         f"(cpus {format_list(home.cpus)}) and one copy of their data (thread clustering)"
     )
     moves: list[ClusterMove] = []
-    for vcpu in active:
-        src = placed[vcpu]
-        if src == home.id:
-            continue
-        if sum(1 for u in placed.values() if u == home.id) < len(home.cpus):
-            placed[vcpu] = home.id
-            moves.append(ClusterMove(vcpu, home.id, why))
-            continue
-        idle = [v for v in members if placed[v] == home.id and busy.get(v, 0.0) < BUSY_FLOOR]
-        if not idle:
-            break  # the unit's CPUs all run busy vCPUs of the VM
-        out = min(idle, key=lambda v: (busy.get(v, 0.0), v))
-        placed[out], placed[vcpu] = src, home.id
-        moves.append(
-            ClusterMove(
-                out,
-                src,
-                f"OBS-X: idle vCPU makes room in unit {home.id} "
-                f"for a busy vCPU of its VM (thread clustering)",
+    for vcpu in outside:
+        if room > 0:
+            room -= 1
+        elif idle:
+            out = idle.pop(0)
+            moves.append(
+                ClusterMove(
+                    out,
+                    where[vcpu],
+                    f"OBS-X: idle vCPU makes room in unit {home.id} "
+                    f"for a busy vCPU of its VM (thread clustering)",
+                )
             )
-        )
+        else:
+            break  # the unit's CPUs all run busy vCPUs of the VM
         moves.append(ClusterMove(vcpu, home.id, why))
     return moves

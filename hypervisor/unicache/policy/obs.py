@@ -205,21 +205,18 @@ class ObsPolicy:
                     ),
                 )
                 unit_of[vcpu] = target.id
-                kind = (
-                    "new vCPU, idle, placed in the unit with the fewest vCPUs"
-                    if idle
-                    else "new vCPU placed in the lightest unit"
-                )
-                reasons[vcpu] = f"OBS-X: {kind} {target.id} (cache load {loads[target.id]:.3g})"
                 if vcpu.vm in spread_again:
-                    reasons[vcpu] = (
-                        f"OBS-X: SCU unifies {vcpu.vm} again, its vCPUs spread: placed in "
-                        f"unit {target.id} (cache load {loads[target.id]:.3g})"
-                    )
+                    kind = f"SCU unifies {vcpu.vm} again, its vCPUs spread: placed in unit"
+                elif idle:
+                    kind = "new vCPU, idle, placed in the unit with the fewest vCPUs"
+                else:
+                    kind = "new vCPU placed in the lightest unit"
+                reasons[vcpu] = f"OBS-X: {kind} {target.id} (cache load {loads[target.id]:.3g})"
 
         # OBS-X 1b: the busy vCPUs of a VM that shares its data and that SCU leaves alone
         # stay in one unit (thread clustering, policy.cluster)
-        shared = shared_fractions(obs.reports)
+        # (only VMs SCU leaves alone can cluster: the others' reads are not scanned)
+        shared = shared_fractions(r for r in obs.reports if r.vm in left_alone)
         clustered: set[str] = set()
         for vm, vcpus in sorted(vcpus_of.items()):
             was = vm in state.clustered and vm not in spread_again
