@@ -76,6 +76,21 @@ static inline int uc_vcpu_free(const uint64_t *claims, uint32_t nclaims, int v, 
 	return uc_claim_is_free(__atomic_load_n(&claims[v], __ATOMIC_RELAXED), tid, now_ns);
 }
 
+uint64_t uc_read_span(uint64_t n, uint64_t off, uint64_t chunk_size, uint64_t file_size,
+		      uint64_t prev_end)
+{
+	uint64_t end;
+
+	if (!chunk_size || (off != 0 && off != prev_end))
+		return n;
+	/* the chunk's end, saturating near 2^64 */
+	end = off - off % chunk_size;
+	end = end > UINT64_MAX - chunk_size ? UINT64_MAX : end + chunk_size;
+	if (end > file_size)
+		end = file_size;
+	return end > off && end - off > n ? end - off : n;
+}
+
 struct uc_decision uc_decide(const struct uc_read_facts *f, const uint64_t *claims,
 			     uint32_t nclaims)
 {

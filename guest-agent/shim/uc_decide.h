@@ -7,7 +7,8 @@
  * simulated guest, and tests/shim/test_decide_differential.py holds the two together.
  *
  * uc_decide() is pure: it reads the claims and writes nothing. The steps:
- *   1. n < min_read_size, or the current CPU is unknown (cur < 0): NONE;
+ *   1. n < min_read_size, or the current CPU is unknown (cur < 0): NONE; n is the read's
+ *      span (uc_read_span): a sequential reader counts the rest of the chunk;
  *   2. cur is one of the chunk's vCPUs (mask) and its claim is free for this thread: STAY;
  *   3. cand = mask & allowed (the CPUs the thread could use when the shim loaded); empty: NONE;
  *   4. home = the k-th vCPU of cand ascending, k = uc_mix64(file_id * UC_HOME_HASH_MUL +
@@ -77,6 +78,23 @@ struct uc_read_facts {
  */
 struct uc_decision uc_decide(const struct uc_read_facts *f, const uint64_t *claims,
 			     uint32_t nclaims);
+
+/*
+ * The bytes a read of n bytes at file offset `off` is expected to bring from its chunk:
+ * what uc_decide compares with min_read_size. MFC section 4.5 compares the read's own
+ * size; where the policy keeps a file's consecutive chunks together (an extent, larger
+ * than programs' read buffers: 2.25 MiB on Rome against coreutils' 128 KiB), that would
+ * never migrate a program that reads the file in buffers. So, as the kernel's readahead
+ * does (mm/readahead.c: a read at offset 0, or where the previous one ended, starts or
+ * continues a sequential stream), a sequential read counts the rest of its chunk up to
+ * the end of the file, and any other read counts its own n.
+ *
+ * prev_end: where this thread's previous read of the same file ended (UINT64_MAX: none);
+ * file_size: UINT64_MAX when unknown (the span then runs to the chunk's end); chunk_size
+ * 0: the read's own n.
+ */
+uint64_t uc_read_span(uint64_t n, uint64_t off, uint64_t chunk_size, uint64_t file_size,
+		      uint64_t prev_end);
 
 /*
  * After STAY or MIGRATE at d.vcpu: release `tid`'s claims on every other vCPU (compare-

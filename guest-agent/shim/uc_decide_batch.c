@@ -72,6 +72,19 @@ UC_TEST_EXPORT int64_t uc_test_run_steps(const struct uc_test_step *steps, uint6
 }
 
 /*
+ * uc_read_span over n cases: in[5 * i ...] = (n, off, chunk_size, file_size, prev_end),
+ * out[i] = its span.
+ */
+UC_TEST_EXPORT void uc_test_read_spans(const uint64_t *in, uint64_t n, uint64_t *out)
+{
+	uint64_t i;
+
+	for (i = 0; i < n; i++)
+		out[i] = uc_read_span(in[5 * i], in[5 * i + 1], in[5 * i + 2], in[5 * i + 3],
+				      in[5 * i + 4]);
+}
+
+/*
  * The constants both sides must agree on, in this order: claim lease (ns), home hash
  * multiplier, layout version, tid bits, expiry bits, unlimited budget, vCPU mask bits,
  * offset of the claims and of the regions in the counters file, sizeof(struct

@@ -6,7 +6,8 @@
  * sendfile on regular files it:
  *   1. looks the chunk (file id, offset / chunk_size) up in the placement table the
  *      agent publishes in shared memory (lock-free, seqlock over a double buffer);
- *   2. when the chunk's home vCPUs do not include the current CPU, the read is at least
+ *   2. when the chunk's home vCPUs do not include the current CPU, the read's span (its
+ *      size, or for a sequential reader the rest of the chunk: uc_read_span) is at least
  *      min_read_size and the chunk's migration budget for this interval is not spent,
  *      moves the thread to one of them, the one the rule of uc_decide.h picks (the chunk's
  *      own vCPU, or the next one no other reader claims), with sched_setaffinity to that
@@ -233,6 +234,9 @@ static uint64_t uc_orig_words[UC_MASK_WORDS];
 static UC_TLS uint32_t uc_tid_cached;
 /* the shim moved this thread: it is pinned to one vCPU (a fork child inherits both) */
 static UC_TLS int uc_pinned;
+/* where this thread's last read of a file ended: uc_read_span's prev_end (sequential reads) */
+static UC_TLS uint64_t uc_seq_file;
+static UC_TLS uint64_t uc_seq_end = UINT64_MAX;
 
 static void uc_tid_atfork_child(void)
 {
@@ -701,12 +705,19 @@ static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
 }
 
 /*
- * Count one completed call of `n` bytes at `off` (off < 0: offset unknown) on fd. Reads
- * also count per guest node, and the first read of a chunk in an interval records the
- * node of the chunk's first page-cache page (its home, NCC's primary copy).
+ * Count one completed call of `n` bytes at `off` (off < 0: offset unknown) on fd, in its
+ * chunks (at most UC_MAX_SPLIT). Reads also count per guest node, and the first read of a
+ * chunk in an interval records the node of the chunk's first page-cache page (its home,
+ * NCC's primary copy).
+ *
+ * `reads` and the reads per node count runs: a read that continues this thread's previous
+ * read of the file inside the same chunk (`cont`, and not at a chunk's start) is part of
+ * that run and adds bytes only. So a chunk read in 128 KiB buffers counts as often as one
+ * read whole: popularity (MFC's use counts) and the migrations a sequential reader makes
+ * (once per chunk, uc_read_span) do not depend on the program's buffer size.
  */
 static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t n,
-		     int is_write, int nt)
+		     int is_write, int nt, int cont)
 {
 	struct uc_ctr_hdr *ch = uc_ctr();
 	uint64_t chunk, left, o;
@@ -730,7 +741,9 @@ static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t
 			if (is_write) {
 				__atomic_fetch_add(&s->writes, 1, __ATOMIC_RELAXED);
 			} else {
-				__atomic_fetch_add(&s->reads, 1, __ATOMIC_RELAXED);
+				int run = !(i == 0 && cont && o % cs != 0);
+
+				__atomic_fetch_add(&s->reads, (uint64_t)run, __ATOMIC_RELAXED);
 				__atomic_fetch_add(&s->bytes, part, __ATOMIC_RELAXED);
 				if (nt)
 					__atomic_fetch_add(&s->nt_reads, 1, __ATOMIC_RELAXED);
@@ -738,8 +751,8 @@ static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t
 					__atomic_fetch_add(&uc_vcpu_bytes(s)[cpu], part,
 							   __ATOMIC_RELAXED);
 				if (node >= 0 && (uint32_t)node < ch->nnodes)
-					__atomic_fetch_add(&uc_vcpu_bytes(s)[ch->max_vcpus + node], 1,
-							   __ATOMIC_RELAXED);
+					__atomic_fetch_add(&uc_vcpu_bytes(s)[ch->max_vcpus + node],
+							   (uint64_t)run, __ATOMIC_RELAXED);
 				/* one node: the agent knows the home without asking the kernel */
 				if (fd >= 0 && n > 0 && ch->nnodes > 1) {
 					uint64_t *home = &uc_vcpu_bytes(s)[ch->max_vcpus + ch->nnodes];
@@ -880,10 +893,25 @@ static uint64_t uc_spent(uint64_t file_id, uint64_t chunk, uint32_t budget)
 }
 
 /*
+ * The read's span (uc_read_span, uc_decide.h): the rest of the chunk for a sequential
+ * reader. The file's size is asked (one fstat) only when it could change the answer.
+ */
+static uint64_t uc_span(int fd, uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h)
+{
+	uint64_t prev = file_id == uc_seq_file ? uc_seq_end : UINT64_MAX;
+	uint64_t span = uc_read_span(n, off, h->chunk_size, UINT64_MAX, prev);
+	struct stat st;
+
+	if (n >= h->min_read_size || span < h->min_read_size || fstat(fd, &st) < 0)
+		return n;
+	return uc_read_span(n, off, h->chunk_size, (uint64_t)st.st_size, prev);
+}
+
+/*
  * Run the read on the vCPU the rule of uc_decide.h picks: stay, or move the thread to that
  * single CPU, spending one migration of the chunk's budget; then claim that vCPU.
  */
-static void uc_maybe_migrate(uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h)
+static void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct uc_hit *h)
 {
 	struct uc_read_facts f;
 	struct uc_decision d;
@@ -1457,6 +1485,7 @@ static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 {
 	struct uc_hit h;
 	int64_t pos;
+	uint64_t span;
 
 	if (!uc_ready())
 		return 0;
@@ -1481,8 +1510,9 @@ static int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 		return 1;
 	}
 	/* MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads */
-	c->nt = !(h.flags & UC_ENTRY_CACHING) && n >= h.min_read_size;
-	uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);
+	span = uc_span(fd, c->file_id, (uint64_t)c->off, n, &h);
+	c->nt = !(h.flags & UC_ENTRY_CACHING) && span >= h.min_read_size;
+	uc_maybe_migrate(c->file_id, (uint64_t)c->off, span, &h);
 	if (__builtin_expect(h.flags & (UC_ENTRY_COLOR | UC_ENTRY_REPLICA), 0)) {
 		if (h.flags & UC_ENTRY_COLOR)
 			c->color = h.color_node;
@@ -1505,7 +1535,12 @@ static void uc_post(int fd, const struct uc_call *c, ssize_t r, int cur, int is_
 	if (cur && r > 0 && c->off >= 0)
 		uc_fd_advance(fd, c->off + r);
 	if (c->chunk_size && r >= 0)
-		uc_count(is_write ? -1 : fd, c->file_id, c->off, c->chunk_size, r, is_write, nt);
+		uc_count(is_write ? -1 : fd, c->file_id, c->off, c->chunk_size, r, is_write, nt,
+			 c->off >= 0 && c->file_id == uc_seq_file && (uint64_t)c->off == uc_seq_end);
+	if (!is_write && r > 0 && c->off >= 0) {
+		uc_seq_file = c->file_id;
+		uc_seq_end = (uint64_t)c->off + (uint64_t)r;
+	}
 	errno = saved;
 }
 

@@ -149,7 +149,8 @@ class ChunkAccess:
 
     :param chunk: which chunk.
     :param bytes_read: total bytes read.
-    :param reads: number of read calls.
+    :param reads: read runs: calls, except one that continues the same thread's previous
+        read inside the chunk (a chunk read in small buffers counts once per pass).
     :param writes: number of write calls that touched the chunk.
     :param vcpu_bytes: ``(vcpu index, bytes read)`` pairs, sorted by vCPU index.
     :param home_node: the guest node holding the chunk's page-cache pages (its first

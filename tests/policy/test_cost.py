@@ -14,7 +14,13 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.cost import MIGRATION_MARGIN, CostModel, needed_gain, running_fraction
+from unicache.policy.cost import (
+    EXTENT_PAYBACK,
+    MIGRATION_MARGIN,
+    CostModel,
+    needed_gain,
+    running_fraction,
+)
 from unicache.policy.scu import (
     DOUBT_ROUNDS,
     STEP_ASIDE,
@@ -46,9 +52,19 @@ def test_a_migration_pays_only_with_the_margin() -> None:
 def test_one_chunk_pays_on_the_opteron_but_fast_l3_machines_need_an_extent() -> None:
     assert OPTERON.extent_chunks(256 * KIB) == 1
     k = FAST_L3.extent_chunks(256 * KIB)
-    assert k > 1
-    assert FAST_L3.migration_pays(k * 256 * KIB)
-    assert not FAST_L3.migration_pays((k - 1) * 256 * KIB)
+    needed = EXTENT_PAYBACK * MIGRATION_MARGIN * FAST_L3.migration_cost()
+    assert FAST_L3.saving(k * 256 * KIB) >= needed > FAST_L3.saving((k - 1) * 256 * KIB)
+
+
+def test_a_scan_of_extents_the_aggregate_holds_is_predicted_to_gain() -> None:
+    # docs/simulator.md's Rome scan: 64 MiB read extent by extent, one unit holds 16 MiB,
+    # eight hold it all; extents that saved just the margin were predicted to lose
+    extent = FAST_L3.extent_chunks(256 * KIB) * 256 * KIB
+    estimate = FAST_L3.predict_gain([(extent, 4)] * (64 * MIB // extent), 16 * MIB, 128 * MIB, 8)
+    assert estimate.pays and estimate.fraction > 0.2
+    smallest = next(k for k in range(1, 17) if FAST_L3.migration_pays(k * 256 * KIB))
+    at_margin = [(smallest * 256 * KIB, 4)] * (64 * MIB // (smallest * 256 * KIB))
+    assert not FAST_L3.predict_gain(at_margin, 16 * MIB, 128 * MIB, 8).pays
 
 
 def test_no_gain_when_the_hot_data_fits_what_one_thread_reaches() -> None:

@@ -21,6 +21,7 @@ from unicache_sim.shimrule import (
     Action,
     ClaimTable,
     home_vcpu,
+    read_span,
     vcpus_from_home,
 )
 
@@ -259,3 +260,32 @@ def read_sequences(seed: int, count: int, length: int) -> tuple[list[Step], list
             steps.append(step)
             expected.append(outcome)
     return steps, expected
+
+
+#: one uc_read_span case: (n, off, chunk_size, file_size, prev_end)
+SpanCaseT = tuple[int, int, int, int, int]
+
+
+def span_cases(seed: int, count: int) -> tuple[list[SpanCaseT], list[int]]:
+    """Random reads for ``uc_read_span`` with their Python spans: sequential (at 0, at the
+    previous end) and not, chunk sizes from 0 to u64 extremes, offsets at and around chunk
+    ends, files ending before, inside and after the chunk, unknown sizes."""
+    rng = random.Random(seed)
+    cases: list[SpanCaseT] = []
+    for _ in range(count):
+        chunk = (0, 1, 4096, 256 << 10, 2304 << 10, rng.getrandbits(24) + 1, _M64,
+                 _u64(rng))[rng.getrandbits(3)]
+        kind = rng.getrandbits(2)
+        if kind == 0 or not chunk:
+            off = _u64(rng)
+        else:
+            at = rng.getrandbits(20) * chunk  # a chunk's start (wraps: u64 arithmetic)
+            off = (at + (0, 1, chunk - 1, chunk, rng.randrange(chunk))[rng.randrange(5)]) & _M64
+        n = (0, 1, 4096, 128 << 10, rng.getrandbits(24), _M64)[rng.randrange(6)]
+        kind = rng.getrandbits(2)
+        prev = (off, _M64, (off + 1) & _M64, _u64(rng))[kind]
+        kind = rng.getrandbits(2)
+        size = (_M64, (off + rng.getrandbits(22)) & _M64, off - rng.randrange(off + 1) if off
+                else 0, _u64(rng))[kind]
+        cases.append((n, off, chunk, size, prev))
+    return cases, [read_span(*c) for c in cases]

@@ -92,6 +92,9 @@ class RuleLib:
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p,
                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_uint64]
+        self._spans = self._lib.uc_test_read_spans
+        self._spans.restype = None
+        self._spans.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p]
         self._constants = self._lib.uc_test_constants
         self._constants.restype = ctypes.c_uint32
         self._constants.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
@@ -102,6 +105,13 @@ class RuleLib:
         n = self._constants(buf, 32)
         assert n == len(CONSTANT_NAMES), n
         return dict(zip(CONSTANT_NAMES, buf[:n], strict=True))
+
+    def read_spans(self, cases: list[tuple[int, int, int, int, int]]) -> list[int]:
+        """``uc_read_span`` of every (n, off, chunk_size, file_size, prev_end) case, in C."""
+        flat = array("Q", [v for case in cases for v in case])
+        out = array("Q", bytes(8 * len(cases)))
+        self._spans(flat.buffer_info()[0], len(cases), out.buffer_info()[0])
+        return out.tolist()
 
     def run(self, steps: list[Step]) -> list[OutcomeT]:
         """Decide and settle every step in C, in order (batches share the C table)."""

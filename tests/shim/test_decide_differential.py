@@ -14,7 +14,7 @@ from unicache_agent import shm
 from unicache_sim import shimrule
 from unicache_sim.shimrule import BUDGET_UNLIMITED, CLAIM_TID_BITS, Action, ClaimTable
 
-from tests.shim.rulegen import read_sequences, single_reads
+from tests.shim.rulegen import read_sequences, single_reads, span_cases
 from tests.shim.rulelib import STEP, OutcomeT, RuleLib, Step, py_step
 
 SEEDS = (1, 2, 3, 4)
@@ -126,6 +126,32 @@ def test_random_read_sequences_on_one_table_agree(rule_lib: RuleLib, seed: int) 
     # the tables really evolved: claims held, moves made, some vCPU skipped for a holder
     assert sum(1 for _, t in expected if len(t) >= 2) > len(steps) // 10
     assert sum(1 for d, _ in expected if d[0] == Action.MIGRATE) > len(steps) // 20
+
+
+SPAN_CASES_PER_SEED = 30_000
+MIB = 1 << 20
+
+
+def test_a_sequential_reader_counts_the_rest_of_the_chunk() -> None:
+    chunk = 2304 << 10  # a Rome extent
+    buf = 128 << 10  # coreutils' read buffer
+    assert shimrule.read_span(buf, 0, chunk) == chunk  # offset 0 starts a stream
+    assert shimrule.read_span(buf, buf, chunk, prev_end=buf) == chunk - buf  # continues it
+    assert shimrule.read_span(buf, buf, chunk) == buf  # a jump: its own size
+    assert shimrule.read_span(buf, chunk, chunk, prev_end=chunk) == chunk  # next extent
+    assert shimrule.read_span(buf, 0, chunk, file_size=MIB) == MIB  # the file ends first
+    assert shimrule.read_span(buf, 0, 0) == buf  # no table: its own size
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_read_spans_agree(rule_lib: RuleLib, seed: int) -> None:
+    cases, expected = span_cases(seed + 200, SPAN_CASES_PER_SEED)
+    got = rule_lib.read_spans(cases)
+    for case, want, have in zip(cases, expected, got, strict=True):
+        assert want == have, f"uc_read_span{case}: python {want} != C {have}"
+    # both branches were taken: thousands of spans were the rest of a chunk
+    assert sum(1 for (n, *_), w in zip(cases, expected, strict=True) if w > n) > len(cases) // 20
+    assert sum(1 for (n, *_), w in zip(cases, expected, strict=True) if w == n) > len(cases) // 10
 
 
 def test_constants_agree(rule_lib: RuleLib) -> None:

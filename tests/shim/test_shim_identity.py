@@ -16,7 +16,7 @@ from unicache_agent.shm import (
     file_id_of,
 )
 
-from tests.shim.shimtools import CHUNK, ShimEnv, cpus, make_files
+from tests.shim.shimtools import CHUNK, Reader, ShimEnv, cpus, make_files
 
 
 def _table_for(env: ShimEnv, files: list[Path], seed: int, budget: int) -> None:
@@ -74,6 +74,23 @@ def test_cat_output_identical_and_counted(shim_env: ShimEnv, tmp_path: Path) -> 
     harvest = shim_env.counters.harvest(0)
     fid = shim_env.file_id(f)
     assert sum(c.bytes_read for c in harvest.chunks if c.file_id == fid) == f.stat().st_size
+
+
+def test_a_chunk_read_in_small_buffers_counts_one_read_per_run(shim_env: ShimEnv,
+                                                                tmp_path: Path) -> None:
+    # uc_count: a read continuing the thread's previous one inside the chunk is the same run
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 1024)
+    fid = shim_env.file_id(f)
+    shim_env.table.publish(1, CHUNK, CHUNK, [])
+    with Reader(shim_env, f) as r:
+        for off in range(0, 2 * CHUNK, 4096):  # chunks 0 and 1 in 4 KiB buffers: two runs
+            assert len(r.pread(off, 4096)) == 4096
+        assert len(r.pread(CHUNK + 8192, 4096)) == 4096  # a jump back: a third run
+        assert len(r.pread(CHUNK + 12288, 4096)) == 4096  # continuing it
+    reads = {c.chunk: (c.reads, c.bytes_read) for c in shim_env.counters.harvest(0).chunks
+             if c.file_id == fid}
+    assert reads == {0: (1, CHUNK), 1: (2, CHUNK + 8192)}
 
 
 def test_file_ids_agree_between_shim_and_agent(shim_env: ShimEnv) -> None:

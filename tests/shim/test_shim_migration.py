@@ -59,7 +59,12 @@ def test_noncaching_chunk_reader_moves_too(shim_env: ShimEnv, tmp_path: Path) ->
 
 def test_read_below_min_read_size_stays(shim_env: ShimEnv, tmp_path: Path) -> None:
     f = _setup(shim_env, tmp_path, BUDGET_UNLIMITED)
-    assert _where(shim_env, f, 100) == (0, "0")
+    # not at offset 0, which starts a sequential stream (its span: the rest of the chunk)
+    with Reader(shim_env, f) as r:
+        r.ask("tid")  # the shim has loaded (with both CPUs allowed)
+        os.sched_setaffinity(r.proc.pid, {0})
+        assert len(r.pread(4096, 100)) == 100
+        assert r.ask("affinity") == "0"
 
 
 def test_zero_budget_never_migrates(shim_env: ShimEnv, tmp_path: Path) -> None:
@@ -209,3 +214,35 @@ def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
         claims = counters.claims()
         assert claims[0] & CLAIM_TID_MAX == tid and claims[1] & CLAIM_TID_MAX == tid + 1
     counters.close()
+
+
+def test_a_sequential_reader_in_small_buffers_migrates_a_random_one_does_not(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    # uc_read_span: an extent is longer than programs' read buffers; a reader at offset 0,
+    # or continuing its previous read, counts the rest of the chunk against min_read_size
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 1024)
+    least = CHUNK // 2
+    shim_env.table.publish(1, CHUNK, least, [ShmEntry(shim_env.file_id(f), c, frozenset({1}))
+                                             for c in range(4)])
+    with Reader(shim_env, f) as r:
+        r.ask("tid")  # the shim has loaded (with both CPUs allowed)
+        os.sched_setaffinity(r.proc.pid, {0})
+        assert len(r.pread(CHUNK + 4096, 4096)) == 4096  # a jump into chunk 1: 4 KiB
+        assert r.ask("affinity") == "0"
+        assert len(r.pread(0, 4096)) == 4096  # offset 0: the rest of chunk 0 counts
+        assert r.ask("affinity") == "1"
+    with Reader(shim_env, f) as r:
+        r.ask("tid")  # the shim has loaded (with both CPUs allowed)
+        os.sched_setaffinity(r.proc.pid, {0})
+        assert len(r.pread(2 * CHUNK - 4096, 4096)) == 4096  # the end of chunk 1: stays
+        assert r.ask("affinity") == "0"
+        # continuing it: chunk 2 from its start, the whole chunk counts
+        assert len(r.pread(2 * CHUNK, 4096)) == 4096
+        assert r.ask("affinity") == "1"
+        os.sched_setaffinity(r.proc.pid, {0})
+        # a jump near the end of chunk 2, then continuing it with less than
+        # min_read_size left in the chunk: stays
+        assert len(r.pread(3 * CHUNK - 8192, 4096)) == 4096
+        assert len(r.pread(3 * CHUNK - 4096, 4096)) == 4096
+        assert r.ask("affinity") == "0"

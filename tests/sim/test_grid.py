@@ -124,11 +124,21 @@ def test_quick_narrows_only_the_axes_not_given() -> None:
         (GridRequest(ws_points=0), "--ws-points must be at least 1"),
         (GridRequest(threads=("many",)), "--threads wants integers or 'all'"),
         (GridRequest(threads=("100000",)), "no model has the CPUs"),
+        (GridRequest(file_kib=2), "--file-kib must be within 4..1048576"),
+        (GridRequest(read_kib=-1), "--read-kib must be within 0..1048576"),
     ],
 )
 def test_bad_requests_name_the_problem(req: GridRequest, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build_axes(req)
+
+
+def test_scan_files_and_read_calls_reach_every_point() -> None:
+    axes = build_axes(GridRequest(models=("epyc-rome-2s",), file_kib=16384, read_kib=128))
+    points = grid_points(axes)
+    assert {(p.file_bytes, p.read_bytes) for p in points} == {(16 << 20, 128 << 10)}
+    default = grid_points(build_axes(GridRequest(models=("epyc-rome-2s",))))
+    assert {(p.file_bytes, p.read_bytes) for p in default} == {(256 << 10, 0)}
 
 
 # --- summary math -----------------------------------------------------------------------

@@ -34,7 +34,7 @@ def _host() -> tuple[SimHost, int, int]:
 def test_observe_reports_the_reads_and_counters_of_the_round() -> None:
     host, tid, obj = _host()
     shim = GuestShim(host)
-    shim.read_chunk(tid, obj, ChunkId(7, 0), 0, CHUNK, 0.0)
+    shim.read_chunk(tid, obj, ChunkId(7, 0), 0, CHUNK, 0.0, CHUNK)
     assert host.engine.run() == ("need", tid)
     obs = host.observe()
     assert obs is not None
@@ -81,13 +81,13 @@ def test_shim_migrates_to_the_published_vcpus_and_obeys_non_caching() -> None:
     )
     host.act([PublishPlacement("vm0", table, "test")])
     shim = GuestShim(host)
-    shim.read_chunk(tid, obj, ChunkId(1, 0), 0, CHUNK, 0.0)
+    shim.read_chunk(tid, obj, ChunkId(1, 0), 0, CHUNK, 0.0, CHUNK)
     assert host.engine.run() == ("need", tid)
     assert host.engine.thread_cpu(tid) == 12
     assert host.thread_vcpu[tid] == 12
     before = sum(host.engine.occupancy(level, 12) for level in range(2))
     cold = host.engine.add_object(CHUNK)
-    shim.read_chunk(tid, cold, ChunkId(2, 0), 0, CHUNK, 0.0)
+    shim.read_chunk(tid, cold, ChunkId(2, 0), 0, CHUNK, 0.0, CHUNK)
     assert host.engine.run() == ("need", tid)
     assert sum(host.engine.occupancy(level, 12) for level in range(2)) == before
 
@@ -103,8 +103,8 @@ def test_shim_runs_readers_of_one_unit_where_the_shims_rule_puts_them() -> None:
     )
     host.act([PublishPlacement("vm0", table, "test")])
     shim = GuestShim(host)
-    shim.read_chunk(first, obj, chunk, 0, CHUNK, 0.0)
-    shim.read_chunk(second, obj, chunk, 0, CHUNK, 0.0)
+    shim.read_chunk(first, obj, chunk, 0, CHUNK, 0.0, CHUNK)
+    shim.read_chunk(second, obj, chunk, 0, CHUNK, 0.0, CHUNK)
     # uc_decide: the chunk's home vCPU for the first; it holds it (a live claim), so the
     # second goes to the next vCPU of the unit cyclically from home
     home = shimrule.home_vcpu(unit, chunk.file_id, chunk.index)

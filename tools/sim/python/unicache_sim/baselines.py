@@ -207,14 +207,15 @@ class UnicacheLive(Baseline):
 
     def read(self, tid: int, obj: int, file_index: int) -> None:
         size = self.spec.file_bytes
+        # the program's read calls: its buffer, or one call per chunk; never across one
+        buffer = self.spec.read_bytes or self.chunk
         offset = 0
-        index = 0
         while offset < size:
-            length = min(self.chunk, size - offset)
+            index = offset // self.chunk
+            length = min(buffer, (index + 1) * self.chunk - offset, size - offset)
             chunk = ChunkId(file_index, index)
-            self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute)
+            self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute, size)
             offset += length
-            index += 1
         self.window_issued += size
         now = self.engine.thread_time(tid)
         elapsed = now - self.window_start

@@ -115,10 +115,17 @@ def mfc(
     file_kib: Annotated[
         int,
         typer.Option(
-            help="size of every file, KiB (MFC §6.1: 256); large files make a scan, read "
-            "whole in chunks of the policy's size"
+            help="size of every file, KiB (MFC §6.1: 256); large files make a scan"
         ),
     ] = 256,
+    read_kib: Annotated[
+        int,
+        typer.Option(
+            help="KiB per read call of the guest's program on the live path (coreutils: "
+            "128); 0: one call per chunk of the policy's size, as MFC §6.1 reads each file "
+            "whole"
+        ),
+    ] = 0,
     seed: Annotated[int, typer.Option(help="random seed")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a Figure 3-style PNG")] = None,
@@ -146,6 +153,8 @@ def mfc(
             raise UnicacheError("--background-kib must be >= 0 and --background-period-us > 0")
         if not 4 <= file_kib <= 1 << 20:
             raise UnicacheError("--file-kib must be within 4..1048576")
+        if not 0 <= read_kib <= 1 << 20:
+            raise UnicacheError("--read-kib must be within 0..1048576")
         sizes = _parse_sizes(ws_mb)
         topo = load_model(model)
         spec = MfcSpec(
@@ -160,6 +169,7 @@ def mfc(
             background_bytes=background_kib * 1024,
             background_period_s=background_period_us * 1e-6,
             file_bytes=file_kib * 1024,
+            read_bytes=read_kib * 1024,
             seed=seed,
         )
         with Progress(console=_err, transient=True) as progress:

@@ -22,6 +22,7 @@ from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
 from unicache_sim.grid import (
+    FILE_BYTES,
     GridRequest,
     GridResult,
     build_axes,
@@ -81,6 +82,17 @@ def grid(
         _opt("working sets per model, spread over its series, ends kept [default: all]", "N"),
     ] = None,
     setup: Annotated[str, typer.Option(help="MfcSpec.setup: equal or parallel")] = "equal",
+    file_kib: Annotated[
+        int, _opt("size of every file, KiB; large files make a scan [default: 256]", "KIB")
+    ] = 256,
+    read_kib: Annotated[
+        int,
+        _opt(
+            "KiB per read call of the guest's program (coreutils: 128) [default: 0, one "
+            "call per chunk]",
+            "KIB",
+        ),
+    ] = 0,
     quick: Annotated[
         bool,
         typer.Option(
@@ -127,6 +139,8 @@ def grid(
         ws_points=ws_points,
         quick=quick,
         setup=setup,
+        file_kib=file_kib,
+        read_kib=read_kib,
     )
     n_workers = default_workers() if workers is None else workers
     try:
@@ -213,4 +227,8 @@ def _grid_command(req: GridRequest) -> str:
             parts.append(f"{flag} {number}")
     if req.setup != "equal":
         parts.append(f"--setup {req.setup}")
+    if req.file_kib != FILE_BYTES // 1024:
+        parts.append(f"--file-kib {req.file_kib}")
+    if req.read_kib:
+        parts.append(f"--read-kib {req.read_kib}")
     return " ".join(parts)

@@ -45,6 +45,8 @@ from unicache_sim.mfc import (
 BASE_THREADS = (1, 4)
 #: seeds of a full grid
 DEFAULT_SEEDS = 5
+#: files of the grid by default: MFC §6.1's 256 KiB (``MfcSpec``'s default)
+FILE_BYTES = 256 * 1024
 
 # --quick: a smoke subset of every axis not given explicitly (docs/simulator.md, "Grid")
 #: quick models: the multi-LLC models with at most this many CPUs
@@ -85,6 +87,8 @@ class GridAxes:
     :param paths: live, whatif (a subset).
     :param seeds: the seeds every point runs with.
     :param setup: ``MfcSpec.setup`` of every point (passed through).
+    :param file_bytes: ``MfcSpec.file_bytes`` of every point (large files: a scan).
+    :param read_bytes: ``MfcSpec.read_bytes`` of every point (the program's buffer).
     """
 
     models: tuple[ModelAxes, ...]
@@ -93,6 +97,8 @@ class GridAxes:
     paths: tuple[str, ...]
     seeds: tuple[int, ...]
     setup: str = "equal"
+    file_bytes: int = FILE_BYTES
+    read_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -107,6 +113,8 @@ class GridPoint:
     ws_mb: float
     seed: int
     setup: str = "equal"
+    file_bytes: int = FILE_BYTES
+    read_bytes: int = 0
 
     @property
     def label(self) -> str:
@@ -147,6 +155,8 @@ class GridRequest:
     :param ws_points: working sets per model, spread over the series.
     :param quick: take the ``--quick`` subset for every axis left at ``None``.
     :param setup: ``equal`` or ``parallel``.
+    :param file_kib: size of every file, KiB.
+    :param read_kib: KiB per read call of the guest's program (0: one call per chunk).
     """
 
     models: tuple[str, ...] | None = None
@@ -158,6 +168,8 @@ class GridRequest:
     ws_points: int | None = None
     quick: bool = False
     setup: str = "equal"
+    file_kib: int = FILE_BYTES // 1024
+    read_kib: int = 0
 
 
 def multi_llc_models(names: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -265,13 +277,26 @@ def build_axes(req: GridRequest) -> GridAxes:
     axes = tuple(a for a in (model_axes(m, threads, ws_points) for m in models) if a.threads)
     if not axes:
         raise ConfigError(f"no model has the CPUs for --threads {','.join(threads or ())}")
-    return GridAxes(axes, workloads, dists, paths, tuple(range(1, n_seeds + 1)), req.setup)
+    if not 4 <= req.file_kib <= 1 << 20:
+        raise ConfigError(f"--file-kib must be within 4..1048576, not {req.file_kib}")
+    if not 0 <= req.read_kib <= 1 << 20:
+        raise ConfigError(f"--read-kib must be within 0..1048576, not {req.read_kib}")
+    return GridAxes(
+        axes,
+        workloads,
+        dists,
+        paths,
+        tuple(range(1, n_seeds + 1)),
+        req.setup,
+        req.file_kib * 1024,
+        req.read_kib * 1024,
+    )
 
 
 def grid_points(axes: GridAxes) -> tuple[GridPoint, ...]:
     """Every point of the grid, in a stable order."""
     return tuple(
-        GridPoint(m.model, w, d, t, p, ws, s, axes.setup)
+        GridPoint(m.model, w, d, t, p, ws, s, axes.setup, axes.file_bytes, axes.read_bytes)
         for m in axes.models
         for w in axes.workloads
         for d in axes.dists
@@ -295,6 +320,8 @@ def run_point(point: GridPoint) -> GridResult:
         path=point.path,
         setup=point.setup,
         seed=point.seed,
+        file_bytes=point.file_bytes,
+        read_bytes=point.read_bytes,
     )
     result = GridResult(point, run_mfc(_model(point.model), spec, [point.ws_mb])[0])
     # the native engine may only be dropped on the thread that made it: collect whatever

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from unicache.errors import ConfigError
 
-from unicache_sim.grid import GridAxes, ModelAxes
+from unicache_sim.grid import FILE_BYTES, GridAxes, ModelAxes
 from unicache_sim.grid_report import PointKey, PointSummary, seed_range
 
 #: the color scale spans at least 1/x..x around 1.0, so that noise stays pale
@@ -82,9 +82,14 @@ def plot_model(
         ratios = [r for r in TICK_RATIOS if half / 5 <= math.log2(r) <= half][-3:]
         ticks = sorted({0.0, *(math.log2(r) for r in ratios), *(-math.log2(r) for r in ratios)})
         bar.set_ticks(ticks, labels=[f"{2**t:.2g}" for t in ticks])
+    # files other than MFC §6.1's, or read in a program's buffers: say so under the title
+    files = ""
+    if axes.file_bytes != FILE_BYTES or axes.read_bytes:
+        calls = f"{axes.read_bytes >> 10} KiB calls" if axes.read_bytes else "one call a chunk"
+        files = f"\n{axes.file_bytes >> 10} KiB files read in {calls}"
     fig.suptitle(
         f"{model.model} ({model.cpus} CPUs, {model.llc_groups} LLC groups): median "
-        f"unicache / linux over {len(axes.seeds)} seeds ({seed_range(axes.seeds)})"
+        f"unicache / linux over {len(axes.seeds)} seeds ({seed_range(axes.seeds)}){files}"
     )
     try:
         fig.savefig(path, dpi=100, bbox_inches="tight")

@@ -61,6 +61,11 @@ class MfcSpec:
     :param threads: reader threads (one VM, one vCPU per host CPU); in the parallel
         set-up, the Linux baseline's (unicache and the oracle run twice as many).
     :param file_bytes: size of every file (MFC §6.1: 256 KiB).
+    :param read_bytes: bytes per read call of the guest's program on the product's path
+        (``live``); 0: one call per chunk, as MFC §6.1's benchmark reads each file whole.
+        coreutils' ``cat``, ``wc`` and ``md5sum`` read 128 KiB at a time (``IO_BUFSIZE``,
+        src/ioblksize.h). The shim counts a sequential reader's rest of the chunk
+        (``uc_read_span``), so buffers smaller than ``min_read_size`` still migrate.
     :param dram_bw_scale: factor on DRAM bandwidth (§6.5.1).
     :param timing: the live loop's timing (the daemon's defaults) and its sampling.
     :param warm_factor: warm-up reads, in working sets (at least ``min_warm_bytes``).
@@ -94,6 +99,7 @@ class MfcSpec:
     dist: str = "uniform"
     threads: int = 1
     file_bytes: int = 256 * 1024
+    read_bytes: int = 0
     dram_bw_scale: float = 1.0
     timing: LoopTiming = field(default_factory=LoopTiming.daemon_defaults)
     warm_factor: float = 3.0

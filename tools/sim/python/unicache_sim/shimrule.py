@@ -5,13 +5,15 @@ Which vCPU a read runs on: libunicache.so decides it with ``uc_decide`` and
 for step and bit for bit, so that the simulator's guest moves threads as the product does.
 ``tests/shim/test_decide_differential.py`` compares the two over random cases.
 
-Exports :func:`decide` (pure), :class:`Decision` and :class:`Action` (its result),
-:class:`ClaimTable` (the per-vCPU claims the decisions leave behind, the only state), and
-the helpers :func:`mix64`, :func:`home_vcpu` and :func:`as_mask`.
+Exports :func:`decide` (pure), :func:`read_span` (what ``n`` a read counts as),
+:class:`Decision` and :class:`Action` (its result), :class:`ClaimTable` (the per-vCPU claims
+the decisions leave behind, the only state), and the helpers :func:`mix64`,
+:func:`home_vcpu` and :func:`as_mask`.
 
 The rule (numbered as in uc_decide.h):
 
-1. ``n < min_read_size`` or the current CPU is unknown (``cur < 0``): NONE;
+1. ``n < min_read_size`` or the current CPU is unknown (``cur < 0``): NONE; ``n`` is the
+   read's span (:func:`read_span`): a sequential reader counts the rest of the chunk;
 2. ``cur`` is one of the chunk's vCPUs and its claim is free for the reader: STAY at ``cur``;
 3. ``cand = mask & allowed``; empty: NONE;
 4. ``home`` = the k-th vCPU of ``cand`` ascending, ``k = mix64(file_id * 0x9E3779B97F4A7C15
@@ -268,12 +270,39 @@ class ClaimTable:
         return ClaimTable(self.nvcpus, self._words)
 
 
+#: ``read_span``'s ``prev_end`` when the thread has not read the file before (UINT64_MAX)
+NO_PREVIOUS_END = _M64
+
+
+def read_span(n: int, off: int, chunk_size: int, file_size: int = _M64,
+              prev_end: int = NO_PREVIOUS_END) -> int:
+    """The bytes a read is expected to bring from its chunk (``uc_read_span``).
+
+    A sequential read — at offset 0, or where the thread's previous read of the file
+    ended (the kernel's readahead rule) — counts the rest of its chunk up to the end of the
+    file; any other read counts its own ``n``. Where the policy keeps a file's consecutive
+    chunks together (an extent, larger than programs' read buffers), a program reading the
+    file in buffers migrates once per extent instead of never.
+
+    :param n: bytes of this read.
+    :param off: its file offset (modulo 2**64).
+    :param chunk_size: the table's chunk size (0: the read's own ``n``).
+    :param file_size: the file's size (2**64 - 1: unknown).
+    :param prev_end: where this thread's previous read of the file ended (2**64 - 1: none).
+    """
+    off &= _M64
+    if not chunk_size or (off != 0 and off != prev_end & _M64):
+        return n
+    end = min(off - off % chunk_size + chunk_size, _M64, file_size & _M64)
+    return end - off if end > off and end - off > n else n
+
+
 def decide(*, n: int, min_read_size: int, cur: int, mask: VcpuMaskT, allowed: VcpuMaskT,
            file_id: int, chunk: int, budget: int, spent: int, claims: ClaimTable | None,
            tid: int, now_ns: int) -> Decision:
     """The vCPU a read runs on (``uc_decide``); reads ``claims``, changes nothing.
 
-    :param n: bytes of this read.
+    :param n: the read's span (:func:`read_span`).
     :param min_read_size: the table's threshold: shorter reads never migrate.
     :param cur: the vCPU the thread runs on now (-1 unknown).
     :param mask: the chunk's vCPUs (the table entry).

@@ -100,11 +100,15 @@ class SimHost:
         self.thread_vcpu[tid] = vcpu
         self._marks[tid] = _ThreadMark()
 
-    def record_read(self, tid: int, chunk: ChunkId, nbytes: int) -> None:
-        """What the guest agent counts for its next report."""
+    def record_read(self, tid: int, chunk: ChunkId, nbytes: int, run: bool = True) -> None:
+        """What the guest agent counts for its next report.
+
+        :param run: the read starts a run in the chunk (``uc_count``: a read continuing the
+            thread's previous one inside the chunk adds bytes only).
+        """
         acc = self._reads.setdefault(chunk, _ChunkReads())
         acc.bytes_read += nbytes
-        acc.reads += 1
+        acc.reads += run
         vcpu = self.thread_vcpu[tid]
         acc.vcpu_bytes[vcpu] = acc.vcpu_bytes.get(vcpu, 0) + nbytes
 
@@ -249,23 +253,47 @@ class GuestShim:
         self._spent_tick = -1
         #: threads the shim moved: each is pinned to one vCPU (``uc_pinned``)
         self._pinned: set[int] = set()
+        #: per thread, (chunk, end offset) of its last read (``uc_seq_file``, ``uc_seq_end``)
+        self._seq: dict[int, tuple[ChunkId, int]] = {}
 
     def read_chunk(
-        self, tid: int, obj: int, chunk: ChunkId, offset: int, length: int, compute: float
+        self,
+        tid: int,
+        obj: int,
+        chunk: ChunkId,
+        offset: int,
+        length: int,
+        compute: float,
+        file_bytes: int,
     ) -> None:
-        """Queue the read of one chunk for thread ``tid``: run it where the rule says."""
+        """Queue one read call of thread ``tid`` inside one chunk (``length`` bytes at file
+        offset ``offset`` of a file of ``file_bytes``): run it where the rule says."""
         host = self.host
-        host.record_read(tid, chunk, length)
+        previous = self._seq.get(tid)
+        self._seq[tid] = (chunk, offset + length)
+        prev_end = shimrule.NO_PREVIOUS_END
+        if previous is not None and previous[0].file_id == chunk.file_id:
+            prev_end = previous[1]
+        # a read continuing the thread's previous one inside the chunk is the same run
+        host.record_read(tid, chunk, length, run=previous != (chunk, offset))
         entry = host.entries.get(chunk)
         table = host.table
         kind: Literal["read", "nt"] = "read"
         if entry is not None and table is not None:
+            # a sequential reader counts the rest of the chunk (uc_span)
+            span = length
+            if length < table.min_read_size:
+                span = shimrule.read_span(
+                    length,
+                    offset,
+                    table.chunk_size,
+                    file_bytes,
+                    prev_end,
+                )
             # MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads
-            if not entry.caching and length >= table.min_read_size:
+            if not entry.caching and span >= table.min_read_size:
                 kind = "nt"
-            self._place(
-                tid, entry.vcpus, entry.migration_budget, chunk, length, table.min_read_size
-            )
+            self._place(tid, entry.vcpus, entry.migration_budget, chunk, span, table.min_read_size)
         elif table is not None and tid in self._pinned:
             # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget, no
             # min_read_size (a move for CPU, not for data)
