@@ -190,16 +190,23 @@ class SimHost:
     def float_vcpus(self, rng: random.Random, float_prob: float, tids: Sequence[int]) -> None:
         """One load-balancing tick of the host's scheduler over the busy vCPUs.
 
-        The vCPUs that run a reader move as :func:`linux_float` moves any thread,
-        inside their CPU sets; another thread of ``tids`` (a co-runner) keeps its CPU.
+        The vCPUs that run a reader move as :func:`linux_float` moves any thread, inside
+        their CPU sets; another thread of ``tids`` (a co-runner: a VM this host does not
+        pin) moves as it would under ``linux``, anywhere. Threads are considered in the
+        order ``linux`` considers them (readers, then the co-runner, the highest tid), so
+        both baselines take the same draws.
         """
         busy = sorted(set(self.thread_vcpu.values()))
+        # vCPUs by index, other threads as -1 - tid (the two never collide)
         placed = {vcpu: self.vcpu_cpu[vcpu] for vcpu in busy}
-        occupied = frozenset(
-            self.engine.thread_cpu(t) for t in tids if t not in self.thread_vcpu
-        )
-        for vcpu, cpu in linux_float(rng, float_prob, self.cfg, placed, self.affinity, occupied):
-            self._move_vcpu(vcpu, cpu)
+        others = sorted(t for t in tids if t not in self.thread_vcpu)
+        placed.update({-1 - t: self.engine.thread_cpu(t) for t in others})
+        for key, cpu in linux_float(rng, float_prob, self.cfg, placed, self.affinity):
+            if key >= 0:
+                self._move_vcpu(key, cpu)
+            else:
+                old = placed[key]
+                self.engine.move_thread(-1 - key, cpu, self.cfg.migration_cost(old, cpu))
 
     def _place_vcpus(self) -> None:
         """Run each vCPU on a CPU of its set, as the host scheduler spreads runnable threads.
@@ -353,7 +360,6 @@ def linux_float(
     cfg: SimConfig,
     placed: dict[int, int],
     allowed: dict[int, frozenset[int]] | None = None,
-    occupied: frozenset[int] = frozenset(),
 ) -> list[tuple[int, int]]:
     """A heuristic of CFS load balancing, for the host's runnable threads.
 
@@ -366,10 +372,9 @@ def linux_float(
     :param cfg: the machine.
     :param placed: thread -> the CPU it runs on, in the order threads are considered.
     :param allowed: thread -> the CPUs it may run on (missing: all).
-    :param occupied: CPUs busy with threads that do not move.
     :returns: (thread, new CPU) per move, in order.
     """
-    busy = set(placed.values()) | occupied
+    busy = set(placed.values())
     moves = []
     for thread, cpu in placed.items():
         if rng.random() >= float_prob:
