@@ -63,6 +63,17 @@ def test_frequent_user_with_spare_capacity_replicates_there() -> None:
     assert t.holders()[key(1)] == {0, 1}
 
 
+def test_a_vm_whose_readers_need_no_copy_gets_none() -> None:
+    # the same frequent use as above, but the VM's readers fit one unit's cores (its
+    # limit: one copy): the reader migrates to the holder instead of replicating
+    t = table()
+    t.mfc_access(key(1), CHUNK, curunit=0, allowed=frozenset({0}), max_copies=1)
+    for _ in range(2):
+        access = t.mfc_access(key(1), CHUNK, curunit=1, allowed=ALL, max_copies=1)
+        assert (access.unit, access.rule) == (0, mfc.RULE_MIGRATE_HOLDER)
+    assert t.holders()[key(1)] == {0}
+
+
 def test_thread_passing_through_a_unit_does_not_replicate() -> None:
     # §4.4's single thread: it reads f from unit 1 now and then, but f's copy on unit 0
     # serves far more reads, so unit 1 is no frequent user and spends no space on a replica

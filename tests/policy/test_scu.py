@@ -90,6 +90,22 @@ def test_files_larger_than_one_unit_are_spread_over_units() -> None:
     assert len(used) >= 3
 
 
+def test_a_vm_with_one_reader_gets_no_copies_wherever_it_read() -> None:
+    # MFC §4.4: copies relieve a core many readers migrate to; one reader needs none. Its
+    # reads come from every unit in turn (a thread the guest moves before it is placed),
+    # which made every unit a "frequent user" and gave chunks up to four copies: twice the
+    # cache the data needs (opteron-16, 8 MiB, one thread: 3 % of bytes from DRAM)
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC)
+    vms = _vms(count=1, vcpus=16)
+    state = RoundState()
+    for tick in range(12):
+        reports = [_report("vm0", range(32), vcpu=(tick * 5) % 16, reads=4)]
+        _, state = _round(policy, tick, vms, reports, state)
+    table = state.scu.table
+    assert table is not None and table.holders()
+    assert {len(units) for units in table.holders().values()} == {1}
+
+
 def test_steady_workload_stops_republishing_tables() -> None:
     policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC)
     vms = _vms()

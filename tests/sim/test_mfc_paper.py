@@ -52,12 +52,15 @@ def test_never_slower_than_linux_past_the_aggregate_cache(
     assert _median(points[128.0]) >= 0.98
 
 
-def test_dram_traffic_at_8_mib_is_at_least_5x_lower(
+def test_dram_traffic_at_8_mib_is_at_least_100x_lower(
     points: dict[float, list[PointResult]],
 ) -> None:
-    # the issue asks for 100x; the live loop reaches 15-29x today (docs/simulator.md)
-    ratios = [p.get("linux").dram_per_byte / p.get("unicache").dram_per_byte for p in points[8.0]]
-    assert statistics.median(ratios) >= 5.0, ratios
+    # issue #11: at least 100x less DRAM traffic per file byte (the paper: 190x)
+    ratios = [
+        p.get("linux").dram_per_byte / max(p.get("unicache").dram_per_byte, 1e-12)
+        for p in points[8.0]
+    ]
+    assert statistics.median(ratios) >= 100.0, ratios
 
 
 @pytest.mark.parametrize("ws", SIZES, ids=[f"{s:g}MiB" for s in SIZES])

@@ -290,16 +290,26 @@ class MfcTable:
 
     # --- Figure 2 -------------------------------------------------------------------------
 
-    def mfc_access(self, key: ChunkKey, size: int, curunit: int, allowed: frozenset[int]) -> Access:
+    def mfc_access(
+        self,
+        key: ChunkKey,
+        size: int,
+        curunit: int,
+        allowed: frozenset[int],
+        max_copies: int | None = None,
+    ) -> Access:
         """Figure 2: decide which unit reads ``key`` and whether with caching loads.
 
         :param key: the chunk being read.
         :param size: its size ``f.size``.
         :param curunit: ``curcore`` — the unit of the vCPU that issued the read.
         :param allowed: units where the reading VM has vCPUs (``curunit`` is one).
+        :param max_copies: the reading VM's own limit on copies (at most the table's
+            ``max_copies``; ``None``: the table's).
         :returns: the unit, the load type and the rule that decided.
         """
         p = self.params
+        copies = p.max_copies if max_copies is None else min(max(max_copies, 1), p.max_copies)
         f = self._chunk(key, size)
         f.reads_from[curunit] = f.reads_from.get(curunit, 0) + 1
 
@@ -308,7 +318,7 @@ class MfcTable:
             return Access(curunit, True, RULE_SMALL)
 
         holders = f.units & allowed
-        if curunit not in f.units and len(f.units) < p.max_copies:
+        if curunit not in f.units and len(f.units) < copies:
             # lines 6-10: spare capacity on curcore, and curcore is a frequent user (§4.2)
             frequent = self._frequent_user(f, curunit)
             if frequent and self.cache_avail(curunit) > size and self._fits(curunit, size):
@@ -326,7 +336,7 @@ class MfcTable:
         # lines 18-29: not cached anywhere this VM can read it
         if not holders:
             found = self._lookup_lfu_any(allowed, exclude=key)
-            if found is not None and len(f.units) < p.max_copies:
+            if found is not None and len(f.units) < copies:
                 lfu1, c = found
                 # line 21: c holds lfu1, less popular than f
                 if self.chunks[lfu1].use.get(c, 0) < f.total_use():
@@ -348,7 +358,7 @@ class MfcTable:
         # lines 32-40: holder busy, curunit idle, and f much more popular than curunit's LFU
         busy = self.units[newunit].runqueue_len > p.busy_threshold
         idle = self.units[curunit].runqueue_len < p.idle_threshold
-        if busy and idle and curunit not in f.units and len(f.units) < p.max_copies:
+        if busy and idle and curunit not in f.units and len(f.units) < copies:
             lfu2 = self.lookup_lfu(curunit, exclude=key)
             lfu2_use = 0 if lfu2 is None else self.chunks[lfu2].use.get(curunit, 0)
             if f.use.get(newunit, 0) > 2 * lfu2_use:

@@ -16,6 +16,7 @@ Pure: no I/O, no clock, no threads.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -269,11 +270,16 @@ class ScuPolicy:
             if vm in rates and vm not in aside:
                 refusals.append(Refusal(WATCH, f"SCU leaves {vm} alone: {verdict.reason}"))
         left_alone = frozenset(aside) | frozenset(held)
+        # each VM's running readers: its vCPUs' busy time this round
+        readers: dict[str, float] = {}
+        for sample in obs.samples:
+            readers[sample.vcpu.vm] = readers.get(sample.vcpu.vm, 0.0) + max(sample.busy, 0.0)
         for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
             units_of_vm = by_vm.get(report.vm)
             if not units_of_vm or report.vm in left_alone:
                 continue
             allowed = frozenset(units_of_vm.values())
+            copies = self._copies_needed(readers.get(report.vm, 0.0), units_of_vm)
             for access in sorted(report.chunks, key=lambda a: a.chunk):
                 key = ChunkKey(report.vm, access.chunk)
                 size = min(access.bytes_read, opts.chunk_size) if access.reads else 0
@@ -284,7 +290,7 @@ class ScuPolicy:
                         continue
                     share = access.reads * nbytes // max(access.bytes_read, 1)
                     for _ in range(max(1, min(share, opts.max_replays))):
-                        result = table.mfc_access(key, size, curunit, allowed)
+                        result = table.mfc_access(key, size, curunit, allowed, copies)
                     decisions.append(
                         ChunkDecision(
                             report.vm,
@@ -478,6 +484,19 @@ class ScuPolicy:
 
     def _cores(self, unit: CacheUnit) -> int:
         return max(len(unit.cpus) // self.smt, 1)
+
+    def _copies_needed(self, readers: float, units_of_vm: Mapping[int, int]) -> int:
+        """The copies of a chunk a VM's readers can use (MFC §4.4).
+
+        Copies are there because "a core holding a popular file may be a CPU bottleneck if
+        many threads migrate to it"; readers that one unit's cores run at once need none,
+        and each copy takes a unit's cache from another chunk (§4.4: one thread "wants all
+        caches to hold distinct files"). So: the units whose cores run all of the VM's
+        running ``readers`` (its vCPUs' busy time this round), at least one.
+        """
+        by_id = {u.id: u for u in self.units}
+        cores = min((self._cores(by_id[u]) for u in set(units_of_vm.values())), default=1)
+        return max(1, math.ceil(readers / cores - 1e-9))
 
     def _copies(self, unit: CacheUnit) -> list[int]:
         # instances of each level inside a unit: one per core for private levels
