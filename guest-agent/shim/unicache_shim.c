@@ -237,6 +237,9 @@ static UC_TLS int uc_pinned;
 /* where this thread's last read of a file ended: uc_read_span's prev_end (sequential reads) */
 static UC_TLS uint64_t uc_seq_file;
 static UC_TLS uint64_t uc_seq_end = UINT64_MAX;
+/* the size of file uc_size_file when this thread's stream of it began (uc_span) */
+static UC_TLS uint64_t uc_size_file;
+static UC_TLS uint64_t uc_size = UINT64_MAX;
 
 static void uc_tid_atfork_child(void)
 {
@@ -894,7 +897,10 @@ static uint64_t uc_spent(uint64_t file_id, uint64_t chunk, uint32_t budget)
 
 /*
  * The read's span (uc_read_span, uc_decide.h): the rest of the chunk for a sequential
- * reader. The file's size is asked (one fstat) only when it could change the answer.
+ * reader. The file's size matters only when the rest of the chunk could reach
+ * min_read_size, and is asked once per stream (one fstat when a stream starts at offset
+ * 0, or continues a file whose size this thread has not asked): a file that grows or
+ * shrinks while one thread scans it only moves the estimate, never the bytes read.
  */
 static uint64_t uc_span(int fd, uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h)
 {
@@ -902,9 +908,15 @@ static uint64_t uc_span(int fd, uint64_t file_id, uint64_t off, size_t n, const 
 	uint64_t span = uc_read_span(n, off, h->chunk_size, UINT64_MAX, prev);
 	struct stat st;
 
-	if (n >= h->min_read_size || span < h->min_read_size || fstat(fd, &st) < 0)
+	if (n >= h->min_read_size || span < h->min_read_size)
 		return n;
-	return uc_read_span(n, off, h->chunk_size, (uint64_t)st.st_size, prev);
+	if (off == 0 || uc_size_file != file_id) {
+		if (fstat(fd, &st) < 0)
+			return n;
+		uc_size_file = file_id;
+		uc_size = (uint64_t)st.st_size;
+	}
+	return uc_read_span(n, off, h->chunk_size, uc_size, prev);
 }
 
 /*

@@ -214,6 +214,7 @@ class ScuPolicy:
         self.options = options
         self.levels = levels
         self.smt = smt
+        self._unit_by_id = {u.id: u for u in units}
 
     def start(self, state: ScuState) -> None:
         """Validate a restored state against the units (idempotent).
@@ -357,7 +358,7 @@ class ScuPolicy:
         cost = self.options.cost
         if cost is None:
             return {}, {}, {}
-        units = {u.id: u for u in self.units}
+        units = self._unit_by_id
         reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
         seconds: dict[str, float] = {}
         for report in obs.reports:
@@ -494,8 +495,8 @@ class ScuPolicy:
         caches to hold distinct files"). So: the units whose cores run all of the VM's
         running ``readers`` (its vCPUs' busy time this round), at least one.
         """
-        by_id = {u.id: u for u in self.units}
-        cores = min((self._cores(by_id[u]) for u in set(units_of_vm.values())), default=1)
+        units = set(units_of_vm.values())
+        cores = min((self._cores(self._unit_by_id[u]) for u in units), default=1)
         return max(1, math.ceil(readers / cores - 1e-9))
 
     def _copies(self, unit: CacheUnit) -> list[int]:

@@ -22,7 +22,6 @@ from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
 from unicache_sim.grid import (
-    FILE_BYTES,
     GridRequest,
     GridResult,
     build_axes,
@@ -40,6 +39,7 @@ from unicache_sim.grid_report import (
     rich_table,
     summarize_points,
 )
+from unicache_sim.mfc import FILE_BYTES
 
 _err = Console(stderr=True)
 

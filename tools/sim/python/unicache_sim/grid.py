@@ -32,6 +32,7 @@ from unicache.topology import Topology, load_model, model_names
 from unicache_sim.config import from_topology
 from unicache_sim.mfc import (
     DISTRIBUTIONS,
+    FILE_BYTES,
     MIB,
     PATHS,
     SETUPS,
@@ -45,8 +46,6 @@ from unicache_sim.mfc import (
 BASE_THREADS = (1, 4)
 #: seeds of a full grid
 DEFAULT_SEEDS = 5
-#: files of the grid by default: MFC §6.1's 256 KiB (``MfcSpec``'s default)
-FILE_BYTES = 256 * 1024
 
 # --quick: a smoke subset of every axis not given explicitly (docs/simulator.md, "Grid")
 #: quick models: the multi-LLC models with at most this many CPUs

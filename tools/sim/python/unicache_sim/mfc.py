@@ -45,6 +45,8 @@ SETUPS = ("equal", "parallel")
 #: co-runners of the observations paper, in a second VM on the last CPU
 CORUNNERS = ("none", "mergesort", "cachebuster", "spinloop")
 MIB = 1024 * 1024
+#: §6.1: every file of the read benchmark is 256 KiB
+FILE_BYTES = 256 * 1024
 #: policy rounds the live unicache baseline decides before it measures: SCU's watch
 #: measures a VM unplaced (rounds 1-2) and placed (3-4) before it keeps or withdraws the
 #: placement, and the prediction's hysteresis settles in a few more; the measured phase
@@ -98,7 +100,7 @@ class MfcSpec:
     workload: str = "read"
     dist: str = "uniform"
     threads: int = 1
-    file_bytes: int = 256 * 1024
+    file_bytes: int = FILE_BYTES
     read_bytes: int = 0
     dram_bw_scale: float = 1.0
     timing: LoopTiming = field(default_factory=LoopTiming.daemon_defaults)
