@@ -288,9 +288,10 @@ def main() -> int:
         off = measure(vm, files, shim=False)
 
         step("Starting the daemon (--unify l2 --always-place); its decisions as they happen:")
-        console.print("--always-place: this host's two L2 units share one L3 and the guest "
-                      "runs under TCG, where SCU's cost model and watch would rightly leave "
-                      "the guest alone; the demo shows the mechanism instead (docs/policies.md "
+        console.print("--always-place: this host's two L2 units share one L3, the guest "
+                      "runs under TCG and the host has no LLC counters, where SCU's cost model "
+                      "and watch would rightly leave the guest alone and SRM would color "
+                      "nothing; the demo shows the mechanisms instead (docs/policies.md "
                       "'Never slower')", highlight=False)
         log = state / "decisions.jsonl"
         if log.exists():

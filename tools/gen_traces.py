@@ -119,11 +119,13 @@ def colors_replicas_trace() -> list[dict[str, object]]:
     """One VM on opteron-242-2node: a backup stream gets colors, a hot file gets replicas.
 
     The VM has a vCPU on each of the host's two nodes (guest nodes 0 and 1) and two
-    colored memory-only nodes (2: host colors 0-7, 3: colors 8-15 of the 16 colors of the
-    1 MiB 16-way L2). vCPU 0 streams a large file once (weak locality: SRM colors it);
-    vCPU 1 reads a hot file whose page cache is on node 0 three times a tick (NCC
-    replicates it on node 1); a write at tick 4 and a shim-less writer at tick 6 drop
-    the replicas again.
+    colored memory-only nodes (2: host colors 0-1, 3: colors 2-3 of the 16 colors of the
+    1 MiB 16-way L2, a quarter of it). vCPU 0 streams a large file once (weak locality);
+    its co-runner on vCPU 1 misses half of its LLC references while the stream runs
+    uncolored (tick 0) and an eighth once it is colored, so SRM's step-aside predicts a
+    gain and its watch keeps the colors (docs/coloring.md, step 7). vCPU 1 reads a hot
+    file whose page cache is on node 0 three times a tick (NCC replicates it on node 1);
+    a write at tick 4 and a shim-less writer at tick 6 drop the replicas again.
     """
     chunk = 512 * 1024  # half of the 1 MiB L2
     lines: list[dict[str, object]] = [
@@ -133,17 +135,21 @@ def colors_replicas_trace() -> list[dict[str, object]]:
             "nodes": [
                 {"node": 0, "vcpus": "0", "memory_mib": 768},
                 {"node": 1, "vcpus": "1", "memory_mib": 768},
-                {"node": 2, "vcpus": "", "memory_mib": 128, "colors": "0-7"},
-                {"node": 3, "vcpus": "", "memory_mib": 128, "colors": "8-15"},
+                {"node": 2, "vcpus": "", "memory_mib": 128, "colors": "0-1"},
+                {"node": 3, "vcpus": "", "memory_mib": 128, "colors": "2-3"},
             ],
         },
     ]
     backup, hot = 0xBAC0, 0x40
+    stream_lines = 4 * chunk // 64
     for tick in range(8):
-        for vcpu in range(2):
+        # (LLC references, misses): the streamer's are its own lines and a little more
+        counters = [(stream_lines + 7_000, stream_lines + 1_000),
+                    (60_000, 30_000 if tick == 0 else 7_500)]
+        for vcpu, (refs, misses) in enumerate(counters):
             lines.append({"type": "sample", "tick": tick, "vm": "web", "vcpu": vcpu,
                           "cycles": 1_600_000_000, "instructions": 800_000_000,
-                          "llc_references": 60_000, "llc_misses": 20_000, "busy": 0.8})
+                          "llc_references": refs, "llc_misses": misses, "busy": 0.8})
         chunks: list[dict[str, object]] = [
             {"file": f"{backup:x}", "chunk": tick * 4 + i, "bytes": chunk, "reads": 1,
              "writes": 0, "vcpu_bytes": [[0, chunk]], "home_node": 2 + (i // 2) % 2,

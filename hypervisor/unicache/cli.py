@@ -429,9 +429,9 @@ def run(
         bool,
         typer.Option(
             "--always-place",
-            help="SCU places every VM, without its cost model and watch: to check the "
-            "mechanism on a host where unification cannot gain (one LLC, --unify l2). "
-            "Never slower no longer holds.",
+            help="SCU places every VM and SRM colors every stream, without their cost "
+            "models and watches: to check the mechanisms on a host where they cannot gain "
+            "(one LLC, --unify l2, no LLC counters). Never slower no longer holds.",
         ),
     ] = False,
     metrics_port: Annotated[

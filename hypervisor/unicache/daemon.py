@@ -66,8 +66,9 @@ class DaemonConfig:
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
     :param connect: libvirt URI; ``None`` tries qemu:///system, then unicache's own QEMU.
-    :param always_place: SCU places every VM, without its cost model and watch (checks the
-        mechanism where unification cannot gain; "never slower" no longer holds).
+    :param always_place: SCU places every VM and SRM colors every stream, without their
+        cost models and watches (checks the mechanisms where they cannot gain; "never
+        slower" no longer holds).
     """
 
     interval_s: float = 1.0
@@ -214,11 +215,13 @@ async def run_daemon(
     scu_options = scu_options_for(topo, config.unify)
     if config.always_place:
         scu_options = replace(scu_options, cost=None, watch=False)
-    policy = UnicachePolicy(topo, config.unify, scu_options=scu_options)
+    policy = UnicachePolicy(
+        topo, config.unify, scu_options=scu_options, color_step_aside=not config.always_place
+    )
     note(f"topology {topo.name}: {len(policy.units)} cache units with --unify {config.unify}")
     if config.always_place:
-        note("--always-place: SCU places every VM, without its cost model and watch "
-             "(never slower no longer holds)")
+        note("--always-place: SCU places every VM and SRM colors every stream, without "
+             "their cost models and watches (never slower no longer holds)")
     if len(policy.units) < 2:
         note("only one cache unit: SCU has nothing to unify (try --unify l2)")
     if policy.scu.options.cost_source != "model":

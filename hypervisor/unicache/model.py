@@ -37,11 +37,13 @@ class Vcpu:
     :param id: which vCPU.
     :param thread_id: the host thread running it (QMP ``thread-id``), if known.
     :param cpus: the host CPUs it may currently run on (its affinity).
+    :param cpu: the host CPU it last ran on (``/proc/TID/stat`` field 39), if known.
     """
 
     id: VcpuId
     thread_id: int | None
     cpus: frozenset[int]
+    cpu: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

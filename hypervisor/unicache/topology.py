@@ -194,6 +194,9 @@ class Topology:
     :param migration_cycles_remote: the same across chips, if known.
     :param remote_latency_cycles: latency of DRAM on another node, if known.
     :param cross_chip_cache_latency_cycles: latency of a line in another chip's cache.
+    :param forwards_clean_lines: whether another chip's cache supplies a clean line it
+        holds (MESIF, MOESI with a forwarder); ``False``: only a dirty owner does, and
+        clean lines come from their home DRAM (MOESI on the MFC paper's Opteron).
     """
 
     name: str
@@ -208,6 +211,7 @@ class Topology:
     migration_cycles_remote: int | None = None
     remote_latency_cycles: int | None = None
     cross_chip_cache_latency_cycles: int | None = None
+    forwards_clean_lines: bool = True
     _groups: tuple[LlcGroup, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -454,6 +458,7 @@ def _from_dict(data: dict[str, Any]) -> Topology:
         migration_cycles_remote=_opt_int(data.get("migration_cycles_remote")),
         remote_latency_cycles=_opt_int(data.get("remote_latency_cycles")),
         cross_chip_cache_latency_cycles=_opt_int(data.get("cross_chip_cache_latency_cycles")),
+        forwards_clean_lines=_bool(data.get("forwards_clean_lines", True), "forwards_clean_lines"),
     )
 
 
@@ -465,6 +470,12 @@ def _memory_bytes(node: dict[str, Any]) -> int:
 
 def _opt_int(value: object) -> int | None:
     return None if value is None else int(str(value))
+
+
+def _bool(value: object, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
 
 
 def _opt_float(value: object) -> float | None:
@@ -490,6 +501,8 @@ def to_dict(topo: Topology) -> dict[str, Any]:
         value = getattr(topo, key)
         if value is not None:
             out[key] = value
+    if not topo.forwards_clean_lines:
+        out["forwards_clean_lines"] = False
     sibling_sets = [c for c in topo.cores().values() if len(c) > 1]
     if sibling_sets:
         out["smt_siblings"] = [format_list(s) for s in sibling_sets]

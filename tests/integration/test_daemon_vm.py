@@ -175,6 +175,9 @@ def test_daemon_pins_vcpus_publishes_a_table_and_the_shim_reads_on_the_planned_v
         home = int(planned["vcpus"])
         other = 1 - home
         path = next(f for f in FILES if _file_id_in_guest(vm, f) == file_id)
+        # the agent reports once a second: let the reports of step 3's reads (on vCPU 0)
+        # arrive first, or they count below as reads off the home vCPU
+        time.sleep(2.5)
         before = len(records(dirs))
         # 4. a reader started on the other vCPU is moved home by the shim
         where = read_in_guest(vm, 3, cpu=other, files=(path,))

@@ -30,7 +30,7 @@ from tests.policy.conftest import TOPO_OPTERON_16, sample
 
 CHUNK = 256 * 1024  # opteron-16: half its 512 KiB L2
 MIB = 1 << 20
-OPTS = ColorOptions(chunk_size=CHUNK)  # T_l = 256 pages = 1 MiB = 4 chunks
+OPTS = ColorOptions(chunk_size=CHUNK, step_aside=False)  # T_l = 256 pages = 1 MiB = 4 chunks
 
 
 def _vm(name: str = "vm0", colored: int = 2, cpu_nodes: int = 1) -> Vm:
@@ -95,7 +95,7 @@ def test_a_stream_that_stops_releases_its_color() -> None:
 
 def test_a_guest_reporting_many_streams_costs_bounded_work() -> None:
     vm = _vm()
-    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=256)
+    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=256, step_aside=False)
     many = GuestReport("vm0", 0, 1.0, tuple(
         ChunkAccess(ChunkId(f, 0), CHUNK, 1, 0, ((0, CHUNK),)) for f in range(1, 5000)
     ))
@@ -148,7 +148,7 @@ def test_colors_stay_on_colored_nodes_and_the_plan_is_bounded(
     files: list[tuple[int, int, int]], colored: int
 ) -> None:
     vm = _vm(colored=colored)
-    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=64)
+    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=64, step_aside=False)
     allowed = {n.node for n in vm.colored_nodes()}
     state = ColorState()
     for seq, (fid, start, length) in enumerate(files):
@@ -220,7 +220,8 @@ def test_chunks_on_a_colored_node_are_never_replicated() -> None:
 
 def test_round_publishes_color_and_replica_nodes_in_the_vms_table() -> None:
     vm = _vm(colored=2, cpu_nodes=2)
-    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC)
+    # the mechanism: these samples carry no LLC counters, so SRM would step aside
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, color_step_aside=False)
     state = RoundState()
     remote = _remote("vm0", ChunkId(5, 0), 0, 1, 2)
     reports = (_stream("vm0", 7, range(4)), remote)

@@ -75,6 +75,42 @@ def test_idle_new_vcpus_spread_over_the_units_with_the_fewest_vcpus() -> None:
     assert state.unit_of[VcpuId("guest", 0)] == 0
 
 
+def _running(name: str, cpus: list[int]) -> Vm:
+    """A VM whose vCPU i runs on host CPU ``cpus[i]``, allowed on all 16 of opteron-16."""
+    every = frozenset(range(16))
+    return Vm(name, tuple(Vcpu(VcpuId(name, i), None, every, c) for i, c in enumerate(cpus)))
+
+
+def test_new_vcpus_of_equal_weight_stay_in_the_units_they_run_in() -> None:
+    # 16 equally busy readers on opteron-16, vCPU i on CPU i: the load is even as it is,
+    # so no vCPU moves to another chip (each move would cost a refill for nothing)
+    policy = ObsPolicy(TOPO_OPTERON_16.units())
+    guest = _running("g", list(range(16)))
+    samples = [sample("g", i, 10**7) for i in range(16)]
+    decision, state = policy.decide(observation(0, (guest,), samples), ObsState())
+    assert all(state.unit_of[VcpuId("g", i)] == i // 4 for i in range(16))
+    pins = [a for a in decision.actions if isinstance(a, PinVcpu)]
+    assert all(a.cpus <= frozenset(range(4 * a.unit, 4 * a.unit + 4)) for a in pins)
+    assert "stays in unit" in pins[0].reason
+
+
+def test_a_lone_busy_vcpu_stays_in_the_unit_it_runs_in() -> None:
+    policy = ObsPolicy(TOPO_OPTERON_16.units())
+    guest = _running("g", [9, *range(1, 9), *range(10, 16), 0])
+    _, state = policy.decide(observation(0, (guest,), [sample("g", 0, 10**7)]), ObsState())
+    assert state.unit_of[VcpuId("g", 0)] == 2
+
+
+def test_new_vcpus_crowded_in_one_unit_still_spread() -> None:
+    # four busy vCPUs all running on chip 0: one stays, the others go where they are alone
+    policy = ObsPolicy(TOPO_OPTERON_16.units())
+    guest = _running("g", [0, 1, 2, 3])
+    samples = [sample("g", i, 10**7) for i in range(4)]
+    _, state = policy.decide(observation(0, (guest,), samples), ObsState())
+    assert sorted(state.unit_of.values()) == [0, 1, 2, 3]
+    assert state.unit_of[VcpuId("g", 0)] == 0
+
+
 def test_busy_vcpus_never_share_a_cpu_while_another_unit_has_one_free() -> None:
     # 16 busy vCPUs of different weights (a simulated md5sum's first round) on 16 CPUs in
     # 4 units of 4: by weight alone a light unit takes a fifth vCPU while another keeps a

@@ -67,8 +67,16 @@ def test_whatif_and_parallel_setup_are_named_in_the_output() -> None:
     assert (doc["spec"]["path"], doc["spec"]["setup"]) == ("whatif", "parallel")
 
 
+def test_unify_is_the_daemons_option_and_named_in_the_output() -> None:
+    result = runner.invoke(app, ["mfc", "--ws-mb", "1", "--unify", "l2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["spec"]["unify"] == "l2"
+
+
 @pytest.mark.parametrize(
-    "args", [["--path", "kernel"], ["--setup", "twice"], ["--round-ms", "1"]], ids=str
+    "args",
+    [["--path", "kernel"], ["--setup", "twice"], ["--round-ms", "1"], ["--unify", "l3"]],
+    ids=str,
 )
 def test_bad_path_setup_or_round_is_one_line_and_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, ["mfc", "--ws-mb", "2", *args])

@@ -43,6 +43,7 @@ def test_srm_json_reports_both_configurations_and_coloring_helps(tmp_path: Path)
     assert set(point["without"]["runs"]) == {"alone", "apart", "shared"}
     assert point["with"]["slowdown_pct"] < point["without"]["slowdown_pct"] / 3
     assert point["with"]["misses_per_m_instr"] < point["without"]["misses_per_m_instr"]
+    assert point["with"]["aside"] == ""  # colored: the step-aside predicted a gain
     assert out.read_bytes()[:8] == PNG
 
 
@@ -76,6 +77,8 @@ def test_srm_table_output_names_both_configurations() -> None:
     result = runner.invoke(app, ["srm", "--sizes-kb", "256", "--tarball-mb", "8"])
     assert result.exit_code == 0, result.stderr
     assert "slow% SRM" in result.stdout
+    assert "0.0 aside" in result.stdout  # 256 KiB: colors would cost mergesort, none are made
+    assert "SRM leaves vm0's streams uncolored" in result.stdout
 
 
 def _one_line_error(args: list[str], text: str) -> None:

@@ -104,3 +104,21 @@ def test_mergesort_alone_does_not_depend_on_grep_colors() -> None:
     b = run_sort(TOPO, CFG, spec, 768 * KIB, True, "alone")
     assert a.seconds == pytest.approx(b.seconds)
     assert a.grep_mb_per_s == 0.0
+
+
+def test_where_coloring_would_cost_mergesort_srm_steps_aside_and_costs_nothing(
+    points: dict[int, tuple[SrmPoint, SrmPoint]],
+) -> None:
+    # issue #11: colors cost mergesort 3-4 % at 256-512 KiB, where spreading costs 0 %;
+    # the product's step-aside predicts it from the counters and colors nothing
+    spread, srm = points[256]
+    assert srm.aside and "uncolored" in srm.aside
+    assert srm.runs == spread.runs
+    assert points[1536][1].aside == ""  # where colors pay, SRM colors
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_the_step_aside_decides_the_same_on_other_page_allocations(seed: int) -> None:
+    spec = SrmSpec(sizes_kb=(256, 1536), tarball_mb=32, measure_lines=800_000, seed=seed)
+    pairs = {a.size_kb: b for a, b in run_srm(TOPO, spec)}
+    assert pairs[256].aside and not pairs[1536].aside

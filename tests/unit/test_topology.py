@@ -170,3 +170,18 @@ def test_bad_model_file_is_one_config_error(tmp_path: Path, text: str) -> None:
     path.write_text(text)
     with pytest.raises(ConfigError):
         load_file(path)
+
+
+def test_the_mfc_opteron_reads_other_chips_clean_lines_from_dram() -> None:
+    # MOESI without a clean forwarder (MFC §6.3: 16 Linux readers of 8 MiB exceed DRAM)
+    assert not load_model("opteron-16").forwards_clean_lines
+    assert load_model("epyc-2s").forwards_clean_lines
+
+
+def test_a_model_whose_forwards_clean_lines_is_not_a_boolean_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("forwards_clean_lines = 'no'\n" + dump_toml(load_model("xeon-5300-quad")))
+    with pytest.raises(ConfigError, match="forwards_clean_lines must be true or false"):
+        load_file(path)

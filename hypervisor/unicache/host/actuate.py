@@ -40,15 +40,26 @@ class SavedAffinity:
     cpus: tuple[int, ...]
 
 
-def thread_start_time(tid: int) -> int | None:
-    """Start time of a thread in clock ticks since boot, or ``None`` if it is gone."""
+def _stat_fields(tid: int) -> list[str] | None:
+    """``/proc/TID/stat`` from field 3 on, or ``None`` if the thread is gone."""
     try:
         stat = Path(f"/proc/{tid}/stat").read_text()
     except OSError:
         return None
     # comm may hold spaces and parentheses: split after the last ')'
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19])
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def thread_start_time(tid: int) -> int | None:
+    """Start time of a thread in clock ticks since boot, or ``None`` if it is gone."""
+    fields = _stat_fields(tid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def thread_last_cpu(tid: int) -> int | None:
+    """The CPU a thread last ran on (field 39, ``processor``), or ``None`` if it is gone."""
+    fields = _stat_fields(tid)
+    return int(fields[36]) if fields and len(fields) > 36 else None
 
 
 class Actuator:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from unicache.host.actuate import Actuator
+from unicache.host.actuate import Actuator, thread_last_cpu
 from unicache.host.base import ActResult
 from unicache.host.cgroup import CgroupWeights
 from unicache.host.perf import PerfPort, ThreadCounts
@@ -150,7 +150,7 @@ class LiveHost:
                     cpus = frozenset(os.sched_getaffinity(tid))
                 except OSError:
                     continue  # the thread ended between listing and now
-                vcpus.append(Vcpu(vid, tid, cpus))
+                vcpus.append(Vcpu(vid, tid, cpus, thread_last_cpu(tid)))
                 sample = self._sample(vid, tid, now, guest_bytes.get(vid, 0))
                 if sample is not None:
                     samples.append(sample)

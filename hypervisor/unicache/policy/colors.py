@@ -17,7 +17,9 @@ count chunks, one report interval late. This module adapts one to the other:
   of ``T_l`` pages: the guest finds the color node of the chunks it is about to read in
   its table before it reads them;
 * a guest's file ids are opaque and the agent does not report processes, so every small
-  streaming file of one VM belongs to one same-application sequence (pid 0).
+  streaming file of one VM belongs to one same-application sequence (pid 0);
+* coloring steps aside where it is predicted to cost the co-runners more LLC hits than
+  it saves them misses, or was measured to save none (:mod:`unicache.policy.colorgain`).
 
 Pure: no I/O, no clock; the same state and observation give the same decision.
 """
@@ -25,10 +27,25 @@ Pure: no I/O, no clock; the same state and observation give the same decision.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from unicache.model import AssignColor, ChunkId, GuestReport, Vm
+from unicache.model import (
+    AssignColor,
+    ChunkId,
+    CounterSample,
+    GuestNode,
+    GuestReport,
+    Refusal,
+    VcpuId,
+    Vm,
+)
 from unicache.policy import srm
+from unicache.policy.colorgain import (
+    COLOR_STEP_ASIDE,
+    GateState,
+    corunner_counters,
+    gate_round,
+)
 
 #: pages per color of a sequence (SRM §3.2 ``T_l``)
 T_L = srm.T_L
@@ -51,6 +68,12 @@ class ColorOptions:
     :param lookahead_runs: runs of ``T_l`` pages colored ahead of a stream, at least.
     :param lookahead_intervals: intervals' worth of a stream's reads colored ahead of it.
     :param max_colored_chunks: the most colored chunks per VM.
+    :param host_colors: page colors of the host's LLC (the share a colored node's colors
+        take of it is what coloring costs the co-runners; 0: unknown, counted as the
+        colors the VM's nodes name).
+    :param line_size: bytes per cache line (a stream's bytes in lines).
+    :param step_aside: color only where :mod:`unicache.policy.colorgain` predicts a gain
+        (``False``: always, to check the mechanism, as the daemon's ``--always-place``).
     """
 
     chunk_size: int
@@ -59,11 +82,14 @@ class ColorOptions:
     lookahead_runs: int = LOOKAHEAD_RUNS
     lookahead_intervals: int = LOOKAHEAD_INTERVALS
     max_colored_chunks: int = MAX_COLORED_CHUNKS
+    host_colors: int = 0
+    line_size: int = 64
+    step_aside: bool = True
 
     def __post_init__(self) -> None:
         if (
-            min(self.chunk_size, self.page_size, self.t_l) < 1
-            or min(self.lookahead_runs, self.lookahead_intervals) < 0
+            min(self.chunk_size, self.page_size, self.t_l, self.line_size) < 1
+            or min(self.lookahead_runs, self.lookahead_intervals, self.host_colors) < 0
         ):
             raise ValueError(f"invalid ColorOptions: {self}")
 
@@ -93,12 +119,14 @@ class VmColors:
     :param srm: the policy's state, in chunk units.
     :param seen: chunks read in the previous interval, for weak-locality detection.
     :param colored: the colored chunks, oldest first.
+    :param gate: the step-aside's memory (:mod:`unicache.policy.colorgain`).
     """
 
     vm: str
     srm: srm.SrmState
     seen: frozenset[tuple[str, int, int]] = frozenset()
     colored: tuple[ColoredChunk, ...] = ()
+    gate: GateState = field(default_factory=GateState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +134,11 @@ class ColorState:
     """SRM-buffer's state for every VM with colored nodes, by VM name.
 
     :param vms: per-VM states, sorted by VM.
+    :param round: rounds decided so far.
     """
 
     vms: tuple[VmColors, ...] = ()
+    round: int = 0
 
     def of(self, vm: str) -> VmColors | None:
         """The state of one VM, if it has one."""
@@ -122,11 +152,13 @@ class ColorDecision:
     :param actions: new color runs, one action per run of chunks with one color.
     :param color_nodes: per VM, the color node of every colored chunk.
     :param state: the state after the round.
+    :param refusals: VMs whose streams stay uncolored, and why.
     """
 
     actions: tuple[AssignColor, ...]
     color_nodes: Mapping[str, Mapping[ChunkId, int]]
     state: ColorState = field(default_factory=ColorState)
+    refusals: tuple[Refusal, ...] = ()
 
 
 def _params(vm: Vm, options: ColorOptions) -> srm.SrmParams:
@@ -169,7 +201,9 @@ def _runs(
 
 def _vm_round(
     vm: Vm, reports: list[GuestReport], prev: VmColors | None, options: ColorOptions
-) -> tuple[VmColors, list[AssignColor]]:
+) -> tuple[VmColors, list[AssignColor], dict[int, int]]:
+    """Figure 7 over one VM's reports: its colored chunks, the new runs, and the bytes of
+    streaming files each vCPU read (the stream's own LLC traffic, for the step-aside)."""
     params = _params(vm, options)
     if prev is None or len(prev.srm.free) != params.n_colors:
         prev = VmColors(vm.name, srm.SrmState.initial(params))  # the colored zone changed
@@ -182,10 +216,13 @@ def _vm_round(
     reached: dict[int, int] = {}
     rate: dict[int, int] = {}
     wanted: set[ChunkId] = set()
+    streamed: dict[int, int] = {}
     for report in reports:
         for access in report.chunks:
             fid = access.chunk.file_id
             if (vm.name, fid) in locality.weak:
+                for index, nbytes in access.vcpu_bytes:
+                    streamed[index] = streamed.get(index, 0) + nbytes
                 wanted.add(access.chunk)
                 reached[fid] = max(reached.get(fid, -1), access.chunk.index)
                 rate[fid] = rate.get(fid, 0) + 1
@@ -232,13 +269,21 @@ def _vm_round(
     for miss, color in zip(misses, colors, strict=True):
         colored[ChunkId(miss.file_id, miss.block)] = color
     kept = list(colored.items())[-options.max_colored_chunks :]  # dicts keep insertion order
-    return VmColors(
-        vm.name, decision.state, locality.seen, tuple(ColoredChunk(c, k) for c, k in kept)
-    ), actions
+    colored_now = tuple(ColoredChunk(c, k) for c, k in kept)
+    return (
+        VmColors(vm.name, decision.state, locality.seen, colored_now, prev.gate),
+        actions,
+        streamed,
+    )
 
 
 def colors_round(
-    vms: Iterable[Vm], reports: Iterable[GuestReport], state: ColorState, options: ColorOptions
+    vms: Iterable[Vm],
+    reports: Iterable[GuestReport],
+    state: ColorState,
+    options: ColorOptions,
+    samples: Iterable[CounterSample] = (),
+    co_runners: Mapping[str, frozenset[VcpuId]] | None = None,
 ) -> ColorDecision:
     """One round of SRM-buffer for every VM with colored guest nodes.
 
@@ -249,25 +294,62 @@ def colors_round(
        sequence), and so are the chunks ahead of the stream: ``lookahead_intervals``
        times what it read this interval, at least ``lookahead_runs`` runs of ``T_l``.
     4. Consecutive chunks of one file that got one color become one ``AssignColor``.
+    5. Step aside (``options.step_aside``): a VM that streams this round keeps its colors
+       only while :func:`~unicache.policy.colorgain.gate_round` says they pay, from the
+       LLC counters of its co-runners; otherwise its chunks lose their colors.
 
     :param vms: the managed VMs (those without colored nodes are skipped).
     :param reports: this round's guest reports.
     :param state: the state after the previous round.
     :param options: the options.
-    :returns: the actions, every colored chunk's node, and the new state.
+    :param samples: this round's counter samples.
+    :param co_runners: per VM, the vCPUs that share its LLC groups (missing: its own).
+    :returns: the actions, every colored chunk's node, the new state and the refusals.
     """
     by_vm: dict[str, list[GuestReport]] = {}
     for report in reports:
         by_vm.setdefault(report.vm, []).append(report)
+    samples = tuple(samples)
+    round_no = state.round + 1
     out: list[VmColors] = []
     actions: list[AssignColor] = []
+    refusals: list[Refusal] = []
     nodes: dict[str, dict[ChunkId, int]] = {}
     for vm in sorted(vms, key=lambda v: v.name):
         colored_nodes = vm.colored_nodes()
         if not colored_nodes:
             continue
-        vm_state, vm_actions = _vm_round(vm, by_vm.get(vm.name, []), state.of(vm.name), options)
+        vm_state, vm_actions, streamed = _vm_round(
+            vm, by_vm.get(vm.name, []), state.of(vm.name), options
+        )
+        if options.step_aside and streamed:
+            own = {v.id for v in vm.vcpus}
+            lines = {VcpuId(vm.name, i): n // options.line_size for i, n in streamed.items()}
+            counters = corunner_counters(
+                samples, (co_runners or {}).get(vm.name, frozenset()) | own, lines
+            )
+            gate, gain = gate_round(
+                vm_state.gate, counters, _llc_share(colored_nodes, options), round_no
+            )
+            vm_state = replace(vm_state, gate=gate)
+            if not gain.pays:
+                refusals.append(
+                    Refusal(
+                        COLOR_STEP_ASIDE,
+                        f"SRM leaves {vm.name}'s streams uncolored: " f"{gain.reason}",
+                    )
+                )
+                vm_state, vm_actions = replace(vm_state, colored=()), []
         out.append(vm_state)
         actions += vm_actions
         nodes[vm.name] = {c.chunk: colored_nodes[c.color].node for c in vm_state.colored}
-    return ColorDecision(tuple(actions), nodes, ColorState(tuple(out)))
+    return ColorDecision(tuple(actions), nodes, ColorState(tuple(out), round_no), tuple(refusals))
+
+
+def _llc_share(colored_nodes: Iterable[GuestNode], options: ColorOptions) -> float:
+    """The share of the host's LLC that the colored nodes' colors take."""
+    colors: set[int] = set()
+    for node in colored_nodes:
+        colors |= node.colors
+    total = options.host_colors or (max(colors) + 1 if colors else 1)
+    return min(len(colors) / total, 1.0)

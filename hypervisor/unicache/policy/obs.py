@@ -149,6 +149,7 @@ class ObsPolicy:
         self.units = units
         self.options = options or ObsOptions()
         self._unit_by_id = {u.id: u for u in units}
+        self._unit_of_cpu = {cpu: u for u in units for cpu in u.cpus}
 
     def start(self, state: ObsState) -> None:
         """Check that a restored state fits the units (idempotent).
@@ -190,11 +191,29 @@ class ObsPolicy:
         # OBS-X 1: a new vCPU goes to the unit with the smallest cache load; one that weighs
         # nothing adds no load, so it goes where the fewest vCPUs are (else every idle vCPU
         # would follow the first into the same unit, and that unit's CPUs would have to
-        # carry them all once they wake up)
+        # carry them all once they wake up). A vCPU stays in the unit it runs in while that
+        # unit keeps within its fair share: moving it would cost a refill for no balance.
+        running_in = {v.id: v.cpu for vm in obs.vms for v in vm.vcpus if v.cpu is not None}
+        fair_load = sum(weights.get(v, 0.0) for v in live) / max(len(self.units), 1)
+        fair_count = -(-len(live) // max(len(self.units), 1))
         for vcpu in live:
             if vcpu not in unit_of:
                 loads = self._loads(unit_of, weights)
                 idle = weights.get(vcpu, 0.0) <= 0.0
+                here = self._unit_of_cpu.get(running_in.get(vcpu, -1))
+                if (
+                    here is not None
+                    and vcpu.vm not in spread_again
+                    and self._may_stay(
+                        here, unit_of, loads, weights.get(vcpu, 0.0), fair_load, fair_count
+                    )
+                ):
+                    unit_of[vcpu] = here.id
+                    reasons[vcpu] = (
+                        f"OBS-X: new vCPU stays in unit {here.id}, where it runs (cache load "
+                        f"{loads[here.id]:.3g}, fair share {fair_load:.3g})"
+                    )
+                    continue
                 # sort keys: cache load, vCPUs already there, unit id (idle: count first)
                 target = min(
                     self._with_room(unit_of) or self.units,
@@ -277,6 +296,26 @@ class ObsPolicy:
         for vcpu, unit in unit_of.items():
             loads[unit] += weights.get(vcpu, 0.0)
         return loads
+
+    def _may_stay(
+        self,
+        unit: CacheUnit,
+        unit_of: Mapping[VcpuId, int],
+        loads: Mapping[int, float],
+        weight: float,
+        fair_load: float,
+        fair_count: int,
+    ) -> bool:
+        """Whether a new vCPU may stay in the unit it runs in: the unit has a CPU to spare
+        (or the host is oversubscribed), stays within its fair share of vCPUs, and is the
+        lightest unit it could go to or stays within its fair share of cache load (with
+        ``imbalance_margin``)."""
+        room = self._with_room(unit_of)
+        if unit not in room or _count(unit_of, unit.id) >= fair_count:
+            return False
+        if loads[unit.id] <= min(loads[u.id] for u in room):
+            return True
+        return loads[unit.id] + weight <= fair_load * (1.0 + self.options.imbalance_margin)
 
     def _with_room(self, unit_of: Mapping[VcpuId, int]) -> tuple[CacheUnit, ...]:
         """The units a vCPU may move into: while the host has a CPU for every vCPU, only

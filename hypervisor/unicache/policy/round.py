@@ -8,15 +8,17 @@ Pure, like the policies it combines.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from unicache.model import ChunkId, Decision, Observation
+from unicache.model import ChunkId, Decision, Observation, VcpuId
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.ncc import NccParams
 from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
 from unicache.policy.replicas import ReplicaState, replicas_round
 from unicache.policy.scu import ChunkExtras, ScuOptions, ScuPolicy, ScuState, scu_options_for
+from unicache.policy.srm import page_colors
 from unicache.topology import Topology, Unify
 
 
@@ -56,6 +58,8 @@ class UnicachePolicy:
     :param obs_options: OBS options (defaults from the paper).
     :param scu_options: SCU options (default: derived from the machine).
     :param ncc_params: NCC parameters (defaults from the paper).
+    :param color_step_aside: SRM colors a VM's streams only where its co-runners' LLC
+        counters predict a gain (``False``: always, the daemon's ``--always-place``).
     """
 
     name = "unicache"
@@ -67,6 +71,7 @@ class UnicachePolicy:
         obs_options: ObsOptions | None = None,
         scu_options: ScuOptions | None = None,
         ncc_params: NccParams | None = None,
+        color_step_aside: bool = True,
     ) -> None:
         self.topology = topology
         self.unify = unify
@@ -77,8 +82,13 @@ class UnicachePolicy:
             self.units, scu_options or scu_options_for(topology, unify), topology.levels, smt
         )
         self.color_options = ColorOptions(
-            chunk_size=self.scu.options.chunk_size, page_size=topology.page_size
+            chunk_size=self.scu.options.chunk_size,
+            page_size=topology.page_size,
+            host_colors=page_colors(topology),
+            line_size=topology.line_size,
+            step_aside=color_step_aside,
         )
+        self._group_of_unit = {u.id: u.llc_group for u in self.units}
         self.ncc_params = ncc_params or NccParams()
 
     def start(self, state: RoundState) -> None:
@@ -93,7 +103,14 @@ class UnicachePolicy:
             new state.
         """
         obs_decision, obs_state = self.obs.decide(obs, state.obs, state.scu.aside)
-        colors = colors_round(obs.vms, obs.reports, state.colors, self.color_options)
+        colors = colors_round(
+            obs.vms,
+            obs.reports,
+            state.colors,
+            self.color_options,
+            obs.samples,
+            self._co_runners(obs_state.unit_of),
+        )
         replicas = replicas_round(obs.vms, obs.reports, state.replicas, self.ncc_params)
         extras: dict[str, dict[ChunkId, ChunkExtras]] = {}
         for vm, nodes in colors.color_nodes.items():
@@ -108,9 +125,20 @@ class UnicachePolicy:
             self.name,
             obs_decision.actions + colors.actions + replicas.actions + scu_decision.actions,
             scu_decision.chunk_decisions,
-            obs_decision.refusals + scu_decision.refusals,
+            obs_decision.refusals + colors.refusals + scu_decision.refusals,
         )
         return decision, RoundState(obs_state, scu_state, colors.state, replicas.state)
+
+    def _co_runners(self, unit_of: Mapping[VcpuId, int]) -> dict[str, frozenset[VcpuId]]:
+        """Per VM, the pinned vCPUs of every VM in the LLC groups its pinned vCPUs are in
+        (whose lines a stream of the VM evicts)."""
+        by_group: dict[int, set[VcpuId]] = {}
+        for vcpu, unit in unit_of.items():
+            by_group.setdefault(self._group_of_unit.get(unit, -1), set()).add(vcpu)
+        out: dict[str, set[VcpuId]] = {}
+        for vcpu, unit in unit_of.items():
+            out.setdefault(vcpu.vm, set()).update(by_group[self._group_of_unit.get(unit, -1)])
+        return {vm: frozenset(v) for vm, v in out.items()}
 
 
 _check: Policy = UnicachePolicy.__new__(UnicachePolicy)

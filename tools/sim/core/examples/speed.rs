@@ -67,6 +67,7 @@ fn main() {
             .collect(),
         same_group_c2c_cycles: 22.0,
         cross_group_c2c_cycles: 71.0,
+        cross_group_clean_from_dram: false,
         migration_cycles: 0.0,
     };
     let file_lines = 4096u64;

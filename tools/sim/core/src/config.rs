@@ -83,6 +83,10 @@ pub struct MachineConfig {
     pub same_group_c2c_cycles: f64,
     /// Stall cycles per line served by a cache of another LLC group (cross-chip).
     pub cross_group_c2c_cycles: f64,
+    /// A clean line found only in another LLC group's caches is read from DRAM (through
+    /// the home node's queue) instead of that cache: MOESI/MESI without a forwarding
+    /// state, where only a dirty owner supplies data (the AMD Opteron of the MFC paper).
+    pub cross_group_clean_from_dram: bool,
     /// Cycles a thread migration costs the migrating thread.
     pub migration_cycles: f64,
 }

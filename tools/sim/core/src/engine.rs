@@ -66,6 +66,9 @@ pub struct ThreadStats {
     pub dram_lines: u64,
     /// Lines served by another cache (same or other group).
     pub c2c_lines: u64,
+    /// Lines that reached the last level (missed every level inside it): the thread's LLC
+    /// references, as a hardware counter counts them.
+    pub llc_lines: u64,
     /// Compute cycles.
     pub compute_cycles: f64,
     /// Memory stall cycles.
@@ -482,6 +485,8 @@ impl Engine {
                 let mut stall = 0.0;
                 let mut dram = 0u64;
                 let mut c2c = 0u64;
+                let mut inner = 0u64;
+                let llc = self.machine.config().levels.len() - 1;
                 for line in first..=last {
                     let slot = slot0 + (line - page_first) as u32;
                     let (src, c) = self.machine.access(cpu, line, slot, kind, now + stall);
@@ -489,6 +494,7 @@ impl Engine {
                     match src {
                         Source::DramLocal | Source::DramRemote => dram += 1,
                         Source::SameGroup | Source::CrossGroup => c2c += 1,
+                        Source::Level(l) if l < llc => inner += 1,
                         Source::Level(_) => {}
                     }
                 }
@@ -499,6 +505,7 @@ impl Engine {
                 st.lines += last - first + 1;
                 st.dram_lines += dram;
                 st.c2c_lines += c2c;
+                st.llc_lines += last - first + 1 - inner;
                 st.stall_cycles += stall;
                 st.compute_cycles += compute;
                 let t = &mut self.threads[i];

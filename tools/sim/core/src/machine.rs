@@ -1106,7 +1106,9 @@ impl Machine {
         // prepare_trace).
         let counts = unsafe { self.dir.get_unchecked(base..base + self.n_groups) };
         let same = counts[own] > 0;
-        let result = if same || counts.iter().any(|&c| c > 0) {
+        let elsewhere = !same && counts.iter().any(|&c| c > 0);
+        // the simulator's lines are never dirty: without clean forwarding, DRAM serves them
+        let result = if same || (elsewhere && !self.cfg.cross_group_clean_from_dram) {
             // selects rather than branches: which cache serves is data-dependent
             let n = self.n_levels;
             let (src, k, cycles) = if same {

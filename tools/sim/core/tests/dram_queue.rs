@@ -27,6 +27,7 @@ fn machine(service: f64) -> MachineConfig {
         ],
         same_group_c2c_cycles: 5.0,
         cross_group_c2c_cycles: 5.0,
+        cross_group_clean_from_dram: false,
         migration_cycles: 0.0,
     }
 }

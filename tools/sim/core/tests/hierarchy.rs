@@ -49,6 +49,7 @@ fn opteron_like(l2: Inclusion, l3: Inclusion) -> MachineConfig {
         nodes: vec![node(1.0), node(1.0)],
         same_group_c2c_cycles: 30.0,
         cross_group_c2c_cycles: 60.0,
+        cross_group_clean_from_dram: false,
         migration_cycles: 1000.0,
     }
 }
@@ -137,6 +138,27 @@ fn dram_queue_caps_throughput_at_node_bandwidth() {
     }
     // 1000 lines at one per 50 cycles of service: at least ~50_000 cycles.
     assert!(t >= 49_000.0, "t = {t}");
+}
+
+#[test]
+fn llc_lines_count_the_lines_that_missed_every_inner_level() {
+    let mut e = Engine::new(opteron_like(Inclusion::Exclusive, Inclusion::Victim), 1).unwrap();
+    let obj = e.add_object(4096, Placement::FirstTouch).unwrap();
+    let t = e.add_thread(0, 0.0).unwrap();
+    // two lines, read twice: from DRAM through the LLC, then both from the 2-way L1
+    for _ in 0..2 {
+        let read = Op::Access {
+            obj,
+            offset: 0,
+            len: 128,
+            kind: AccessKind::Read,
+            compute_per_byte: 0.0,
+        };
+        e.push(t, read).unwrap();
+        assert_eq!(e.run(f64::INFINITY).unwrap(), Stop::NeedOps(t));
+    }
+    let s = e.thread_stats(t).unwrap();
+    assert_eq!((s.lines, s.llc_lines, s.dram_lines), (4, 2, 2));
 }
 
 #[test]
@@ -264,6 +286,7 @@ fn small_opteron(l1_ways: u32, l2_ways: u32, l3_ways: u32) -> MachineConfig {
         nodes: (0..4).map(|_| node(3.0)).collect(),
         same_group_c2c_cycles: 30.0,
         cross_group_c2c_cycles: 60.0,
+        cross_group_clean_from_dram: false,
         migration_cycles: 1000.0,
     }
 }

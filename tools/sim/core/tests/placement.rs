@@ -27,6 +27,7 @@ fn two_nodes() -> MachineConfig {
         ],
         same_group_c2c_cycles: 10.0,
         cross_group_c2c_cycles: 20.0,
+        cross_group_clean_from_dram: false,
         migration_cycles: 0.0,
     }
 }
@@ -110,4 +111,42 @@ fn threads_queued_on_one_cpu_take_turns() {
     assert!(t > 1.9 * alone, "finished at {t}, alone {alone}");
     let other = if first == ta { tb } else { ta };
     assert!(e.thread_stats(other).unwrap().wait_cycles > 0.9 * alone);
+}
+
+/// Reads a 4 KiB page on CPU 1, then on CPU 0 (another LLC group); CPU 0's stats.
+fn second_reader(clean_from_dram: bool) -> ThreadStats {
+    let mut e = Engine::new(
+        MachineConfig {
+            cross_group_clean_from_dram: clean_from_dram,
+            ..two_nodes()
+        },
+        3,
+    )
+    .unwrap();
+    let obj = e.add_object(4096, Placement::Node(0)).unwrap();
+    let read = Op::Access {
+        obj,
+        offset: 0,
+        len: 4096,
+        kind: AccessKind::Read,
+        compute_per_byte: 0.0,
+    };
+    let first = e.add_thread(1, 0.0).unwrap();
+    e.push(first, read).unwrap();
+    assert_eq!(e.run(f64::INFINITY).unwrap(), Stop::NeedOps(first));
+    e.retire(first).unwrap();
+    let second = e.add_thread(0, 0.0).unwrap();
+    e.push(second, read).unwrap();
+    assert_eq!(e.run(f64::INFINITY).unwrap(), Stop::NeedOps(second));
+    e.thread_stats(second).unwrap()
+}
+
+#[test]
+fn a_clean_line_in_another_groups_cache_comes_from_that_cache_or_from_dram() {
+    let forwarded = second_reader(false);
+    assert_eq!((forwarded.c2c_lines, forwarded.dram_lines), (64, 0));
+    // MOESI without a forwarding state: the home node's DRAM serves it, at its latency
+    let from_dram = second_reader(true);
+    assert_eq!((from_dram.c2c_lines, from_dram.dram_lines), (0, 64));
+    assert_eq!(from_dram.stall_cycles, 64.0 * 100.0);
 }

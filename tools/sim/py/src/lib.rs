@@ -39,6 +39,8 @@ pub struct PyThreadStats {
     #[pyo3(get)]
     c2c_lines: u64,
     #[pyo3(get)]
+    llc_lines: u64,
+    #[pyo3(get)]
     compute_cycles: f64,
     #[pyo3(get)]
     stall_cycles: f64,
@@ -161,7 +163,8 @@ impl PyEngine {
     /// `nodes`: (memory_bytes, local_line_cycles, remote_line_cycles, service_line_cycles).
     #[new]
     #[pyo3(signature = (line_size, page_size, levels, cpu_node, nodes, same_group_c2c_cycles,
-                        cross_group_c2c_cycles, migration_cycles, seed=1))]
+                        cross_group_c2c_cycles, migration_cycles, seed=1,
+                        cross_group_clean_from_dram=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -174,6 +177,7 @@ impl PyEngine {
         cross_group_c2c_cycles: f64,
         migration_cycles: f64,
         seed: u64,
+        cross_group_clean_from_dram: bool,
     ) -> PyResult<Self> {
         let mut lv = Vec::new();
         for (name, sets, ways, inclusion, hit_cycles, instance_of) in levels {
@@ -204,6 +208,7 @@ impl PyEngine {
             nodes,
             same_group_c2c_cycles,
             cross_group_c2c_cycles,
+            cross_group_clean_from_dram,
             migration_cycles,
         };
         let inner = ToPyResult(Engine::new(cfg, seed)).into_py(py)?;
@@ -392,6 +397,7 @@ impl PyEngine {
             lines: s.lines,
             dram_lines: s.dram_lines,
             c2c_lines: s.c2c_lines,
+            llc_lines: s.llc_lines,
             compute_cycles: s.compute_cycles,
             stall_cycles: s.stall_cycles,
             migration_cycles: s.migration_cycles,

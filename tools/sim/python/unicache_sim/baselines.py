@@ -90,8 +90,8 @@ class UnicacheWhatIf(Baseline):
         self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine, topo: Topology
     ) -> None:
         super().__init__(cfg, spec, engine)
-        self.options = scu_options_for(topo, Unify.LLC)
-        self.units = topo.units(Unify.LLC)
+        self.options = scu_options_for(topo, Unify(spec.unify))
+        self.units = topo.units(Unify(spec.unify))
         self.unit_of_cpu = {c: u.id for u in self.units for c in u.cpus}
         self.cpus_of_unit = {u.id: sorted(u.cpus) for u in self.units}
         self.table = MfcTable(self.options.params, self._views([]))
@@ -184,7 +184,7 @@ class UnicacheLive(Baseline):
         #: the host scheduler's randomness, drawn as ``Linux``'s is
         self.rng = random.Random(spec.seed * 7919)
         self.shim = GuestShim(self.host)
-        self.policy = UnicachePolicy(topo, Unify.LLC)
+        self.policy = UnicachePolicy(topo, Unify(spec.unify))
         self.state = RoundState()
         self.policy.start(self.state)
         self.chunk = self.policy.scu.options.chunk_size

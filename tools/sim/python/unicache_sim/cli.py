@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 from unicache.errors import UnicacheError
-from unicache.topology import load_model
+from unicache.topology import Unify, load_model
 
 from unicache_sim.cli_grid import grid
 from unicache_sim.hop import DEFAULT_HOPS
@@ -95,6 +95,13 @@ def mfc(
             "--threads under Linux and twice as many under unicache"
         ),
     ] = "equal",
+    unify: Annotated[
+        str,
+        typer.Option(
+            help="the daemon's --unify: llc (a unit is an LLC group) or l2 (a unit is one "
+            "core and its private caches)"
+        ),
+    ] = "llc",
     round_ms: Annotated[
         float | None, typer.Option(help="daemon round period, ms (default: the daemon's)")
     ] = None,
@@ -144,6 +151,8 @@ def mfc(
             raise UnicacheError(f"--path must be one of {', '.join(PATHS)}")
         if setup not in SETUPS:
             raise UnicacheError(f"--setup must be one of {', '.join(SETUPS)}")
+        if unify not in {u.value for u in Unify}:
+            raise UnicacheError(f"--unify must be one of {', '.join(u.value for u in Unify)}")
         if window_passes <= 0 or (round_ms is not None and not 50 <= round_ms <= 3_600_000):
             raise UnicacheError(
                 "--window-passes must be > 0 and --round-ms within 50..3600000 "
@@ -164,6 +173,7 @@ def mfc(
             dram_bw_scale=dram_bw_scale,
             path=path,
             setup=setup,
+            unify=unify,
             timing=_timing(round_ms, window_passes),
             corunner=corunner,
             background_bytes=background_kib * 1024,
@@ -373,6 +383,7 @@ def srm(
             doc: dict[str, object] = {"size_kb": pair[0].size_kb}
             for name, p in zip(("without", "with"), pair, strict=True):
                 doc[name] = {
+                    "aside": p.aside,
                     "slowdown_pct": p.slowdown_pct,
                     "vs_alone": p.vs_alone,
                     "misses_per_m_instr": p.get("shared").misses_per_m_instr,
@@ -388,7 +399,8 @@ def srm(
     table = Table(
         title=f"SRM §2 on {model}: mergesort next to grep, coloring off / SRM",
         caption="slow%: (T2 - T1) / T1; LLCM: LLC misses per M instructions with grep on the "
-        "same LLC (T2); T1: grep on another LLC",
+        "same LLC (T2); T1: grep on another LLC; aside: SRM's step-aside predicted no gain "
+        "and colored nothing (the SRM columns are the uncolored run)",
     )
     for col in ("KiB", "slow% off", "slow% SRM", "LLCM off", "LLCM SRM", "T1 ms off", "T1 ms SRM"):
         table.add_column(col, justify="right")
@@ -396,13 +408,16 @@ def srm(
         table.add_row(
             str(a.size_kb),
             f"{a.slowdown_pct:.1f}",
-            f"{b.slowdown_pct:.1f}",
+            f"{b.slowdown_pct:.1f}" + (" aside" if b.aside else ""),
             f"{a.get('shared').misses_per_m_instr:,.0f}",
             f"{b.get('shared').misses_per_m_instr:,.0f}",
             f"{a.get('apart').seconds * 1e3:.2f}",
             f"{b.get('apart').seconds * 1e3:.2f}",
         )
     Console().print(table)
+    for _, b in points:
+        if b.aside:
+            Console().print(f"{b.size_kb} KiB: {b.aside}")
     if plot is not None:
         Console().print(f"plot written to {plot}")
 

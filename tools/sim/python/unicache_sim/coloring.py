@@ -10,10 +10,15 @@ cores of a pair share a 4 MiB 16-way L2. As in §2:
   LLC misses per million instructions (Figure 2b); mergesort ``alone`` is run as well.
 * ``coloring`` off: every page comes from the normal allocator (random frames, so page
   colors are spread over the whole LLC, as a buddy allocator's free lists after uptime).
-* ``coloring`` on: the host runs :class:`unicache.policy.srm.SrmPolicy`, fed the events a
-  host sees: the tarball's page-cache fills are ``BufferMiss`` events (the file is
-  classified as streaming by :func:`unicache.policy.srm.detect_weak_locality` from the
-  guest report of grep's reads), mergesort's anonymous pages are ``PageFault`` events;
+* ``coloring`` on: first the product's step-aside (:mod:`unicache.policy.colorgain`, run
+  through :func:`unicache.policy.colors.colors_round`) judges the uncolored ``shared`` run
+  from the counters a host would read (mergesort's and grep's LLC references and misses,
+  grep's bytes from the guest report of its stream); where it predicts no gain the host
+  colors nothing and the SRM point is the uncolored one. Otherwise the host runs
+  :class:`unicache.policy.srm.SrmPolicy`, fed the events a host sees: the tarball's
+  page-cache fills are ``BufferMiss`` events (the file is classified as streaming by
+  :func:`unicache.policy.srm.detect_weak_locality` from the guest report of grep's
+  reads), mergesort's anonymous pages are ``PageFault`` events;
   every page gets a frame of the color the policy decided (``Engine.place_page``).
 
 Pages are physical frames of the simulator's allocator; a frame's color is
@@ -27,7 +32,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from unicache.errors import ConfigError
-from unicache.model import ChunkAccess, ChunkId, GuestReport
+from unicache.model import (
+    ChunkAccess,
+    ChunkId,
+    CounterSample,
+    CounterSource,
+    GuestNode,
+    GuestReport,
+    Vcpu,
+    VcpuId,
+    Vm,
+)
+from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.srm import (
     T_L,
     BufferMiss,
@@ -103,6 +119,10 @@ class SortRun:
     :param llc_misses: LLC misses (lines from DRAM or another chip) per sort.
     :param instructions: instructions per sort (the estimate above).
     :param grep_mb_per_s: grep's read throughput meanwhile (0 when alone).
+    :param llc_references: mergesort's LLC references per sort.
+    :param grep_bytes: bytes grep read per sort (0 when alone).
+    :param grep_llc_references: grep's LLC references per sort.
+    :param grep_llc_misses: grep's LLC misses per sort.
     """
 
     placement: str
@@ -110,6 +130,10 @@ class SortRun:
     llc_misses: float
     instructions: int
     grep_mb_per_s: float
+    llc_references: float = 0.0
+    grep_bytes: float = 0.0
+    grep_llc_references: float = 0.0
+    grep_llc_misses: float = 0.0
 
     @property
     def misses_per_m_instr(self) -> float:
@@ -124,11 +148,14 @@ class SrmPoint:
     :param size_kb: the array size.
     :param coloring: whether SRM colored the pages.
     :param runs: one per placement, in ``PLACEMENTS`` order.
+    :param aside: with coloring, why the step-aside left the pages uncolored (the runs
+        are then the uncolored ones); empty when SRM colored them.
     """
 
     size_kb: int
     coloring: bool
     runs: tuple[SortRun, ...]
+    aside: str = ""
 
     def get(self, placement: str) -> SortRun:
         """The run of one placement."""
@@ -365,16 +392,75 @@ def run_sort(
         sort.step(tid)
     st = engine.thread_stats(sort_tid)
     seconds = (t1 - t0) / (cfg.clock_ghz * 1e9)
-    grep_mbps = 0.0
+    grep_mbps = grep_bytes = grep_refs = grep_misses = 0.0
     if grep_tid >= 0 and seconds > 0:
-        grep_mbps = engine.thread_stats(grep_tid).bytes / seconds / 1e6
+        gst = engine.thread_stats(grep_tid)
+        grep_mbps = gst.bytes / seconds / 1e6
+        grep_bytes, grep_refs = gst.bytes / measure_sorts, gst.llc_lines / measure_sorts
+        grep_misses = (gst.dram_lines + gst.c2c_lines) / measure_sorts
     return SortRun(
         placement,
         seconds / measure_sorts,
         (st.dram_lines + st.c2c_lines) / measure_sorts,
         sort.instructions,
         grep_mbps,
+        st.llc_lines / measure_sorts,
+        grep_bytes,
+        grep_refs,
+        grep_misses,
     )
+
+
+def step_aside(topo: Topology, cfg: SimConfig, spec: SrmSpec, shared: SortRun) -> str:
+    """What the product's SRM round decides from one uncolored ``shared`` run (one sort).
+
+    The VM runs mergesort on vCPU 0 and grep on vCPU 1; its colored node holds one of the
+    LLC's page colors, as much of the LLC as Figure 7 gives a stream at a time (one color
+    per run of ``T_l`` pages). The round sees grep's guest report (every chunk it read,
+    once) and both vCPUs' LLC counters, as a host with hardware counters does.
+
+    :returns: the refusal's reason, or ``""`` when SRM colors.
+    """
+    n_colors = page_colors(topo)
+    vcpus = tuple(Vcpu(VcpuId(VM_NAME, i), None, frozenset({i})) for i in range(2))
+    vm = Vm(
+        VM_NAME,
+        vcpus,
+        2 * spec.tarball_mb * MIB,
+        (
+            GuestNode(0, frozenset({0, 1}), spec.tarball_mb * MIB),
+            GuestNode(1, frozenset(), spec.tarball_mb * MIB, frozenset({0})),
+        ),
+    )
+    chunk = spec.read_bytes
+    left = int(shared.grep_bytes)
+    chunks: list[ChunkAccess] = []
+    while left > 0:
+        nbytes = min(chunk, left)
+        index = len(chunks)
+        chunks.append(ChunkAccess(ChunkId(TARBALL_ID, index), nbytes, 1, 0, ((1, nbytes),)))
+        left -= nbytes
+    report = GuestReport(VM_NAME, 0, 1.0, tuple(chunks))
+    samples = (
+        CounterSample(
+            vcpus[0].id,
+            CounterSource.SIMULATED,
+            instructions=shared.instructions,
+            llc_references=round(shared.llc_references),
+            llc_misses=round(shared.llc_misses),
+        ),
+        CounterSample(
+            vcpus[1].id,
+            CounterSource.SIMULATED,
+            llc_references=round(shared.grep_llc_references),
+            llc_misses=round(shared.grep_llc_misses),
+        ),
+    )
+    options = ColorOptions(
+        chunk_size=chunk, page_size=topo.page_size, host_colors=n_colors, line_size=cfg.line_size
+    )
+    decision = colors_round([vm], [report], ColorState(), options, samples)
+    return decision.refusals[0].reason if decision.refusals else ""
 
 
 def run_srm(
@@ -393,14 +479,18 @@ def run_srm(
         grep_cpu(cfg, spec.sort_cpu, placement)
     out = []
     for size_kb in spec.sizes_kb:
-        pair = []
+        pair: list[SrmPoint] = []
         for coloring in (False, True):
+            aside = step_aside(topo, cfg, spec, pair[0].get("shared")) if coloring else ""
             runs = []
             for placement in PLACEMENTS:
-                runs.append(run_sort(topo, cfg, spec, size_kb * KIB, coloring, placement))
+                if aside:  # the host colors nothing: exactly the uncolored run
+                    runs.append(pair[0].get(placement))
+                else:
+                    runs.append(run_sort(topo, cfg, spec, size_kb * KIB, coloring, placement))
                 if progress is not None:
                     label = "colored" if coloring else "spread"
                     progress(f"{size_kb} KiB {label} {placement}")
-            pair.append(SrmPoint(size_kb, coloring, tuple(runs)))
+            pair.append(SrmPoint(size_kb, coloring, tuple(runs), aside))
         out.append((pair[0], pair[1]))
     return out

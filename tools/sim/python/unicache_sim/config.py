@@ -81,6 +81,8 @@ class SimConfig:
     :param migration_cycles: cost of a thread migration within a chip.
     :param migration_cycles_remote: cost of a migration across chips.
     :param clock_ghz: core clock, to turn cycles into seconds.
+    :param cross_group_clean_from_dram: a line only another chip's caches hold is read from
+        its home DRAM (the model's ``forwards_clean_lines = false``).
     """
 
     name: str
@@ -94,6 +96,7 @@ class SimConfig:
     migration_cycles: float
     migration_cycles_remote: float
     clock_ghz: float
+    cross_group_clean_from_dram: bool = False
 
     @property
     def n_cpus(self) -> int:
@@ -141,6 +144,7 @@ class SimConfig:
             self.cross_group_c2c_cycles,
             self.migration_cycles,
             seed,
+            self.cross_group_clean_from_dram,
         )
 
 
@@ -220,6 +224,7 @@ def from_topology(topo: Topology, dram_bw_scale: float = 1.0) -> SimConfig:
         migration_cycles=migration,
         migration_cycles_remote=float(topo.migration_cycles_remote or migration),
         clock_ghz=topo.clock_ghz or 2.0,
+        cross_group_clean_from_dram=not topo.forwards_clean_lines,
     )
 
 
@@ -255,6 +260,7 @@ def oracle(cfg: SimConfig) -> SimConfig:
         migration_cycles=0.0,
         migration_cycles_remote=0.0,
         clock_ghz=cfg.clock_ghz,
+        cross_group_clean_from_dram=cfg.cross_group_clean_from_dram,
     )
 
 

@@ -49,7 +49,8 @@ def plot_srm(points: list[tuple[SrmPoint, SrmPoint]], path: Path, title: str) ->
     plt = _pyplot()
     sizes = [p[0].size_kb / 1024 for p in points]
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, (label, style) in enumerate((("no coloring", "-o"), ("SRM coloring", ":s"))):
+    lines = (("no coloring", "-o"), ("SRM (no colors where they would not pay)", ":s"))
+    for i, (label, style) in enumerate(lines):
         ax_a.plot(sizes, [p[i].slowdown_pct for p in points], style, label=label)
         ax_b.plot(
             sizes, [p[i].get("shared").misses_per_m_instr for p in points], style, label=label

@@ -94,6 +94,8 @@ class MfcSpec:
         synchronous per-read ``mfc_access`` of an in-kernel MFC (a what-if, not the product).
     :param setup: ``equal`` — every baseline runs ``threads`` readers; ``parallel`` — MFC
         §6.3's set-up: ``threads`` instances under Linux, twice as many under unicache.
+    :param unify: the unification level, the daemon's ``--unify``: ``llc`` (default: a unit
+        is an LLC group) or ``l2`` (a unit is one core and its private levels).
     :param seed: seed of file choice, page placement and floating.
     """
 
@@ -118,6 +120,7 @@ class MfcSpec:
     background_period_s: float = 0.004
     path: str = "live"
     setup: str = "equal"
+    unify: str = "llc"
     seed: int = 1
 
 

@@ -56,7 +56,7 @@ class _ChunkReads:
 @dataclass(slots=True)
 class _ThreadMark:
     cycles: float = 0.0
-    lines: int = 0
+    llc_lines: int = 0  # the LLC references a hardware counter reads
     misses: int = 0
 
 
@@ -133,15 +133,15 @@ class SimHost:
             mark = self._marks[tid]
             acc = per_vcpu[vcpu]
             acc.cycles += max(0.0, cycles - mark.cycles)
-            acc.lines += max(0, st.lines - mark.lines)
+            acc.llc_lines += max(0, st.llc_lines - mark.llc_lines)
             acc.misses += max(0, misses - mark.misses)
-            self._marks[tid] = _ThreadMark(cycles, st.lines, misses)
+            self._marks[tid] = _ThreadMark(cycles, st.llc_lines, misses)
         samples = tuple(
             CounterSample(
                 VcpuId(self.vm, vcpu),
                 CounterSource.SIMULATED,
                 cycles=int(m.cycles),
-                llc_references=m.lines,
+                llc_references=m.llc_lines,
                 llc_misses=m.misses,
                 busy=min(1.0, m.cycles / window) if window > 0 else 0.0,
             )
@@ -162,7 +162,8 @@ class SimHost:
         seconds = self.period / (self.cfg.clock_ghz * 1e9)
         report = GuestReport(self.vm, self.seq, seconds, chunks, guest_vcpus=self.cfg.n_cpus)
         vcpus = tuple(
-            Vcpu(VcpuId(self.vm, i), None, self.affinity[i]) for i in range(self.cfg.n_cpus)
+            Vcpu(VcpuId(self.vm, i), None, self.affinity[i], self.vcpu_cpu[i])
+            for i in range(self.cfg.n_cpus)
         )
         return Observation(self.tick, (Vm(self.vm, vcpus),), samples, (report,))
 
