@@ -12,8 +12,10 @@ from dataclasses import replace
 import pytest
 from unicache.daemon import DaemonConfig
 from unicache.topology import load_model
+from unicache_sim.baselines import UnicacheLive
+from unicache_sim.config import from_topology
 from unicache_sim.livetiming import LoopTiming
-from unicache_sim.mfc import MfcSpec, run_mfc
+from unicache_sim.mfc import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec, run_mfc
 
 
 def test_the_default_timing_is_the_daemons() -> None:
@@ -33,3 +35,20 @@ def test_sampled_and_whole_intervals_agree_at_8_mib(seed: int) -> None:
     ratio = sampled.speedup / full.speedup
     assert 1 / 1.3 <= ratio <= 1.3, (sampled.speedup, full.speedup)
     assert sampled.speedup > 1.5 and full.speedup > 1.5
+
+
+def test_the_measured_phase_waits_for_the_policys_standing_to_settle() -> None:
+    topo = load_model("opteron-16")
+    cfg = from_topology(topo)
+    live = UnicacheLive(cfg, MfcSpec(), cfg.engine(), topo, 8 * 1024 * 1024)
+    live.rounds, live.settled = WARM_ROUNDS, SETTLE_ROUNDS - 1
+    assert not live.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)  # it just changed
+    live.settled = SETTLE_ROUNDS
+    assert live.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)
+    # a policy that keeps changing its mind is measured after MAX_WARM_ROUNDS
+    live.rounds, live.settled = MAX_WARM_ROUNDS, 0
+    assert live.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)
+    # never before WARM_ROUNDS, settled or not
+    live.rounds, live.settled = WARM_ROUNDS - 1, WARM_ROUNDS
+    assert not live.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)
+

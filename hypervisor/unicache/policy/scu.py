@@ -265,7 +265,7 @@ class ScuPolicy:
         # what the cost model predicts, the watch checks against what the VM's reads did
         rates = read_rates(obs) if opts.watch else {}
         watched, held = watch_round(
-            rates, self._placed(state), state.watched, live_vms, state.round + 1
+            rates, self.placed(state), state.watched, live_vms, state.round + 1
         )
         for vm, verdict in sorted(held.items()):
             if vm in rates and vm not in aside:
@@ -442,7 +442,7 @@ class ScuPolicy:
         return unit.capacity_bytes - private * idle_cores
 
     @staticmethod
-    def _placed(state: ScuState) -> frozenset[str]:
+    def placed(state: ScuState) -> frozenset[str]:
         """VMs whose last published table held SCU's own entries (not only colors and
         replicas): the interval just observed ran placed."""
         return frozenset(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from unicache.model import ChunkId
+from unicache.model import ChunkId, PinVcpu
 from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import scu_options_for
@@ -49,8 +49,9 @@ class Baseline:
     def attach(self, tids: list[int]) -> None:
         """The reader threads, once created (thread i runs on vCPU i)."""
 
-    def warm(self, rounds: int) -> bool:
-        """Whether the baseline has warmed up (the live loop: ``rounds`` rounds decided)."""
+    def warm(self, rounds: int, settle: int = 0, most: int = 0) -> bool:
+        """Whether the baseline has warmed up (the live loop: ``rounds`` rounds decided,
+        its policy's standing unchanged for ``settle`` of them, or ``most`` rounds)."""
         return True
 
     def read(self, tid: int, obj: int, file_index: int) -> None:
@@ -195,6 +196,9 @@ class UnicacheLive(Baseline):
         self.window_issued = 0
         #: policy rounds decided so far
         self.rounds = 0
+        #: rounds in a row the policy's standing has not changed (:meth:`warm`)
+        self.settled = 0
+        self._standing: tuple[frozenset[str], frozenset[str]] | None = None
 
     def attach(self, tids: list[int]) -> None:
         for i, tid in enumerate(tids):
@@ -224,8 +228,10 @@ class UnicacheLive(Baseline):
         if full or sampled:
             self._round(now, elapsed)
 
-    def warm(self, rounds: int) -> bool:
-        return self.rounds >= rounds
+    def warm(self, rounds: int, settle: int = 0, most: int = 0) -> bool:
+        if self.rounds < rounds:
+            return False
+        return self.settled >= settle or (most > 0 and self.rounds >= most)
 
     def _round(self, now: float, elapsed: float) -> None:
         # the agent's report of this interval (a sampled window stands for all of it)
@@ -234,6 +240,12 @@ class UnicacheLive(Baseline):
         decision, self.state = self.policy.decide(obs, self.state)
         self.host.act(decision.actions)
         self.rounds += 1
+        # the standing: which VMs SCU leaves alone, whether it placed them, no new pins
+        standing = (self.state.scu.aside, self.policy.scu.placed(self.state.scu))
+        pinned = any(isinstance(a, PinVcpu) for a in decision.actions)
+        same = standing == self._standing and not pinned
+        self.settled = self.settled + 1 if same else 0
+        self._standing = standing
         self.window_start = now
         self.window_issued = 0
 

@@ -52,6 +52,12 @@ FILE_BYTES = 256 * 1024
 #: placement, and the prediction's hysteresis settles in a few more; the measured phase
 #: is then the steady state a long-running VM sees, not the first probe
 WARM_ROUNDS = 8
+#: ... and until the policy's standing has held for this many rounds in a row: no vCPU
+#: pinned anew, SCU leaving the VM alone or placing it as in the round before (a watch
+#: trial that withdraws a placement in round 7 would otherwise be measured in round 8)
+SETTLE_ROUNDS = 3
+#: ... but never longer than this: a policy that keeps changing its mind is measured so
+MAX_WARM_ROUNDS = 2 * WARM_ROUNDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +216,8 @@ def run_baseline(
     :param spec: the experiment.
     :param ws_bytes: working set (number of files x file size).
     :param warm_bytes: read this many bytes before measuring (default: the spec's
-        warm-up; the live path also waits for ``WARM_ROUNDS`` rounds).
+        warm-up; the live path also waits for ``WARM_ROUNDS`` rounds and a settled
+        standing, ``SETTLE_ROUNDS`` rounds in a row, at most ``MAX_WARM_ROUNDS``).
     :returns: throughput and DRAM traffic of the measured phase.
     """
     machine = oracle(cfg) if baseline == "oracle" else cfg
@@ -265,7 +272,8 @@ def run_baseline(
         if tid == co_tid:
             corunner.step(tid)
             continue
-        if not measuring and issued >= warm and policy.warm(WARM_ROUNDS):
+        if not measuring and issued >= warm and policy.warm(WARM_ROUNDS, SETTLE_ROUNDS,
+                                                            MAX_WARM_ROUNDS):
             measuring = True
             warmed = issued
             engine.reset_stats()
