@@ -408,7 +408,21 @@ def run(
         Path | None, typer.Option("--state-dir", help="Journals, sockets, VM registry.")
     ] = None,
     decision_log: Annotated[
-        Path | None, typer.Option("--log", help="Decision log (JSON lines).")
+        Path | None,
+        typer.Option(
+            "--log",
+            help="Decision log, JSON lines (default: /var/log/unicache/decisions.jsonl, or "
+            "STATE_DIR/decisions.jsonl with another --state-dir).",
+        ),
+    ] = None,
+    log_max_mib: Annotated[
+        int | None,
+        typer.Option(
+            "--log-max-mib",
+            help="Rotate the decision log at this size, keeping 3 old files (default 64).",
+            min=1,
+            max=1 << 20,
+        ),
     ] = None,
     attach: Annotated[
         list[str] | None,
@@ -461,6 +475,7 @@ def run(
         interval_s=interval,
         state_dir=state_dir,
         decision_log=decision_log,
+        log_max_mib=log_max_mib,
         rounds=rounds,
         dry_run=dry_run or None,
         always_place=always_place or None,
@@ -604,15 +619,21 @@ def explain(
     vcpu: Annotated[int | None, typer.Argument(help="One of its vCPUs.")] = None,
     state_dir: StateDirOpt = Path("/run/unicache"),
     decision_log: Annotated[
-        Path | None, typer.Option("--log", help="Decision log (default STATE_DIR/decisions.jsonl).")
+        Path | None,
+        typer.Option(
+            "--log",
+            help="Decision log (default: /var/log/unicache/decisions.jsonl with the default "
+            "state directory, else STATE_DIR/decisions.jsonl).",
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Why a VM's vCPUs sit where they sit, from the decision log."""
+    from unicache.daemon import default_decision_log
     from unicache.inspect import explain as explain_vm
     from unicache.inspect import read_log
 
-    found = explain_vm(read_log(decision_log or state_dir / "decisions.jsonl"), vm, vcpu)
+    found = explain_vm(read_log(decision_log or default_decision_log(state_dir)), vm, vcpu)
     if json_out:
         print(json.dumps({
             "vm": found.vm, "vcpus": found.vcpus, "history": found.history,

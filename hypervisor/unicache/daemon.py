@@ -17,12 +17,18 @@ import signal
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from unicache.cpulist import format_list
-from unicache.decisionlog import action_record, chunk_record, refusal_record, report_record
+from unicache.decisionlog import (
+    DecisionLog,
+    action_record,
+    chunk_record,
+    refusal_record,
+    report_record,
+)
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.live import LiveHost, VmSource
@@ -35,6 +41,13 @@ from unicache.topology import Unify, load_topology
 
 log = logging.getLogger(__name__)
 
+#: journals, channel sockets, VM registry (memory on most hosts: tmpfs)
+DEFAULT_STATE_DIR = Path("/run/unicache")
+#: where decisions go with the default state directory: on disk, not in memory
+DEFAULT_DECISION_LOG = Path("/var/log/unicache/decisions.jsonl")
+#: the decision log is rotated at this size (MiB); docs/daemon.md
+DEFAULT_LOG_MAX_MIB = 64
+
 #: keys a config file may hold (an unknown key is an error, not a warning)
 CONFIG_KEYS = frozenset(
     {
@@ -45,6 +58,7 @@ CONFIG_KEYS = frozenset(
         "model_file",
         "state_dir",
         "decision_log",
+        "log_max_mib",
         "dry_run",
         "metrics_port",
         "connect",
@@ -61,7 +75,8 @@ class DaemonConfig:
     :param model: a machine model instead of sysfs (experiments only).
     :param model_file: a model file instead of sysfs.
     :param state_dir: journals, channel sockets, VM registry.
-    :param decision_log: the JSON-lines decision log (default ``state_dir/decisions.jsonl``).
+    :param decision_log: the JSON-lines decision log (default: :func:`default_decision_log`).
+    :param log_max_mib: the log is rotated at this size; three old files are kept.
     :param dry_run: decide and log, change nothing.
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
@@ -75,8 +90,9 @@ class DaemonConfig:
     unify: Unify = Unify.LLC
     model: str | None = None
     model_file: Path | None = None
-    state_dir: Path = Path("/run/unicache")
+    state_dir: Path = DEFAULT_STATE_DIR
     decision_log: Path | None = None
+    log_max_mib: int = DEFAULT_LOG_MAX_MIB
     dry_run: bool = False
     rounds: int | None = None
     metrics_port: int | None = None
@@ -86,7 +102,13 @@ class DaemonConfig:
     @property
     def log_path(self) -> Path:
         """Where decisions go."""
-        return self.decision_log or self.state_dir / "decisions.jsonl"
+        return self.decision_log or default_decision_log(self.state_dir)
+
+
+def default_decision_log(state_dir: Path) -> Path:
+    """``DEFAULT_DECISION_LOG`` for the default state directory (``/run`` is memory: a log
+    there grows in RAM), else ``decisions.jsonl`` beside the state (tests, experiments)."""
+    return DEFAULT_DECISION_LOG if state_dir == DEFAULT_STATE_DIR else state_dir / "decisions.jsonl"
 
 
 def load_config(path: Path | None) -> DaemonConfig:
@@ -113,8 +135,9 @@ def load_config(path: Path | None) -> DaemonConfig:
             unify=Unify(data.get("unify", "llc")),
             model=data.get("model"),
             model_file=Path(data["model_file"]) if "model_file" in data else None,
-            state_dir=Path(data.get("state_dir", "/run/unicache")),
+            state_dir=Path(data.get("state_dir", DEFAULT_STATE_DIR)),
             decision_log=Path(data["decision_log"]) if "decision_log" in data else None,
+            log_max_mib=int(data.get("log_max_mib", DEFAULT_LOG_MAX_MIB)),
             dry_run=bool(data.get("dry_run", False)),
             metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
             connect=str(data["connect"]) if "connect" in data else None,
@@ -124,62 +147,14 @@ def load_config(path: Path | None) -> DaemonConfig:
         raise ConfigError(f"config {path}: bad value ({err})") from err
     if not 0.05 <= config.interval_s <= 3600:
         raise ConfigError(f"config {path}: interval_s must be within 0.05..3600 seconds")
+    if not 1 <= config.log_max_mib <= 1 << 20:
+        raise ConfigError(f"config {path}: log_max_mib must be within 1..1048576")
     return config
 
 
 def with_overrides(config: DaemonConfig, **overrides: Any) -> DaemonConfig:
     """The config with the command-line values that were given (``None`` = not given)."""
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
-
-
-#: record kinds echoed to the console (chunk decisions and reports stay in the log file)
-ECHO_KINDS = frozenset({
-    "note", "pin-vcpu", "set-cpu-weight", "publish-placement", "assign-color", "replicate",
-    "drop-replica", "failed",
-})
-
-
-@dataclass
-class DecisionLog:
-    """Appends JSON records, one per line, flushed every round.
-
-    :param path: the log file.
-    :param echo: also print a human line per record (``None`` = silent).
-    """
-
-    path: Path
-    echo: IO[str] | None = None
-    _out: IO[str] | None = field(default=None, init=False)
-
-    def open(self) -> None:
-        """Open for appending (creating the directory)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._out = self.path.open("a", encoding="utf-8")
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record, stamped with the wall-clock time."""
-        record = {"time": round(time.time(), 3), **record}
-        if self._out is not None:
-            self._out.write(json.dumps(record, separators=(",", ":")) + "\n")
-        if self.echo is not None and record["kind"] in ECHO_KINDS:
-            target = record.get("target") or record.get("vm") or ""
-            self.echo.write(
-                f"[{record.get('tick', '-')}] {record['kind']} {target}: "
-                f"{record.get('reason') or record.get('message', '')}\n"
-            )
-
-    def flush(self) -> None:
-        """Flush to disk and to the echo stream."""
-        if self._out is not None:
-            self._out.flush()
-        if self.echo is not None:
-            self.echo.flush()
-
-    def close(self) -> None:
-        """Close the file."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
 
 
 def default_vm_source(state_dir: Path) -> VmSource:
@@ -204,7 +179,7 @@ async def run_daemon(
     from unicache.channel.server import ChannelServer
 
     stop = stop or asyncio.Event()
-    decisions = DecisionLog(config.log_path, echo)
+    decisions = DecisionLog(config.log_path, echo, config.log_max_mib << 20)
     decisions.open()
 
     def note(message: str) -> None:

@@ -1,12 +1,20 @@
 """Decision records: every action and chunk decision as one JSON object with its reason.
 
 The same records go to the daemon's JSON-lines decision log, to ``replay --json`` and to
-``explain``; humans see them as tables.
+``explain``; humans see them as tables. :class:`DecisionLog` writes the file: bounded
+(rotated at a size, a few old files kept) and never fatal (a write error is counted,
+reported once, and the records of that round are dropped).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
 
 from unicache.cpulist import format_list
 from unicache.model import (
@@ -21,6 +29,114 @@ from unicache.model import (
     Replicate,
     SetCpuWeight,
 )
+
+log = logging.getLogger(__name__)
+
+#: record kinds echoed to the console (chunk decisions and reports stay in the log file)
+ECHO_KINDS = frozenset({
+    "note", "pin-vcpu", "set-cpu-weight", "publish-placement", "assign-color", "replicate",
+    "drop-replica", "failed",
+})
+#: rotated files kept beside the log (``decisions.jsonl.1`` is the newest)
+KEEP_ROTATED = 3
+
+
+@dataclass
+class DecisionLog:
+    """Appends JSON records, one per line, flushed every round.
+
+    At ``max_bytes`` the file is rotated (``.1`` .. ``.KEEP_ROTATED``, the oldest dropped),
+    so the log never holds more than ``(KEEP_ROTATED + 1) * max_bytes``. A failed open,
+    write or rotation (a full disk) drops what could not be written, counts it in
+    ``errors`` and is reported once; the next round tries again.
+
+    :param path: the log file.
+    :param echo: also print a human line per record (``None`` = silent).
+    :param max_bytes: rotate at this size.
+    """
+
+    path: Path
+    echo: IO[str] | None = None
+    max_bytes: int = 64 << 20
+    errors: int = 0
+    _out: IO[str] | None = field(default=None, init=False)
+    _size: int = field(default=0, init=False)
+    _reported: bool = field(default=False, init=False)
+
+    def open(self) -> None:
+        """Open for appending (creating the directory); a failure is counted, not raised."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._out = self.path.open("a", encoding="utf-8")
+            self._size = self._out.tell()
+        except OSError as err:
+            self._failed(err)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record, stamped with the wall-clock time."""
+        record = {"time": round(time.time(), 3), **record}
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        if self._out is not None:
+            try:
+                if self._size + len(line) > self.max_bytes and self._size > 0:
+                    self._rotate()
+                if self._out is not None:
+                    self._out.write(line)
+                    self._size += len(line)
+            except OSError as err:
+                self._failed(err)
+        if self.echo is not None and record["kind"] in ECHO_KINDS:
+            target = record.get("target") or record.get("vm") or ""
+            self.echo.write(
+                f"[{record.get('tick', '-')}] {record['kind']} {target}: "
+                f"{record.get('reason') or record.get('message', '')}\n"
+            )
+
+    def flush(self) -> None:
+        """Flush to disk and to the echo stream; reopen a log that failed before."""
+        if self._out is None:
+            self.open()
+        elif self._out is not None:
+            try:
+                self._out.flush()
+            except OSError as err:
+                self._failed(err)
+        if self.echo is not None:
+            self.echo.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._out is not None:
+            try:
+                self._out.close()
+            except OSError as err:
+                self._failed(err)
+            self._out = None
+
+    def _rotate(self) -> None:
+        assert self._out is not None
+        self._out.close()
+        self._out = None
+        for i in range(KEEP_ROTATED - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                older.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
+        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+        self._out = self.path.open("a", encoding="utf-8")
+        self._size = 0
+
+    def _failed(self, err: OSError) -> None:
+        self.errors += 1
+        if self._out is not None:
+            with contextlib.suppress(OSError):
+                self._out.close()
+            self._out = None
+        if not self._reported:
+            self._reported = True
+            log.warning(
+                "decision log %s cannot be written (%s): records are dropped and counted "
+                "until it can be again", self.path, err
+            )
 
 
 def action_record(tick: int, action: Action) -> dict[str, Any]:
