@@ -287,7 +287,8 @@ def main() -> int:
         step("unicache OFF: read benchmark, grep and wc without the shim, no daemon")
         off = measure(vm, files, shim=False)
 
-        step("Starting the daemon (--unify l2 --always-place); its decisions as they happen:")
+        step("Starting the daemon (--unify l2 --always-place --log-chunks); its decisions as they "
+             "happen:")
         console.print("--always-place: this host's two L2 units share one L3, the guest "
                       "runs under TCG and the host has no LLC counters, where SCU's cost model "
                       "and watch would rightly leave the guest alone and SRM would color "
@@ -298,7 +299,8 @@ def main() -> int:
             log.unlink()
         daemon = subprocess.Popen(
             [str(VENV_BIN / "unicache"), "run", "--unify", "l2", "--always-place",
-             "--interval", "1", "--state-dir", str(state), "--connect", "none"],
+             "--interval", "1", "--state-dir", str(state), "--connect", "none",
+             "--log-chunks"],
             stdout=sys.stdout, stderr=sys.stderr,
         )
         time.sleep(3)

@@ -415,6 +415,14 @@ def run(
             "STATE_DIR/decisions.jsonl with another --state-dir).",
         ),
     ] = None,
+    log_chunks: Annotated[
+        bool,
+        typer.Option(
+            "--log-chunks",
+            help="Log every chunk of every guest report and every chunk decision (default: "
+            "a summary per report and the rules per VM; a guest decides how many chunks).",
+        ),
+    ] = False,
     log_max_mib: Annotated[
         int | None,
         typer.Option(
@@ -476,6 +484,7 @@ def run(
         state_dir=state_dir,
         decision_log=decision_log,
         log_max_mib=log_max_mib,
+        log_chunks=log_chunks or None,
         rounds=rounds,
         dry_run=dry_run or None,
         always_place=always_place or None,

@@ -26,8 +26,10 @@ from unicache.decisionlog import (
     DecisionLog,
     action_record,
     chunk_record,
+    chunk_rules_records,
     refusal_record,
     report_record,
+    report_summary_record,
 )
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
@@ -59,6 +61,7 @@ CONFIG_KEYS = frozenset(
         "state_dir",
         "decision_log",
         "log_max_mib",
+        "log_chunks",
         "dry_run",
         "metrics_port",
         "connect",
@@ -77,6 +80,9 @@ class DaemonConfig:
     :param state_dir: journals, channel sockets, VM registry.
     :param decision_log: the JSON-lines decision log (default: :func:`default_decision_log`).
     :param log_max_mib: the log is rotated at this size; three old files are kept.
+    :param log_chunks: log every chunk of every guest report and every chunk decision
+        (default: a summary per report and per VM's rules; a guest decides how many
+        chunks it reports).
     :param dry_run: decide and log, change nothing.
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
@@ -93,6 +99,7 @@ class DaemonConfig:
     state_dir: Path = DEFAULT_STATE_DIR
     decision_log: Path | None = None
     log_max_mib: int = DEFAULT_LOG_MAX_MIB
+    log_chunks: bool = False
     dry_run: bool = False
     rounds: int | None = None
     metrics_port: int | None = None
@@ -138,6 +145,7 @@ def load_config(path: Path | None) -> DaemonConfig:
             state_dir=Path(data.get("state_dir", DEFAULT_STATE_DIR)),
             decision_log=Path(data["decision_log"]) if "decision_log" in data else None,
             log_max_mib=int(data.get("log_max_mib", DEFAULT_LOG_MAX_MIB)),
+            log_chunks=bool(data.get("log_chunks", False)),
             dry_run=bool(data.get("dry_run", False)),
             metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
             connect=str(data["connect"]) if "connect" in data else None,
@@ -264,10 +272,16 @@ async def run_daemon(
                 decisions.write(
                     {**action_record(obs.tick, action), "kind": "failed", "error": failure}
                 )
-            for report in obs.reports:
-                decisions.write(report_record(obs.tick, report))
-            for chunk in decision.chunk_decisions:
-                decisions.write(chunk_record(obs.tick, chunk))
+            if config.log_chunks:
+                for report in obs.reports:
+                    decisions.write(report_record(obs.tick, report))
+                for chunk in decision.chunk_decisions:
+                    decisions.write(chunk_record(obs.tick, chunk))
+            else:
+                for report in obs.reports:
+                    decisions.write(report_summary_record(obs.tick, report))
+                for rules in chunk_rules_records(obs.tick, decision.chunk_decisions):
+                    decisions.write(rules)
             for refusal in decision.refusals:
                 decisions.write(refusal_record(obs.tick, refusal))
             decisions.flush()

@@ -12,6 +12,8 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -198,7 +200,7 @@ def action_record(tick: int, action: Action) -> dict[str, Any]:
 
 
 def chunk_record(tick: int, decision: ChunkDecision) -> dict[str, Any]:
-    """One per-chunk decision as a JSON-ready record."""
+    """One per-chunk decision as a JSON-ready record (``--log-chunks``)."""
     return {
         "tick": tick,
         "kind": "chunk-decision",
@@ -212,19 +214,65 @@ def chunk_record(tick: int, decision: ChunkDecision) -> dict[str, Any]:
     }
 
 
+def chunk_rules_records(tick: int, decisions: Iterable[ChunkDecision]) -> list[dict[str, Any]]:
+    """Per VM, how many chunk decisions each Figure 2 rule made this round: the default in
+    place of one :func:`chunk_record` per chunk, whose number a guest decides."""
+    by_vm: dict[str, Counter[str]] = {}
+    for decision in decisions:
+        by_vm.setdefault(decision.vm, Counter())[decision.rule] += 1
+    return [
+        {
+            "tick": tick,
+            "kind": "chunk-rules",
+            "vm": vm,
+            "rules": dict(sorted(rules.items())),
+            "reason": ", ".join(f"{rule} x{n}" for rule, n in sorted(rules.items())),
+        }
+        for vm, rules in sorted(by_vm.items())
+    ]
+
+
 def refusal_record(tick: int, refusal: Refusal) -> dict[str, Any]:
     """Something a policy chose not to do, and why (e.g. SCU leaving a VM alone)."""
     return {"tick": tick, "kind": "refusal", "refusal": refusal.kind, "reason": refusal.reason}
 
 
-def report_record(tick: int, report: GuestReport) -> dict[str, Any]:
-    """What a guest reported (already validated and bounded by the channel)."""
+def _report_head(tick: int, report: GuestReport) -> dict[str, Any]:
     return {
         "tick": tick,
         "kind": "guest-report",
         "vm": report.vm,
         "seq": report.seq,
         "interval_s": report.interval_s,
+    }
+
+
+def report_summary_record(tick: int, report: GuestReport) -> dict[str, Any]:
+    """What a guest reported, summed: the default in place of :func:`report_record`, whose
+    size a guest decides (a record per chunk)."""
+    by_vcpu: Counter[int] = Counter()
+    for access in report.chunks:
+        for vcpu, nbytes in access.vcpu_bytes:
+            by_vcpu[vcpu] += nbytes
+    nbytes = sum(a.bytes_read for a in report.chunks)
+    return {
+        **_report_head(tick, report),
+        "chunks": len(report.chunks),
+        "files": len({a.chunk.file_id for a in report.chunks}),
+        "bytes": nbytes,
+        "reads": sum(a.reads for a in report.chunks),
+        "writes": sum(a.writes for a in report.chunks),
+        "vcpu_bytes": [[v, n] for v, n in sorted(by_vcpu.items())],
+        "modified_files": len(report.modified_files),
+        "reason": f"{len(report.chunks)} chunks, {nbytes} bytes read in {report.interval_s:g} s",
+    }
+
+
+def report_record(tick: int, report: GuestReport) -> dict[str, Any]:
+    """What a guest reported (already validated and bounded by the channel), chunk by chunk
+    (``--log-chunks``)."""
+    return {
+        **_report_head(tick, report),
         "chunks": [
             {
                 "file": f"{a.chunk.file_id:x}",

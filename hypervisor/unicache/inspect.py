@@ -99,6 +99,9 @@ def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> 
         elif kind == "chunk-decision":
             rule = str(rec.get("rule"))
             rules[rule] = rules.get(rule, 0) + 1
+        elif kind == "chunk-rules" and isinstance(rec.get("rules"), dict):
+            for rule, n in rec["rules"].items():
+                rules[str(rule)] = rules.get(str(rule), 0) + int(n)
         elif kind == "assign-color":
             colors.append(rec)
         elif kind in ("replicate", "drop-replica"):

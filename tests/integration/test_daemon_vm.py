@@ -88,7 +88,7 @@ def start_daemon(dirs: tuple[Path, Path], *extra: str) -> subprocess.Popen[str]:
     env = dict(os.environ, UNICACHE_STATE_DIR=str(registry))
     return subprocess.Popen(
         [UNICACHE, "run", "--unify", "l2", "--interval", "0.5", "--state-dir", str(state),
-         "--connect", "none", "--quiet", *extra],
+         "--connect", "none", "--quiet", "--log-chunks", *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

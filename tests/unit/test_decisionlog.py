@@ -1,4 +1,5 @@
-"""The decision log file: rotated at its size cap, and never fatal when it cannot be written."""
+"""The decision log: rotated at its size cap, never fatal when it cannot be written, and by
+default a summary per guest report and per VM's chunk rules, whatever a guest sends."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ from pathlib import Path
 
 import pytest
 from unicache.daemon import DEFAULT_DECISION_LOG, DaemonConfig, default_decision_log, load_config
-from unicache.decisionlog import KEEP_ROTATED, DecisionLog
+from unicache.decisionlog import (
+    KEEP_ROTATED,
+    DecisionLog,
+    chunk_rules_records,
+    report_summary_record,
+)
 from unicache.errors import ConfigError
+from unicache.inspect import explain
+from unicache.model import ChunkAccess, ChunkDecision, ChunkId, GuestReport
 
 
 def _record(i: int) -> dict[str, object]:
@@ -91,3 +99,27 @@ def test_log_max_mib_is_checked_in_the_config_file(tmp_path: Path) -> None:
     cfg.write_text("log_max_mib = 0\n")
     with pytest.raises(ConfigError, match="log_max_mib"):
         load_config(cfg)
+
+
+def _report(chunks: int) -> GuestReport:
+    return GuestReport("vm0", 7, 1.0, tuple(
+        ChunkAccess(ChunkId(i % 3, i), 4096, 2, 0, ((i % 2, 4096),)) for i in range(chunks)
+    ))
+
+
+def test_by_default_a_report_is_one_summary_whatever_its_number_of_chunks() -> None:
+    small, large = report_summary_record(1, _report(2)), report_summary_record(1, _report(4096))
+    assert len(json.dumps(large)) == pytest.approx(len(json.dumps(small)), abs=40)
+    assert (large["chunks"], large["files"], large["bytes"], large["reads"]) == (
+        4096, 3, 4096 * 4096, 2 * 4096
+    )
+    assert large["vcpu_bytes"] == [[0, 2048 * 4096], [1, 2048 * 4096]]
+
+
+def test_chunk_rules_count_each_vms_decisions_and_explain_reads_them() -> None:
+    decisions = [ChunkDecision("vm0", ChunkId(1, i), 0, True, "line 31", "") for i in range(5)]
+    decisions.append(ChunkDecision("vm0", ChunkId(1, 9), 1, False, "line 4", ""))
+    (record,) = chunk_rules_records(3, decisions)
+    assert record["rules"] == {"line 31": 5, "line 4": 1}
+    found = explain([record, {"tick": 3, "kind": "note", "vm": "vm0"}], "vm0")
+    assert found.rules == {"line 31": 5, "line 4": 1}
