@@ -22,7 +22,7 @@ from unicache.model import (
 from unicache.policy import srm
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.ncc import NCC_THRESHOLD, NccParams
-from unicache.policy.replicas import ReplicaState, replicas_round
+from unicache.policy.replicas import NCC_BOUNDED, ReplicaState, replicas_round
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
 
@@ -236,3 +236,44 @@ def test_round_publishes_color_and_replica_nodes_in_the_vms_table() -> None:
     kinds = [type(a) for a in decision.actions]
     assert AssignColor in kinds and Replicate in kinds
     assert kinds.index(Replicate) < kinds.index(PublishPlacement)
+
+
+def test_a_guest_that_claims_nodes_its_vm_does_not_have_gets_no_replicas() -> None:
+    # the backend built one node; the guest's reports name two (issue #12)
+    vm = _vm(colored=0, cpu_nodes=1)
+    decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 0, 1, 4)], ReplicaState(),
+                              NccParams())
+    assert not decision.actions and not decision.state.vms
+
+
+def test_reads_naming_nodes_the_vm_lacks_are_dropped_and_counted() -> None:
+    vm = _vm(colored=0, cpu_nodes=2)
+    decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 0, 7, 4)], ReplicaState(),
+                              NccParams())
+    assert not decision.actions
+    (refusal,) = decision.refusals
+    assert refusal.kind == NCC_BOUNDED and "4 read events" in refusal.reason
+
+
+def test_a_flood_of_writes_after_a_flood_of_remote_reads_costs_what_ncc_holds() -> None:
+    # issue #12: 16 reports of remote reads (16k counters), then writes of every chunk;
+    # each write drops what its chunk holds, found by index, not by a scan of every counter
+    vm = _vm(colored=0, cpu_nodes=2)
+    state = ReplicaState()
+    for seq in range(16):
+        reads = tuple(
+            ChunkAccess(ChunkId(seq, i), CHUNK, 1, 0, ((1, CHUNK),), 0, ((1, 1),))
+            for i in range(1024)
+        )
+        state = replicas_round([vm], [GuestReport("vm0", seq, 1.0, reads)], state,
+                               NccParams()).state
+    vm_state = state.of("vm0")
+    assert vm_state is not None and len(vm_state.ncc.counters) == 16 * 1024
+    writes = tuple(
+        ChunkAccess(ChunkId(f, i), CHUNK, 0, 1, ((1, CHUNK),)) for f in range(16)
+        for i in range(1024)
+    )
+    state = replicas_round([vm], [GuestReport("vm0", 16, 1.0, writes)], state,
+                           NccParams()).state
+    vm_state = state.of("vm0")
+    assert vm_state is not None and not vm_state.ncc.counters

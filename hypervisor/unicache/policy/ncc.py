@@ -274,27 +274,48 @@ def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
 
 
 class _Work:
-    """Mutable scratch copy of a state, used only inside :func:`ncc_round`."""
+    """Mutable scratch copy of a state, used only inside :func:`ncc_round`.
+
+    Replicas and counters are indexed by chunk (and replicas by node too), so that a write
+    or a reclaim costs what the chunk or the node holds, never a scan of every counter a
+    guest's reports have made (issue #12: a flood of writes once took minutes a round).
+    """
 
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
         self.replicas = {(r.key, r.node): r for r in state.replicas}
-        self.counters = {(c.key, c.node): c.count for c in state.counters}
+        self.nodes_of: dict[ReplicaKey, set[int]] = {}
+        self.keys_on: dict[int, set[ReplicaKey]] = {}
+        for r in state.replicas:
+            self.nodes_of.setdefault(r.key, set()).add(r.node)
+            self.keys_on.setdefault(r.node, set()).add(r.key)
+        self.counters: dict[ReplicaKey, dict[int, int]] = {}
+        for c in state.counters:
+            self.counters.setdefault(c.key, {})[c.node] = c.count
         self.disabled = state.disabled
         self.clock = state.clock
         self.actions: list[NccAction] = []
         self.served: list[int] = []
 
+    def add(self, replica: Replica) -> None:
+        self.replicas[(replica.key, replica.node)] = replica
+        self.nodes_of.setdefault(replica.key, set()).add(replica.node)
+        self.keys_on.setdefault(replica.node, set()).add(replica.key)
+
     def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
         del self.replicas[(key, node)]
+        self.nodes_of[key].discard(node)
+        if not self.nodes_of[key]:
+            del self.nodes_of[key]
+        self.keys_on[node].discard(key)
         self.actions.append(DropReplica(key, node, rule, f"{rule}: {why}"))
 
     def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
-        for k, node in sorted(k for k in self.replicas if k[0] == key):
-            self.drop(k, node, rule, why)
+        for node in sorted(self.nodes_of.get(key, ())):
+            self.drop(key, node, rule, why)
 
     def on_node(self, node: int) -> list[Replica]:
-        return [r for r in self.replicas.values() if r.node == node]
+        return [self.replicas[(k, node)] for k in self.keys_on.get(node, ())]
 
     def read(self, ev: Read) -> None:
         if ev.node == ev.home:
@@ -306,8 +327,9 @@ class _Work:
             self.served.append(ev.node)
             return
         self.served.append(ev.home)
-        count = self.counters.get((ev.key, ev.node), 0) + 1
-        self.counters[(ev.key, ev.node)] = count
+        per_node = self.counters.setdefault(ev.key, {})
+        count = per_node.get(ev.node, 0) + 1
+        per_node[ev.node] = count
         if count < self.params.ncc_threshold:
             return
         if ev.node in self.disabled:
@@ -320,8 +342,10 @@ class _Work:
             self.drop(
                 victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
             )
-        self.replicas[(ev.key, ev.node)] = Replica(ev.key, ev.node, 1, self.clock)
-        del self.counters[(ev.key, ev.node)]
+        self.add(Replica(ev.key, ev.node, 1, self.clock))
+        del per_node[ev.node]
+        if not per_node:
+            del self.counters[ev.key]
         self.actions.append(
             Replicate(
                 ev.key,
@@ -332,8 +356,7 @@ class _Work:
 
     def write(self, ev: Write) -> None:
         self.drop_all(ev.key, RULE_WRITE, "chunk written")
-        for k in [k for k in self.counters if k[0] == ev.key]:
-            del self.counters[k]
+        self.counters.pop(ev.key, None)
 
     def reclaim(self, ev: Reclaim) -> None:
         ratio = self.params.reclaim_ratio
@@ -358,7 +381,13 @@ class _Work:
     def state(self) -> NccState:
         return NccState(
             replicas=tuple(sorted(self.replicas.values())),
-            counters=tuple(sorted(RemoteCount(k, n, c) for (k, n), c in self.counters.items())),
+            counters=tuple(
+                sorted(
+                    RemoteCount(k, n, c)
+                    for k, per_node in self.counters.items()
+                    for n, c in per_node.items()
+                )
+            ),
             disabled=self.disabled,
             clock=self.clock,
         )

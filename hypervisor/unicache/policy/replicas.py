@@ -13,7 +13,12 @@ of different VMs are unrelated):
 * the report's free memory per node drives the §3.2 timer (generation off when tight);
 * one ``Age`` per round (MQ aging);
 * bounded: at most ``MAX_READS_PER_ROUND`` reads per VM and round, and the
-  ``MAX_COUNTERS_PER_VM`` largest remote-read counters are kept;
+  ``MAX_COUNTERS_PER_VM`` largest remote-read counters are kept; a write costs something
+  only for a chunk NCC knows (a replica, a counter, a read this round), the others are
+  no-ops and are not replayed, so writes are bounded by what NCC holds;
+* the guest's nodes are the backend's (QEMU's ``--numa`` layout, libvirt's ``<numa>``),
+  never a report's: a guest that claims nodes it does not have gets no NCC, and a read
+  naming a node the VM lacks is dropped; drops are counted in an ``NCC_BOUNDED`` refusal;
 * chunks whose page cache is on a colored node are left alone: SRM-buffer confined them
   there on purpose (a colored node's memory is on the VM's own host node, so it is not
   remote), and a replica would spread them over every color again.
@@ -26,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Replicate, Vm
+from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Refusal, Replicate, Vm
 from unicache.policy import ncc
 
 #: at most this many Read events per chunk record and node
@@ -35,6 +40,8 @@ MAX_READS_PER_RECORD = 4
 MAX_READS_PER_ROUND = 16_384
 #: remote-read counters kept per VM (the most counted first): NCC's memory is bounded
 MAX_COUNTERS_PER_VM = 16_384
+#: refusal kind: read events NCC did not replay (a node the VM lacks, over the budget)
+NCC_BOUNDED = "NCC_BOUNDED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +79,13 @@ class ReplicaDecision:
     :param actions: replicas made and dropped, in order.
     :param replica_nodes: per VM, the nodes holding a replica of each replicated chunk.
     :param state: the state after the round.
+    :param refusals: per VM, the read events dropped and why.
     """
 
     actions: tuple[Replicate | DropReplica, ...]
     replica_nodes: Mapping[str, Mapping[ChunkId, frozenset[int]]]
     state: ReplicaState = field(default_factory=ReplicaState)
+    refusals: tuple[Refusal, ...] = ()
 
 
 def _events(
@@ -84,26 +93,35 @@ def _events(
     reports: list[GuestReport],
     known: ncc.NccState,
     max_reads: int,
+    nodes: frozenset[int],
     colored: frozenset[int] = frozenset(),
-) -> list[ncc.NccEvent]:
+) -> tuple[list[ncc.NccEvent], int]:
+    """The VM's reads, then its writes, then aging; and the read events dropped."""
     reads: list[ncc.NccEvent] = []
-    writes: list[ncc.NccEvent] = []
+    written: set[ncc.ReplicaKey] = set()
     modified: set[int] = set()
+    dropped = 0
     for report in sorted(reports, key=lambda r: r.seq):
         modified |= report.modified_files
         for access in sorted(report.chunks, key=lambda a: a.chunk):
             key = ncc.ReplicaKey(vm, access.chunk)
             if access.home_node >= 0 and access.home_node not in colored:
                 for node, count in access.node_reads:
-                    room = MAX_READS_PER_ROUND - len(reads)
-                    reads += [ncc.Read(key, node, access.home_node)] * min(count, max_reads, room)
+                    wanted = min(count, max_reads)
+                    if access.home_node not in nodes or node not in nodes:
+                        dropped += wanted
+                        continue
+                    n = min(wanted, MAX_READS_PER_ROUND - len(reads))
+                    dropped += wanted - n
+                    reads += [ncc.Read(key, node, access.home_node)] * n
             if access.writes > 0:
-                writes.append(ncc.Write(key))
-    # §3.2 coherence for writers without the shim: every known chunk of a modified file
+                written.add(key)
+    # a write matters only for a chunk NCC knows; §3.2 coherence for writers without the
+    # shim: every known chunk of a modified file
     held = {r.key for r in known.replicas} | {c.key for c in known.counters}
     held |= {e.key for e in reads if isinstance(e, ncc.Read)}
-    writes += [ncc.Write(k) for k in sorted(held) if k.chunk.file_id in modified]
-    return [*reads, *writes, ncc.Age()]
+    writes = [ncc.Write(k) for k in sorted(held) if k in written or k.chunk.file_id in modified]
+    return [*reads, *writes, ncc.Age()], dropped
 
 
 def replicas_round(
@@ -132,16 +150,26 @@ def replicas_round(
         by_vm.setdefault(report.vm, []).append(report)
     out: list[VmReplicas] = []
     actions: list[Replicate | DropReplica] = []
+    refusals: list[Refusal] = []
     nodes: dict[str, dict[ChunkId, frozenset[int]]] = {}
     for vm in sorted(vms, key=lambda v: v.name):
         mine = by_vm.get(vm.name, [])
-        guest_nodes = {n for r in mine for n in r.guest_nodes} | {n.node for n in vm.nodes}
+        guest_nodes = frozenset(n.node for n in vm.nodes)  # the backend's, not the guest's
         prev = state.of(vm.name) or VmReplicas(vm.name)
         if len(guest_nodes) < 2 and not prev.ncc.replicas:
             continue
         memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
+        memory = tuple(m for m in memory if m.node in guest_nodes)
         colored = frozenset(n.node for n in vm.colored_nodes())
-        events = _events(vm.name, mine, prev.ncc, max_reads, colored)
+        events, dropped = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
+        if dropped:
+            refusals.append(
+                Refusal(
+                    NCC_BOUNDED,
+                    f"NCC dropped {dropped} read events of {vm.name}: nodes it does not have "
+                    f"(it has {sorted(guest_nodes)}), or over {MAX_READS_PER_ROUND} a round",
+                )
+            )
         decision = ncc.ncc_round(prev.ncc, memory, events, params)
         kept = decision.state
         if len(kept.counters) > MAX_COUNTERS_PER_VM:
@@ -160,4 +188,4 @@ def replicas_round(
             held.setdefault(replica.key.chunk, set()).add(replica.node)
         nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
         out.append(VmReplicas(vm.name, kept, tuple(memory)))
-    return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)))
+    return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))

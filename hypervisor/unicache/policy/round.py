@@ -125,7 +125,7 @@ class UnicachePolicy:
             self.name,
             obs_decision.actions + colors.actions + replicas.actions + scu_decision.actions,
             scu_decision.chunk_decisions,
-            obs_decision.refusals + colors.refusals + scu_decision.refusals,
+            obs_decision.refusals + colors.refusals + replicas.refusals + scu_decision.refusals,
         )
         return decision, RoundState(obs_state, scu_state, colors.state, replicas.state)
 
