@@ -24,6 +24,7 @@ from unicache.model import (
 from unicache.policy.obs import (
     BASE_CPU_WEIGHT,
     C_CREDIT,
+    MAX_GUEST_BYTES_PER_NS,
     ObsOptions,
     ObsPolicy,
     ObsState,
@@ -322,3 +323,44 @@ def test_clustering_never_moves_another_vms_vcpus() -> None:
     _, after = policy.decide(replace(obs, tick=1), before, frozenset({"a"}))
     assert _units_of(after, "b", range(2)) == _units_of(before, "b", range(2))
     assert sorted(_units_of(after, "a", range(2))) == sorted(_units_of(before, "a", range(2)))
+
+
+def _software(vmname: str, index: int, nbytes: int) -> CounterSample:
+    """A host without LLC counters: the guest's reported bytes over the vCPU's task clock."""
+    return CounterSample(VcpuId(vmname, index), CounterSource.SOFTWARE, busy=1.0,
+                         guest_bytes=nbytes, task_clock_ns=10**9)
+
+
+def _pins_of_honest_vm(forged_bytes: int) -> tuple[dict[VcpuId, int], dict[VcpuId, frozenset]]:
+    """A 12-vCPU VM reporting ``forged_bytes`` per vCPU from its first vCPUs, then an
+    honest 8-vCPU VM arriving, on opteron-16 without LLC counters (20 vCPUs on 16 CPUs),
+    for five rounds with a rebalance each: the honest VM's units and CPU sets."""
+    policy = ObsPolicy(TOPO_OPTERON_16.units(), ObsOptions(rebalance_period=1))
+    forger, honest = vm("forger", 12, frozenset(range(16))), vm("honest", 8, frozenset(range(16)))
+    state = ObsState()
+    cpus: dict[VcpuId, frozenset] = {}
+    for tick in range(5):
+        samples = [_software("forger", i, forged_bytes if i < 9 else 0) for i in range(12)]
+        samples += [_software("honest", i, (i + 1) << 26) for i in range(8)]
+        vms = (forger,) if tick == 0 else (forger, honest)
+        decision, state = policy.decide(observation(tick, vms, samples), state)
+        cpus.update({a.vcpu: a.cpus for a in decision.actions
+                     if isinstance(a, PinVcpu) and a.vcpu.vm == "honest"})
+    units = {v: u for v, u in state.unit_of.items() if v.vm == "honest"}
+    return units, cpus
+
+
+def test_forged_byte_counts_never_change_where_another_vms_vcpus_are_pinned() -> None:
+    # issue #12: a VM that reported 2**63 bytes got three units to itself and eight
+    # honest vCPUs ended up two per CPU on the fourth
+    honest_world = _pins_of_honest_vm(1 << 20)
+    for forged in (1 << 40, 1 << 62, 2**63 - 1):
+        assert _pins_of_honest_vm(forged) == honest_world, forged
+    units, _ = honest_world
+    assert len(set(units.values())) == 4  # spread over the four chips, not crowded in one
+
+
+def test_a_guests_reported_bytes_weigh_no_more_than_a_core_can_read() -> None:
+    weight = cache_weight(_software("g", 0, 2**63 - 1)).value
+    assert weight == pytest.approx(MAX_GUEST_BYTES_PER_NS / 64)
+    assert cache_weight(_software("g", 0, 64 * 10**6)).value == pytest.approx(1e-3)

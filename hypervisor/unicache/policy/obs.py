@@ -52,6 +52,10 @@ C_CREDIT = 0.02
 #: (the vCPU cgroups of one VM), so 1000 instead of the kernel's default 100 gives OBS-C's
 #: credits of a fraction of a percent a resolution of 0.1 %.
 BASE_CPU_WEIGHT = 1000
+#: the most bytes a vCPU can read per nanosecond it ran: two 64-byte loads a cycle (the
+#: L1 bandwidth of AVX-512 cores) at 3 GHz. A guest's reported bytes are capped at this
+#: times its task clock, so a forged count weighs no more than a core can read
+MAX_GUEST_BYTES_PER_NS = 384
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +108,22 @@ def cache_weight(sample: CounterSample, line_size: int = 64) -> CacheWeight:
     :param line_size: bytes per cache line.
     :returns: the weight; 0 when the sample has neither misses nor guest bytes.
     """
-    if sample.llc_misses is not None and sample.cycles:
+    if host_measured(sample):
+        assert sample.llc_misses is not None and sample.cycles
         return CacheWeight(sample.llc_misses / sample.cycles, sample.source)
     if sample.guest_bytes is not None:
         ran = sample.task_clock_ns or sample.cycles
         if ran:
-            return CacheWeight(sample.guest_bytes / line_size / ran, sample.source)
+            # the guest says what it read: no more than a core can read in the time it ran
+            nbytes = min(max(sample.guest_bytes, 0), ran * MAX_GUEST_BYTES_PER_NS)
+            return CacheWeight(nbytes / line_size / ran, sample.source)
     return CacheWeight(0.0, sample.source)
+
+
+def host_measured(sample: CounterSample) -> bool:
+    """Whether the sample's weight is the host's own measurement (LLC misses per cycle),
+    not the guest's word (its reported bytes): only those may move another VM's vCPUs."""
+    return sample.llc_misses is not None and bool(sample.cycles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +163,8 @@ class ObsPolicy:
         self.options = options or ObsOptions()
         self._unit_by_id = {u.id: u for u in units}
         self._unit_of_cpu = {cpu: u for u in units for cpu in u.cpus}
+        #: vCPUs whose weights this round are the host's own measurement (:meth:`decide`)
+        self._trusted: frozenset[VcpuId] = frozenset()
 
     def start(self, state: ObsState) -> None:
         """Check that a restored state fits the units (idempotent).
@@ -178,6 +193,11 @@ class ObsPolicy:
             if sample.vcpu in live:
                 weights[sample.vcpu] = cache_weight(sample, opts.line_size).value
                 busy[sample.vcpu] = sample.busy
+        # the host measured these weights; the others are their guests' word, which moves
+        # only their own VM's vCPUs (a forged count never steers another VM's pinning)
+        self._trusted = frozenset(
+            s.vcpu for s in obs.samples if s.vcpu in live and host_measured(s)
+        )
         unit_of = {v: u for v, u in state.unit_of.items() if v in live}
         reasons: dict[VcpuId, str] = {}
         vcpus_of = {vm.name: [v.id for v in vm.vcpus] for vm in obs.vms}
@@ -194,11 +214,13 @@ class ObsPolicy:
         # carry them all once they wake up). A vCPU stays in the unit it runs in while that
         # unit keeps within its fair share: moving it would cost a refill for no balance.
         running_in = {v.id: v.cpu for vm in obs.vms for v in vm.vcpus if v.cpu is not None}
-        fair_load = sum(weights.get(v, 0.0) for v in live) / max(len(self.units), 1)
         fair_count = -(-len(live) // max(len(self.units), 1))
         for vcpu in live:
             if vcpu not in unit_of:
-                loads = self._loads(unit_of, weights)
+                loads = self._loads(unit_of, weights, vcpu.vm)
+                fair_load = sum(
+                    weights.get(v, 0.0) for v in live if self._counts_for(v, vcpu.vm)
+                ) / max(len(self.units), 1)
                 idle = weights.get(vcpu, 0.0) <= 0.0
                 here = self._unit_of_cpu.get(running_in.get(vcpu, -1))
                 if (
@@ -290,12 +312,21 @@ class ObsPolicy:
     # --- steps -----------------------------------------------------------------------------
 
     def _loads(
-        self, unit_of: Mapping[VcpuId, int], weights: Mapping[VcpuId, float]
+        self,
+        unit_of: Mapping[VcpuId, int],
+        weights: Mapping[VcpuId, float],
+        viewer: str | None = None,
     ) -> dict[int, float]:
+        """Cache load per unit as ``viewer``'s vCPUs see it: host-measured weights, and
+        ``viewer``'s own guest-reported ones (``None``: every weight)."""
         loads = {u.id: 0.0 for u in self.units}
         for vcpu, unit in unit_of.items():
-            loads[unit] += weights.get(vcpu, 0.0)
+            if viewer is None or self._counts_for(vcpu, viewer):
+                loads[unit] += weights.get(vcpu, 0.0)
         return loads
+
+    def _counts_for(self, vcpu: VcpuId, viewer: str) -> bool:
+        return vcpu.vm == viewer or vcpu in self._trusted
 
     def _may_stay(
         self,
@@ -332,7 +363,27 @@ class ObsPolicy:
         weights: Mapping[VcpuId, float],
         kept: frozenset[VcpuId] = frozenset(),
     ) -> tuple[VcpuId, int, int, str] | None:
-        loads = self._loads(unit_of, weights)
+        """The best move of one overweight vCPU, each VM's vCPUs judged by the loads as
+        that VM sees them (:meth:`_loads`); one view for all where every weight is the
+        host's own measurement."""
+        views: set[str | None] = {None}
+        if not set(unit_of) <= self._trusted:
+            views = {v.vm for v in unit_of}
+        best: tuple[float, VcpuId, int, int, str] | None = None
+        for viewer in sorted(views, key=str):
+            move = self._rebalance_view(unit_of, weights, kept, viewer)
+            if move is not None and (best is None or move[:2] < best[:2]):
+                best = move
+        return None if best is None else best[1:]
+
+    def _rebalance_view(
+        self,
+        unit_of: dict[VcpuId, int],
+        weights: Mapping[VcpuId, float],
+        kept: frozenset[VcpuId],
+        viewer: str | None,
+    ) -> tuple[float, VcpuId, int, int, str] | None:
+        loads = self._loads(unit_of, weights, viewer)
         # sort keys: load, then unit id (deterministic ties)
         heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
         room = self._with_room(unit_of)
@@ -344,8 +395,15 @@ class ObsPolicy:
             return None
         members = [v for v, u in unit_of.items() if u == heavy]
         average = loads[heavy] / len(members)
-        # a clustered vCPU stays with the vCPUs it shares data with
-        overweight = [v for v in members if weights.get(v, 0.0) > average and v not in kept]
+        # a clustered vCPU stays with the vCPUs it shares data with; a view moves only
+        # vCPUs its loads may move (its own VM's, or every one in the all-trusted view)
+        overweight = [
+            v
+            for v in members
+            if weights.get(v, 0.0) > average
+            and v not in kept
+            and (viewer is None or v.vm == viewer)
+        ]
         # only moves that lower the heaviest load: light + w < heavy
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
         if not useful:
@@ -357,7 +415,7 @@ class ObsPolicy:
             f"unit average {average:.3g}) from heaviest unit {heavy} "
             f"(load {loads[heavy]:.3g}) to lightest unit {light} (load {loads[light]:.3g})"
         )
-        return vcpu, heavy, light, why
+        return abs(gap / 2 - weights.get(vcpu, 0.0)), vcpu, heavy, light, why
 
     def _local_sets(
         self, unit: CacheUnit, members: list[VcpuId], weights: Mapping[VcpuId, float]
@@ -367,6 +425,13 @@ class ObsPolicy:
         floor = self.options.heavy_weight_floor
         if len(members) <= len(cpus) or len(cpus) < 2 or heaviest < floor:
             why = f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)})"
+            return [(v, unit.cpus, why) for v in members]
+        if len({v.vm for v in members}) > 1 and not set(members) <= self._trusted:
+            # pairing by weight would let one guest's word decide another VM's CPUs
+            why = (
+                f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)}); OBS-L "
+                "pairs the vCPUs of several VMs only by weights the host measured"
+            )
             return [(v, unit.cpus, why) for v in members]
         # OBS-L: heavy vCPUs (clearly above the unit's average weight) share the first CPUs,
         # so what co-runs on the other CPUs is light. Within each class the order is the
