@@ -264,7 +264,9 @@ async def run_daemon(
             for event in getattr(source, "drain_events", list)():
                 note(f"vm {event.domain}: {event.kind} ({event.detail})")
             await _sync_channels(channel, host, listening, note)
-            decision, state = policy.decide(obs, state)
+            # the round runs in a worker thread: the loop keeps serving every VM's channel
+            # and the signals while one guest's reports keep the policy busy (issue #12)
+            decision, state = await asyncio.to_thread(policy.decide, obs, state)
             result = host.act(decision.actions)
             for action in result.applied:
                 decisions.write(action_record(obs.tick, action))

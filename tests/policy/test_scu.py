@@ -171,3 +171,21 @@ def test_every_policy_module_cites_its_paper_section() -> None:
             continue
         text = path.read_text()
         assert "§" in text or "Policy:" in text, f"{path.name} cites no paper section"
+
+
+def test_a_vm_reporting_more_accesses_than_its_budget_costs_no_more_and_is_told() -> None:
+    from dataclasses import replace
+
+    from unicache.policy.scu import SCU_BOUNDED, scu_options_for
+
+    options = replace(scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_accesses_per_vm=64),
+                      cost=None, watch=False)
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, scu_options=options)
+    vms = _vms(count=2)
+    flood = _report("vm0", range(1000))  # one vCPU per chunk: 1,000 accesses
+    decision, _ = _round(policy, 0, vms, [flood, _report("vm1", range(2000, 2010))],
+                         RoundState())
+    assert sum(1 for d in decision.chunk_decisions if d.vm == "vm0") == 64
+    assert sum(1 for d in decision.chunk_decisions if d.vm == "vm1") == 10  # its own budget
+    (bounded,) = [r for r in decision.refusals if r.kind == SCU_BOUNDED]
+    assert "936 chunk accesses of vm0" in bounded.reason

@@ -52,6 +52,8 @@ from unicache.topology import CacheLevel, CacheUnit, Scope, Topology, Unify
 STEP_ASIDE = "SCU_NO_GAIN"
 #: the refusal kind SCU logs when the watch keeps a VM unplaced
 WATCH = "SCU_WATCH"
+#: refusal kind: chunk accesses over a VM's per-round budget were not replayed
+SCU_BOUNDED = "SCU_BOUNDED"
 #: a placed VM predicted to lose is withdrawn only after this many rounds of it in a row
 #: (a prediction that flips with each round's sample must not flip the VM's table: the
 #: watch needs one settled placed interval to judge what the placement did)
@@ -77,6 +79,9 @@ class ScuOptions:
     :param max_entries: the most entries in one VM's placement table.
     :param max_replays: the most ``mfc_access`` calls one reported chunk access may cause
         per round (reads are replayed, but a guest cannot buy unbounded policy work).
+    :param max_accesses_per_vm: the most (chunk, vCPU) accesses of one VM replayed per
+        round; the rest are skipped and counted in an ``SCU_BOUNDED`` refusal (a report of
+        the protocol's largest size costs the round no more than this).
     :param cost_source: where the cost figures came from (model, or defaults).
     :param cost: the cost model behind ``min_read_size``, budgets, extents and the per-VM
         gain prediction (``None``: place every VM, MFC as published).
@@ -90,6 +95,7 @@ class ScuOptions:
     max_chunks: int = 65_536
     max_entries: int = 4_096
     max_replays: int = 8
+    max_accesses_per_vm: int = 1 << 17
     cost_source: str = "model"
     cost: CostModel | None = None
     watch: bool = True
@@ -275,6 +281,8 @@ class ScuPolicy:
         readers: dict[str, float] = {}
         for sample in obs.samples:
             readers[sample.vcpu.vm] = readers.get(sample.vcpu.vm, 0.0) + max(sample.busy, 0.0)
+        spent: dict[str, int] = {}
+        skipped: dict[str, int] = {}
         for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
             units_of_vm = by_vm.get(report.vm)
             if not units_of_vm or report.vm in left_alone:
@@ -282,6 +290,10 @@ class ScuPolicy:
             allowed = frozenset(units_of_vm.values())
             copies = self._copies_needed(readers.get(report.vm, 0.0), units_of_vm)
             for access in sorted(report.chunks, key=lambda a: a.chunk):
+                if spent.get(report.vm, 0) >= opts.max_accesses_per_vm:
+                    skipped[report.vm] = skipped.get(report.vm, 0) + len(access.vcpu_bytes)
+                    continue
+                spent[report.vm] = spent.get(report.vm, 0) + len(access.vcpu_bytes)
                 key = ChunkKey(report.vm, access.chunk)
                 size = min(access.bytes_read, opts.chunk_size) if access.reads else 0
                 size = max(size, min(access.bytes_read // max(access.reads, 1), opts.chunk_size))
@@ -304,6 +316,14 @@ class ScuPolicy:
                     )
                     touched.add(report.vm)
 
+        for vm, n in sorted(skipped.items()):
+            refusals.append(
+                Refusal(
+                    SCU_BOUNDED,
+                    f"SCU skipped {n} chunk accesses of {vm} this round: over "
+                    f"{opts.max_accesses_per_vm} a round",
+                )
+            )
         next_round = state.round + 1
         if next_round % opts.update_period == 0:
             table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
