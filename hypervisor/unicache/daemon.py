@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import signal
 import time
 import tomllib
@@ -39,6 +37,7 @@ from unicache.metrics import DaemonMetrics
 from unicache.model import Observation
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import scu_options_for
+from unicache.statefile import write_private_json
 from unicache.topology import Unify, load_topology
 
 log = logging.getLogger(__name__)
@@ -365,6 +364,4 @@ def write_status(
             for v in sorted(unit_of)
         ],
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(status, indent=1))
-    os.replace(tmp, path)
+    write_private_json(path, status)

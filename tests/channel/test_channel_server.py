@@ -8,8 +8,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from unicache.channel import ChannelServer
 from unicache.channel import protocol as p
+from unicache.errors import ConfigError
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
 
 HELLO = (b'{"v":1,"type":"hello","seq":0,"agent":"raw","versions":[1],"caps":["report"],'
@@ -120,38 +122,78 @@ def test_garbage_oversize_and_flood_get_named_errors_and_server_survives(
         await asyncio.sleep(0.1)
         reports = server.drain_reports()
         assert 0 < len(reports) <= p.RATE_BURST
-        # still serving: a fresh connection completes its handshake
+        st = server.status()[0]
+        assert dict(st.errors)["rate-limited"] >= 1 and dict(st.errors)["line-too-long"] == 1
+        # still serving: once the flooding connection ends, a fresh one completes its
+        # handshake
+        w.close()
+        await asyncio.sleep(0.1)
         r2, w2 = await asyncio.open_unix_connection(str(sock))
         await read_msgs(r2, 1)
         w2.write(HELLO)
         assert (await read_msgs(r2, 1))[0]["type"] == "welcome"
         assert server.is_ready("vm1")
-        st = server.status()[0]
-        assert dict(st.errors)["rate-limited"] >= 1 and dict(st.errors)["line-too-long"] == 1
-        w.close()
         w2.close()
 
     run(body, tmp_path)
 
 
-def test_reconnect_replaces_connection_and_resends_table(tmp_path: Path) -> None:
+def test_a_second_connection_is_refused_while_one_is_live_and_a_reconnect_gets_the_table(
+    tmp_path: Path,
+) -> None:
     async def body(server: ChannelServer, sock: Path) -> None:
         table = PlacementTable("vm1", 9, 262144, 0,
                                (PlacementEntry(ChunkId(5, 0), frozenset({0})),))
         assert not server.publish(PublishPlacement("vm1", table, "before connect"))
         r1, w1 = await asyncio.open_unix_connection(str(sock))
         await read_msgs(r1, 1)
+        # issue #12: a second client cannot take the VM's channel over
         r2, w2 = await asyncio.open_unix_connection(str(sock))
-        await read_msgs(r2, 1)
-        assert await r1.read() == b""  # the old connection is dropped
-        w2.write(HELLO)
-        msgs = await read_msgs(r2, 2)
+        assert await r2.read() == b""
+        (st,) = server.status()
+        assert dict(st.errors)["second-connection"] == 1
+        # once the first one ends, the VM's agent reconnects and gets its table again
+        w1.close()
+        assert await r1.read() == b""
+        await asyncio.sleep(0.05)
+        r3, w3 = await asyncio.open_unix_connection(str(sock))
+        await read_msgs(r3, 1)
+        w3.write(HELLO)
+        msgs = await read_msgs(r3, 2)
         assert [m["type"] for m in msgs] == ["welcome", "placement"]
         assert msgs[1]["version"] == 9
-        w1.close()
         w2.close()
+        w3.close()
 
     run(body, tmp_path)
+
+
+def test_a_socket_path_that_is_not_a_socket_is_never_replaced(tmp_path: Path) -> None:
+    victim = tmp_path / "vm1.sock"
+    victim.write_text("important")
+
+    async def main() -> None:
+        server = ChannelServer(tmp_path)
+        with pytest.raises(ConfigError, match="not a socket"):
+            await server.add_vm("vm1")
+        await server.close()
+
+    asyncio.run(main())
+    assert victim.read_text() == "important"
+
+
+def test_a_socket_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+
+    async def main() -> None:
+        server = ChannelServer(shared)
+        with pytest.raises(ConfigError, match="writable by no one else"):
+            await server.add_vm("vm1")
+        await server.close()
+
+    asyncio.run(main())
 
 
 def test_publish_all_applies_tables_and_reports_failures(tmp_path: Path) -> None:

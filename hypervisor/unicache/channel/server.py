@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -64,6 +65,36 @@ class VmChannelStatus:
     errors: tuple[tuple[str, int], ...]
     applied_version: int
     dropped_out: int
+
+
+#: error kind counted when a VM's socket gets a second connection while one is live
+SECOND_CONNECTION = "second-connection"
+
+
+def check_socket_path(sock: Path) -> None:
+    """Refuse a socket path a root daemon must not create or replace.
+
+    The directory must belong to this user (or root) and be writable by no one else, so
+    no other user can swap the path for a link between our checks and our bind; an
+    existing entry must be a socket (``lstat``: a link is not followed), never a file we
+    would delete.
+
+    :raises ConfigError: naming what is wrong.
+    """
+    parent = sock.parent.lstat()
+    if not stat.S_ISDIR(parent.st_mode):
+        raise ConfigError(f"{sock.parent} is not a directory")
+    if parent.st_uid not in (0, os.geteuid()) or parent.st_mode & 0o022:
+        raise ConfigError(
+            f"{sock.parent} must belong to {os.geteuid()} or root and be writable by no one "
+            f"else (mode {stat.S_IMODE(parent.st_mode):o}, owner {parent.st_uid})"
+        )
+    try:
+        mode = sock.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"{sock} exists and is not a socket: refusing to replace it")
 
 
 class _VmSlot:
@@ -118,6 +149,7 @@ class ChannelServer:
         slot = _VmSlot(vm, sock, self.params)
         try:
             sock.parent.mkdir(parents=True, exist_ok=True)
+            check_socket_path(sock)
             with contextlib.suppress(FileNotFoundError):
                 sock.unlink()
             slot.server = await asyncio.start_unix_server(
@@ -267,12 +299,15 @@ class ChannelServer:
     async def _on_connect(self, slot: _VmSlot, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if slot.writer is not None and not slot.writer.is_closing():
+            # one connection per VM: a second one while the first is live is refused (the
+            # agent's QEMU reconnects once its old connection has ended)
+            slot.session.stats.errors_by_kind[SECOND_CONNECTION] += 1
+            log.warning("vm=%s refused a second connection while one is live", slot.vm)
+            writer.close()
+            return
         if task is not None and slot.dialer is None:
             self._tasks.add(task)
-        old = slot.writer
-        if old is not None:
-            log.info("vm=%s reconnected; dropping the previous connection", slot.vm)
-            old.close()
         slot.writer = writer
         self._send(slot, slot.session.connected())
         try:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from unicache.errors import StateError
+from unicache.statefile import write_private_json
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +98,11 @@ class Actuator:
         }
 
     def _store(self) -> None:
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.journal.with_suffix(".tmp")
         payload = {
             "version": JOURNAL_VERSION,
             "affinity": [asdict(e) for e in sorted(self._saved.values(), key=lambda e: e.key)],
         }
-        tmp.write_text(json.dumps(payload, indent=1))
-        os.replace(tmp, self.journal)
+        write_private_json(self.journal, payload)
 
     @property
     def pending(self) -> tuple[SavedAffinity, ...]:

@@ -10,9 +10,10 @@ Every move is journaled first so :meth:`CgroupWeights.restore_all` puts processe
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from unicache.statefile import write_private_json
 
 #: where cgroup v2 may be mounted, in order of preference
 CGROUP2_MOUNTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
@@ -77,10 +78,7 @@ class CgroupWeights:
             return {}
 
     def _store(self) -> None:
-        self.journal.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.journal.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._moved))
-        os.replace(tmp, self.journal)
+        write_private_json(self.journal, self._moved, indent=None)
 
     def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
         """Give one vCPU thread a cpu.weight.

@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 from collections import deque
@@ -51,6 +52,7 @@ from unicache.host.libvirt_xml import (
 )
 from unicache.host.live import RunningVm, VmSource
 from unicache.model import GuestNode
+from unicache.statefile import write_private_json
 
 
 def _optional(module: str) -> Any:
@@ -470,12 +472,15 @@ class LibvirtVmSource:
             return
         try:
             owner = os.stat(f"/proc/{pid}")
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            log.warning("%s is not a socket: its owner is left as it is", path)
             return
         if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid):
             with contextlib.suppress(OSError):
-                os.chown(path, owner.st_uid, owner.st_gid)
+                os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
     # Section: queries and pinning ---------------------------------------------------------
 
@@ -655,14 +660,11 @@ class LibvirtActuator(Actuator):
         return {p.key: p for p in pins}
 
     def _store_pins(self) -> None:
-        self.lv_journal.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.lv_journal.with_suffix(".tmp")
         payload = {
             "version": LIBVIRT_JOURNAL_VERSION,
             "pins": [asdict(p) for _, p in sorted(self._pins.items())],
         }
-        tmp.write_text(json.dumps(payload, indent=1))
-        os.replace(tmp, self.lv_journal)
+        write_private_json(self.lv_journal, payload)
 
     @property
     def pending(self) -> tuple[SavedAffinity, ...]:
@@ -871,7 +873,7 @@ def _listening(path: Path, owner: tuple[int, int] | None) -> Iterator[None]:
         server.bind(str(path))
         server.listen(1)
         if owner is not None:
-            os.chown(path, *owner)
+            os.chown(path, *owner, follow_symlinks=False)
         yield
     finally:
         server.close()
@@ -880,7 +882,7 @@ def _listening(path: Path, owner: tuple[int, int] | None) -> Iterator[None]:
         make_placeholder_socket(path)
         if owner is not None:
             with contextlib.suppress(OSError):
-                os.chown(path, *owner)
+                os.chown(path, *owner, follow_symlinks=False)
 
 
 def attach_channel(uri: str, domain: str, socket_dir: Path = DEFAULT_SOCKET_DIR) -> AttachResult:
