@@ -206,6 +206,13 @@ static struct {
 	size_t ctr_len;
 	struct uc_gen_hdr *gens;           /* statistics + generations; NULL without counters */
 	uint32_t ngens;
+	/*
+	 * Validated copies of the mapped headers, taken once at map time. Another process may
+	 * rewrite a mapped header at any moment (the counters file is every user's); the
+	 * shim sizes and indexes its mappings only with these copies.
+	 */
+	uint32_t tbl_nbuckets;
+	uint32_t ctr_nslots, ctr_slot_size, ctr_max_vcpus, ctr_nnodes;
 	uint64_t salt;
 	long pagesz;
 	char table_path[256];
@@ -311,8 +318,10 @@ static void *uc_map_file(const char *path, int rw, size_t min_len, size_t *len)
 /* Try to map table and counters; validates every size against the file length. */
 static int uc_try_map(void)
 {
-	const struct uc_table_hdr *th;
-	struct uc_ctr_hdr *ch;
+	struct uc_table_hdr thc;
+	struct uc_ctr_hdr chc;
+	const struct uc_table_hdr *th = &thc;
+	struct uc_ctr_hdr *ch = NULL;
 	size_t tlen = 0, clen = 0, need;
 	void *t, *c;
 	int ret = -ENOENT;
@@ -322,8 +331,12 @@ static int uc_try_map(void)
 		return -ENOENT;
 	/* without the counters (not ours to write) the table is still followed, uncounted */
 	c = uc_map_file(uc.ctr_path, 1, sizeof(struct uc_ctr_hdr), &clen);
-	th = t;
-	ch = c;
+	/* validate copies, read once: a header rewritten while we check cannot pass half */
+	memcpy(&thc, t, sizeof(thc));
+	if (c) {
+		memcpy(&chc, c, sizeof(chc));
+		ch = &chc;
+	}
 	ret = -EINVAL;
 	if (th->magic != UC_TABLE_MAGIC || th->layout != UC_LAYOUT_VERSION ||
 	    th->nbuckets == 0 || th->nbuckets > UC_MAX_BUCKETS ||
@@ -351,8 +364,13 @@ static int uc_try_map(void)
 		uc_warn("short counters file", uc.ctr_path);
 		goto fail;
 	}
+	uc.tbl_nbuckets = th->nbuckets;
 	if (ch) {
 		uc.ngens = ch->ngens;
+		uc.ctr_nslots = ch->nslots;
+		uc.ctr_slot_size = ch->slot_size;
+		uc.ctr_max_vcpus = ch->max_vcpus;
+		uc.ctr_nnodes = ch->nnodes;
 		__atomic_store_n(&uc.gens,
 				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + UC_CTR_REGIONS_OFF +
 							       2 * (size_t)ch->nslots * ch->slot_size),
@@ -363,8 +381,8 @@ static int uc_try_map(void)
 	__atomic_store_n(&uc.ctr, (unsigned char *)c, __ATOMIC_RELEASE);
 	uc.ctr_len = clen;
 	uc.salt = th->salt;
-	if (ch)
-		__atomic_fetch_add(&ch->clients, 1, __ATOMIC_RELAXED);
+	if (c)
+		__atomic_fetch_add(&((struct uc_ctr_hdr *)c)->clients, 1, __ATOMIC_RELAXED);
 	atomic_store_explicit(&uc.mapped, 1, memory_order_release);
 	return 0;
 fail:
@@ -479,8 +497,8 @@ static int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h)
 {
 	const unsigned char *tbase = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
 	const struct uc_table_hdr *th = (const void *)tbase;
-	const size_t buf_len = sizeof(struct uc_table_buf) + (size_t)th->nbuckets * 64u;
-	const uint64_t bmask = th->nbuckets - 1;
+	const size_t buf_len = sizeof(struct uc_table_buf) + (size_t)uc.tbl_nbuckets * 64u;
+	const uint64_t bmask = uc.tbl_nbuckets - 1;
 	int tries;
 
 	if (__builtin_expect(__atomic_load_n(&th->magic, __ATOMIC_ACQUIRE) != UC_TABLE_MAGIC, 0)) {
@@ -666,8 +684,8 @@ static struct uc_ctr_slot *uc_slot_at(struct uc_ctr_hdr *ch, uint64_t file_id, u
 		return NULL;
 	}
 	region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
-	nslots = ch->nslots;
-	ssz = ch->slot_size;
+	nslots = uc.ctr_nslots;
+	ssz = uc.ctr_slot_size;
 	base = (unsigned char *)ch + UC_CTR_REGIONS_OFF + (size_t)region * nslots * ssz;
 	key = uc_slot_key(file_id, chunk);
 	idx = key & (nslots - 1u);
@@ -750,15 +768,15 @@ static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t
 				__atomic_fetch_add(&s->bytes, part, __ATOMIC_RELAXED);
 				if (nt)
 					__atomic_fetch_add(&s->nt_reads, 1, __ATOMIC_RELAXED);
-				if (cpu >= 0 && (uint32_t)cpu < ch->max_vcpus && part)
+				if (cpu >= 0 && (uint32_t)cpu < uc.ctr_max_vcpus && part)
 					__atomic_fetch_add(&uc_vcpu_bytes(s)[cpu], part,
 							   __ATOMIC_RELAXED);
-				if (node >= 0 && (uint32_t)node < ch->nnodes)
-					__atomic_fetch_add(&uc_vcpu_bytes(s)[ch->max_vcpus + node],
+				if (node >= 0 && (uint32_t)node < uc.ctr_nnodes)
+					__atomic_fetch_add(&uc_vcpu_bytes(s)[uc.ctr_max_vcpus + node],
 							   (uint64_t)run, __ATOMIC_RELAXED);
 				/* one node: the agent knows the home without asking the kernel */
-				if (fd >= 0 && n > 0 && ch->nnodes > 1) {
-					uint64_t *home = &uc_vcpu_bytes(s)[ch->max_vcpus + ch->nnodes];
+				if (fd >= 0 && n > 0 && uc.ctr_nnodes > 1) {
+					uint64_t *home = &uc_vcpu_bytes(s)[uc.ctr_max_vcpus + uc.ctr_nnodes];
 					uint64_t zero = 0;
 
 					if (__atomic_load_n(home, __ATOMIC_RELAXED) == 0 &&
@@ -871,9 +889,8 @@ static uint64_t *uc_claims(struct uc_ctr_hdr *ch, uint32_t *nclaims)
 
 	if (!ch || __atomic_load_n(&ch->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC)
 		return NULL;
-	n = __atomic_load_n(&ch->max_vcpus, __ATOMIC_RELAXED);
-	/* fixed offset and size: a header rewritten under us cannot take us outside the map */
-	*nclaims = n < UC_MAX_VCPUS ? n : UC_MAX_VCPUS;
+	n = uc.ctr_max_vcpus; /* the copy validated at map time (<= UC_MAX_VCPUS) */
+	*nclaims = n;
 	return (uint64_t *)(void *)((unsigned char *)ch + UC_CTR_CLAIMS_OFF);
 }
 
