@@ -239,7 +239,9 @@ async def run_daemon(
     )
     channel = ChannelServer(config.state_dir / "channels", params)
     perf = PerfCounters(hardware)
-    host = LiveHost(source, perf, actuator, weights, channel, channel.drain_reports)
+    host = LiveHost(
+        source, perf, actuator, weights, channel, channel.drain_reports, dry_run=config.dry_run
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -267,11 +269,12 @@ async def run_daemon(
             # and the signals while one guest's reports keep the policy busy (issue #12)
             decision, state = await asyncio.to_thread(policy.decide, obs, state)
             result = host.act(decision.actions)
+            dry = {"dry_run": True} if config.dry_run else {}
             for action in result.applied:
-                decisions.write(action_record(obs.tick, action))
+                decisions.write({**action_record(obs.tick, action), **dry})
             for action, failure in result.failed:
                 decisions.write(
-                    {**action_record(obs.tick, action), "kind": "failed", "error": failure}
+                    {**action_record(obs.tick, action), "kind": "failed", "error": failure, **dry}
                 )
             if config.log_chunks:
                 for report in obs.reports:

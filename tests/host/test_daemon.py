@@ -186,3 +186,51 @@ def test_status_explain_and_metrics_describe_what_the_daemon_did(
     unknown = subprocess.run([UNICACHE, "explain", "nosuchvm", "--state-dir", str(tmp_path)],
                              capture_output=True, text=True, timeout=30)
     assert unknown.returncode == 2 and "never mentions" in unknown.stderr
+
+
+def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
+    tmp_path: Path, guest: int
+) -> None:
+    import socket
+
+    agent = tmp_path / "agent.sock"
+    daemon = subprocess.Popen(
+        [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
+         "--attach", f"vm1={guest}:{agent}", "--dry-run", "--always-place", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    received = b""
+    try:
+        for _ in range(100):
+            if agent.exists():
+                break
+            time.sleep(0.1)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(agent))
+        sock.settimeout(0.3)
+        sock.sendall(b'{"v":1,"type":"hello","seq":0,"agent":"t","versions":[1],'
+                     b'"caps":["report"],"vcpus":2,"nodes":[0]}\n')
+        end = time.time() + 4
+        seq = 1
+        while time.time() < end:
+            sock.sendall(b'{"v":1,"type":"report","seq":%d,"interval_s":1,"vcpus":2,'
+                         b'"nodes":[0],"chunks":[["ab",%d,262144,1,0,[[0,262144]]]]}\n'
+                         % (seq, seq))
+            seq += 1
+            try:
+                received += sock.recv(65536)
+            except TimeoutError:
+                pass
+        assert affinities(guest) == {0: ALL, 1: ALL}  # never pinned
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=20) == 0
+        sock.close()
+    finally:
+        daemon.kill()
+    records = log_records(tmp_path)
+    pins = [r for r in records if r["kind"] == "pin-vcpu"]
+    assert pins and all(r.get("dry_run") is True for r in pins)  # decided and logged
+    assert b'"placement"' not in received  # no table reached the guest
+    assert b'"welcome"' in received  # the channel itself works: reports are observed
+    journal = tmp_path / "journal.json"
+    assert not journal.exists() or not json.loads(journal.read_text()).get("affinity")

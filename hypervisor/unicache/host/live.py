@@ -87,6 +87,8 @@ class LiveHost:
     :param publisher: the guest channel, or ``None`` to skip placement tables.
     :param reports: returns the guest reports accepted since the last call.
     :param clock: monotonic clock (seconds).
+    :param dry_run: change nothing: a pin is computed by the actuator's dry run, a weight
+        and a table are only reported as what would be set and sent.
     """
 
     name = "live"
@@ -100,8 +102,10 @@ class LiveHost:
         publisher: Publisher | None,
         reports: Callable[[], list[GuestReport]],
         clock: Callable[[], float] = time.monotonic,
+        dry_run: bool = False,
     ) -> None:
         self._vms = vms
+        self._dry_run = dry_run
         self._perf = perf
         self._actuator = actuator
         self._weights = weights
@@ -227,6 +231,8 @@ class LiveHost:
 
     def _apply(self, action: Action) -> str | None:
         if isinstance(action, PublishPlacement):
+            if self._dry_run:
+                return None  # would be sent: the guest's table stays as it is
             if self._publisher is None:
                 return "no guest channel"
             return None if self._publisher.publish(action) else "agent not connected"
@@ -245,6 +251,8 @@ class LiveHost:
         if isinstance(action, SetCpuWeight):
             if tid is None:
                 return "cpu.weight needs a host thread; this vCPU has none"
+            if self._dry_run:
+                return None  # would be set
             if self._weights is None:
                 return "cpu.weight not available (see the startup line)"
             self._weights.set_weight(rvm.name, rvm.pid, action.vcpu.index, tid, action.weight)
