@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from unicache.host.colors import host_page_colors
 from unicache.host.guest_scripts import PAGE_NODES
-from unicache.host.qemu import QemuVm, VmConfig, list_vms, parse_numa
+from unicache.host.qemu import BACKING_COLORED, QemuVm, VmConfig, list_vms, parse_numa
 from unicache.topology import Unify, discover_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,10 +267,15 @@ def main() -> int:
     why = vm.accel.line() if vm.accel is not None else f"accelerator: {record.accel}"
     console.print(f"guest up: pid {record.pid}; {why}")
     for node in record.numa:
-        if node.colors:
+        if node.colors and node.backing == BACKING_COLORED:
             console.print(f"colored node {node.node}: {node.memory_mib} MiB from host colors "
                           f"{min(node.colors)}-{max(node.colors)} of {ncolors}, backed by "
                           f"{node.backing}", highlight=False)
+        elif node.colors:
+            console.print(f"node {node.node}: {node.memory_mib} MiB backed by {node.backing}, "
+                          "not color-restricted (this QEMU has no memory-backend-colored: "
+                          "`make qemu` builds one); it still shows where the guest puts the "
+                          "stream's page cache", highlight=False)
     console.print("guest view: " + " ".join(guest(
         vm, "for n in /sys/devices/system/node/node*; do "
             "echo \"$(basename $n):cpus=$(cat $n/cpulist),$(grep MemTotal $n/meminfo | "
