@@ -126,6 +126,7 @@ def test_quick_narrows_only_the_axes_not_given() -> None:
         (GridRequest(threads=("100000",)), "no model has the CPUs"),
         (GridRequest(file_kib=2), "--file-kib must be within 4..1048576"),
         (GridRequest(read_kib=-1), "--read-kib must be within 0..1048576"),
+        (GridRequest(unify="l3"), "--unify must be one of llc, l2"),
     ],
 )
 def test_bad_requests_name_the_problem(req: GridRequest, message: str) -> None:
@@ -139,6 +140,14 @@ def test_scan_files_and_read_calls_reach_every_point() -> None:
     assert {(p.file_bytes, p.read_bytes) for p in points} == {(16 << 20, 128 << 10)}
     default = grid_points(build_axes(GridRequest(models=("epyc-rome-2s",))))
     assert {(p.file_bytes, p.read_bytes) for p in default} == {(256 << 10, 0)}
+
+
+def test_the_unification_level_reaches_every_point() -> None:
+    axes = build_axes(GridRequest(models=("opteron-16",), unify="l2"))
+    assert {p.unify for p in grid_points(axes)} == {"l2"}
+    assert {p.unify for p in grid_points(build_axes(GridRequest(models=("opteron-16",))))} == {
+        "llc"
+    }
 
 
 # --- summary math -----------------------------------------------------------------------

@@ -82,6 +82,9 @@ def grid(
         _opt("working sets per model, spread over its series, ends kept [default: all]", "N"),
     ] = None,
     setup: Annotated[str, typer.Option(help="MfcSpec.setup: equal or parallel")] = "equal",
+    unify: Annotated[
+        str, typer.Option(help="the daemon's --unify: llc or l2 (MfcSpec.unify)")
+    ] = "llc",
     file_kib: Annotated[
         int, _opt("size of every file, KiB; large files make a scan [default: 256]", "KIB")
     ] = 256,
@@ -141,6 +144,7 @@ def grid(
         setup=setup,
         file_kib=file_kib,
         read_kib=read_kib,
+        unify=unify,
     )
     n_workers = default_workers() if workers is None else workers
     try:
@@ -231,4 +235,6 @@ def _grid_command(req: GridRequest) -> str:
         parts.append(f"--file-kib {req.file_kib}")
     if req.read_kib:
         parts.append(f"--read-kib {req.read_kib}")
+    if req.unify != "llc":
+        parts.append(f"--unify {req.unify}")
     return " ".join(parts)

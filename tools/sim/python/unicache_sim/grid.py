@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from unicache.errors import ConfigError, UnicacheError
-from unicache.topology import Topology, load_model, model_names
+from unicache.topology import Topology, Unify, load_model, model_names
 
 from unicache_sim.config import from_topology
 from unicache_sim.mfc import (
@@ -88,6 +88,7 @@ class GridAxes:
     :param setup: ``MfcSpec.setup`` of every point (passed through).
     :param file_bytes: ``MfcSpec.file_bytes`` of every point (large files: a scan).
     :param read_bytes: ``MfcSpec.read_bytes`` of every point (the program's buffer).
+    :param unify: ``MfcSpec.unify`` of every point (the daemon's ``--unify``).
     """
 
     models: tuple[ModelAxes, ...]
@@ -98,6 +99,7 @@ class GridAxes:
     setup: str = "equal"
     file_bytes: int = FILE_BYTES
     read_bytes: int = 0
+    unify: str = "llc"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -114,6 +116,7 @@ class GridPoint:
     setup: str = "equal"
     file_bytes: int = FILE_BYTES
     read_bytes: int = 0
+    unify: str = "llc"
 
     @property
     def label(self) -> str:
@@ -156,6 +159,7 @@ class GridRequest:
     :param setup: ``equal`` or ``parallel``.
     :param file_kib: size of every file, KiB.
     :param read_kib: KiB per read call of the guest's program (0: one call per chunk).
+    :param unify: the daemon's unification level, ``llc`` or ``l2``.
     """
 
     models: tuple[str, ...] | None = None
@@ -169,6 +173,7 @@ class GridRequest:
     setup: str = "equal"
     file_kib: int = FILE_BYTES // 1024
     read_kib: int = 0
+    unify: str = "llc"
 
 
 def multi_llc_models(names: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -280,6 +285,10 @@ def build_axes(req: GridRequest) -> GridAxes:
         raise ConfigError(f"--file-kib must be within 4..1048576, not {req.file_kib}")
     if not 0 <= req.read_kib <= 1 << 20:
         raise ConfigError(f"--read-kib must be within 0..1048576, not {req.read_kib}")
+    if req.unify not in {u.value for u in Unify}:
+        raise ConfigError(
+            f"--unify must be one of {', '.join(u.value for u in Unify)}, not {req.unify!r}"
+        )
     return GridAxes(
         axes,
         workloads,
@@ -289,13 +298,16 @@ def build_axes(req: GridRequest) -> GridAxes:
         req.setup,
         req.file_kib * 1024,
         req.read_kib * 1024,
+        req.unify,
     )
 
 
 def grid_points(axes: GridAxes) -> tuple[GridPoint, ...]:
     """Every point of the grid, in a stable order."""
     return tuple(
-        GridPoint(m.model, w, d, t, p, ws, s, axes.setup, axes.file_bytes, axes.read_bytes)
+        GridPoint(
+            m.model, w, d, t, p, ws, s, axes.setup, axes.file_bytes, axes.read_bytes, axes.unify
+        )
         for m in axes.models
         for w in axes.workloads
         for d in axes.dists
@@ -321,6 +333,7 @@ def run_point(point: GridPoint) -> GridResult:
         seed=point.seed,
         file_bytes=point.file_bytes,
         read_bytes=point.read_bytes,
+        unify=point.unify,
     )
     result = GridResult(point, run_mfc(_model(point.model), spec, [point.ws_mb])[0])
     # the native engine may only be dropped on the thread that made it: collect whatever
