@@ -295,8 +295,9 @@ class ScuPolicy:
                     continue
                 spent[report.vm] = spent.get(report.vm, 0) + len(access.vcpu_bytes)
                 key = ChunkKey(report.vm, access.chunk)
-                size = min(access.bytes_read, opts.chunk_size) if access.reads else 0
-                size = max(size, min(access.bytes_read // max(access.reads, 1), opts.chunk_size))
+                # what one read run brings in, as the prediction counts it (_step_aside): a
+                # 256 KiB file read eight times a round is 256 KiB of cache, not 2 MiB
+                size = min(access.bytes_read // max(access.reads, 1), opts.chunk_size)
                 for vcpu_index, nbytes in access.vcpu_bytes:
                     curunit = units_of_vm.get(vcpu_index)
                     if curunit is None or nbytes <= 0:
