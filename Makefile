@@ -53,6 +53,8 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
 	MYPYPATH=hypervisor $(VENV)/bin/mypy --strict tools/sim/python/unicache_sim tests/sim
+	# the guest agent as Python 3.9 code (its pyproject: python_version 3.9, strict)
+	cd guest-agent && $(abspath $(VENV))/bin/mypy unicache_agent
 
 pytest: setup image
 	$(PY) -m pytest -q tests

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import socket
 import sys
 from pathlib import Path
@@ -190,10 +189,7 @@ def test_fanotify_counts_reads_of_processes_without_shim(tmp_path: Path) -> None
 
     f = tmp_path / "x"
     f.write_bytes(b"hello" * 1000)
-    try:
-        cap = FanotifyCapture(99, str(tmp_path))
-    except Exception as err:  # containers may forbid it
-        pytest.skip(f"fanotify unavailable: {err}")
+    cap = FanotifyCapture(99, str(tmp_path))  # a broken fanotify fails here, never skips
     subprocess.run(["cat", str(f)], check=True, stdout=subprocess.DEVNULL)
     st = f.stat()
     recs = {fid: (a, m) for fid, a, m in cap.drain()}
@@ -238,46 +234,3 @@ def test_relayout_retires_the_old_file_instead_of_shrinking_it(tmp_path: Path) -
     old.close()
 
 
-def _python39() -> str | None:
-    """A working python3.9 (PATH, /usr/bin, pyenv versions), or None."""
-    import glob
-    import subprocess
-
-    found = [shutil.which("python3.9"), "/usr/bin/python3.9",
-             *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))]
-    for exe in found:
-        if exe and os.path.exists(exe):
-            res = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2])"],
-                                 capture_output=True, text=True, check=False)
-            if res.returncode == 0 and res.stdout.strip() == "(3, 9)":
-                return exe
-    return None
-
-
-PYTHON39 = _python39()
-
-
-@pytest.mark.skipif(PYTHON39 is None, reason="needs a python3.9 interpreter")
-def test_agent_runs_on_python_3_9(tmp_path: Path) -> None:
-    import subprocess
-
-    assert PYTHON39 is not None
-
-    host = (b'{"v":1,"type":"welcome","version":1,"caps":[],"params":{"chunk_size":65536,'
-            b'"min_read_size":0,"report_interval_s":0.2}}\n'
-            b'{"v":1,"type":"placement","version":2,"part":0,"parts":1,"chunk_size":65536,'
-            b'"min_read_size":0,"entries":[["ab",1,[0,1],true,3]]}\n')
-    proc = subprocess.Popen(
-        [PYTHON39, "-m", "unicache_agent", "--stdio", "--table", str(tmp_path / "t"),
-         "--counters", str(tmp_path / "c"), "--duration", "1.5"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(AGENT_DIR.parent)})
-    assert proc.stdin is not None
-    proc.stdin.write(host)
-    proc.stdin.flush()  # stdin stays open: EOF would mean "host gone"
-    proc.wait(timeout=60)  # --duration ends it
-    out, err = proc.communicate()
-    assert proc.returncode == 0, err.decode()[-1000:]
-    types = [json.loads(x.lstrip(b"\xff"))["type"] for x in out.splitlines() if x]
-    assert types[:3] == ["sync", "hello", "applied"]
-    assert "report" in types
