@@ -236,6 +236,26 @@ def per_vcpu_reads(log: Path, vm: str) -> dict[str, dict[int, int]]:
     return reads
 
 
+def describe_entry(entry: dict[str, object]) -> str:
+    """One placement table entry in words (its fields: docs/daemon.md, decision log)."""
+    where = f"chunk {entry['file']}:{entry['chunk']}"
+    extras = []
+    if entry.get("color_node", -1) != -1:
+        extras.append(f"page cache on colored guest node {entry['color_node']}")
+    if entry.get("replica_nodes"):
+        extras.append(f"replicas on guest nodes {entry['replica_nodes']}")
+    tail = ("; " + "; ".join(extras)) if extras else ""
+    if not entry.get("vcpus"):
+        return f"{where}: never migrates (an entry for its colors or replicas only){tail}"
+    if not entry.get("caching"):
+        return (f"{where}: read with non-caching loads from any vCPU ({entry['vcpus']}): "
+                f"no unit keeps it{tail}")
+    vcpus = str(entry["vcpus"])
+    to = f"one of vCPUs {vcpus}" if any(c in vcpus for c in ",-") else f"vCPU {vcpus}"
+    return (f"{where}: cached in unit {entry['unit']}; a read of at least the table's "
+            f"min_read_size moves its thread to {to} first{tail}")
+
+
 def main() -> int:
     """Run the demo; returns the exit code."""
     BUILD.mkdir(parents=True, exist_ok=True)
@@ -349,9 +369,7 @@ def main() -> int:
         last = placements[-1]
         console.print(f"last placement table (v{last['version']}): {last['reason']}")
         for entry in last["entries"][:8]:
-            console.print(f"  chunk {entry['file']}:{entry['chunk']} -> unit {entry['unit']} "
-                          f"(vCPUs {entry['vcpus']}, "
-                          f"{'caching' if entry['caching'] else 'non-caching'})")
+            console.print("  " + describe_entry(entry), highlight=False)
 
     step("What the simulator predicts for the read benchmark on machines with several LLCs")
     for model, sizes in (("opteron-16", "2,8"), ("epyc-2s", "64,256")):
