@@ -188,6 +188,23 @@ static struct {
 
 /* --- shared state ---------------------------------------------------------------- */
 
+/*
+ * A mapping with the sizes validated when it was mapped (uc_try_map). Another process may
+ * rewrite a mapped header at any moment (the counters file is every user's), and the
+ * agent may replace a file with another layout while threads still read the old mapping:
+ * a call takes the view once and sizes and indexes that mapping only with its copies.
+ * Views, like the mappings, are never freed.
+ */
+struct uc_tbl_view {
+	const struct uc_table_hdr *hdr;
+	uint32_t nbuckets;
+};
+
+struct uc_ctr_view {
+	struct uc_ctr_hdr *hdr;
+	uint32_t nslots, slot_size, max_vcpus, nnodes;
+};
+
 static struct {
 	int disabled;                      /* UNICACHE_DISABLE=1 */
 	int nt_read;                       /* UNICACHE_NT_READ=1: non-temporal read() too */
@@ -200,19 +217,10 @@ static struct {
 	_Atomic int mapped;                /* table and counters usable */
 	_Atomic long long next_try_ns;
 	atomic_flag mapping;
-	const unsigned char *table;
-	size_t table_len;
-	unsigned char *ctr;
-	size_t ctr_len;
+	const struct uc_tbl_view *table;
+	const struct uc_ctr_view *ctr;     /* NULL without counters */
 	struct uc_gen_hdr *gens;           /* statistics + generations; NULL without counters */
 	uint32_t ngens;
-	/*
-	 * Validated copies of the mapped headers, taken once at map time. Another process may
-	 * rewrite a mapped header at any moment (the counters file is every user's); the
-	 * shim sizes and indexes its mappings only with these copies.
-	 */
-	uint32_t tbl_nbuckets;
-	uint32_t ctr_nslots, ctr_slot_size, ctr_max_vcpus, ctr_nnodes;
 	uint64_t salt;
 	long pagesz;
 	char table_path[256];
@@ -322,6 +330,10 @@ static int uc_try_map(void)
 	struct uc_ctr_hdr chc;
 	const struct uc_table_hdr *th = &thc;
 	struct uc_ctr_hdr *ch = NULL;
+	struct {
+		struct uc_tbl_view t;
+		struct uc_ctr_view c;
+	} *views;
 	size_t tlen = 0, clen = 0, need;
 	void *t, *c;
 	int ret = -ENOENT;
@@ -364,22 +376,24 @@ static int uc_try_map(void)
 		uc_warn("short counters file", uc.ctr_path);
 		goto fail;
 	}
-	uc.tbl_nbuckets = th->nbuckets;
+	views = mmap(NULL, sizeof(*views), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		     -1, 0);
+	if (views == MAP_FAILED) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	views->t = (struct uc_tbl_view){t, th->nbuckets};
 	if (ch) {
+		views->c = (struct uc_ctr_view){c, ch->nslots, ch->slot_size, ch->max_vcpus,
+						ch->nnodes};
 		uc.ngens = ch->ngens;
-		uc.ctr_nslots = ch->nslots;
-		uc.ctr_slot_size = ch->slot_size;
-		uc.ctr_max_vcpus = ch->max_vcpus;
-		uc.ctr_nnodes = ch->nnodes;
 		__atomic_store_n(&uc.gens,
 				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + UC_CTR_REGIONS_OFF +
 							       2 * (size_t)ch->nslots * ch->slot_size),
 				 __ATOMIC_RELEASE);
 	}
-	__atomic_store_n(&uc.table, (const unsigned char *)t, __ATOMIC_RELEASE);
-	uc.table_len = tlen;
-	__atomic_store_n(&uc.ctr, (unsigned char *)c, __ATOMIC_RELEASE);
-	uc.ctr_len = clen;
+	__atomic_store_n(&uc.table, &views->t, __ATOMIC_RELEASE);
+	__atomic_store_n(&uc.ctr, ch ? &views->c : NULL, __ATOMIC_RELEASE);
 	uc.salt = th->salt;
 	if (c)
 		__atomic_fetch_add(&((struct uc_ctr_hdr *)c)->clients, 1, __ATOMIC_RELAXED);
@@ -495,10 +509,11 @@ struct uc_hit {
  */
 static int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h)
 {
-	const unsigned char *tbase = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
-	const struct uc_table_hdr *th = (const void *)tbase;
-	const size_t buf_len = sizeof(struct uc_table_buf) + (size_t)uc.tbl_nbuckets * 64u;
-	const uint64_t bmask = uc.tbl_nbuckets - 1;
+	const struct uc_tbl_view *tv = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
+	const struct uc_table_hdr *th = tv->hdr;
+	const unsigned char *tbase = (const void *)th;
+	const size_t buf_len = sizeof(struct uc_table_buf) + (size_t)tv->nbuckets * 64u;
+	const uint64_t bmask = tv->nbuckets - 1;
 	int tries;
 
 	if (__builtin_expect(__atomic_load_n(&th->magic, __ATOMIC_ACQUIRE) != UC_TABLE_MAGIC, 0)) {
@@ -662,30 +677,32 @@ static int uc_page_node(int fd, uint64_t off)
 
 /* --- counters ------------------------------------------------------------------------ */
 
-/* The counters mapping, loaded once per call so a remap never mixes two layouts. */
-static inline struct uc_ctr_hdr *uc_ctr(void)
+/* The counters view, loaded once per call so a remap never mixes two layouts. */
+static inline const struct uc_ctr_view *uc_ctr(void)
 {
-	return (void *)__atomic_load_n(&uc.ctr, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&uc.ctr, __ATOMIC_ACQUIRE);
 }
 
 /* The chunk's slot in the active region; `insert`: take a free one (else count a drop). */
-static struct uc_ctr_slot *uc_slot_at(struct uc_ctr_hdr *ch, uint64_t file_id, uint64_t chunk,
-				      int insert)
+static struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
+				      uint64_t chunk, int insert)
 {
+	struct uc_ctr_hdr *ch;
 	uint32_t region, nslots, ssz;
 	unsigned char *base;
 	uint64_t key, idx;
 	unsigned p;
 
-	if (!ch)
+	if (!cv)
 		return NULL;
+	ch = cv->hdr;
 	if (__builtin_expect(__atomic_load_n(&ch->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC, 0)) {
 		uc_retire();
 		return NULL;
 	}
 	region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
-	nslots = uc.ctr_nslots;
-	ssz = uc.ctr_slot_size;
+	nslots = cv->nslots;
+	ssz = cv->slot_size;
 	base = (unsigned char *)ch + UC_CTR_REGIONS_OFF + (size_t)region * nslots * ssz;
 	key = uc_slot_key(file_id, chunk);
 	idx = key & (nslots - 1u);
@@ -714,10 +731,10 @@ static struct uc_ctr_slot *uc_slot_at(struct uc_ctr_hdr *ch, uint64_t file_id, u
 	return NULL;
 }
 
-static inline struct uc_ctr_slot *uc_slot(struct uc_ctr_hdr *ch, uint64_t file_id,
+static inline struct uc_ctr_slot *uc_slot(const struct uc_ctr_view *cv, uint64_t file_id,
 					  uint64_t chunk)
 {
-	return uc_slot_at(ch, file_id, chunk, 1);
+	return uc_slot_at(cv, file_id, chunk, 1);
 }
 
 static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
@@ -740,11 +757,11 @@ static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
 static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t n,
 		     int is_write, int nt, int cont)
 {
-	struct uc_ctr_hdr *ch = uc_ctr();
+	const struct uc_ctr_view *cv = uc_ctr();
 	uint64_t chunk, left, o;
 	int cpu, i, node;
 
-	if (off < 0 || cs == 0 || !ch)
+	if (off < 0 || cs == 0 || !cv)
 		return;
 	cpu = sched_getcpu();
 	node = is_write ? -1 : uc_node_of(cpu);
@@ -757,7 +774,7 @@ static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t
 
 		if (part > left || i == UC_MAX_SPLIT - 1)
 			part = left;
-		s = uc_slot(ch, file_id, chunk);
+		s = uc_slot(cv, file_id, chunk);
 		if (s) {
 			if (is_write) {
 				__atomic_fetch_add(&s->writes, 1, __ATOMIC_RELAXED);
@@ -768,15 +785,15 @@ static void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t
 				__atomic_fetch_add(&s->bytes, part, __ATOMIC_RELAXED);
 				if (nt)
 					__atomic_fetch_add(&s->nt_reads, 1, __ATOMIC_RELAXED);
-				if (cpu >= 0 && (uint32_t)cpu < uc.ctr_max_vcpus && part)
+				if (cpu >= 0 && (uint32_t)cpu < cv->max_vcpus && part)
 					__atomic_fetch_add(&uc_vcpu_bytes(s)[cpu], part,
 							   __ATOMIC_RELAXED);
-				if (node >= 0 && (uint32_t)node < uc.ctr_nnodes)
-					__atomic_fetch_add(&uc_vcpu_bytes(s)[uc.ctr_max_vcpus + node],
+				if (node >= 0 && (uint32_t)node < cv->nnodes)
+					__atomic_fetch_add(&uc_vcpu_bytes(s)[cv->max_vcpus + node],
 							   (uint64_t)run, __ATOMIC_RELAXED);
 				/* one node: the agent knows the home without asking the kernel */
-				if (fd >= 0 && n > 0 && uc.ctr_nnodes > 1) {
-					uint64_t *home = &uc_vcpu_bytes(s)[uc.ctr_max_vcpus + uc.ctr_nnodes];
+				if (fd >= 0 && n > 0 && cv->nnodes > 1) {
+					uint64_t *home = &uc_vcpu_bytes(s)[cv->max_vcpus + cv->nnodes];
 					uint64_t zero = 0;
 
 					if (__atomic_load_n(home, __ATOMIC_RELAXED) == 0 &&
@@ -883,15 +900,12 @@ static uint32_t uc_tid(void)
 }
 
 /* The vCPU claims of the counters file and how many are used; NULL without counters. */
-static uint64_t *uc_claims(struct uc_ctr_hdr *ch, uint32_t *nclaims)
+static uint64_t *uc_claims(const struct uc_ctr_view *cv, uint32_t *nclaims)
 {
-	uint32_t n;
-
-	if (!ch || __atomic_load_n(&ch->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC)
+	if (!cv || __atomic_load_n(&cv->hdr->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC)
 		return NULL;
-	n = uc.ctr_max_vcpus; /* the copy validated at map time (<= UC_MAX_VCPUS) */
-	*nclaims = n;
-	return (uint64_t *)(void *)((unsigned char *)ch + UC_CTR_CLAIMS_OFF);
+	*nclaims = cv->max_vcpus; /* validated at map time: <= UC_MAX_VCPUS */
+	return (uint64_t *)(void *)((unsigned char *)cv->hdr + UC_CTR_CLAIMS_OFF);
 }
 
 /*
@@ -901,14 +915,14 @@ static uint64_t *uc_claims(struct uc_ctr_hdr *ch, uint32_t *nclaims)
  */
 static uint64_t uc_spent(uint64_t file_id, uint64_t chunk, uint32_t budget)
 {
-	struct uc_ctr_hdr *ch = uc_ctr();
+	const struct uc_ctr_view *cv = uc_ctr();
 	struct uc_ctr_slot *s;
 
 	if (budget == UC_BUDGET_UNLIMITED)
 		return 0;
-	if (!ch)
+	if (!cv)
 		return UINT64_MAX;
-	s = uc_slot_at(ch, file_id, chunk, 0);
+	s = uc_slot_at(cv, file_id, chunk, 0);
 	return s ? __atomic_load_n(&s->migrations, __ATOMIC_RELAXED) : 0;
 }
 
@@ -944,7 +958,6 @@ static void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const s
 {
 	struct uc_read_facts f;
 	struct uc_decision d;
-	struct uc_ctr_hdr *ch;
 	uint64_t *claims;
 	uint32_t nclaims = 0;
 	cpu_set_t want;
@@ -964,8 +977,7 @@ static void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const s
 	f.cur = sched_getcpu();
 	f.tid = uc_tid();
 	f.pad = 0;
-	ch = uc_ctr();
-	claims = uc_claims(ch, &nclaims);
+	claims = uc_claims(uc_ctr(), &nclaims);
 	d = uc_decide(&f, claims, nclaims);
 	if (d.action == UC_ACT_NONE)
 		return;
