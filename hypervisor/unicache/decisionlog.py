@@ -82,9 +82,8 @@ class DecisionLog:
             try:
                 if self._size + len(line) > self.max_bytes and self._size > 0:
                     self._rotate()
-                if self._out is not None:
-                    self._out.write(line)
-                    self._size += len(line)
+                self._out.write(line)
+                self._size += len(line)
             except OSError as err:
                 self._failed(err)
         if self.echo is not None and record["kind"] in ECHO_KINDS:
@@ -98,7 +97,7 @@ class DecisionLog:
         """Flush to disk and to the echo stream; reopen a log that failed before."""
         if self._out is None:
             self.open()
-        elif self._out is not None:
+        else:
             try:
                 self._out.flush()
             except OSError as err:

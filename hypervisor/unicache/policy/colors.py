@@ -336,7 +336,7 @@ def colors_round(
                 refusals.append(
                     Refusal(
                         COLOR_STEP_ASIDE,
-                        f"SRM leaves {vm.name}'s streams uncolored: " f"{gain.reason}",
+                        f"SRM leaves {vm.name}'s streams uncolored: {gain.reason}",
                     )
                 )
                 vm_state, vm_actions = replace(vm_state, colored=()), []

@@ -276,19 +276,18 @@ def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
 class _Work:
     """Mutable scratch copy of a state, used only inside :func:`ncc_round`.
 
-    Replicas and counters are indexed by chunk (and replicas by node too), so that a write
-    or a reclaim costs what the chunk or the node holds, never a scan of every counter a
-    guest's reports have made (issue #12: a flood of writes once took minutes a round).
+    Replicas and counters are kept by chunk, then node (and the chunks of each node's
+    replicas too), so that a write or a reclaim costs what the chunk or the node holds,
+    never a scan of every counter a guest's reports have made (issue #12: a flood of
+    writes once took minutes a round).
     """
 
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
-        self.replicas = {(r.key, r.node): r for r in state.replicas}
-        self.nodes_of: dict[ReplicaKey, set[int]] = {}
+        self.replicas: dict[ReplicaKey, dict[int, Replica]] = {}
         self.keys_on: dict[int, set[ReplicaKey]] = {}
         for r in state.replicas:
-            self.nodes_of.setdefault(r.key, set()).add(r.node)
-            self.keys_on.setdefault(r.node, set()).add(r.key)
+            self.add(r)
         self.counters: dict[ReplicaKey, dict[int, int]] = {}
         for c in state.counters:
             self.counters.setdefault(c.key, {})[c.node] = c.count
@@ -298,32 +297,31 @@ class _Work:
         self.served: list[int] = []
 
     def add(self, replica: Replica) -> None:
-        self.replicas[(replica.key, replica.node)] = replica
-        self.nodes_of.setdefault(replica.key, set()).add(replica.node)
+        self.replicas.setdefault(replica.key, {})[replica.node] = replica
         self.keys_on.setdefault(replica.node, set()).add(replica.key)
 
     def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
-        del self.replicas[(key, node)]
-        self.nodes_of[key].discard(node)
-        if not self.nodes_of[key]:
-            del self.nodes_of[key]
+        held = self.replicas[key]
+        del held[node]
+        if not held:
+            del self.replicas[key]
         self.keys_on[node].discard(key)
         self.actions.append(DropReplica(key, node, rule, f"{rule}: {why}"))
 
     def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
-        for node in sorted(self.nodes_of.get(key, ())):
+        for node in sorted(self.replicas.get(key, ())):
             self.drop(key, node, rule, why)
 
     def on_node(self, node: int) -> list[Replica]:
-        return [self.replicas[(k, node)] for k in self.keys_on.get(node, ())]
+        return [self.replicas[k][node] for k in self.keys_on.get(node, ())]
 
     def read(self, ev: Read) -> None:
         if ev.node == ev.home:
             self.served.append(ev.home)
             return
-        have = self.replicas.get((ev.key, ev.node))
+        have = self.replicas.get(ev.key, {}).get(ev.node)
         if have is not None:
-            self.replicas[(ev.key, ev.node)] = Replica(ev.key, ev.node, have.freq + 1, self.clock)
+            self.replicas[ev.key][ev.node] = Replica(ev.key, ev.node, have.freq + 1, self.clock)
             self.served.append(ev.node)
             return
         self.served.append(ev.home)
@@ -375,12 +373,13 @@ class _Work:
             )
 
     def age(self) -> None:
-        for k, r in self.replicas.items():
-            self.replicas[k] = Replica(r.key, r.node, max(1, r.freq - 1), r.last)
+        for held in self.replicas.values():
+            for node, r in held.items():
+                held[node] = Replica(r.key, r.node, max(1, r.freq - 1), r.last)
 
     def state(self) -> NccState:
         return NccState(
-            replicas=tuple(sorted(self.replicas.values())),
+            replicas=tuple(sorted(r for held in self.replicas.values() for r in held.values())),
             counters=tuple(
                 sorted(
                     RemoteCount(k, n, c)

@@ -163,8 +163,6 @@ class ObsPolicy:
         self.options = options or ObsOptions()
         self._unit_by_id = {u.id: u for u in units}
         self._unit_of_cpu = {cpu: u for u in units for cpu in u.cpus}
-        #: vCPUs whose weights this round are the host's own measurement (:meth:`decide`)
-        self._trusted: frozenset[VcpuId] = frozenset()
 
     def start(self, state: ObsState) -> None:
         """Check that a restored state fits the units (idempotent).
@@ -195,9 +193,7 @@ class ObsPolicy:
                 busy[sample.vcpu] = sample.busy
         # the host measured these weights; the others are their guests' word, which moves
         # only their own VM's vCPUs (a forged count never steers another VM's pinning)
-        self._trusted = frozenset(
-            s.vcpu for s in obs.samples if s.vcpu in live and host_measured(s)
-        )
+        trusted = frozenset(s.vcpu for s in obs.samples if s.vcpu in live and host_measured(s))
         unit_of = {v: u for v, u in state.unit_of.items() if v in live}
         reasons: dict[VcpuId, str] = {}
         vcpus_of = {vm.name: [v.id for v in vm.vcpus] for vm in obs.vms}
@@ -215,12 +211,14 @@ class ObsPolicy:
         # unit keeps within its fair share: moving it would cost a refill for no balance.
         running_in = {v.id: v.cpu for vm in obs.vms for v in vm.vcpus if v.cpu is not None}
         fair_count = -(-len(live) // max(len(self.units), 1))
+        fair_loads: dict[str, float] = {}  # per VM: the load it sees, shared over the units
         for vcpu in live:
             if vcpu not in unit_of:
-                loads = self._loads(unit_of, weights, vcpu.vm)
-                fair_load = sum(
-                    weights.get(v, 0.0) for v in live if self._counts_for(v, vcpu.vm)
-                ) / max(len(self.units), 1)
+                loads = self._loads(unit_of, weights, trusted, vcpu.vm)
+                if vcpu.vm not in fair_loads:
+                    seen = (weights.get(v, 0.0) for v in live if _counts_for(v, vcpu.vm, trusted))
+                    fair_loads[vcpu.vm] = sum(seen) / max(len(self.units), 1)
+                fair_load = fair_loads[vcpu.vm]
                 idle = weights.get(vcpu, 0.0) <= 0.0
                 here = self._unit_of_cpu.get(running_in.get(vcpu, -1))
                 if (
@@ -279,7 +277,7 @@ class ObsPolicy:
         if obs.tick - state.last_rebalance >= opts.rebalance_period and len(self.units) > 1:
             last_rebalance = obs.tick
             kept = frozenset(v for vm in clustered for v in vcpus_of[vm])
-            moved = self._rebalance(unit_of, weights, kept)
+            moved = self._rebalance(unit_of, weights, trusted, kept)
             if moved is not None:
                 vcpu, src, dst, why = moved
                 unit_of[vcpu] = dst
@@ -290,7 +288,7 @@ class ObsPolicy:
         # OBS-L: CPU sets inside each unit
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id)
-            for vcpu, cpus, why in self._local_sets(unit, members, weights):
+            for vcpu, cpus, why in self._local_sets(unit, members, weights, trusted):
                 if current.get(vcpu) != cpus:
                     reason = reasons.get(vcpu) or why
                     actions.append(PinVcpu(vcpu, cpus, unit.id, reason))
@@ -315,18 +313,16 @@ class ObsPolicy:
         self,
         unit_of: Mapping[VcpuId, int],
         weights: Mapping[VcpuId, float],
+        trusted: frozenset[VcpuId] = frozenset(),
         viewer: str | None = None,
     ) -> dict[int, float]:
-        """Cache load per unit as ``viewer``'s vCPUs see it: host-measured weights, and
-        ``viewer``'s own guest-reported ones (``None``: every weight)."""
+        """Cache load per unit as ``viewer``'s vCPUs see it: host-measured (``trusted``)
+        weights, and ``viewer``'s own guest-reported ones (``None``: every weight)."""
         loads = {u.id: 0.0 for u in self.units}
         for vcpu, unit in unit_of.items():
-            if viewer is None or self._counts_for(vcpu, viewer):
+            if viewer is None or _counts_for(vcpu, viewer, trusted):
                 loads[unit] += weights.get(vcpu, 0.0)
         return loads
-
-    def _counts_for(self, vcpu: VcpuId, viewer: str) -> bool:
-        return vcpu.vm == viewer or vcpu in self._trusted
 
     def _may_stay(
         self,
@@ -361,17 +357,18 @@ class ObsPolicy:
         self,
         unit_of: dict[VcpuId, int],
         weights: Mapping[VcpuId, float],
+        trusted: frozenset[VcpuId],
         kept: frozenset[VcpuId] = frozenset(),
     ) -> tuple[VcpuId, int, int, str] | None:
         """The best move of one overweight vCPU, each VM's vCPUs judged by the loads as
         that VM sees them (:meth:`_loads`); one view for all where every weight is the
         host's own measurement."""
         views: set[str | None] = {None}
-        if not set(unit_of) <= self._trusted:
+        if not set(unit_of) <= trusted:
             views = {v.vm for v in unit_of}
         best: tuple[float, VcpuId, int, int, str] | None = None
         for viewer in sorted(views, key=str):
-            move = self._rebalance_view(unit_of, weights, kept, viewer)
+            move = self._rebalance_view(unit_of, weights, kept, trusted, viewer)
             if move is not None and (best is None or move[:2] < best[:2]):
                 best = move
         return None if best is None else best[1:]
@@ -381,9 +378,10 @@ class ObsPolicy:
         unit_of: dict[VcpuId, int],
         weights: Mapping[VcpuId, float],
         kept: frozenset[VcpuId],
+        trusted: frozenset[VcpuId],
         viewer: str | None,
     ) -> tuple[float, VcpuId, int, int, str] | None:
-        loads = self._loads(unit_of, weights, viewer)
+        loads = self._loads(unit_of, weights, trusted, viewer)
         # sort keys: load, then unit id (deterministic ties)
         heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
         room = self._with_room(unit_of)
@@ -418,7 +416,11 @@ class ObsPolicy:
         return abs(gap / 2 - weights.get(vcpu, 0.0)), vcpu, heavy, light, why
 
     def _local_sets(
-        self, unit: CacheUnit, members: list[VcpuId], weights: Mapping[VcpuId, float]
+        self,
+        unit: CacheUnit,
+        members: list[VcpuId],
+        weights: Mapping[VcpuId, float],
+        trusted: frozenset[VcpuId],
     ) -> list[tuple[VcpuId, frozenset[int], str]]:
         cpus = sorted(unit.cpus)
         heaviest = max((weights.get(v, 0.0) for v in members), default=0.0)
@@ -426,7 +428,7 @@ class ObsPolicy:
         if len(members) <= len(cpus) or len(cpus) < 2 or heaviest < floor:
             why = f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)})"
             return [(v, unit.cpus, why) for v in members]
-        if len({v.vm for v in members}) > 1 and not set(members) <= self._trusted:
+        if len({v.vm for v in members}) > 1 and not set(members) <= trusted:
             # pairing by weight would let one guest's word decide another VM's CPUs
             why = (
                 f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)}); OBS-L "
@@ -498,6 +500,11 @@ class ObsPolicy:
         credited = {v for v, _, _ in out}
         out.extend((v, BASE_CPU_WEIGHT, "OBS-C: no credit") for v in members if v not in credited)
         return sorted(out)
+
+
+def _counts_for(vcpu: VcpuId, viewer: str, trusted: frozenset[VcpuId]) -> bool:
+    """Whether ``viewer``'s placement may weigh ``vcpu``: its own, or host-measured."""
+    return vcpu.vm == viewer or vcpu in trusted
 
 
 def _count(unit_of: Mapping[VcpuId, int], unit: int) -> int:

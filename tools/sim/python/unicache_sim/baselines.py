@@ -91,8 +91,9 @@ class UnicacheWhatIf(Baseline):
         self, cfg: SimConfig, spec: MfcSpec, engine: _native.Engine, topo: Topology
     ) -> None:
         super().__init__(cfg, spec, engine)
-        self.options = scu_options_for(topo, Unify(spec.unify))
-        self.units = topo.units(Unify(spec.unify))
+        unify = Unify(spec.unify)
+        self.options = scu_options_for(topo, unify)
+        self.units = topo.units(unify)
         self.unit_of_cpu = {c: u.id for u in self.units for c in u.cpus}
         self.cpus_of_unit = {u.id: sorted(u.cpus) for u in self.units}
         self.table = MfcTable(self.options.params, self._views([]))
