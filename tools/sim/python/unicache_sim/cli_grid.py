@@ -22,6 +22,7 @@ from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
 from unicache_sim.grid import (
+    GridPoint,
     GridRequest,
     GridResult,
     build_axes,
@@ -38,6 +39,12 @@ from unicache_sim.grid_report import (
     regressions,
     rich_table,
     summarize_points,
+)
+from unicache_sim.grid_store import (
+    CHECKPOINT_NAME,
+    CheckpointWriter,
+    build_fingerprint,
+    load_checkpoint,
 )
 from unicache_sim.mfc import FILE_BYTES
 
@@ -112,6 +119,14 @@ def grid(
         _opt("use the running Dask scheduler at ADDR (tcp://host:8786) instead", "ADDR"),
     ] = None,
     out: Annotated[Path, typer.Option(help="output directory", metavar="DIR")] = Path("build/grid"),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="reuse the results in OUT/points.jsonl that this build wrote (a killed or "
+            "narrower run) and run only the points missing",
+        ),
+    ] = False,
     check: Annotated[
         bool, typer.Option("--check", help="exit 1 if a point's median speedup is below 0.98")
     ] = False,
@@ -129,6 +144,8 @@ def grid(
     Prints, per model, workload and path, the min / median / max of the point speedups,
     the points below 0.98x and the worst one. Writes OUT/results.json (every raw result),
     OUT/grid.md (the table, for docs/PERFORMANCE.md) and OUT/grid-MODEL.png (heat maps).
+    Each result is also appended to OUT/points.jsonl as it arrives: after an interruption,
+    the same command with --resume runs only what is missing.
 
     Exit 2 on a user error; with --check, 1 if a point is below 0.98x.
     """
@@ -156,6 +173,14 @@ def grid(
             out.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ConfigError(f"cannot create output directory {out}") from err
+        checkpoint = out / CHECKPOINT_NAME
+        build = build_fingerprint()
+        try:
+            reused = _reusable(checkpoint, build, points) if resume else {}
+            writer = CheckpointWriter(checkpoint, build, reused.values())
+        except OSError as err:
+            raise ConfigError(f"cannot use the checkpoint {checkpoint}: {err.strerror}") from err
+        todo = [p for p in points if p not in reused]
         start = time.monotonic()
         columns = (
             TextColumn("{task.description}"),
@@ -164,15 +189,37 @@ def grid(
             TimeElapsedColumn(),
             TimeRemainingColumn(),
         )
-        with Progress(*columns, console=_err, transient=True) as progress:
-            task = progress.add_task("starting workers", total=len(points))
+        with writer, Progress(*columns, console=_err, transient=True) as progress:
+            task = progress.add_task(
+                "starting workers", total=len(points), completed=len(points) - len(todo)
+            )
 
             def step(result: GridResult) -> None:
+                try:
+                    writer.write(result)
+                except OSError as err:
+                    raise ConfigError(f"cannot write to {checkpoint}: {err.strerror}") from err
                 progress.update(task, advance=1, description=result.point.label)
 
-            results = run_grid(points, n_workers, scheduler, step)
+            try:
+                fresh = run_grid(todo, n_workers, scheduler, step) if todo else ()
+            except KeyboardInterrupt:
+                progress.stop()
+                _err.print(
+                    f"interrupted: finished points are in {checkpoint}; the same command with "
+                    "--resume runs only the rest",
+                    soft_wrap=True,
+                )
+                raise typer.Exit(130) from None
+        by_point = {**reused, **{r.point: r for r in fresh}}
+        results = tuple(by_point[p] for p in points)
         run = GridRun(
-            axes, results, time.monotonic() - start, 0 if scheduler else n_workers, scheduler
+            axes,
+            results,
+            time.monotonic() - start,
+            0 if scheduler else n_workers,
+            scheduler,
+            resumed=len(points) - len(todo),
         )
         doc = grid_document(run)
         command = _grid_command(req)
@@ -210,6 +257,22 @@ def grid(
         console.print(f"written: {written}", soft_wrap=True)
     if check and bad:
         raise typer.Exit(1)
+
+
+def _reusable(
+    checkpoint: Path, build: str, points: tuple[GridPoint, ...]
+) -> dict[GridPoint, GridResult]:
+    """The checkpoint's results of this build, telling the user what was dropped and why."""
+    found = load_checkpoint(checkpoint, build)
+    wanted = set(points)
+    reused = {p: r for p, r in found.results.items() if p in wanted}
+    notes = [f"resuming: {len(reused)} of {len(points)} points from {checkpoint}"]
+    if found.stale:
+        notes.append(f"{found.stale} written by another build dropped")
+    if found.torn:
+        notes.append(f"{found.torn} unreadable lines dropped")
+    _err.print("; ".join(notes), soft_wrap=True)
+    return reused
 
 
 def _grid_command(req: GridRequest) -> str:

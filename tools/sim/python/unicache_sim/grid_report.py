@@ -92,6 +92,8 @@ class GridRun:
     :param seconds: wall-clock time of the run.
     :param workers: worker processes (of the local cluster; 0 with a scheduler).
     :param scheduler: the scheduler's address, if one was given.
+    :param resumed: results taken from the checkpoint of an earlier run (``--resume``);
+        ``seconds`` counts only this run.
     """
 
     axes: GridAxes
@@ -99,6 +101,7 @@ class GridRun:
     seconds: float
     workers: int
     scheduler: str | None = None
+    resumed: int = 0
 
 
 def summarize_points(results: Sequence[GridResult]) -> tuple[PointSummary, ...]:
@@ -170,6 +173,7 @@ def grid_document(run: GridRun) -> dict[str, object]:
         "seconds": run.seconds,
         "workers": run.workers,
         "scheduler": run.scheduler,
+        "resumed": run.resumed,
         "axes": asdict(run.axes),
         "groups": [
             {**{k: v for k, v in asdict(g).items() if k != "worst"}, "worst": _point_doc(g.worst)}
@@ -196,9 +200,12 @@ def markdown(run: GridRun, command: str) -> str:
     """
     groups = summarize_groups(summarize_points(run.results))
     seeds = run.axes.seeds
+    took = f"{run.seconds:.0f} s"
+    if run.resumed:
+        took += f" after {run.resumed} runs resumed from an earlier run's checkpoint"
     lines = [
         f"`{command}` ({len(run.results)} runs, seeds {seed_range(seeds)}, "
-        f"{run.seconds:.0f} s). Speedup = unicache / linux, median over seeds per point; "
+        f"{took}). Speedup = unicache / linux, median over seeds per point; "
         f"min / median / max over the points of a row (popularity x threads x working set); "
         f"< {THRESHOLD}x counts points below {THRESHOLD}.",
         "",
