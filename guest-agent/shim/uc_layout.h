@@ -11,7 +11,11 @@
  *   buffer = [uc_table_buf 64 B][nbuckets x uc_entry 64 B]
  *   The agent writes the inactive buffer under that buffer's seqlock, then flips `active`.
  *
- * Counters file (UNICACHE_COUNTERS, default /dev/shm/unicache-counters):
+ * Counters files (layout 4): one per user, UNICACHE_COUNTERS/<euid> (default directory
+ *   /dev/shm/unicache-counters), mode 0600, owned by that user and created whole by the
+ *   first process of that user that maps it, in the layout the agent publishes in the table
+ *   header (ctr_*). No user can write or shrink another's counters (docs/agent.md,
+ *   "Per-user counters"). Each file:
  *   [uc_ctr_hdr 64 B][UC_MAX_VCPUS x u64 vCPU claims][region 0][region 1]
  *   [uc_gen_hdr 64 B][ngens x u64 generations]
  *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64 (bytes per vCPU)
@@ -39,7 +43,8 @@
 
 #define UC_TABLE_MAGIC 0x42544355u   /* "UCTB" */
 #define UC_CTR_MAGIC 0x54434355u     /* "UCCT" */
-#define UC_LAYOUT_VERSION 3u         /* 2: color/replica entries, generations; 3: claims */
+/* 2: color/replica entries, generations; 3: claims; 4: per-user counters, ctr_* in table */
+#define UC_LAYOUT_VERSION 4u
 #define UC_MAX_VCPUS 256u            /* vCPU mask bits per entry */
 #define UC_MASK_WORDS (UC_MAX_VCPUS / 64u)
 #define UC_MAX_BUCKETS 65536u        /* hard bound the shim accepts */
@@ -75,7 +80,12 @@ struct uc_table_hdr {
 	uint64_t gen;       /* bumped on every publish */
 	uint32_t agent_pid;
 	uint32_t pad0;
-	uint8_t pad[24];
+	/* the counters layout of every user's file (layout 4): uc_ctr_len() */
+	uint32_t ctr_nslots;
+	uint32_t ctr_max_vcpus;
+	uint32_t ctr_nnodes;
+	uint32_t ctr_ngens;
+	uint8_t pad[8];
 };
 
 struct uc_table_buf {
@@ -144,6 +154,26 @@ _Static_assert(sizeof(struct uc_ctr_slot) == 64, "counter slot head is 64 bytes"
 _Static_assert(sizeof(struct uc_gen_hdr) == 64, "generation header is 64 bytes");
 _Static_assert(UC_CTR_CLAIMS_OFF == sizeof(struct uc_ctr_hdr), "claims follow the header");
 _Static_assert(UC_CTR_REGIONS_OFF % 64 == 0, "regions start on a cache line");
+
+/* Bytes of one counters slot: head, per-vCPU bytes, per-node reads, home; 64 B aligned. */
+static inline uint32_t uc_slot_size(uint32_t max_vcpus, uint32_t nnodes)
+{
+	uint32_t raw = (uint32_t)sizeof(struct uc_ctr_slot) + 8u * (max_vcpus + nnodes + 1u);
+
+	return (raw + 63u) / 64u * 64u;
+}
+
+/* Bytes of a counters file of this layout; 0 when a field is out of its bounds. */
+static inline uint64_t uc_ctr_len(uint32_t nslots, uint32_t max_vcpus, uint32_t nnodes,
+				  uint32_t ngens)
+{
+	if (nslots == 0 || nslots > UC_MAX_SLOTS || (nslots & (nslots - 1u)) || max_vcpus == 0 ||
+	    max_vcpus > UC_MAX_VCPUS || nnodes == 0 || nnodes > UC_MAX_NODES || ngens == 0 ||
+	    ngens > UC_MAX_GENS || (ngens & (ngens - 1u)))
+		return 0;
+	return UC_CTR_REGIONS_OFF + 2ull * nslots * uc_slot_size(max_vcpus, nnodes) +
+	       sizeof(struct uc_gen_hdr) + 8ull * ngens;
+}
 
 /* splitmix64 finalizer: the one mixing function both sides use */
 static inline uint64_t uc_mix64(uint64_t x)

@@ -12,10 +12,11 @@ from typing import List, Optional
 
 from . import __version__
 from .agent import DEFAULT_SHIM, Agent, guest_topology, shim_caps
+from .counters import CounterHarvester
 from .errors import AgentError
 from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
-from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, MAX_NODES, CounterReader, TableWriter
+from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, TableWriter
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,10 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--table", default=os.environ.get("UNICACHE_TABLE", DEFAULT_TABLE),
                     help="shared placement table file (env UNICACHE_TABLE)")
     ap.add_argument("--counters", default=os.environ.get("UNICACHE_COUNTERS", DEFAULT_COUNTERS),
-                    help="shared counters file (env UNICACHE_COUNTERS)")
-    ap.add_argument("--counters-mode", type=lambda v: int(v, 8), default=0o666,
-                    help="file mode of the counters (octal, default 666: processes of every "
-                         "user count; 600: only the agent's user)")
+                    help="counters directory: the shim of each user counts into a file of "
+                         "its own there, <dir>/<uid> (env UNICACHE_COUNTERS)")
     ap.add_argument("--shim", default=os.environ.get("UNICACHE_SHIM", DEFAULT_SHIM),
                     help="the guest's libunicache.so: the agent announces the colors and "
                          "replicas capabilities only when it enforces them (env UNICACHE_SHIM)")
@@ -72,10 +71,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             transport = SocketTransport(args.socket)
         else:
             transport = PortTransport(args.port, args.device)
-        table = TableWriter(args.table)
         _vcpus, nodes = guest_topology()
-        counters = CounterReader(args.counters, mode=args.counters_mode,
-                                 nnodes=min(max(nodes) + 1, MAX_NODES))
+        layout = CounterLayout.of(nnodes=max(nodes) + 1)
+        table = TableWriter(args.table, counters=layout)
+        counters = CounterHarvester(args.counters, layout)
         capture = None
         if args.fanotify:
             from .fanotify import FanotifyCapture

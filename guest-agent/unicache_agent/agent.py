@@ -15,10 +15,11 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 
 from . import __version__
 from . import protocol as p
+from .counters import CounterHarvester
 from .errors import AgentError, MessageError, PortError
 from .port import Transport
 from .shm import MAX_NODES as SHM_MAX_NODES
-from .shm import CounterReader, Harvest, ShmEntry, TableWriter
+from .shm import Harvest, ShmEntry, TableWriter
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class Agent:
 
     :param transport: where the host is.
     :param table: the shared placement table the shim reads.
-    :param counters: the shared counters the shim writes.
+    :param counters: the users' counters the shims write.
     :param capture: optional file-level capture (fanotify) with ``drain() -> list``.
     :param clock: monotonic clock.
     :param report_interval_s: until the host says otherwise.
@@ -127,7 +128,7 @@ class Agent:
     :param sys_root: sysfs ``devices/system`` (topology and node memory).
     """
 
-    def __init__(self, transport: Transport, table: TableWriter, counters: CounterReader,
+    def __init__(self, transport: Transport, table: TableWriter, counters: CounterHarvester,
                  capture: Optional[Any] = None, clock: Callable[[], float] = time.monotonic,
                  report_interval_s: float = 1.0, extra_caps: Sequence[str] = (),
                  sys_root: str = "/sys/devices/system") -> None:

@@ -9,9 +9,10 @@ buffer under that buffer's seqlock (odd sequence while writing), then flips ``ac
 reader that overlaps a write sees the sequence change and retries, so a table is replaced
 atomically from the shim's point of view.
 
-Counters: a 64-byte header, the vCPU claims (layout 3) and two regions. The shim adds
-into region ``active``; :meth:`CounterReader.harvest` flips ``active``, waits a grace period
-for calls already past the flip, reads the other region and zeroes it. After the regions
+Counters (``counters.py``): one file per user, in the layout the table header names
+(layout 4). A 64-byte header, the vCPU claims (layout 3) and two regions. The shim adds
+into region ``active``; :meth:`CounterHarvester.harvest` flips ``active``, waits a grace
+period for calls already past the flip, reads the other region and zeroes it. After the regions
 (layout 2): the shim's monotonic statistics and one generation per bucket of file ids, bumped
 by every write the shim sees and by the agent for writes it learns of (fanotify); replicas
 check them. The claims (one word per vCPU: which reading thread holds it, until when) are
@@ -24,7 +25,6 @@ import mmap
 import os
 import secrets
 import struct
-import time
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
@@ -33,7 +33,7 @@ from .errors import ShmError
 #: "UCTB", "UCCT" little-endian, as in uc_layout.h
 TABLE_MAGIC = 0x42544355
 CTR_MAGIC = 0x54434355
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 MAX_VCPUS = 256
 MASK_WORDS = MAX_VCPUS // 64
 MAX_BUCKETS = 65536
@@ -57,6 +57,7 @@ CLAIMS_LEN = 8 * MAX_VCPUS
 REGIONS_OFFSET = CLAIMS_OFFSET + CLAIMS_LEN
 
 DEFAULT_TABLE = "/dev/shm/unicache-table"
+#: the counters directory: one file per user inside (``counters.py``)
 DEFAULT_COUNTERS = "/dev/shm/unicache-counters"
 #: default number of hash buckets per table buffer (load factor <= 1/2 at MAX_TABLE_ENTRIES)
 DEFAULT_BUCKETS = 16384
@@ -66,7 +67,9 @@ DEFAULT_SLOTS = 8192
 DEFAULT_GENS = 4096
 
 _M64 = (1 << 64) - 1
-_HDR = struct.Struct("<IIQIIQII24x")  # magic layout salt nbuckets active gen agent_pid pad0
+# magic layout salt nbuckets active gen agent_pid pad0, then (layout 4) the counters layout:
+# ctr_nslots ctr_max_vcpus ctr_nnodes ctr_ngens
+_HDR = struct.Struct("<IIQIIQIIIIII8x")
 _BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
 _ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
 # magic layout nslots max_vcpus active slot_size dropped[2] clients nnodes ngens
@@ -180,6 +183,70 @@ class Harvest:
     clients: int
 
 
+@dataclass(frozen=True)
+class CounterLayout:
+    """The layout of every user's counters file; the agent publishes it in the table header.
+
+    :param nslots: slots per region, a power of two <= MAX_SLOTS.
+    :param max_vcpus: per-vCPU counters per slot (the guest's possible CPUs, <= MAX_VCPUS).
+    :param nnodes: per-node read counters per slot (highest guest node id + 1, <= MAX_NODES).
+    :param ngens: file generations, a power of two <= MAX_GENS.
+    """
+
+    nslots: int = DEFAULT_SLOTS
+    max_vcpus: int = 1
+    nnodes: int = 1
+    ngens: int = DEFAULT_GENS
+
+    @classmethod
+    def of(cls, max_vcpus: Optional[int] = None, nslots: int = DEFAULT_SLOTS, nnodes: int = 1,
+           ngens: int = DEFAULT_GENS) -> CounterLayout:
+        """A layout with vCPUs (default: this machine's CPUs) and nodes clamped to bounds.
+
+        :raises ShmError: if ``nslots`` or ``ngens`` is not a power of two within bounds.
+        """
+        if nslots <= 0 or nslots > MAX_SLOTS or nslots & (nslots - 1):
+            raise ShmError(f"nslots must be a power of two <= {MAX_SLOTS}, not {nslots}")
+        if ngens <= 0 or ngens > MAX_GENS or ngens & (ngens - 1):
+            raise ShmError(f"ngens must be a power of two <= {MAX_GENS}, not {ngens}")
+        ncpu = max_vcpus if max_vcpus is not None else (os.cpu_count() or 1)
+        return cls(nslots, max(1, min(ncpu, MAX_VCPUS)), max(1, min(nnodes, MAX_NODES)), ngens)
+
+    @property
+    def slot_size(self) -> int:
+        """Bytes per slot (``uc_slot_size``)."""
+        return (_SLOT.size + 8 * (self.max_vcpus + self.nnodes + 1) + 63) // 64 * 64
+
+    @property
+    def region_len(self) -> int:
+        """Bytes per region."""
+        return self.nslots * self.slot_size
+
+    @property
+    def gen_base(self) -> int:
+        """Offset of the statistics header; the generations follow it."""
+        return REGIONS_OFFSET + 2 * self.region_len
+
+    @property
+    def size(self) -> int:
+        """Bytes of a counters file (``uc_ctr_len``)."""
+        return self.gen_base + _GHDR.size + 8 * self.ngens
+
+    def header(self, active: int = 0) -> bytes:
+        """The header a new file starts with."""
+        return _CHDR.pack(CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, active,
+                          self.slot_size, 0, 0, 0, self.nnodes, self.ngens)
+
+    def matches(self, header: bytes) -> bool:
+        """Whether a file's header is of this layout (``active``, drops, clients aside)."""
+        if len(header) < _CHDR.size:
+            return False
+        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, nn, ng = _CHDR.unpack_from(header, 0)
+        return (magic, layout, ns, mv, ss, nn, ng) == (
+            CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, self.slot_size,
+            self.nnodes, self.ngens)
+
+
 def _retire(fd: int, path: str) -> None:
     """Zero the magic of a file the shims may have mapped, then unlink it.
 
@@ -229,9 +296,6 @@ def _open_map(path: str, size: int, magic: int, mode: int) -> Tuple[mmap.mmap, b
 
 #: the table: written by the agent only, read by every process
 TABLE_MODE = 0o644
-#: the counters: every process using the shim adds to them (see docs/agent.md for the
-#: trade-off; ``--counters-mode 0600`` limits counting to the agent's user)
-COUNTERS_MODE = 0o666
 
 
 class TableWriter:
@@ -239,28 +303,39 @@ class TableWriter:
 
     :param path: the table file (``UNICACHE_TABLE``).
     :param nbuckets: hash buckets per buffer, a power of two <= MAX_BUCKETS.
+    :param counters: the layout of the users' counters files, published in the header.
     :raises ShmError: when the file cannot be created or mapped.
     """
 
-    def __init__(self, path: str = DEFAULT_TABLE, nbuckets: int = DEFAULT_BUCKETS) -> None:
+    def __init__(self, path: str = DEFAULT_TABLE, nbuckets: int = DEFAULT_BUCKETS,
+                 counters: Optional[CounterLayout] = None) -> None:
         if nbuckets <= 0 or nbuckets > MAX_BUCKETS or nbuckets & (nbuckets - 1):
             raise ShmError(f"nbuckets must be a power of two <= {MAX_BUCKETS}, not {nbuckets}")
         self.path = path
         self.nbuckets = nbuckets
         self._buf_len = _BUF.size + nbuckets * _ENTRY.size
         size = _HDR.size + 2 * self._buf_len
+        ctr = counters if counters is not None else CounterLayout.of()
+        #: the counters layout the shims create their files in
+        self.counters = ctr
+        ctr_fields = (ctr.nslots, ctr.max_vcpus, ctr.nnodes, ctr.ngens)
         self._map, _ = _open_map(path, size, TABLE_MAGIC, TABLE_MODE)
-        magic, layout, salt, nb, active, gen, _pid, _ = _HDR.unpack_from(self._map, 0)
+        magic, layout, salt, nb, active, gen, _pid, _, *have_ctr = _HDR.unpack_from(self._map, 0)
         if magic == TABLE_MAGIC and layout == LAYOUT_VERSION and nb == nbuckets and salt:
             #: the per-boot salt of file ids, kept across agent restarts
             self.salt: int = salt
             self._gen = gen
+            if tuple(have_ctr) != ctr_fields:
+                # shims that mapped the table keep their copies (and counters files); the
+                # harvester retires those files, and the shims then map the new layout
+                _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, salt, nbuckets,
+                               active, gen, os.getpid(), 0, *ctr_fields)
         else:
             self.salt = secrets.randbits(64) | 1
             self._gen = 0
             self._map[:] = bytes(size)
             _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, self.salt, nbuckets, 0, 0,
-                           os.getpid(), 0)
+                           os.getpid(), 0, *ctr_fields)
         self.version = 0
 
     @property
@@ -356,124 +431,4 @@ class TableWriter:
 
     def close(self) -> None:
         """Unmap the file (the file itself stays for the shim)."""
-        self._map.close()
-
-
-class CounterReader:
-    """Creator and harvester of the counters file (and keeper of the file generations).
-
-    :param path: the counters file (``UNICACHE_COUNTERS``).
-    :param max_vcpus: per-vCPU counters per slot (the guest's possible CPUs, <= 256).
-    :param nslots: slots per region, a power of two <= MAX_SLOTS.
-    :param mode: file mode (0o666: processes of every user count).
-    :param nnodes: per-node read counters per slot (highest guest node id + 1, <= MAX_NODES).
-    :param ngens: file generations, a power of two <= MAX_GENS.
-    :raises ShmError: when the file cannot be created or mapped.
-    """
-
-    def __init__(self, path: str = DEFAULT_COUNTERS, max_vcpus: Optional[int] = None,
-                 nslots: int = DEFAULT_SLOTS, mode: int = COUNTERS_MODE, nnodes: int = 1,
-                 ngens: int = DEFAULT_GENS) -> None:
-        if nslots <= 0 or nslots > MAX_SLOTS or nslots & (nslots - 1):
-            raise ShmError(f"nslots must be a power of two <= {MAX_SLOTS}, not {nslots}")
-        if ngens <= 0 or ngens > MAX_GENS or ngens & (ngens - 1):
-            raise ShmError(f"ngens must be a power of two <= {MAX_GENS}, not {ngens}")
-        ncpu = max_vcpus if max_vcpus is not None else (os.cpu_count() or 1)
-        self.max_vcpus = max(1, min(ncpu, MAX_VCPUS))
-        self.nnodes = max(1, min(nnodes, MAX_NODES))
-        self.nslots = nslots
-        self.ngens = ngens
-        raw = _SLOT.size + 8 * (self.max_vcpus + self.nnodes + 1)
-        self.slot_size = (raw + 63) // 64 * 64
-        self._region_len = nslots * self.slot_size
-        self._gen_base = REGIONS_OFFSET + 2 * self._region_len
-        self.path = path
-        size = self._gen_base + _GHDR.size + 8 * ngens
-        self._map, _ = _open_map(path, size, CTR_MAGIC, mode)
-        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, nn, ng = _CHDR.unpack_from(self._map, 0)
-        if not (magic == CTR_MAGIC and layout == LAYOUT_VERSION and ns == nslots
-                and mv == self.max_vcpus and ss == self.slot_size and nn == self.nnodes
-                and ng == ngens):
-            self._map[:] = bytes(size)
-            _CHDR.pack_into(self._map, 0, CTR_MAGIC, LAYOUT_VERSION, nslots, self.max_vcpus, 0,
-                            self.slot_size, 0, 0, 0, self.nnodes, ngens)
-
-    def harvest(self, grace_s: float = 0.01) -> Harvest:
-        """Flip the active region, wait ``grace_s``, read and zero the old region.
-
-        :param grace_s: time for calls that loaded the old region index to finish counting.
-        :returns: what the shim counted since the previous harvest.
-        """
-        active = int(_U32.unpack_from(self._map, 16)[0]) & 1
-        _U32.pack_into(self._map, 16, 1 - active)
-        if grace_s > 0:
-            time.sleep(grace_s)
-        base = REGIONS_OFFSET + active * self._region_len
-        region = self._map[base:base + self._region_len]
-        chunks: List[ChunkCounts] = []
-        vfmt = struct.Struct(f"<{self.max_vcpus}Q")
-        nfmt = struct.Struct(f"<{self.nnodes}Q")
-        noff = _SLOT.size + 8 * self.max_vcpus
-        hoff = noff + 8 * self.nnodes
-        for i in range(self.nslots):
-            off = i * self.slot_size
-            key, fid, chunk, nbytes, reads, writes, migr, nt = _SLOT.unpack_from(region, off)
-            if key == 0:
-                continue
-            per = vfmt.unpack_from(region, off + _SLOT.size)
-            pairs = tuple((v, b) for v, b in enumerate(per) if b)
-            nodes = tuple((n, r) for n, r in enumerate(nfmt.unpack_from(region, off + noff))
-                          if r)
-            home = int(_U64.unpack_from(region, off + hoff)[0])
-            home_node = home - 1 if 0 < home <= MAX_NODES else -1
-            chunks.append(ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, pairs,
-                                      home_node, nodes))
-        self._map[base:base + self._region_len] = bytes(self._region_len)
-        doff = 24 + 8 * active
-        dropped = int(_U64.unpack_from(self._map, doff)[0])
-        _U64.pack_into(self._map, doff, 0)
-        clients = int(_U64.unpack_from(self._map, 40)[0])
-        chunks.sort(key=lambda c: (-c.bytes_read, c.file_id, c.chunk))
-        return Harvest(tuple(chunks), dropped, clients)
-
-    def _gen_off(self, file_id: int) -> int:
-        idx = mix64((file_id ^ 0x2545F4914F6CDD1D) & _M64) & (self.ngens - 1)
-        return self._gen_base + _GHDR.size + 8 * idx
-
-    def generation(self, file_id: int) -> int:
-        """The current generation of a file id's bucket (``uc_gen_hash``).
-
-        :param file_id: opaque file id.
-        :returns: the generation.
-        """
-        return int(_U64.unpack_from(self._map, self._gen_off(file_id))[0])
-
-    def bump_generation(self, file_id: int) -> None:
-        """Invalidate the replicas of a file (a write the agent learnt of, e.g. fanotify).
-
-        Not atomic against a concurrent shim bump: the value still changes, and the
-        generations are a fast hint only (every replica serve is also checked with fstat,
-        docs/replicas.md "Coherence").
-
-        :param file_id: opaque file id.
-        """
-        off = self._gen_off(file_id)
-        cur = int(_U64.unpack_from(self._map, off)[0])
-        _U64.pack_into(self._map, off, (cur + 2) & _M64)
-
-    def claims(self) -> Tuple[int, ...]:
-        """The vCPU claim words the shims hold now (0: free), one per vCPU < max_vcpus.
-
-        :returns: the raw words; tid = ``word & (2**CLAIM_TID_BITS - 1)``, expiry (ms modulo
-            2**40) = ``word >> CLAIM_TID_BITS``.
-        """
-        return tuple(int(w) for w in struct.unpack_from(f"<{self.max_vcpus}Q", self._map,
-                                                       CLAIMS_OFFSET))
-
-    def stats(self) -> ShimStats:
-        """The shims' monotonic statistics."""
-        return ShimStats(*(int(v) for v in _GHDR.unpack_from(self._map, self._gen_base)))
-
-    def close(self) -> None:
-        """Unmap the file."""
         self._map.close()

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from unicache_agent import protocol as p
 from unicache_agent.agent import node_memory, shim_caps
+from unicache_agent.counters import CounterHarvester
 from unicache_agent.shm import (
     ChunkCounts,
-    CounterReader,
+    CounterLayout,
     Harvest,
     ShmEntry,
     TableWriter,
@@ -139,12 +140,15 @@ def test_shared_entries_counters_and_generations_round_trip(tmp_path: Path) -> N
     assert back[(1, 0)] == entries[0] and back[(1, 1)] == entries[1]
     # outside the shared layout's 32 nodes: dropped, never wrapped onto another node
     assert (back[(2, 0)].color_node, back[(2, 0)].replica_nodes) == (-1, frozenset({1}))
-    c = CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64, nnodes=2, ngens=64)
-    g = c.generation(77)
+    layout = CounterLayout.of(max_vcpus=2, nslots=64, nnodes=2, ngens=64)
+    assert layout.slot_size == 128  # 64 + 8 * (2 vCPUs + 2 nodes + home), rounded up
+    c = CounterHarvester(str(tmp_path / "c"), layout)
+    (tmp_path / "c" / "0").write_bytes(layout.header() + bytes(layout.size - 64))
+    (tmp_path / "c" / "0").chmod(0o600)
+    g = c.generation(77, uid=0)
     c.bump_generation(77)
-    assert c.generation(77) == g + 2
+    assert c.generation(77, uid=0) == g + 2
     assert c.stats().replica_serves == 0
-    assert c.slot_size == 128  # 64 + 8 * (2 vCPUs + 2 nodes + home), rounded up
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from unicache_agent import protocol as p
 from unicache_agent.agent import Agent, guest_topology
+from unicache_agent.counters import CounterHarvester
 from unicache_agent.errors import PortError, ShmError
 from unicache_agent.port import FdTransport, find_port
-from unicache_agent.shm import CounterReader, ShmEntry, TableWriter
+from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "guest-agent" / "unicache_agent"
 
@@ -71,7 +72,7 @@ def test_table_refuses_more_than_capacity(tmp_path: Path) -> None:
 
 
 def test_counters_harvest_empty_then_zeroed(tmp_path: Path) -> None:
-    c = CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64)
+    c = CounterHarvester(str(tmp_path / "c"), CounterLayout.of(max_vcpus=2, nslots=64))
     h = c.harvest(0)
     assert h.chunks == () and h.dropped == 0
 
@@ -91,10 +92,10 @@ class FakeHost:
         self.sock, theirs = socket.socketpair()
         self.sock.settimeout(5)
         fd = theirs.detach()
-        self.table = TableWriter(str(tmp_path / "t"), nbuckets=64)
+        layout = CounterLayout.of(max_vcpus=2, nslots=64)
+        self.table = TableWriter(str(tmp_path / "t"), nbuckets=64, counters=layout)
         self.agent = Agent(FdTransport(fd, fd), self.table,
-                           CounterReader(str(tmp_path / "c"), max_vcpus=2, nslots=64),
-                           **agent_kw)
+                           CounterHarvester(str(tmp_path / "c"), layout), **agent_kw)
         self.buf = b""
 
     def send(self, obj: object) -> None:

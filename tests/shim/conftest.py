@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unicache_agent.shm import CounterReader, TableWriter
+from unicache_agent.counters import CounterHarvester
+from unicache_agent.shm import CounterLayout, TableWriter
 
 from tests.shim.shimtools import SHIM_DIR, ShimEnv
 
@@ -22,14 +23,16 @@ def shim_build() -> Path:
 
 @pytest.fixture
 def shim_env(shim_build: Path, tmp_path: Path) -> Iterator[ShimEnv]:
-    table = TableWriter(str(tmp_path / "table"), nbuckets=4096)
-    counters = CounterReader(str(tmp_path / "counters"), nslots=4096)
+    layout = CounterLayout.of(nslots=4096)
+    table = TableWriter(str(tmp_path / "table"), nbuckets=4096, counters=layout)
+    counters = CounterHarvester(str(tmp_path / "counters"), layout)
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNICACHE_")}
     env.update(LD_PRELOAD=str(shim_build / "libunicache.so"),
                UNICACHE_TABLE=str(tmp_path / "table"),
                UNICACHE_COUNTERS=str(tmp_path / "counters"))
-    yield ShimEnv(table, counters, env, shim_build / "uc_selftest")
-    table.close()
-    counters.close()
+    shim = ShimEnv(table, counters, env, shim_build / "uc_selftest")
+    yield shim
+    shim.table.close()
+    shim.counters.close()
 
 

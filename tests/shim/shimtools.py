@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHIM_DIR = ROOT / "guest-agent" / "shim"
 sys.path.insert(0, str(ROOT / "guest-agent"))
 
-from unicache_agent.shm import CounterReader, TableWriter, file_id_of  # noqa: E402
+from unicache_agent.counters import CounterHarvester  # noqa: E402
+from unicache_agent.shm import CounterLayout, TableWriter, file_id_of  # noqa: E402
 
 CHUNK = 65536
 UCREAD = Path(__file__).resolve().parent / "ucread.py"
@@ -25,9 +26,25 @@ class ShimEnv:
     """A table, counters and the environment that points the shim at them."""
 
     table: TableWriter
-    counters: CounterReader
+    counters: CounterHarvester
     env: dict[str, str]
     selftest: Path
+
+    def relayout(self, **layout: int) -> None:
+        """Counters of another layout (``CounterLayout.of``), published in the same table
+        file (its salt kept), as an agent restarted with other settings does."""
+        new = CounterLayout.of(**layout)
+        self.table.close()
+        self.table = TableWriter(self.table.path, self.table.nbuckets, counters=new)
+        self.counters.close()
+        self.counters = CounterHarvester(self.counters.path, new)
+
+    def user_counters(self) -> Path:
+        """This user's counters file, made as the shim makes it: by loading it once."""
+        subprocess.run(["true"], env=self.env, check=True)
+        path = Path(self.counters.user_path())
+        assert path.is_file(), f"the shim did not create {path}"
+        return path
 
     def file_id(self, path: Path) -> int:
         st = path.stat()

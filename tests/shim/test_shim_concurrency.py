@@ -49,9 +49,9 @@ def test_reads_identical_while_tables_flip_and_counters_harvest(shim_env: ShimEn
 def test_a_counters_header_rewritten_under_the_readers_changes_nothing(
     shim_env: ShimEnv, tmp_path: Path
 ) -> None:
-    # issue #12: the counters file is every user's; someone rewrites its header with
-    # sizes that would take the shim outside its mapping. The shim sized everything from
-    # the copy it validated when it mapped the file: no fault, the same bytes
+    # issue #12: another process of this user (only this user may write the file) rewrites
+    # its header with sizes that would take the shim outside its mapping. The shim sized
+    # everything from the copy it validated when it mapped the file: no fault, same bytes
     f = tmp_path / "data"
     f.write_bytes(random.Random(11).randbytes(2 * 1024 * 1024 + 7))
     fid = shim_env.file_id(f)
@@ -60,7 +60,8 @@ def test_a_counters_header_rewritten_under_the_readers_changes_nothing(
         ShmEntry(fid, i, frozenset(avail), caching=True, migration_budget=0xFFFFFFFF)
         for i in range(f.stat().st_size // CHUNK + 1)
     ])
-    with open(shim_env.counters.path, "r+b") as ctr:
+    counters = shim_env.user_counters()
+    with open(counters, "r+b") as ctr:
         honest = ctr.read(64)
     stop = threading.Event()
     rewrites = [0]
@@ -68,7 +69,7 @@ def test_a_counters_header_rewritten_under_the_readers_changes_nothing(
     def vandal() -> None:
         # nslots = 2**30, max_vcpus = 4096 (at 8 and 12); slot_size = 64 (at 20);
         # nnodes = 1000 (at 48)
-        with open(shim_env.counters.path, "r+b") as ctr:
+        with open(counters, "r+b") as ctr:
             while not stop.is_set():
                 ctr.seek(8)
                 ctr.write(struct.pack("<II", 1 << 30, 4096))
@@ -87,7 +88,7 @@ def test_a_counters_header_rewritten_under_the_readers_changes_nothing(
     try:
         # the header is rewritten only once the reader has mapped it (its clients count)
         while proc.poll() is None:
-            with open(shim_env.counters.path, "rb") as ctr:
+            with open(counters, "rb") as ctr:
                 if struct.unpack_from("<Q", ctr.read(64), 40)[0] > clients:
                     break
         t.start()
@@ -96,7 +97,7 @@ def test_a_counters_header_rewritten_under_the_readers_changes_nothing(
         stop.set()
         if t.is_alive():
             t.join()
-        with open(shim_env.counters.path, "r+b") as ctr:  # for the fixture's teardown
+        with open(counters, "r+b") as ctr:  # for the fixture's teardown
             ctr.write(honest)
     assert proc.returncode == 0, out + err[-2000:]
     assert "mismatches=0" in out

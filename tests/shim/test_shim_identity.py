@@ -8,9 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from unicache_agent.counters import CounterHarvester
 from unicache_agent.shm import (
     BUDGET_UNLIMITED,
-    CounterReader,
+    CounterLayout,
     ShmEntry,
     TableWriter,
     file_id_of,
@@ -116,7 +117,9 @@ def test_processes_of_other_users_are_counted(shim_build: Path) -> None:
     d = Path(tempfile.mkdtemp(prefix="uc-users-", dir="/tmp"))  # reachable by nobody
     try:
         d.chmod(0o755)
-        table, counters = TableWriter(str(d / "t"), 1024), CounterReader(str(d / "c"))
+        layout = CounterLayout.of()
+        table = TableWriter(str(d / "t"), 1024, counters=layout)
+        counters = CounterHarvester(str(d / "c"), layout)
         f = d / "data"
         f.write_bytes(os.urandom(300_000))
         f.chmod(0o644)
@@ -134,6 +137,9 @@ def test_processes_of_other_users_are_counted(shim_build: Path) -> None:
         out = subprocess.run(["cat", str(f)], env=env, capture_output=True, check=True,
                              preexec_fn=drop)
         assert out.stdout == f.read_bytes()
+        # counted in nobody's own file, which only nobody may write
+        mine = d / "c" / str(nobody.pw_uid)
+        assert (mine.stat().st_uid, mine.stat().st_mode & 0o777) == (nobody.pw_uid, 0o600)
         assert sum(c.bytes_read for c in counters.harvest(0).chunks) == st.st_size
         table.close()
         counters.close()

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from unicache_agent.shm import BUDGET_UNLIMITED, CLAIMS_OFFSET, CounterReader, ShmEntry
+from unicache_agent.counters import CounterHarvester
+from unicache_agent.shm import BUDGET_UNLIMITED, CLAIMS_OFFSET, ShmEntry
 from unicache_sim.shimrule import (
     CLAIM_LEASE_NS,
     CLAIM_TID_BITS,
@@ -108,14 +109,14 @@ def test_without_counters_the_table_is_still_followed(shim_env: ShimEnv, tmp_pat
 CLAIM_VCPUS = 16
 
 
-def _claims_env(tmp_path: Path) -> tuple[CounterReader, dict[str, str]]:
-    counters = CounterReader(str(tmp_path / "claims-counters"), max_vcpus=CLAIM_VCPUS, nslots=64)
-    return counters, {"UNICACHE_COUNTERS": counters.path}
+def _claims_env(env: ShimEnv) -> tuple[CounterHarvester, dict[str, str]]:
+    env.relayout(max_vcpus=CLAIM_VCPUS, nslots=64)
+    return env.counters, {}
 
 
-def _plant(counters: CounterReader, words: dict[int, int]) -> None:
-    """Write claim words into the counters file, as other readers' shims would have."""
-    with open(counters.path, "r+b") as fh:
+def _plant(counters: CounterHarvester, words: dict[int, int]) -> None:
+    """Write claim words into this user's counters file, as other readers' shims would have."""
+    with open(counters.user_path(), "r+b") as fh:
         for v, w in words.items():
             fh.seek(CLAIMS_OFFSET + 8 * v)
             fh.write(struct.pack("<Q", w))
@@ -129,11 +130,11 @@ def _read_under_rule(env: ShimEnv, tmp_path: Path, vcpus: frozenset[int], start_
     :param plant: (tid, now_ms) -> claim words to plant before the read.
     :returns: (affinity after, the Python rule's decision, claims before, claims after, tid).
     """
+    counters, extra = _claims_env(env)
     f = tmp_path / "data"
     f.write_bytes(bytes(range(256)) * 1024)
     fid = env.file_id(f)
     env.table.publish(1, CHUNK, 16384, [ShmEntry(fid, 0, vcpus)])
-    counters, extra = _claims_env(tmp_path)
     allowed = os.sched_getaffinity(0)  # the reader's when its shim loads
     with Reader(env, f, extra) as r:
         tid = int(r.ask("tid"))
@@ -145,7 +146,6 @@ def _read_under_rule(env: ShimEnv, tmp_path: Path, vcpus: frozenset[int], start_
         t1 = time.monotonic_ns()
         affinity = {int(c) for c in r.ask("affinity").split(",")}
     after = {v: w for v, w in enumerate(counters.claims()) if w}
-    counters.close()
     decision = decide(n=32768, min_read_size=16384, cur=start_cpu, mask=vcpus, allowed=allowed,
                       file_id=fid, chunk=0, budget=BUDGET_UNLIMITED, spent=0,
                       claims=ClaimTable(CLAIM_VCPUS, before), tid=tid, now_ns=t0)
@@ -194,10 +194,10 @@ def test_vcpu_held_by_another_live_reader_is_still_home_when_it_is_the_only_one(
 
 def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
         shim_env: ShimEnv, tmp_path: Path) -> None:
+    counters, extra = _claims_env(shim_env)
     f = tmp_path / "data"
     f.write_bytes(bytes(range(256)) * 1024)
     shim_env.table.publish(1, CHUNK, 16384, [ShmEntry(shim_env.file_id(f), 0, frozenset({1}))])
-    counters, extra = _claims_env(tmp_path)
     with Reader(shim_env, f, extra) as r:
         tid = int(r.ask("tid"))
         os.sched_setaffinity(r.proc.pid, {0})
@@ -213,7 +213,6 @@ def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
         assert r.ask("affinity") == "0"  # the rule over its allowed CPUs: the free vCPU 0
         claims = counters.claims()
         assert claims[0] & CLAIM_TID_MAX == tid and claims[1] & CLAIM_TID_MAX == tid + 1
-    counters.close()
 
 
 def test_a_sequential_reader_in_small_buffers_migrates_a_random_one_does_not(

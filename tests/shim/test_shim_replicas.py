@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from unicache_agent.shm import BUDGET_UNLIMITED, CounterReader, ShmEntry
+from unicache_agent.shm import BUDGET_UNLIMITED, ShmEntry
 
 from tests.shim.shimtools import CHUNK, Reader, ShimEnv, make_files
 
@@ -121,10 +121,10 @@ def test_color_and_replica_only_entry_never_migrates(shim_env: ShimEnv, tmp_path
 
 def test_colored_reads_run_under_the_node_policy_and_count_home_and_node_reads(
         shim_env: ShimEnv, tmp_path: Path) -> None:
+    # counters for a two-node guest: with one node the shim leaves the home to the agent
+    shim_env.relayout(nslots=4096, nnodes=2)
     f, data = _data(tmp_path)
     fid = _replicated(shim_env, f, nodes=frozenset(), color=0)
-    # counters for a two-node guest: with one node the shim leaves the home to the agent
-    shim_env.counters = CounterReader(shim_env.env["UNICACHE_COUNTERS"], nslots=4096, nnodes=2)
     out = subprocess.run(["cat", str(f)], env=shim_env.env, capture_output=True, check=True)
     assert out.stdout == data
     assert shim_env.counters.stats().color_reads >= 2  # cat reads 128 KiB at a time
@@ -133,7 +133,6 @@ def test_colored_reads_run_under_the_node_policy_and_count_home_and_node_reads(
     for c in chunks:
         assert c.home_node == 0  # this host's only node holds the page cache
         assert c.node_reads == ((0, c.reads),)
-    shim_env.counters.close()
 
 
 def test_replica_and_color_reads_identical_to_the_syscalls(shim_env: ShimEnv,

@@ -92,11 +92,11 @@ class ShimBenchResult:
                 "nt_without_mbps": round(self.nt_without_mbps, 1)}
 
 
-def _agent_shm() -> Any:
-    """The guest agent's shm module (stdlib only), imported from the checkout."""
+def _agent_module(name: str) -> Any:
+    """A guest agent module (stdlib only: shm, counters), imported from the checkout."""
     if str(GUEST_AGENT) not in sys.path:
         sys.path.insert(0, str(GUEST_AGENT))
-    return importlib.import_module("unicache_agent.shm")
+    return importlib.import_module(f"unicache_agent.{name}")
 
 
 def build_shim() -> Path:
@@ -165,14 +165,16 @@ def run_shim_bench(rounds: int = 7, seconds: float = 1.0, read_size: int = 256 *
     if rounds < 1 or seconds <= 0 or not 4096 <= read_size <= 1 << 20:
         raise ConfigError("rounds >= 1, seconds > 0 and 4096 <= read size <= 1 MiB required")
     build_shim()
-    shm = _agent_shm()
+    shm = _agent_module("shm")
+    harvester = _agent_module("counters").CounterHarvester
     cpu = max(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="unicache-bench-") as tmp:
         d = Path(tmp)
         data = d / "data"
         data.write_bytes(os.urandom(read_size))
-        table = shm.TableWriter(str(d / "table"))
-        counters = shm.CounterReader(str(d / "counters"))
+        layout = shm.CounterLayout.of()
+        table = shm.TableWriter(str(d / "table"), counters=layout)
+        counters = harvester(str(d / "counters"), layout)
         st = data.stat()
         fid = shm.file_id_of(table.salt, st.st_dev, st.st_ino)
         every = frozenset(os.sched_getaffinity(0))

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 _M64 = (1 << 64) - 1
 
 #: ``UC_LAYOUT_VERSION`` of the shared layout whose claim words this module mirrors
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 #: vCPUs a mask can name (``UC_MAX_VCPUS``)
 MAX_VCPUS = 256
 #: ``UC_BUDGET_UNLIMITED``: a budget that never runs out

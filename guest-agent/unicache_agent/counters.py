@@ -1,0 +1,347 @@
+"""Per-user counters: find, check and harvest every user's counters file in the directory.
+
+The shim of a process whose effective user is U counts into ``<dir>/U``, a file of U's
+own, mode 0600, created by U's first process in the layout the table header names
+(``uc_layout.h``; docs/agent.md "Per-user counters"). So no user can write into another
+user's counters, nor shrink a file another user's process maps (which would kill it with
+SIGBUS).
+
+The agent runs as root and reads files its users wrote: it treats them as untrusted. It
+never maps them (a user may truncate their own file at any moment; a read past the end
+of a mapping would kill the agent), it opens each by descriptor without following links,
+uses a file only if it is a regular file owned by the user it is named for and of the
+agent's layout, and it reads at most :data:`MAX_FILES` files of :data:`MAX_ENTRIES`
+directory entries per harvest. A file of another layout is retired (magic zeroed, then
+unlinked) so that its user's shims map a new one; a file not owned by the user it is named
+for is unlinked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+import struct
+import time
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from .errors import ShmError
+from .shm import (
+    _CHDR,
+    _GHDR,
+    _M64,
+    _SLOT,
+    _U32,
+    _U64,
+    CLAIMS_OFFSET,
+    MAX_NODES,
+    REGIONS_OFFSET,
+    ChunkCounts,
+    CounterLayout,
+    Harvest,
+    ShimStats,
+    mix64,
+)
+
+log = logging.getLogger("unicache_agent")
+
+#: the directory: root's (the agent's), sticky, users may create their file but not list
+DIR_MODE = 0o1733
+#: users' files harvested per round (a guest with more users counting at once loses the rest)
+MAX_FILES = 32
+#: directory entries looked at per round (junk names cannot make a harvest unbounded)
+MAX_ENTRIES = 4096
+#: a shim's private temporary file (``<uid>.<pid>.new``) older than this is left over
+STALE_TMP_S = 60.0
+_ACTIVE_OFF = 16
+_DROPPED_OFF = 24
+_CLIENTS_OFF = 40
+
+
+class CounterHarvester:
+    """Keeper of the counters directory and harvester of every user's file in it.
+
+    :param directory: the counters directory (``UNICACHE_COUNTERS``).
+    :param layout: the layout every file must have (the table header's).
+    :raises ShmError: when the directory cannot be made or opened.
+    """
+
+    def __init__(self, directory: str, layout: CounterLayout) -> None:
+        self.path = directory
+        self.layout = layout
+        self._fd = _own_directory(directory)
+        self._zeros = bytes(layout.region_len)
+        self._warned_full = False
+        for fd in self._files():  # retire files of another layout now, not at the harvest
+            os.close(fd)
+
+    def user_path(self, uid: Optional[int] = None) -> str:
+        """The counters file of one user (default: the agent's)."""
+        return os.path.join(self.path, str(os.geteuid() if uid is None else uid))
+
+    def harvest(self, grace_s: float = 0.01) -> Harvest:
+        """Flip every user's active region, wait ``grace_s``, read and zero the old ones.
+
+        :param grace_s: time for calls that loaded the old region index to finish counting.
+        :returns: what the shims of every user counted since the previous harvest, one
+            entry per chunk (users' counts added).
+        """
+        files = list(self._files())
+        flipped: List[Tuple[int, int]] = []
+        for fd in files:
+            try:
+                active = _U32.unpack(_pread(fd, 4, _ACTIVE_OFF))[0] & 1
+                os.pwrite(fd, _U32.pack(1 - active), _ACTIVE_OFF)
+                flipped.append((fd, active))
+            except (OSError, ShmError):
+                continue  # its user shrank or broke it: that user's loss
+        if grace_s > 0 and flipped:
+            time.sleep(grace_s)
+        merged: Dict[Tuple[int, int], ChunkCounts] = {}
+        dropped = clients = 0
+        for fd, active in flipped:
+            try:
+                d, c = self._harvest_one(fd, active, merged)
+            except (OSError, ShmError):
+                continue
+            dropped += d
+            clients += c
+        for fd in files:
+            os.close(fd)
+        chunks = sorted(merged.values(), key=lambda c: (-c.bytes_read, c.file_id, c.chunk))
+        return Harvest(tuple(chunks), dropped, clients)
+
+    def _harvest_one(self, fd: int, active: int,
+                     merged: Dict[Tuple[int, int], ChunkCounts]) -> Tuple[int, int]:
+        lay = self.layout
+        base = REGIONS_OFFSET + active * lay.region_len
+        region = _pread(fd, lay.region_len, base)
+        os.pwrite(fd, self._zeros, base)
+        vfmt = struct.Struct(f"<{lay.max_vcpus}Q")
+        nfmt = struct.Struct(f"<{lay.nnodes}Q")
+        noff = _SLOT.size + 8 * lay.max_vcpus
+        hoff = noff + 8 * lay.nnodes
+        for i in range(lay.nslots):
+            off = i * lay.slot_size
+            key, fid, chunk, nbytes, reads, writes, migr, nt = _SLOT.unpack_from(region, off)
+            if key == 0:
+                continue
+            per = vfmt.unpack_from(region, off + _SLOT.size)
+            pairs = tuple((v, b) for v, b in enumerate(per) if b)
+            nodes = tuple((n, r) for n, r in enumerate(nfmt.unpack_from(region, off + noff))
+                          if r)
+            home = int(_U64.unpack_from(region, off + hoff)[0])
+            home_node = home - 1 if 0 < home <= MAX_NODES else -1
+            counts = ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, pairs,
+                                 home_node, nodes)
+            old = merged.get((fid, chunk))
+            merged[(fid, chunk)] = counts if old is None else _add(old, counts)
+        doff = _DROPPED_OFF + 8 * active
+        dropped = int(_U64.unpack(_pread(fd, 8, doff))[0])
+        os.pwrite(fd, _U64.pack(0), doff)
+        clients = int(_U64.unpack(_pread(fd, 8, _CLIENTS_OFF))[0])
+        return dropped, clients
+
+    def _files(self) -> Iterator[int]:
+        """Open descriptors of the users' files of this layout (the caller closes them)."""
+        names: List[Tuple[int, str]] = []
+        now = time.time()
+        with os.scandir(self._fd) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_ENTRIES:
+                    break
+                name = entry.name
+                if name.isdigit() and len(name) <= 10:
+                    names.append((int(name), name))
+                elif name.endswith(".new"):
+                    self._drop_stale_tmp(name, now)
+        if len(names) > MAX_FILES and not self._warned_full:
+            self._warned_full = True
+            log.warning("%d users' counters files in %s: only %d are harvested",
+                        len(names), self.path, MAX_FILES)
+        for uid, name in sorted(names)[:MAX_FILES]:
+            fd = self._open_checked(uid, name)
+            if fd is not None:
+                yield fd
+
+    def _open_checked(self, uid: int, name: str) -> Optional[int]:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, dir_fd=self._fd)
+        except OSError:
+            self._unlink(name)  # a link, a FIFO, a socket: nothing a shim makes
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                # not the user's own file: a squatter on the name; the user's shim refuses
+                # it too, so make room for the real one
+                self._unlink(name)
+            elif st.st_size != self.layout.size or not self.layout.matches(
+                    _pread(fd, _CHDR.size, 0)):
+                # another layout (the agent restarted with new settings): zero the magic so
+                # that the user's shims map a new file, then unlink this one
+                os.pwrite(fd, bytes(4), 0)
+                self._unlink(name)
+            else:
+                return fd
+        except (OSError, ShmError):
+            pass
+        os.close(fd)
+        return None
+
+    def _drop_stale_tmp(self, name: str, now: float) -> None:
+        try:
+            st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+            if now - st.st_mtime > STALE_TMP_S:
+                self._unlink(name)
+        except OSError:
+            pass
+
+    def _unlink(self, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self._fd)
+
+    def _user_file(self, uid: Optional[int]) -> Optional[int]:
+        name = str(os.geteuid() if uid is None else uid)
+        try:
+            os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+        except OSError:
+            return None
+        return self._open_checked(int(name), name)
+
+    def _gen_off(self, file_id: int) -> int:
+        idx = mix64((file_id ^ 0x2545F4914F6CDD1D) & _M64) & (self.layout.ngens - 1)
+        return self.layout.gen_base + _GHDR.size + 8 * idx
+
+    def generation(self, file_id: int, uid: Optional[int] = None) -> int:
+        """The generation of a file id's bucket (``uc_gen_hash``) in one user's file.
+
+        :param file_id: opaque file id.
+        :param uid: the user (default: the agent's); 0 if that user has no file.
+        """
+        fd = self._user_file(uid)
+        if fd is None:
+            return 0
+        try:
+            return int(_U64.unpack(_pread(fd, 8, self._gen_off(file_id)))[0])
+        except (OSError, ShmError):
+            return 0
+        finally:
+            os.close(fd)
+
+    def bump_generation(self, file_id: int) -> None:
+        """Invalidate the replicas of a file in every user's processes (a write the agent
+        learnt of, e.g. fanotify).
+
+        Not atomic against a concurrent shim bump: the value still changes, and the
+        generations are a fast hint only (every replica serve is also checked with fstat,
+        docs/replicas.md "Coherence").
+
+        :param file_id: opaque file id.
+        """
+        off = self._gen_off(file_id)
+        for fd in self._files():
+            try:
+                cur = int(_U64.unpack(_pread(fd, 8, off))[0])
+                os.pwrite(fd, _U64.pack((cur + 2) & _M64), off)
+            except (OSError, ShmError):
+                pass
+            finally:
+                os.close(fd)
+
+    def claims(self, uid: Optional[int] = None) -> Tuple[int, ...]:
+        """The vCPU claim words one user's shims hold now (0: free), one per vCPU.
+
+        :param uid: the user (default: the agent's); empty if that user has no file.
+        :returns: the raw words; tid = ``word & (2**CLAIM_TID_BITS - 1)``, expiry (ms modulo
+            2**40) = ``word >> CLAIM_TID_BITS``.
+        """
+        fd = self._user_file(uid)
+        if fd is None:
+            return ()
+        try:
+            raw = _pread(fd, 8 * self.layout.max_vcpus, CLAIMS_OFFSET)
+            return tuple(int(w) for w in struct.unpack(f"<{self.layout.max_vcpus}Q", raw))
+        finally:
+            os.close(fd)
+
+    def stats(self) -> ShimStats:
+        """The shims' monotonic statistics, every user's added."""
+        total = [0] * 6
+        for fd in self._files():
+            try:
+                values = _GHDR.unpack(_pread(fd, _GHDR.size, self.layout.gen_base))
+                total = [t + int(v) for t, v in zip(total, values)]
+            except (OSError, ShmError):
+                pass
+            finally:
+                os.close(fd)
+        return ShimStats(*total)
+
+    def close(self) -> None:
+        """Close the directory (the files stay for the shims)."""
+        os.close(self._fd)
+
+
+def _own_directory(path: str) -> int:
+    """The counters directory, made if missing: the agent's own, mode :data:`DIR_MODE`.
+
+    Something else at the path (a user's directory, a link, a file, made before the agent
+    started) is renamed aside, never used or followed.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise ShmError(f"cannot create the counters directory {path}") from err
+        try:
+            fd = os.open(path, flags)
+        except OSError as err:
+            if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise ShmError(f"cannot open the counters directory {path}") from err
+            _rename_aside(path)
+            continue
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid():
+            os.fchmod(fd, DIR_MODE)
+            return fd
+        os.close(fd)
+        _rename_aside(path)
+    raise ShmError(f"cannot take the counters directory {path}: it keeps being replaced")
+
+
+def _rename_aside(path: str) -> None:
+    aside = f"{path}.foreign.{os.getpid()}.{time.monotonic_ns()}"
+    log.warning("%s is not the agent's: moved to %s", path, aside)
+    try:
+        os.rename(path, aside)
+    except OSError as err:
+        raise ShmError(f"cannot move {path} aside") from err
+
+
+def _pread(fd: int, n: int, off: int) -> bytes:
+    data = os.pread(fd, n, off)
+    if len(data) != n:
+        raise ShmError("counters file shorter than its layout")
+    return data
+
+
+def _add(a: ChunkCounts, b: ChunkCounts) -> ChunkCounts:
+    """Two users' counts of one chunk, added (saturating: each stays a u64)."""
+    vcpus = dict(a.vcpu_bytes)
+    for v, n in b.vcpu_bytes:
+        vcpus[v] = min(vcpus.get(v, 0) + n, _M64)
+    nodes = dict(a.node_reads)
+    for v, n in b.node_reads:
+        nodes[v] = min(nodes.get(v, 0) + n, _M64)
+    return ChunkCounts(
+        a.file_id, a.chunk, min(a.bytes_read + b.bytes_read, _M64), min(a.reads + b.reads, _M64),
+        min(a.writes + b.writes, _M64), min(a.migrations + b.migrations, _M64),
+        min(a.nt_reads + b.nt_reads, _M64), tuple(sorted(vcpus.items())),
+        a.home_node if a.home_node >= 0 else b.home_node, tuple(sorted(nodes.items())))
