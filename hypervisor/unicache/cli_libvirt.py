@@ -32,27 +32,28 @@ HooksDirOpt = Annotated[
 def attach(
     domain: Annotated[str, typer.Argument(help="The libvirt domain.")],
     connect: ConnectOpt = "qemu:///system",
-    socket_dir: Annotated[
-        Path, typer.Option("--socket-dir", help="Where the agent sockets live.")
-    ] = Path("/var/lib/unicache/channels"),
     json_out: JsonOpt = False,
 ) -> None:
     """Add the unicache agent channel to a domain, persistently and (if running) live.
 
-    Idempotent. The domain's QEMU connects to SOCKET_DIR/DOMAIN.sock, where the daemon
-    listens, and reconnects when the daemon restarts.
+    Idempotent. The channel is libvirt's bind mode, as its own guest-agent channel: QEMU
+    listens on a socket libvirt makes in its channel directory at each start, and the
+    daemon dials it (and dials again after a restart of either). A domain that already
+    has the channel keeps it as it is.
     """
     from unicache.host.libvirt_backend import attach_channel
 
-    result = attach_channel(connect, domain, socket_dir)
+    result = attach_channel(connect, domain)
     if json_out:
         print(json.dumps({
-            "domain": result.domain, "socket": str(result.socket),
-            "persistent": result.persistent, "live": result.live,
-            "placeholder_socket": result.placeholder,
+            "domain": result.domain,
+            "socket": None if result.socket is None else str(result.socket),
+            "mode": result.mode, "persistent": result.persistent, "live": result.live,
         }, indent=2))
         return
-    _out.print(f"{domain}: agent channel on {result.socket}")
+    where = "socket chosen by libvirt at start" if result.socket is None else str(result.socket)
+    who = "QEMU listens, the daemon dials" if result.mode == "bind" else "the daemon listens"
+    _out.print(f"{domain}: agent channel ({result.mode} mode: {who}) on {where}")
     _out.print(f"  persistent definition: {result.persistent}")
     live = result.live
     if live.startswith("impossible"):

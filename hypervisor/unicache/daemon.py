@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 import tomllib
@@ -318,19 +319,34 @@ async def _sync_channels(
 ) -> None:
     running = host.running
     for name in sorted(set(running) - listening):
-        sock = running[name].agent_socket
+        vm = running[name]
+        sock = vm.agent_socket
         if sock is None:
             continue
         try:
-            await channel.add_vm(name, sock)
+            if vm.agent_listens:
+                # QEMU listens (libvirt mode='bind'): dial only a socket of QEMU's own user
+                owner = _process_uid(vm.pid) if os.geteuid() == 0 else None
+                await channel.connect_vm(name, sock, owner_uid=owner)
+                note(f"vm {name}: dialing its agent's socket {sock}")
+            else:
+                await channel.add_vm(name, sock)
+                note(f"vm {name}: listening for its agent on {sock}")
             listening.add(name)
-            note(f"vm {name}: listening for its agent on {sock}")
         except (UnicacheError, OSError) as err:  # one VM's channel never stops the others
             note(f"vm {name}: no agent channel: {err}")
     for name in sorted(listening - set(running)):
         await channel.remove_vm(name)
         listening.discard(name)
         note(f"vm {name}: gone, channel closed")
+
+
+def _process_uid(pid: int) -> int:
+    """The user a process runs as (QEMU's, whose socket the daemon may dial).
+
+    :raises OSError: if the process is gone.
+    """
+    return os.stat(f"/proc/{pid}").st_uid
 
 
 def write_status(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from unicache.channel import ChannelServer
 from unicache.channel import protocol as p
+from unicache.channel.server import UNSAFE_SOCKET, dial_guest_socket
 from unicache.errors import ConfigError
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
 
@@ -237,3 +239,60 @@ def test_connect_mode_dials_qemu_and_redials_after_a_drop(tmp_path: Path) -> Non
         assert qsock.exists()  # QEMU's socket is left alone
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("planted", ["link", "other-owner", "file"])
+def test_dialing_refuses_anything_but_a_socket_of_qemus_user(tmp_path: Path,
+                                                             planted: str) -> None:
+    # issue #12: QEMU owns the directory of its bind-mode socket and may put anything at
+    # the path; root dials only a socket of QEMU's own user, and never follows a link
+    async def main() -> None:
+        dialed: list[int] = []
+
+        async def victim(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            dialed.append(1)  # a socket root must never reach (another daemon's)
+            w.close()
+
+        other = tmp_path / "victim.sock"
+        fake = await asyncio.start_unix_server(victim, path=str(other))
+        qsock = tmp_path / "qemu.sock"
+        qemu_uid = os.geteuid()
+        if planted == "link":
+            qsock.symlink_to(other)
+        elif planted == "other-owner":
+            qsock = other
+            qemu_uid = os.geteuid() + 1  # the socket is not QEMU's user's
+        else:
+            qsock.write_text("not a socket")
+        server = ChannelServer(tmp_path)
+        await server.connect_vm("vm1", qsock, retry_s=0.02, owner_uid=qemu_uid)
+        try:
+            await asyncio.sleep(0.2)
+            (status,) = server.status()
+            assert dict(status.errors).get(UNSAFE_SOCKET, 0) >= 2
+            assert not status.connected
+        finally:
+            await server.close()
+            fake.close()
+        assert dialed == []
+
+    asyncio.run(main())
+
+
+def test_dial_guest_socket_connects_to_the_inode_it_checked(tmp_path: Path) -> None:
+    import socket as socketlib
+
+    qsock = tmp_path / "qemu.sock"
+    listener = socketlib.socket(socketlib.AF_UNIX)
+    listener.bind(str(qsock))
+    listener.listen()
+    try:
+        conn = dial_guest_socket(qsock, os.geteuid())
+        peer, _ = listener.accept()
+        conn.setblocking(True)
+        conn.sendall(b"x")
+        assert peer.recv(1) == b"x"
+        conn.close()
+        peer.close()
+    finally:
+        listener.close()

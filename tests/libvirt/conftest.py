@@ -147,8 +147,13 @@ def domain_xml(
     channel: Path | None = None,
     numa: bool = False,
     serial_controller: bool = True,
+    bind_channel: bool = False,
 ) -> str:
-    """A small TCG domain: no disk, SeaBIOS idles; the vCPU threads are what matters."""
+    """A small TCG domain: no disk, SeaBIOS idles; the vCPU threads are what matters.
+
+    ``channel``: the agent channel in connect mode on that path (the daemon listens);
+    ``bind_channel``: in bind mode, as ``unicache attach`` adds it (QEMU listens).
+    """
     cells = ""
     if numa:
         half = 64 // 2
@@ -163,6 +168,11 @@ def domain_xml(
         chan = (
             f"<channel type='unix'><source mode='connect' path='{channel}'>"
             "<reconnect enabled='yes' timeout='1'/></source>"
+            "<target type='virtio' name='org.unicache.agent.0'/></channel>"
+        )
+    elif bind_channel:
+        chan = (
+            "<channel type='unix'><source mode='bind'/>"
             "<target type='virtio' name='org.unicache.agent.0'/></channel>"
         )
     controller = "<controller type='virtio-serial' index='0'/>" if serial_controller else ""

@@ -20,6 +20,7 @@ from unicache.host.libvirt_backend import (
     choose_vm_source,
     make_placeholder_socket,
 )
+from unicache.host.libvirt_xml import parse_domain
 from unicache.host.live import LiveHost
 from unicache.model import PinVcpu, VcpuId
 
@@ -112,34 +113,33 @@ def test_pinning_goes_through_libvirt_and_is_restored(
 
 
 def test_attach_adds_the_channel_persistently_and_live_once(
-    libvirtd: Libvirtd, make_domain: Any, socket_dir: Path
+    libvirtd: Libvirtd, make_domain: Any, source: LibvirtVmSource
 ) -> None:
     dom = make_domain("attach", vcpus=1)
-    first = attach_channel(URI, dom.name(), socket_dir / "ch")
-    assert (first.persistent, first.live) == ("added", "added")
-    assert first.socket == socket_dir / "ch" / f"{dom.name()}.sock"
-    assert first.socket.is_socket()  # placeholder: the domain can restart without a daemon
+    first = attach_channel(URI, dom.name())
+    assert (first.persistent, first.live, first.mode) == ("added", "added", "bind")
+    # QEMU listens on a socket of its own user that libvirt made; the daemon is told to
+    # dial it
+    vm = _vm(source, dom.name())
+    assert (vm.agent_socket, vm.agent_listens) == (first.socket, True)
+    assert first.socket is not None and first.socket.is_socket()
+    assert first.socket.stat().st_uid == os.stat(f"/proc/{vm.pid}").st_uid
     conn = libvirtd.connect()
     again = conn.lookupByName(dom.name())
     for flags in (0, 2):  # live, then VIR_DOMAIN_XML_INACTIVE
         text = again.XMLDesc(flags)
-        assert text.count("org.unicache.agent.0") == 1
-        assert f"path='{first.socket}'" in text and "mode='connect'" in text
+        assert text.count("name='org.unicache.agent.0'") == 1
+        assert parse_domain(text).agent_mode == "bind"  # inactive: no <source>, libvirt's
     out = subprocess.run(
-        [sys.executable, "-m", "unicache.cli", "attach", dom.name(), "--socket-dir",
-         str(socket_dir / "ch"), "--json"],
-        capture_output=True, text=True, check=False,
+        [sys.executable, "-c", "from unicache.cli import main; main()", "attach",
+         dom.name(), "--json"],
+        capture_output=True, text=True, check=True,
     )
-    if out.returncode != 0 or not out.stdout.strip():  # cli.py has no __main__: call main
-        out = subprocess.run(
-            [sys.executable, "-c", "from unicache.cli import main; main()", "attach",
-             dom.name(), "--socket-dir", str(socket_dir / "ch"), "--json"],
-            capture_output=True, text=True, check=True,
-        )
     second = json.loads(out.stdout)
     assert (second["persistent"], second["live"]) == ("present", "present")
-    assert again.XMLDesc(0).count("org.unicache.agent.0") == 1
-    # the persistent definition survives a restart with the channel
+    assert second["socket"] == str(first.socket)
+    assert again.XMLDesc(0).count("name='org.unicache.agent.0'") == 1
+    # the persistent definition survives a restart with the channel, without any daemon
     again.destroy()
     again.create()
     assert "org.unicache.agent.0" in again.XMLDesc(0)
@@ -255,10 +255,10 @@ def test_choose_vm_source_falls_back_without_libvirtd(
 
 
 def test_attach_says_in_one_line_when_live_attach_is_impossible(
-    libvirtd: Libvirtd, make_domain: Any, socket_dir: Path
+    libvirtd: Libvirtd, make_domain: Any
 ) -> None:
     dom = make_domain("noctl", vcpus=1, serial_controller=False)
-    result = attach_channel(URI, dom.name(), socket_dir)
+    result = attach_channel(URI, dom.name())
     assert result.persistent == "added"
     assert result.live.startswith("impossible: ") and "virtio-serial" in result.live
     assert "org.unicache.agent.0" not in dom.XMLDesc(0)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from unicache.daemon import DaemonConfig, run_daemon
 from unicache.host.libvirt_backend import LibvirtVmSource, make_placeholder_socket
+from unicache.host.libvirt_xml import parse_domain
 from unicache.topology import Unify
 
 from tests.libvirt.conftest import URI, Libvirtd, wait_for
@@ -73,6 +74,9 @@ def test_daemon_keeps_state_across_libvirtd_restart_and_a_destroyed_domain(
     make_placeholder_socket(lose_sock)
     keep = make_domain("dkeep", vcpus=2, channel=sock)
     lose = make_domain("dlose", vcpus=1, channel=lose_sock)
+    bound = make_domain("dbind", vcpus=1, bind_channel=True)  # as `unicache attach` adds
+    bound_sock = parse_domain(bound.XMLDesc(0)).agent_socket
+    assert bound_sock is not None
     state = socket_dir / "state"
     source = LibvirtVmSource(URI, reconnect_interval_s=0.2)
     source.connect()
@@ -81,6 +85,8 @@ def test_daemon_keeps_state_across_libvirtd_restart_and_a_destroyed_domain(
         wait_for(lambda: {keep.name(), lose.name()} <= _vms(state), what="both domains seen")
         # QEMU (as libvirt-qemu) connects to the socket the daemon listens on
         wait_for(lambda: _connected(sock), timeout=15, what="QEMU connected to the channel")
+        # and the daemon dials the socket QEMU listens on, for the bind-mode channel
+        wait_for(lambda: _connected(bound_sock), timeout=15, what="the daemon dialed QEMU")
 
         libvirtd.restart()
         before = _status(state)

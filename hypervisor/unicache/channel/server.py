@@ -5,12 +5,14 @@ QEMU side (docs/protocol.md "Transport")::
     -chardev socket,id=uc0,path=SOCK,reconnect=1
     -device virtio-serial-pci -device virtserialport,chardev=uc0,name=org.unicache.agent.0
 
-The server listens on SOCK; QEMU connects and reconnects. A new connection for a VM
-replaces the old one. When QEMU listens instead (``server=on``),
-:meth:`ChannelServer.connect_vm` dials its socket and dials again whenever the connection
-ends. All protocol work happens in :class:`~unicache.channel.session.GuestSession`; this
-module only moves bytes, pauses reading when a guest exceeds its byte budget, and caps what
-it buffers for a guest that does not read.
+The server listens on SOCK; QEMU connects and reconnects; a second connection while one
+is live is refused. When QEMU listens instead (``server=on``; libvirt's ``<source
+mode='bind'>``, what ``unicache attach`` adds), :meth:`ChannelServer.connect_vm` dials its
+socket and dials again whenever the connection ends; it dials only a socket of QEMU's own
+user, reached without following a link (:func:`dial_guest_socket`). All protocol work
+happens in :class:`~unicache.channel.session.GuestSession`; this module only moves bytes,
+pauses reading when a guest exceeds its byte budget, and caps what it buffers for a guest
+that does not read.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import stat
 import time
 from collections.abc import Callable, Iterable
@@ -69,6 +72,47 @@ class VmChannelStatus:
 
 #: error kind counted when a VM's socket gets a second connection while one is live
 SECOND_CONNECTION = "second-connection"
+#: error kind counted when a socket to dial is not one (a link, a file) or not QEMU's
+UNSAFE_SOCKET = "unsafe-socket"
+
+
+class UnsafeSocketError(OSError):
+    """A path to dial that is not QEMU's socket: refused, never connected to."""
+
+
+def dial_guest_socket(path: Path, owner_uid: int | None) -> socket.socket:
+    """Connect to a socket QEMU listens on, as root may safely do.
+
+    The directory of a libvirt channel belongs to QEMU's user, so QEMU can put anything at
+    the path. The path is opened with ``O_PATH | O_NOFOLLOW`` (a link in its last component
+    is opened as the link, and refused), the descriptor must be a socket owned by
+    ``owner_uid``, and the connection goes to ``/proc/self/fd/N``: to that very inode,
+    whatever the path names by then. A link among the directories could only lead to
+    another socket of QEMU's own user.
+
+    :param path: the socket.
+    :param owner_uid: QEMU's user (``None``: any owner, for a daemon that is not root).
+    :returns: a connected, non-blocking socket.
+    :raises UnsafeSocketError: if the path is not a socket of ``owner_uid``.
+    :raises OSError: if it cannot be opened or nobody listens.
+    """
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISSOCK(st.st_mode):
+            raise UnsafeSocketError(f"{path} is not a socket")
+        if owner_uid is not None and st.st_uid != owner_uid:
+            raise UnsafeSocketError(f"{path} belongs to uid {st.st_uid}, not QEMU's {owner_uid}")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.connect(f"/proc/self/fd/{fd}")
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        return sock
+    finally:
+        os.close(fd)
 
 
 def check_socket_path(sock: Path) -> None:
@@ -100,9 +144,12 @@ def check_socket_path(sock: Path) -> None:
 class _VmSlot:
     """Per-VM state: the session survives reconnections; the writer does not."""
 
-    def __init__(self, vm: str, path: Path, params: p.ChannelParams) -> None:
+    def __init__(self, vm: str, path: Path, params: p.ChannelParams,
+                 owner_uid: int | None = None) -> None:
         self.vm = vm
         self.path = path
+        #: the user whose socket a dialed VM's path must be (QEMU's)
+        self.owner_uid = owner_uid
         self.session = GuestSession(vm, params)
         self.server: asyncio.AbstractServer | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -161,13 +208,16 @@ class ChannelServer:
         log.info("vm=%s socket=%s listening", vm, sock)
         return sock
 
-    async def connect_vm(self, vm: str, path: Path, retry_s: float = 1.0) -> None:
+    async def connect_vm(self, vm: str, path: Path, retry_s: float = 1.0,
+                         owner_uid: int | None = None) -> None:
         """Connect to a socket QEMU listens on (``-chardev socket,...,server=on``; libvirt
         ``<source mode='bind'>``), and connect again whenever the connection ends.
 
         :param vm: the VM's name.
         :param path: QEMU's socket.
         :param retry_s: pause between attempts.
+        :param owner_uid: QEMU's user: any other owner's socket, or anything that is not a
+            socket, is refused (:func:`dial_guest_socket`).
         :raises ConfigError: on a bad name.
         :raises StateError: when the VM is already added.
         """
@@ -175,18 +225,26 @@ class ChannelServer:
             raise ConfigError(f"bad VM name {vm!r}")
         if vm in self._vms:
             raise StateError(f"vm {vm} has a channel already", "added", "absent")
-        slot = _VmSlot(vm, path, self.params)
+        slot = _VmSlot(vm, path, self.params, owner_uid)
         self._vms[vm] = slot
         slot.dialer = asyncio.create_task(self._dial(slot, retry_s))
         log.info("vm=%s socket=%s connecting", vm, path)
 
     async def _dial(self, slot: _VmSlot, retry_s: float) -> None:
+        warned = False
         while self._vms.get(slot.vm) is slot:
             try:
-                reader, writer = await asyncio.open_unix_connection(str(slot.path))
+                sock = dial_guest_socket(slot.path, slot.owner_uid)
+                reader, writer = await asyncio.open_unix_connection(sock=sock)
+            except UnsafeSocketError as err:
+                slot.session.stats.errors_by_kind[UNSAFE_SOCKET] += 1
+                if not warned:
+                    log.warning("vm=%s refused to dial: %s", slot.vm, err)
+                    warned = True
             except OSError as err:
                 log.debug("vm=%s connect %s: %s", slot.vm, slot.path, err)
             else:
+                warned = False
                 await self._on_connect(slot, reader, writer)
             await asyncio.sleep(retry_s)
 

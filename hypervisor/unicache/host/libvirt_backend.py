@@ -35,7 +35,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +46,6 @@ from unicache.host.libvirt_xml import (
     DomainXml,
     add_agent_channel,
     agent_channel_xml,
-    dac_owner,
     parse_domain,
     parse_query_cpus_fast,
 )
@@ -70,8 +69,6 @@ log = logging.getLogger(__name__)
 
 #: the URI the daemon tries when no --connect is given
 DEFAULT_URI = "qemu:///system"
-#: where `unicache attach` puts agent sockets: persistent, so autostarted domains find them
-DEFAULT_SOCKET_DIR = Path("/var/lib/unicache/channels")
 #: seconds between reconnect attempts while libvirtd is unreachable
 RECONNECT_INTERVAL_S = 1.0
 #: libvirt keepalive: probe every 5 s, give up after 3 unanswered probes
@@ -444,7 +441,7 @@ class LibvirtVmSource:
             dirty = name in self._dirty
             self._dirty.discard(name)
         if known is not None and known.domid == domid and not dirty:
-            if known.vm.agent_socket is not None:
+            if known.vm.agent_socket is not None and not known.vm.agent_listens:
                 self._share_socket(known.vm.agent_socket, known.vm.pid)
             return known
         xml = parse_domain(dom.XMLDesc(0))
@@ -456,12 +453,16 @@ class LibvirtVmSource:
             pid = _tgid(next(iter(threads.values()))) if threads else 0
         # guest NUMA cells: NCC replicates across them (libvirt has no colored memory)
         nodes = tuple(GuestNode(c.id, c.vcpus, c.memory_bytes) for c in xml.cells)
-        vm = RunningVm(name, pid, threads, xml.agent_socket, xml.memory_bytes, nodes=nodes)
-        if xml.agent_socket is not None:
+        listens = xml.agent_mode == "bind"
+        vm = RunningVm(
+            name, pid, threads, xml.agent_socket, xml.memory_bytes, nodes=nodes,
+            agent_listens=listens,
+        )
+        if xml.agent_socket is not None and not listens:
+            # a channel defined before attach used bind mode: unicache listens there
             self._share_socket(xml.agent_socket, pid)
-            if xml.agent_mode == "connect":
-                with self._lock:
-                    self._sockets.add(xml.agent_socket)
+            with self._lock:
+                self._sockets.add(xml.agent_socket)
         log.info("domain=%s id=%d vcpus=%s", name, domid, sorted(threads.items()))
         return _Known(domid, xml, vm)
 
@@ -842,59 +843,30 @@ class AttachResult:
     """What ``unicache attach`` did.
 
     :param domain: the domain.
-    :param socket: the host socket unicache's channel server listens on.
+    :param socket: the socket QEMU listens on, which the daemon dials (from the live XML;
+        ``None`` until the domain runs with the channel: libvirt picks it at each start).
+    :param mode: the channel's source mode: ``bind`` (what attach adds), or ``connect`` for
+        a channel defined earlier where the daemon listens.
     :param persistent: ``added``, ``present`` or ``transient`` (no persistent config).
     :param live: ``added``, ``present``, ``not running`` or ``impossible: WHY``.
-    :param placeholder: whether a placeholder socket file was created.
     """
 
     domain: str
-    socket: Path
+    socket: Path | None
+    mode: str
     persistent: str
     live: str
-    placeholder: bool
 
 
-@contextlib.contextmanager
-def _listening(path: Path, owner: tuple[int, int] | None) -> Iterator[None]:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-        yield  # the daemon listens already
-        return
-    except OSError:
-        pass
-    finally:
-        probe.close()
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        server.bind(str(path))
-        server.listen(1)
-        if owner is not None:
-            os.chown(path, *owner, follow_symlinks=False)
-        yield
-    finally:
-        server.close()
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        make_placeholder_socket(path)
-        if owner is not None:
-            with contextlib.suppress(OSError):
-                os.chown(path, *owner, follow_symlinks=False)
-
-
-def attach_channel(uri: str, domain: str, socket_dir: Path = DEFAULT_SOCKET_DIR) -> AttachResult:
+def attach_channel(uri: str, domain: str) -> AttachResult:
     """Add the unicache agent channel to a domain, persistently and live; idempotent.
 
-    The channel connects (QEMU is the client, with reconnect) to ``socket_dir/DOMAIN.sock``,
-    where the daemon's channel server listens. A placeholder socket file is created so the
-    domain can start while the daemon is down (libvirt stats the path at start).
+    The channel is ``mode='bind'`` (:func:`agent_channel_xml`): QEMU listens on a socket
+    libvirt makes in its channel directory, and the daemon dials it. A domain with the
+    channel already (either mode) is left as it is.
 
     :param uri: the libvirt URI.
     :param domain: the domain name.
-    :param socket_dir: where the socket goes.
     :raises ConfigError: when libvirt is unreachable, the domain is unknown or the
         persistent definition is refused.
     """
@@ -912,43 +884,35 @@ def attach_channel(uri: str, domain: str, socket_dir: Path = DEFAULT_SOCKET_DIR)
             dom = conn.lookupByName(domain)
         except libvirt.libvirtError as err:
             raise ConfigError(f"no domain {domain!r} at {uri}") from err
-        sock = socket_dir / f"{domain}.sock"
-        try:
-            placeholder = make_placeholder_socket(sock)
-        except OSError as err:
-            raise ConfigError(f"cannot create the channel socket {sock}") from err
         persistent = "transient"
+        mode = "bind"
         if dom.isPersistent():
-            inactive = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-            parsed = parse_domain(inactive)
-            if parsed.agent_socket is not None:
-                persistent = "present"
-                sock = parsed.agent_socket
+            inactive = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+            if inactive.agent_mode is not None:
+                persistent, mode = "present", inactive.agent_mode
             else:
                 try:
-                    conn.defineXML(add_agent_channel(inactive, sock))
+                    conn.defineXML(
+                        add_agent_channel(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+                    )
                 except libvirt.libvirtError as err:
                     raise ConfigError(f"libvirt refused the new definition of {domain}") from err
                 persistent = "added"
         live = "not running"
+        sock = None
         if dom.isActive():
-            text = dom.XMLDesc(0)
-            if parse_domain(text).agent_socket is not None:
-                live = "present"
+            running = parse_domain(dom.XMLDesc(0))
+            if running.agent_mode is not None:
+                live, mode = "present", running.agent_mode
             else:
                 try:
-                    # a hot-plugged chardev connects at once (no reconnect grace): someone
-                    # must listen; QEMU then reconnects until the daemon does
-                    with _listening(sock, dac_owner(text)):
-                        dom.attachDeviceFlags(
-                            agent_channel_xml(sock), libvirt.VIR_DOMAIN_AFFECT_LIVE
-                        )
+                    # QEMU listens: the hot-plugged chardev needs nobody on the other side
+                    dom.attachDeviceFlags(agent_channel_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE)
                     live = "added"
                 except libvirt.libvirtError as err:
                     live = f"impossible: {_message(err)}"
-                except OSError as err:
-                    live = f"impossible: cannot listen on {sock}: {err.strerror}"
-        return AttachResult(domain, sock, persistent, live, placeholder)
+            sock = parse_domain(dom.XMLDesc(0)).agent_socket
+        return AttachResult(domain, sock, mode, persistent, live)
     finally:
         with contextlib.suppress(libvirt.libvirtError):
             conn.close()

@@ -22,8 +22,6 @@ from unicache.errors import ConfigError, ProtocolError
 
 #: the virtio-serial port name the guest agent looks for (docs/protocol.md "Transport")
 AGENT_PORT_NAME = "org.unicache.agent.0"
-#: seconds between QEMU's reconnect attempts when the host channel is not listening
-RECONNECT_TIMEOUT_S = 1
 #: bytes in a KiB, MiB, GiB ... for libvirt's memory units
 _UNITS = {
     "b": 1, "bytes": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1 << 20, "mib": 1 << 20,
@@ -69,8 +67,10 @@ class DomainXml:
     :param driver: the ``<domain type=...>`` (``kvm``, ``qemu``, ``xen``).
     :param vcpus: vCPUs (``<vcpu current=...>`` when set, else the maximum).
     :param memory_bytes: current memory.
-    :param agent_socket: the unix socket of the unicache agent channel, if any.
-    :param agent_mode: that channel's source mode (``connect`` or ``bind``).
+    :param agent_socket: the unix socket of the unicache agent channel, if any (a bind-mode
+        channel has one only in the live XML: libvirt picks it at start).
+    :param agent_mode: that channel's source mode (``bind``: QEMU listens, unicache dials;
+        ``connect``: unicache listens), ``None`` without the channel.
     :param numatune: ``<numatune><memory>``, if any.
     :param cells: guest NUMA cells.
     :param vcpupin: configured ``<vcpupin>`` cpusets by vCPU.
@@ -181,7 +181,8 @@ def parse_domain(text: str) -> DomainXml:
         vcpus=int(vcpu_text),
         memory_bytes=memory,
         agent_socket=Path(path) if path else None,
-        agent_mode=None if source is None else source.get("mode"),
+        agent_mode=None if chan is None else
+        ("bind" if source is None else source.get("mode", "bind")),
         numatune=numatune,
         cells=cells,
         vcpupin=pins,
@@ -192,54 +193,27 @@ def parse_domain(text: str) -> DomainXml:
     )
 
 
-def dac_owner(text: str) -> tuple[int, int] | None:
-    """The ``uid, gid`` QEMU runs as, from a live domain XML's DAC ``<seclabel>``.
+def agent_channel_xml() -> str:
+    """The ``<channel>`` ``unicache attach`` adds: QEMU listens, unicache dials.
 
-    :param text: the live XML (``+64055:+64055`` or ``user:group`` labels).
-    :returns: ``None`` when there is no DAC label or it names unknown users.
-    """
-    import grp
-    import pwd
-
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError:
-        return None
-    for label in root.findall("./seclabel"):
-        if label.get("model") != "dac":
-            continue
-        user, _, group = (label.findtext("label") or "").partition(":")
-        try:
-            uid = int(user[1:]) if user.startswith("+") else pwd.getpwnam(user).pw_uid
-            gid = int(group[1:]) if group.startswith("+") else grp.getgrnam(group).gr_gid
-        except (KeyError, ValueError):
-            return None
-        return uid, gid
-    return None
-
-
-def agent_channel_xml(socket: Path) -> str:
-    """The ``<channel>`` that connects a domain to unicache's channel server.
-
-    unicache's server listens on ``socket``; QEMU is the client (``mode='connect'``) and
-    reconnects every :data:`RECONNECT_TIMEOUT_S` s, so the daemon may restart freely.
-
-    :param socket: the host socket path.
+    ``mode='bind'`` without a path, as libvirt's own guest-agent channel: libvirt makes
+    the socket in its channel directory at each start (the path appears in the live XML),
+    owned by QEMU's user, and the daemon dials it (``ChannelServer.connect_vm``). So the
+    root daemon never creates, chowns or replaces a file where QEMU could reach, no
+    placeholder is needed for a domain to start without the daemon, and the daemon may
+    restart freely (it dials again).
     """
     return (
-        "<channel type='unix'>"
-        f"<source mode='connect' path={quoteattr(str(socket))}>"
-        f"<reconnect enabled='yes' timeout='{RECONNECT_TIMEOUT_S}'/></source>"
-        f"<target type='virtio' name='{AGENT_PORT_NAME}'/>"
+        "<channel type='unix'><source mode='bind'/>"
+        f"<target type='virtio' name={quoteattr(AGENT_PORT_NAME)}/>"
         "</channel>"
     )
 
 
-def add_agent_channel(text: str, socket: Path) -> str:
+def add_agent_channel(text: str) -> str:
     """The domain XML with the agent channel (and a virtio-serial controller) added.
 
     :param text: the persistent domain XML.
-    :param socket: the host socket path.
     :returns: the new XML; unchanged semantics when the channel is already there.
     :raises ProtocolError: when the XML does not parse.
     """
@@ -251,7 +225,7 @@ def add_agent_channel(text: str, socket: Path) -> str:
     if devices is None:
         devices = ET.SubElement(root, "devices")
     if find_agent_channel(root) is None:
-        devices.append(ET.fromstring(agent_channel_xml(socket)))
+        devices.append(ET.fromstring(agent_channel_xml()))
     return ET.tostring(root, encoding="unicode")
 
 

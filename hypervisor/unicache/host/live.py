@@ -48,6 +48,9 @@ class RunningVm:
     :param pid: the hypervisor process.
     :param vcpu_threads: vCPU index -> host thread id.
     :param agent_socket: the unix socket of its guest channel, if it has one.
+    :param agent_listens: the hypervisor listens on ``agent_socket`` (libvirt's
+        ``mode='bind'``, QEMU ``server=on``) and unicache dials it; otherwise unicache
+        listens and the hypervisor connects.
     :param memory_bytes: guest RAM.
     :param vcpu_times: vCPUs that run on no host thread (Xen through libvirt): index ->
         (their CPUs, cumulative CPU time in ns) as the hypervisor reports them this round.
@@ -61,6 +64,7 @@ class RunningVm:
     memory_bytes: int = 0
     vcpu_times: Mapping[int, tuple[frozenset[int], int]] = field(default_factory=dict)
     nodes: tuple[GuestNode, ...] = ()
+    agent_listens: bool = False
 
 
 class VmSource(Protocol):
