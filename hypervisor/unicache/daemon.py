@@ -38,6 +38,7 @@ from unicache.metrics import DaemonMetrics
 from unicache.model import Observation
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import scu_options_for
+from unicache.roundworker import run_round
 from unicache.statefile import write_private_json
 from unicache.topology import Unify, load_topology
 
@@ -49,6 +50,10 @@ DEFAULT_STATE_DIR = Path("/run/unicache")
 DEFAULT_DECISION_LOG = Path("/var/log/unicache/decisions.jsonl")
 #: the decision log is rotated at this size (MiB); docs/daemon.md
 DEFAULT_LOG_MAX_MIB = 64
+#: a round that runs longer than this many intervals (and at least the minimum, seconds)
+#: is late: its actions are dropped (roundworker.py)
+ROUND_DEADLINE_INTERVALS = 5
+ROUND_DEADLINE_MIN_S = 5.0
 
 #: keys a config file may hold (an unknown key is an error, not a warning)
 CONFIG_KEYS = frozenset(
@@ -258,6 +263,7 @@ async def run_daemon(
 
     state = RoundState()
     policy.start(state)
+    deadline_s = max(ROUND_DEADLINE_MIN_S, ROUND_DEADLINE_INTERVALS * config.interval_s)
     listening: set[str] = set()
     rounds = 0
     try:
@@ -268,7 +274,18 @@ async def run_daemon(
             await _sync_channels(channel, host, listening, note)
             # the round runs in a worker thread: the loop keeps serving every VM's channel
             # and the signals while one guest's reports keep the policy busy (issue #12)
-            decision, state = await asyncio.to_thread(policy.decide, obs, state)
+            before = state
+            outcome = await run_round(lambda: policy.decide(obs, before), stop, deadline_s)
+            if outcome is None:
+                break  # stopped: restore now, whatever the round is doing
+            decision, state = outcome.value
+            if outcome.late:
+                note(
+                    f"round {obs.tick} took {outcome.seconds:.1f} s, over its {deadline_s:.0f} s "
+                    f"deadline: its {len(decision.actions)} actions are dropped (the host has "
+                    "moved on since it was observed)"
+                )
+                decision = replace(decision, actions=())
             result = host.act(decision.actions)
             dry = {"dry_run": True} if config.dry_run else {}
             for action in result.applied:
