@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -274,8 +275,8 @@ async def run_daemon(
             await _sync_channels(channel, host, listening, note)
             # the round runs in a worker thread: the loop keeps serving every VM's channel
             # and the signals while one guest's reports keep the policy busy (issue #12)
-            before = state
-            outcome = await run_round(lambda: policy.decide(obs, before), stop, deadline_s)
+            outcome = await run_round(functools.partial(policy.decide, obs, state), stop,
+                                      deadline_s)
             if outcome is None:
                 break  # stopped: restore now, whatever the round is doing
             decision, state = outcome.value
