@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -43,6 +44,19 @@ ECHO_KINDS = frozenset({
 KEEP_ROTATED = 3
 
 
+def _open_private(path: Path) -> IO[str]:
+    """Open the log for appending, mode 0600 (it names VMs, files' chunks and their
+    placement: the host's business, not every local user's), never through a link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a log an older version left 0644
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 @dataclass
 class DecisionLog:
     """Appends JSON records, one per line, flushed every round.
@@ -69,7 +83,7 @@ class DecisionLog:
         """Open for appending (creating the directory); a failure is counted, not raised."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._out = self.path.open("a", encoding="utf-8")
+            self._out = _open_private(self.path)
             self._size = self._out.tell()
         except OSError as err:
             self._failed(err)
@@ -123,7 +137,7 @@ class DecisionLog:
             if older.exists():
                 older.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
         self.path.replace(self.path.with_name(f"{self.path.name}.1"))
-        self._out = self.path.open("a", encoding="utf-8")
+        self._out = _open_private(self.path)
         self._size = 0
 
     def _failed(self, err: OSError) -> None:

@@ -47,6 +47,29 @@ def test_the_log_rotates_at_its_cap_and_keeps_a_bounded_number_of_old_files(
     assert log.errors == 0
 
 
+def test_the_log_and_its_rotated_files_are_private_and_never_written_through_a_link(
+    tmp_path: Path,
+) -> None:
+    # issue #12: decisions.jsonl was 0644; it names VMs and their files' placement
+    path = tmp_path / "decisions.jsonl"
+    path.write_text("")
+    path.chmod(0o644)  # as an older version left it
+    log = DecisionLog(path, max_bytes=2048)
+    log.open()
+    for i in range(100):
+        log.write(_record(i))
+    log.close()
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in tmp_path.iterdir())
+    secret = tmp_path / "secret"
+    secret.write_text("keep")
+    link = tmp_path / "linked.jsonl"
+    link.symlink_to(secret)
+    linked = DecisionLog(link)
+    linked.open()  # refused (O_NOFOLLOW), counted, never raised
+    linked.write(_record(0))
+    assert linked.errors == 1 and secret.read_text() == "keep"
+
+
 def test_a_log_that_cannot_be_opened_is_counted_and_reported_once_never_raised(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
