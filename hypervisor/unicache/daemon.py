@@ -33,7 +33,8 @@ from unicache.decisionlog import (
 )
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
-from unicache.host.live import LiveHost, VmSource
+from unicache.host.libvirt_weights import LibvirtWeights
+from unicache.host.live import LiveHost, VmSource, WeightSetter
 from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
 from unicache.model import Observation
@@ -217,11 +218,9 @@ async def run_daemon(
         note(f"SCU costs: {policy.scu.options.cost_source} (docs/policies.md)")
     hardware, why = hardware_counters_available()
     note(why)
-    support = probe_cpu_weight()
-    note(support.why)
 
     # libvirt when reachable, else unicache's own QEMU (the libvirt actuator needs it)
-    from unicache.host.libvirt_backend import choose_vm_source, make_actuator
+    from unicache.host.libvirt_backend import LibvirtVmSource, choose_vm_source, make_actuator
 
     if vm_source is None:
         vm_source, why_vms = choose_vm_source(config.connect, config.state_dir)
@@ -231,11 +230,19 @@ async def run_daemon(
     actuator = make_actuator(source, config.state_dir / "journal.json", config.dry_run)
     for line in actuator.restore_all() if actuator.pending else []:
         note(f"recovery: {line}")
-    weights = None
-    if support.root is not None and not config.dry_run:
-        weights = CgroupWeights(support.root, config.state_dir / "cgroups.json")
-        for line in weights.restore_all():
-            note(f"recovery: {line}")
+    weights: WeightSetter | None = None
+    if isinstance(source, LibvirtVmSource):
+        # libvirt owns its domains' cgroups: credit goes through its scheduler parameters
+        note("OBS-C weights: each libvirt domain's cpu_shares (virsh schedinfo --live)")
+        if not config.dry_run:
+            weights = LibvirtWeights(source, config.state_dir / "libvirt-shares.json")
+    else:
+        support = probe_cpu_weight()
+        note(support.why)
+        if support.root is not None and not config.dry_run:
+            weights = CgroupWeights(support.root, config.state_dir / "cgroups.json")
+    for line in weights.restore_all() if weights is not None else []:
+        note(f"recovery: {line}")
 
     # the guest must chunk files exactly as SCU does (MFC §4.7) and skip small reads (§4.5)
     scu = policy.scu.options

@@ -1,11 +1,13 @@
-"""A real libvirtd for the libvirt tests: virtlogd + libvirtd started by hand (no systemd).
+"""A real libvirtd for the libvirt tests, whoever manages it.
 
 One libvirtd per test module (its first domain start probes QEMU's capabilities, ~5-12 s
 here). libvirtd's ``qemu:///system`` driver keeps its runtime state in fixed, compiled-in
-directories (/run/libvirt, /var/lib/libvirt, /etc/libvirt), so own runtime dirs are not
-possible for it: the fixture reuses a libvirtd that is already running (and then never
-stops or restarts it) and otherwise starts its own, with pid files in a temporary
-directory, and stops exactly those processes by pid afterwards. Test domains are named
+directories (/run/libvirt, /var/lib/libvirt, /etc/libvirt), so a private daemon beside
+the host's is not possible: the fixture uses the host's libvirtd and restarts it the way
+it is managed (:class:`Libvirtd`), so that no test skips on a fresh Debian 12 host, where
+systemd socket-activates libvirtd. Without one, it starts its own (virtlogd + libvirtd,
+pid files in a temporary directory) and stops exactly those processes afterwards.
+Restarting a libvirtd keeps its domains running. Test domains are named
 ``uctest-<pid>-...`` and destroyed and undefined after each test.
 """
 
@@ -63,28 +65,60 @@ def _stop(pid_file: Path) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+#: how a libvirtd found running is managed
+OURS, SYSTEMD, PID_FILE = "ours", "systemd", "pid-file"
+#: the pid file of a libvirtd started by hand with its defaults
+DEFAULT_PID_FILE = Path("/run/libvirtd.pid")
+
+
+def _manager() -> str:
+    """Who runs the libvirtd that answers: systemd, or a daemon with the default pid file."""
+    if Path("/run/systemd/system").is_dir():
+        for unit in ("libvirtd.service", "libvirtd.socket"):
+            state = subprocess.run(["systemctl", "is-active", unit], capture_output=True,
+                                   text=True, check=False).stdout.strip()
+            if state == "active":
+                return SYSTEMD
+    if _pid(DEFAULT_PID_FILE) is not None:
+        return PID_FILE
+    raise RuntimeError(
+        "a libvirtd answers on /run/libvirt/libvirt-sock, but neither systemd nor "
+        f"{DEFAULT_PID_FILE} says how to restart it: stop it, or run it from systemd"
+    )
+
+
 @dataclass
 class Libvirtd:
     """The libvirtd the tests talk to.
 
-    :param run_dir: where the pid files are.
-    :param ours: whether the fixture started it (only then may a test restart it).
+    :param run_dir: where the pid files of a libvirtd the fixture starts go.
+    :param manager: :data:`OURS` (the fixture started it), :data:`SYSTEMD` (restarted with
+        systemctl) or :data:`PID_FILE` (a libvirtd started by hand: stopped by its pid file
+        and started again the same way).
     """
 
     run_dir: Path
-    ours: bool
+    manager: str
     domains: list[str] = field(default_factory=list)
 
     @property
+    def ours(self) -> bool:
+        """Whether the fixture started it (and stops it at the end)."""
+        return self.manager == OURS
+
+    @property
     def pid_file(self) -> Path:
-        return self.run_dir / "libvirtd.pid"
+        return self.run_dir / "libvirtd.pid" if self.ours else DEFAULT_PID_FILE
 
     def start(self) -> None:
         """Start libvirtd (virtlogd first if needed) and wait for its socket."""
         if not Path("/run/libvirt/virtlogd-sock").exists():
             subprocess.run(["virtlogd", "-d", "-p", str(self.run_dir / "virtlogd.pid")],
                            check=True)
-        subprocess.run(["libvirtd", "-d", "-p", str(self.pid_file)], check=True)
+        if self.manager == SYSTEMD:
+            subprocess.run(["systemctl", "start", "libvirtd.service"], check=True)
+        else:
+            subprocess.run(["libvirtd", "-d", "-p", str(self.pid_file)], check=True)
         deadline = time.monotonic() + 30
         while not _reachable():
             if time.monotonic() > deadline:
@@ -92,12 +126,15 @@ class Libvirtd:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        """Stop the libvirtd the fixture started (domains keep running)."""
-        assert self.ours, "not restarting a libvirtd the tests did not start"
-        _stop(self.pid_file)
+        """Stop libvirtd (domains keep running)."""
+        if self.manager == SYSTEMD:
+            # the socket units stay: a client would start it again at once
+            subprocess.run(["systemctl", "stop", "libvirtd.service"], check=True)
+        else:
+            _stop(self.pid_file)
 
     def restart(self) -> None:
-        """Stop and start libvirtd (only one the fixture started)."""
+        """Stop and start libvirtd the way it is managed (it then reads its hooks again)."""
         self.stop()
         self.start()
 
@@ -120,7 +157,7 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Libvirtd]:
     """A running libvirtd for the module."""
     _require()
     run_dir = tmp_path_factory.mktemp("libvirtd")
-    daemon = Libvirtd(run_dir, ours=not _reachable())
+    daemon = Libvirtd(run_dir, _manager() if _reachable() else OURS)
     if daemon.ours:
         daemon.start()
     try:

@@ -191,8 +191,6 @@ class _NoPerf:
 def test_live_host_survives_libvirtd_restart_and_a_destroyed_domain(
     libvirtd: Libvirtd, source: LibvirtVmSource, make_domain: Any, tmp_path: Path
 ) -> None:
-    if not libvirtd.ours:
-        pytest.skip("libvirtd was running before the tests: not restarting it")
     keep = make_domain("keep", vcpus=2)
     lose = make_domain("lose", vcpus=1)
     actuator = LibvirtActuator(tmp_path / "journal.json", source)

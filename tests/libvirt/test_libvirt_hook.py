@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +74,43 @@ def test_remove_leaves_a_foreign_hook_alone(tmp_path: Path) -> None:
 def test_hook_places_a_started_domain_and_chains_the_previous_hook(
     libvirtd: Libvirtd, make_domain: Any, socket_dir: Path
 ) -> None:
-    if not libvirtd.ours:
-        pytest.skip("libvirtd was running before the tests: not restarting it")
-    if (DEFAULT_HOOKS_DIR / "qemu").exists() or (DEFAULT_HOOKS_DIR / BACKUP_NAME).exists():
-        pytest.skip(f"{DEFAULT_HOOKS_DIR} has a hook already: not touching a real host's hook")
     units = discover_topology().units(Unify("l2"))
     if len(units) < 2:
         pytest.skip("needs two cores to see a placement")
     calls = socket_dir / "previous.log"
     previous = DEFAULT_HOOKS_DIR / "qemu"
     DEFAULT_HOOKS_DIR.mkdir(parents=True, exist_ok=True)
-    previous.write_text(PREVIOUS.format(log=calls))
-    previous.chmod(0o755)
+    with _host_hooks_aside(socket_dir / "host-hooks", libvirtd):
+        previous.write_text(PREVIOUS.format(log=calls))
+        previous.chmod(0o755)
+        dom = _hooked_domain(libvirtd, make_domain, socket_dir, calls, units)
+    assert not (DEFAULT_HOOKS_DIR / BACKUP_NAME).exists()
+    assert f"{PREFIX}-hooked" == dom
+
+
+@contextlib.contextmanager
+def _host_hooks_aside(backup: Path, libvirtd: Libvirtd) -> Iterator[None]:
+    """Move the host's own qemu hook (and a backup of it) aside; put them back after, and
+    restart libvirtd so that it runs them again."""
+    names = [n for n in ("qemu", BACKUP_NAME) if (DEFAULT_HOOKS_DIR / n).exists()]
+    backup.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.move(DEFAULT_HOOKS_DIR / name, backup / name)
+    try:
+        yield
+    finally:
+        for name in ("qemu", BACKUP_NAME):
+            with contextlib.suppress(FileNotFoundError):
+                (DEFAULT_HOOKS_DIR / name).unlink()
+        for name in names:
+            shutil.move(backup / name, DEFAULT_HOOKS_DIR / name)
+        if names:
+            libvirtd.restart()
+
+
+def _hooked_domain(libvirtd: Libvirtd, make_domain: Any, socket_dir: Path, calls: Path,
+                   units: Any) -> str:
+    previous = DEFAULT_HOOKS_DIR / "qemu"
     state = socket_dir / "state"
     try:
         install_hook(HookConfig(URI, Unify("l2"), state), DEFAULT_HOOKS_DIR, sys.executable)
@@ -115,7 +143,7 @@ def test_hook_places_a_started_domain_and_chains_the_previous_hook(
         previous.unlink()
         libvirtd.restart()  # forget the hook
     assert not os.path.exists(DEFAULT_HOOKS_DIR / "qemu")
-    assert f"{PREFIX}-hooked" == dom.name()
+    return str(dom.name())
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,9 @@ A vCPU thread gets its own threaded cgroup ``<root>/unicache/<vm>/vcpuN`` under 
 cgroup ``<root>/unicache/<vm>`` that holds the VM's process. Where the unified hierarchy
 has no ``cpu`` controller (cgroup v1 owns it, as on the project's development machine),
 :func:`probe_cpu_weight` says so in one line and weights are logged, not applied.
-Every move is journaled first so :meth:`CgroupWeights.restore_all` puts processes back.
+Every move is journaled first so :meth:`CgroupWeights.restore_all` puts processes back;
+a weight already written is not written again. This is for unicache's own QEMU: libvirt
+domains keep their cgroups and get their credit through libvirt (``libvirt_weights.py``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class CgroupWeights:
         self.root = root
         self.journal = journal
         self._moved: dict[str, str] = self._load()  # "pid" -> original cgroup path
+        self._applied: dict[tuple[str, int, int], int] = {}  # (vm, vcpu, tid) -> weight
 
     def _load(self) -> dict[str, str]:
         try:
@@ -94,12 +97,16 @@ class CgroupWeights:
             (self.root / "unicache" / "cgroup.subtree_control").write_text("+cpu")
             (domain / "cgroup.procs").write_text(str(pid))
             (domain / "cgroup.subtree_control").write_text("+cpu")
+        value = max(1, min(weight, 10_000))
+        if self._applied.get((vm, vcpu, tid)) == value:
+            return  # unchanged: no write
         leaf = domain / f"vcpu{vcpu}"
         if not leaf.is_dir():
             leaf.mkdir()
             (leaf / "cgroup.type").write_text("threaded")
         (leaf / "cgroup.threads").write_text(str(tid))
-        (leaf / "cpu.weight").write_text(str(max(1, min(weight, 10_000))))
+        (leaf / "cpu.weight").write_text(str(value))
+        self._applied[(vm, vcpu, tid)] = value
 
     def restore_all(self) -> list[str]:
         """Move every journaled process back to its original cgroup and remove ours."""
@@ -111,6 +118,7 @@ class CgroupWeights:
             except OSError as err:
                 lines.append(f"restore: process {pid}: {err.strerror or err}")
         self._moved.clear()
+        self._applied.clear()
         self._store()
         base = self.root / "unicache"
         if base.is_dir():

@@ -573,6 +573,32 @@ class LibvirtVmSource:
             raise _as_oserror(err, f"emulatorpin {name}") from err
 
 
+    def cpu_shares(self, name: str) -> int:
+        """The domain's live ``cpu_shares`` (``virsh schedinfo --live``).
+
+        :raises OSError: when libvirt refuses (no cpu controller) or is unreachable.
+        """
+        dom = self._domain(name)
+        try:
+            params = dom.schedulerParametersFlags(libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        except libvirt.libvirtError as err:
+            raise _as_oserror(err, f"schedinfo {name}") from err
+        if not isinstance(params.get("cpu_shares"), int):
+            raise OSError(f"schedinfo {name}: libvirt reports no cpu_shares")
+        return int(params["cpu_shares"])
+
+    def set_cpu_shares(self, name: str, shares: int) -> None:
+        """``virsh schedinfo --live --set cpu_shares=N``.
+
+        :raises OSError: when libvirt refuses or is unreachable.
+        """
+        dom = self._domain(name)
+        try:
+            _live(dom.setSchedulerParametersFlags, {"cpu_shares": shares})
+        except libvirt.libvirtError as err:
+            raise _as_oserror(err, f"schedinfo {name} cpu_shares={shares}") from err
+
+
 def _live(call: Callable[..., Any], *args: Any) -> None:
     # VIR_DOMAIN_AFFECT_LIVE; a driver that refuses the flag (libvirt's test driver, some
     # older ones) gets VIR_DOMAIN_AFFECT_CURRENT, which for a running domain is the same

@@ -19,7 +19,6 @@ from typing import Protocol
 
 from unicache.host.actuate import Actuator, thread_last_cpu
 from unicache.host.base import ActResult
-from unicache.host.cgroup import CgroupWeights
 from unicache.host.perf import PerfPort, ThreadCounts
 from unicache.model import (
     TABLE_ACTIONS,
@@ -74,6 +73,17 @@ class VmSource(Protocol):
         """The VMs running now; a VM that cannot be queried is left out (and logged)."""
 
 
+class WeightSetter(Protocol):
+    """Sets vCPU CPU weights and puts back what it changed (``host/cgroup.py`` for
+    unicache's own QEMU, ``host/libvirt_weights.py`` for libvirt domains)."""
+
+    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
+        """Give one vCPU a weight. :raises OSError: when refused."""
+
+    def restore_all(self) -> list[str]:
+        """Undo every change; one line each."""
+
+
 class Publisher(Protocol):
     """Sends placement tables to guest agents (the channel server)."""
 
@@ -102,7 +112,7 @@ class LiveHost:
         vms: VmSource,
         perf: PerfPort,
         actuator: Actuator,
-        weights: CgroupWeights | None,
+        weights: WeightSetter | None,
         publisher: Publisher | None,
         reports: Callable[[], list[GuestReport]],
         clock: Callable[[], float] = time.monotonic,
