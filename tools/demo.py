@@ -1,21 +1,26 @@
 """`make demo`: one real VM managed by unicache, measured honestly, then the simulator.
 
 1. boots a 2-vCPU guest from the built image (TCG or KVM, chosen by a probe);
-2. starts the daemon with --unify l2 (each core with its private L2 is a cache unit —
-   the only multi-unit setting a 2-core machine with one L3 has);
+2. starts the daemon with --unify l2 (each core with its private L2 is a cache unit: the
+   only multi-unit setting a host with one LLC group has) and checks that a placement
+   table reached the guest before measuring;
 3. in the guest: files larger than one L2 but smaller than two, read by the MFC read
-   microbenchmark, grep and wc — first without the shim (unicache off), then under it
-   (unicache on), in the same run;
+   microbenchmark, grep and wc, without the shim (off) and under it (on), alternated
+   ROUNDS times in the same run; the table shows medians;
 4. shows the daemon's decisions as they happen and the per-vCPU reads per chunk the
    guest reported;
-5. colors and replicas: the guest has a vCPU on each of two guest nodes and a colored
-   memory-only node; a throttled backup stream gets SRM-buffer colors (its page cache
-   lands on the colored node, checked with move_pages in the guest) and a hot file read
-   from the other node gets an NCC replica, dropped again when a writer without the shim
-   changes the file;
+5. colors and replicas: the guest has a vCPU on each of two guest nodes and colored
+   memory-only nodes; a throttled backup stream gets SRM-buffer colors (its page cache
+   lands on a colored node, checked with move_pages in the guest) and a hot file read
+   from the other node gets an NCC replica the shim serves, dropped again when a writer
+   without the shim changes the file;
 6. prints what the simulator predicts for the same workload on opteron-16 and epyc-2s;
-7. stops everything (daemon restores affinities; QEMU powered off) and checks that no
-   process is left.
+7. stops everything: the daemon must exit 0 with every vCPU thread's affinity back as it
+   was (read from /proc), and no process may be left.
+
+Every step that shows a mechanism checks it; the demo names each one that did not work
+and exits 1 (without the shim in the guest: no table, no reads reported, no colors, no
+replica served).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -35,13 +41,17 @@ from rich.table import Table
 from unicache.host.colors import host_page_colors
 from unicache.host.guest_scripts import PAGE_NODES
 from unicache.host.qemu import BACKING_COLORED, QemuVm, VmConfig, list_vms, parse_numa
-from unicache.topology import Unify, discover_topology
+from unicache.topology import Topology, Unify, discover_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "demo"
 VENV_BIN = Path(sys.executable).parent
-SHIM = "/usr/lib/unicache-agent/libunicache.so"
-SECONDS = 6
+#: the guest's shim; UNICACHE_DEMO_SHIM=/nowhere runs the guest without it (the demo must
+#: then fail, naming what did not work)
+SHIM = os.environ.get("UNICACHE_DEMO_SHIM", "/usr/lib/unicache-agent/libunicache.so")
+SECONDS = 4
+#: off/on rounds, alternated; the table shows the medians
+ROUNDS = 3
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 #: the MFC paper's read microbenchmark (§6.1): pick a file at random, pread it whole
@@ -107,12 +117,13 @@ while time.time() < end:
 """
 
 
-#: the shims' statistics from the counters file (read-only)
+#: the statistics of this user's shims (root's, as guest commands run) from its counters
+#: file (read-only)
 SHIM_STATS = r"""
-import json, mmap, sys
+import json, mmap, os, sys
 sys.path.insert(0, "/usr/lib/unicache-agent")
 from unicache_agent import shm
-with open(shm.DEFAULT_COUNTERS, "rb") as f:
+with open(os.path.join(shm.DEFAULT_COUNTERS, str(os.geteuid())), "rb") as f:
     m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     head = shm._CHDR.unpack_from(m, 0)
     base = shm.REGIONS_OFFSET + 2 * head[2] * head[5]  # after the header and the claims
@@ -148,6 +159,52 @@ def measure(vm: QemuVm, files: list[str], shim: bool) -> dict[str, float]:
         script = f"python3 -c '{TOOL_BENCH}' {SECONDS / 2} \"{argv}\" {preload} {listing}"
         out[tool] = float(guest(vm, script, timeout=SECONDS * 10).strip())
     return out
+
+
+def measure_interleaved(vm: QemuVm, files: list[str]
+                        ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Off and on, alternated :data:`ROUNDS` times under the same conditions (as the shim
+    bench does): a drift of the shared machine then hits both sides alike.
+
+    :returns: (off, on): each workload's MB/s per round.
+    """
+    off: dict[str, list[float]] = defaultdict(list)
+    on: dict[str, list[float]] = defaultdict(list)
+    for n in range(ROUNDS):
+        console.print(f"round {n + 1} of {ROUNDS}: off, then on", highlight=False)
+        for side, shim in ((off, False), (on, True)):
+            for name, value in measure(vm, files, shim).items():
+                side[name].append(value)
+    return off, on
+
+
+def affinities(vm: QemuVm) -> dict[int, frozenset[int]]:
+    """Each vCPU thread's CPU affinity, read from /proc (sched_getaffinity)."""
+    return {v: frozenset(os.sched_getaffinity(t)) for v, t in vm.vcpu_threads().items()}
+
+
+def host_note(host: Topology, accel: str) -> str:
+    """What this host is, discovered: why 'on' here cannot show a cache effect."""
+    groups = host.llc_groups()
+    llc = max(host.levels, key=lambda lv: lv.level)
+    where = "a virtual machine" if _is_virtual() else "bare metal"
+    if len(groups) == 1:
+        shared = (f"this host's {len(host.cpus)} CPUs share one {llc.size_bytes >> 20} MiB "
+                  f"L{llc.level}, so both runs are served from the same cache")
+    else:
+        shared = f"this host has {len(groups)} LLC groups"
+    return (f"Honest note: {shared}; the guest runs under {accel.upper()} on {where}. What "
+            "'on' adds here is the shim's work and its thread migrations, not more cache. "
+            "The cache effect is shown by the simulator below.")
+
+
+def _is_virtual() -> bool:
+    try:
+        flags = next(x for x in Path("/proc/cpuinfo").read_text().splitlines()
+                     if x.startswith("flags"))
+    except (OSError, StopIteration):
+        return False
+    return " hypervisor" in flags
 
 
 def log_records(log: Path, *kinds: str, since: int = 0) -> list[dict[str, Any]]:
@@ -267,8 +324,10 @@ def main() -> int:
     file_size = l2.size_bytes * 3 // 4  # two files: 1.5 x L2 in all
     units = host.units(Unify.L2)
 
-    step(f"This host: {len(host.cpus)} CPUs, one LLC group; with --unify l2 {len(units)} units "
-         f"of {l2.size_bytes >> 10} KiB (each core and its private L2)")
+    groups = len(host.llc_groups())
+    step(f"This host: {len(host.cpus)} CPUs, {groups} LLC group{'s' if groups > 1 else ''}; "
+         f"with --unify l2 {len(units)} units of {l2.size_bytes >> 10} KiB (each core and its "
+         "private L2)")
     for old in list_vms(registry):
         QemuVm.attach(old.name, registry).stop()
 
@@ -309,9 +368,7 @@ def main() -> int:
         console.print(f"guest files: 2 x {file_size >> 10} KiB = {2 * file_size >> 10} KiB "
                       f"(one L2 is {l2.size_bytes >> 10} KiB), in the guest's page cache")
 
-        step("unicache OFF: read benchmark, grep and wc without the shim, no daemon")
-        off = measure(vm, files, shim=False)
-
+        pinned_before = affinities(vm)
         step("Starting the daemon (--unify l2 --always-place --log-chunks); its decisions as they "
              "happen:")
         console.print("--always-place: this host's two L2 units share one L3, the guest "
@@ -332,32 +389,42 @@ def main() -> int:
         guest(vm, f"LD_PRELOAD={SHIM} python3 -c '{READ_BENCH}' 4 {' '.join(files)} >/dev/null",
               timeout=60)  # warm-up: the guest reports, the host publishes a table
         time.sleep(2)
+        tables = [r for r in log_records(log, "publish-placement") if r.get("vm") == "demo"]
+        if not any(r.get("entries") for r in tables):
+            failed.append("placement: no table with entries was published before the 'on' runs "
+                          "(did the guest's shim report its reads?)")
 
-        step("unicache ON: the same, under the shim, with the daemon's placement")
-        on = measure(vm, files, shim=True)
+        step(f"unicache OFF and ON, {ROUNDS} rounds alternated: read benchmark, grep and wc, "
+             "without the shim, then under it with the daemon's placement")
+        off, on = measure_interleaved(vm, files)
         time.sleep(1.5)
-        failed = colors_and_replicas(vm, log, colored_nodes=(2, 3))
+        failed += colors_and_replicas(vm, log, colored_nodes=(2, 3))
     finally:
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=30)
+            if daemon.wait(timeout=30) != 0:
+                failed.append(f"daemon: exited {daemon.returncode} on SIGTERM, not 0")
+            elif affinities(vm) != pinned_before:
+                failed.append("daemon: the vCPU threads' affinities were not restored "
+                              f"({affinities(vm)} instead of {pinned_before})")
+            else:
+                console.print("daemon exited 0; every vCPU thread's affinity is back as it was "
+                              "(read from /proc)")
         step("Stopping the guest")
         vm.stop()
 
     table = Table("workload", "unicache off (MB/s)", "unicache on (MB/s)", "on / off",
-                  title="guest throughput, measured side by side in this run")
+                  title=f"guest throughput, medians of {ROUNDS} alternated rounds of this run")
     for name in ("read", "grep", "wc"):
-        table.add_row(name, f"{off[name]:.0f}", f"{on[name]:.0f}", f"{on[name] / off[name]:.2f}")
+        o, n = statistics.median(off[name]), statistics.median(on[name])
+        ratio = statistics.median(b / a for a, b in zip(off[name], on[name], strict=True))
+        table.add_row(name, f"{o:.0f}", f"{n:.0f}", f"{ratio:.2f}")
     console.print(table)
-    console.print(
-        "Honest note: this host's two cores share one 32 MiB L3 and the guest runs under "
-        f"{record.accel.upper()} on a nested machine, so both runs are served from the same "
-        "L3; what 'on' adds here is the shim's work and its thread migrations (slow under "
-        "TCG), not more cache. "
-        "The cache effect is shown by the simulator below."
-    )
+    console.print(host_note(host, record.accel))
 
     reads = per_vcpu_reads(log, "demo")
+    if not reads:
+        failed.append("shim: the guest reported no per-vCPU reads (is the shim loaded?)")
     chunks = Table("chunk (file id:index)", "vCPU 0 bytes", "vCPU 1 bytes",
                    title="per-vCPU reads per chunk, as the guest reported them (largest first)")
     for chunk, by_vcpu in sorted(reads.items(), key=lambda kv: -sum(kv[1].values()))[:10]:
@@ -373,8 +440,11 @@ def main() -> int:
 
     step("What the simulator predicts for the read benchmark on machines with several LLCs")
     for model, sizes in (("opteron-16", "2,8"), ("epyc-2s", "64,256")):
-        subprocess.run([str(VENV_BIN / "unicache-sim"), "mfc", "--model", model,
-                        "--workload", "read", "--dist", "uniform", "--ws-mb", sizes], check=False)
+        sim = subprocess.run([str(VENV_BIN / "unicache-sim"), "mfc", "--model", model,
+                              "--workload", "read", "--dist", "uniform", "--ws-mb", sizes],
+                             check=False)
+        if sim.returncode != 0:
+            failed.append(f"simulator: unicache-sim mfc --model {model} exited {sim.returncode}")
 
     for what in failed:
         console.print(f"[red]did not work: {what}[/red]")

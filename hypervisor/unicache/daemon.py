@@ -160,16 +160,31 @@ def load_config(path: Path | None) -> DaemonConfig:
         )
     except (TypeError, ValueError) as err:
         raise ConfigError(f"config {path}: bad value ({err})") from err
-    if not 0.05 <= config.interval_s <= 3600:
-        raise ConfigError(f"config {path}: interval_s must be within 0.05..3600 seconds")
-    if not 1 <= config.log_max_mib <= 1 << 20:
-        raise ConfigError(f"config {path}: log_max_mib must be within 1..1048576")
+    for key, (_flag, low, high) in LIMITS.items():
+        if not low <= getattr(config, key) <= high:
+            raise ConfigError(f"config {path}: {key} must be within {low}..{high}")
     return config
 
 
+#: bounded settings: (command-line flag, lowest, highest)
+LIMITS: dict[str, tuple[str, float, float]] = {
+    "interval_s": ("--interval", 0.05, 3600),
+    "log_max_mib": ("--log-max-mib", 1, 1 << 20),
+}
+
+
 def with_overrides(config: DaemonConfig, **overrides: Any) -> DaemonConfig:
-    """The config with the command-line values that were given (``None`` = not given)."""
-    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    """The config with the command-line values that were given (``None`` = not given).
+
+    :raises ConfigError: naming the flag whose value is out of its bounds.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    for key, value in given.items():
+        if key in LIMITS:
+            flag, low, high = LIMITS[key]
+            if not low <= value <= high:
+                raise ConfigError(f"{flag} must be within {low:g}..{high:g}, not {value:g}")
+    return replace(config, **given)
 
 
 def default_vm_source(state_dir: Path) -> VmSource:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from unicache.cpulist import parse_list
 from unicache.policy.mfc import RULES
 
@@ -113,6 +114,22 @@ def test_unknown_model_is_one_line_and_exit_2() -> None:
     out = run("topology", "--model", "vax-11")
     assert out.returncode == 2
     assert "no machine model 'vax-11'" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("run", "--interval", "0"), "--interval must be within 0.05..3600, not 0"),
+    (("run", "--interval", "5000"), "--interval must be within 0.05..3600, not 5000"),
+    (("place", "--vcpus", "0"), "--vcpus must be within"),
+    (("vm", "stop", "uctest-no-such-vm"), "no VM named uctest-no-such-vm"),
+])
+def test_out_of_range_values_are_one_line_and_exit_2_before_anything_runs(
+    args: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    # an interval of 0 once started a daemon that spun on its own loop
+    out = run(*args, "--state-dir", str(tmp_path)) if args[0] == "run" else run(*args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr and out.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "decisions.jsonl").exists()
 
 
 def test_bad_flag_value_is_a_usage_error_not_a_traceback() -> None:
