@@ -39,7 +39,7 @@ def _random_case(seed: int) -> tuple[tuple[tuple[int, int], ...], int, list[int]
     sizes = []
     sets = rng.choice([1, 2, 3, 4, 5, 8, 16])
     for _ in range(n_levels):
-        sizes.append((sets, rng.choice([1, 2, 3, 4, 8, 16])))
+        sizes.append((sets, rng.choice([1, 2, 3, 4, 8, 12, 16, 20, 32])))
         sets *= rng.choice([1, 2, 3, 4])
     line = rng.choice([32, 64, 128])
     capacity = sum(s * w for s, w in sizes)
@@ -70,6 +70,26 @@ def test_miss_counts_equal_pycachesim_on_random_hierarchies(seed: int) -> None:
     ours_misses = [sum(served[i + 1 : n]) + served[-2] + served[-1] for i in range(n)]
     assert ours_hits == peer_hits, f"sizes={sizes} line={line}"
     assert ours_misses == peer_misses, f"sizes={sizes} line={line}"
+
+
+@pytest.mark.parametrize("ways", [8, 16, 32], ids=lambda w: f"{w}-way")
+def test_miss_counts_equal_pycachesim_on_the_specialised_way_counts(ways: int) -> None:
+    # 8, 16 and 32 ways take the engine's vectorised set search (cache.rs mask_n): every
+    # level of these hierarchies has that many ways, shared L3 slices included
+    rng = random.Random(ways)
+    sizes = ((4, ways), (16, ways), (64, ways))
+    capacity = sum(s * w for s, w in sizes)
+    trace: list[int] = []
+    while len(trace) < 20_000:
+        start = rng.randrange(capacity * 3)
+        trace.extend(range(start, start + rng.randint(1, 96)))
+    sim, caches = _peer(sizes, 64)
+    sim.load([t * 64 for t in trace])  # type: ignore[attr-defined]
+    engine = us.single_core(sizes, line_size=64).engine()
+    engine.run_trace(us.Trace(trace))
+    served = engine.counters().served
+    assert list(served[:3]) == [c.HIT_count for c in caches]  # type: ignore[attr-defined]
+    assert all(hits > 100 for hits in served[:3])  # real hits at every level were compared
 
 
 def test_peer_comparison_detects_a_different_geometry() -> None:
