@@ -118,17 +118,22 @@ while time.time() < end:
 
 
 #: the statistics of this user's shims (root's, as guest commands run) from its counters
-#: file (read-only)
+#: file (read-only); all zero when no shim ever ran (no file)
 SHIM_STATS = r"""
 import json, mmap, os, sys
 sys.path.insert(0, "/usr/lib/unicache-agent")
 from unicache_agent import shm
-with open(os.path.join(shm.DEFAULT_COUNTERS, str(os.geteuid())), "rb") as f:
+names = ["replica_serves", "replica_fills", "replica_rejects", "fill_aborts",
+         "color_reads", "gen_bumps"]
+try:
+    f = open(os.path.join(shm.DEFAULT_COUNTERS, str(os.geteuid())), "rb")
+except FileNotFoundError:
+    print(json.dumps(dict.fromkeys(names, 0)))
+    sys.exit(0)
+with f:
     m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     head = shm._CHDR.unpack_from(m, 0)
     base = shm.REGIONS_OFFSET + 2 * head[2] * head[5]  # after the header and the claims
-    names = ["replica_serves", "replica_fills", "replica_rejects", "fill_aborts",
-             "color_reads", "gen_bumps"]
     print(json.dumps(dict(zip(names, shm._GHDR.unpack_from(m, base)))))
 """
 
