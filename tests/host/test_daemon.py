@@ -233,3 +233,10 @@ def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
     assert b'"welcome"' in received  # the channel itself works: reports are observed
     journal = tmp_path / "journal.json"
     assert not journal.exists() or not json.loads(journal.read_text()).get("affinity")
+    # no cgroup touched: nothing journaled, no cgroup of unicache's under any cgroup v2 root
+    cgroups = tmp_path / "cgroups.json"
+    assert not cgroups.exists() or json.loads(cgroups.read_text()) == {}
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        assert not (root / "unicache" / "vm1").exists()
+    weights = [r for r in records if r["kind"] == "set-cpu-weight"]
+    assert all(r.get("dry_run") is True for r in weights)
