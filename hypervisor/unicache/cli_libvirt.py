@@ -41,7 +41,7 @@ def attach(
     daemon dials it (and dials again after a restart of either). A domain that already
     has the channel keeps it as it is.
     """
-    from unicache.host.libvirt_backend import attach_channel
+    from unicache.host.libvirt.channel import attach_channel
 
     result = attach_channel(connect, domain)
     if json_out:
@@ -77,8 +77,8 @@ def install_hook(
 
     A hook already there is kept (HOOKS_DIR/qemu.unicache-orig) and still runs first.
     """
-    from unicache.host.libvirt_hook import HookConfig
-    from unicache.host.libvirt_hook import install_hook as install
+    from unicache.host.libvirt.hook import HookConfig
+    from unicache.host.libvirt.hook import install_hook as install
 
     change = install(HookConfig(connect, Unify(unify), state_dir), hooks_dir)
     _report(change, json_out)
@@ -87,7 +87,7 @@ def install_hook(
 def remove_hook(hooks_dir: HooksDirOpt = Path("/etc/libvirt/hooks"), json_out: JsonOpt = False
                 ) -> None:
     """Remove unicache's libvirt hook and put back the one that was there before."""
-    from unicache.host.libvirt_hook import remove_hook as remove
+    from unicache.host.libvirt.hook import remove_hook as remove
 
     _report(remove(hooks_dir), json_out)
 

@@ -33,7 +33,7 @@ from unicache.decisionlog import (
 )
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
-from unicache.host.libvirt_weights import LibvirtWeights
+from unicache.host.libvirt.weights import LibvirtWeights
 from unicache.host.live import LiveHost, VmSource, WeightSetter
 from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
@@ -235,7 +235,9 @@ async def run_daemon(
     note(why)
 
     # libvirt when reachable, else unicache's own QEMU (the libvirt actuator needs it)
-    from unicache.host.libvirt_backend import LibvirtVmSource, choose_vm_source, make_actuator
+    from unicache.host.libvirt.actuator import make_actuator
+    from unicache.host.libvirt.choose import choose_vm_source
+    from unicache.host.libvirt.source import LibvirtVmSource
 
     if vm_source is None:
         vm_source, why_vms = choose_vm_source(config.connect, config.state_dir)

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unicache.host.libvirt_backend import LibvirtVmSource, make_placeholder_socket
+from unicache.host.libvirt.channel import make_placeholder_socket
+from unicache.host.libvirt.source import LibvirtVmSource
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 

@@ -12,15 +12,12 @@ from typing import Any
 
 import pytest
 from unicache.errors import ConfigError
-from unicache.host import libvirt_backend
-from unicache.host.libvirt_backend import (
-    LibvirtActuator,
-    LibvirtVmSource,
-    attach_channel,
-    choose_vm_source,
-    make_placeholder_socket,
-)
-from unicache.host.libvirt_xml import parse_domain
+from unicache.host.libvirt import choose
+from unicache.host.libvirt.actuator import LibvirtActuator
+from unicache.host.libvirt.channel import attach_channel, make_placeholder_socket
+from unicache.host.libvirt.choose import choose_vm_source
+from unicache.host.libvirt.domain_xml import parse_domain
+from unicache.host.libvirt.source import LibvirtVmSource
 from unicache.host.live import LiveHost
 from unicache.model import PinVcpu, VcpuId
 
@@ -246,7 +243,7 @@ def test_choose_vm_source_falls_back_without_libvirtd(
     uri = f"qemu+unix:///system?socket={tmp_path}/none.sock"
     with pytest.raises(ConfigError, match="cannot connect to libvirt"):
         choose_vm_source(uri, tmp_path)  # an explicit --connect must work or fail
-    monkeypatch.setattr(libvirt_backend, "DEFAULT_URI", uri)
+    monkeypatch.setattr(choose, "DEFAULT_URI", uri)
     source, why = choose_vm_source(None, tmp_path)
     assert not isinstance(source, LibvirtVmSource)
     assert why.startswith("VMs: ") and f"no libvirtd at {uri}" in why

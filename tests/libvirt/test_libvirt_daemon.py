@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from unicache.daemon import DaemonConfig, run_daemon
-from unicache.host.libvirt_backend import LibvirtVmSource, make_placeholder_socket
-from unicache.host.libvirt_xml import parse_domain
+from unicache.host.libvirt.channel import make_placeholder_socket
+from unicache.host.libvirt.domain_xml import parse_domain
+from unicache.host.libvirt.source import LibvirtVmSource
 from unicache.topology import Unify
 
 from tests.libvirt.conftest import URI, Libvirtd, wait_for

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from unicache.errors import ConfigError
-from unicache.host.libvirt_hook import (
+from unicache.host.libvirt.hook import (
     BACKUP_NAME,
     DEFAULT_HOOKS_DIR,
     MARKER,

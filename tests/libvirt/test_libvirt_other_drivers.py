@@ -7,7 +7,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from unicache.host.libvirt_backend import LibvirtActuator, LibvirtVmSource
+from unicache.host.libvirt.actuator import LibvirtActuator
+from unicache.host.libvirt.source import LibvirtVmSource
 
 TEST_URI = "test:///default"  # libvirt's test driver: one running domain "test", 8 CPUs
 
@@ -22,7 +23,7 @@ def source() -> LibvirtVmSource:
 def test_a_driver_without_qmp_lists_domains_without_threads_in_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="unicache.host.libvirt_backend"):
+    with caplog.at_level(logging.WARNING, logger="unicache.host.libvirt.source"):
         src = LibvirtVmSource(TEST_URI)
         src.connect()
         vms = src.running()

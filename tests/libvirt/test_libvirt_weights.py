@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicache.host.libvirt_backend import LibvirtVmSource
-from unicache.host.libvirt_weights import LibvirtWeights
+from unicache.host.libvirt.source import LibvirtVmSource
+from unicache.host.libvirt.weights import LibvirtWeights
 
 from tests.libvirt.conftest import URI, Libvirtd
 

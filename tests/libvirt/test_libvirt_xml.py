@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from unicache.errors import ProtocolError
-from unicache.host.libvirt_xml import (
+from unicache.host.libvirt.domain_xml import (
     AGENT_PORT_NAME,
     add_agent_channel,
     parse_domain,
@@ -136,7 +136,7 @@ def test_bad_query_cpus_fast_replies_name_the_member(reply: str, message: str) -
 
 
 def test_placeholder_socket_lets_a_domain_start_without_the_daemon(tmp_path: Path) -> None:
-    from unicache.host.libvirt_backend import make_placeholder_socket
+    from unicache.host.libvirt.channel import make_placeholder_socket
 
     path = tmp_path / "channels" / "vm.sock"
     assert make_placeholder_socket(path)

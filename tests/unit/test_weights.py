@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from unicache.host.cgroup import CgroupWeights
-from unicache.host.libvirt_weights import LibvirtWeights, domain_shares
+from unicache.host.libvirt.weights import LibvirtWeights, domain_shares
 from unicache.policy.obs import BASE_CPU_WEIGHT
 
 

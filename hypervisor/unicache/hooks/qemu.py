@@ -1,7 +1,7 @@
 """The libvirt ``qemu`` hook program: ``python -m unicache.hooks.qemu DOMAIN OP SUBOP EXTRA``.
 
 The script ``unicache install-hook`` writes to ``/etc/libvirt/hooks/qemu`` execs this for
-the ``prepare`` and ``started`` operations (see :mod:`unicache.host.libvirt_hook`):
+the ``prepare`` and ``started`` operations (see :mod:`unicache.host.libvirt.hook`):
 
 * ``prepare``: reads the domain XML on stdin and creates the agent channel's placeholder
   socket if it is missing, so the domain can start while the daemon is down;
@@ -21,8 +21,8 @@ import time
 
 
 def _prepare(xml_text: str) -> None:
-    from unicache.host.libvirt_backend import make_placeholder_socket
-    from unicache.host.libvirt_xml import parse_domain
+    from unicache.host.libvirt.channel import make_placeholder_socket
+    from unicache.host.libvirt.domain_xml import parse_domain
 
     xml = parse_domain(xml_text)
     if xml.agent_socket is not None and xml.agent_mode == "connect":
@@ -30,7 +30,7 @@ def _prepare(xml_text: str) -> None:
 
 
 def _started(domain: str) -> None:
-    from unicache.host.libvirt_hook import HookConfig
+    from unicache.host.libvirt.hook import HookConfig
 
     config = HookConfig.from_env()
     config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -45,7 +45,7 @@ def _started(domain: str) -> None:
 
 def _apply(domain: str) -> int:
     from unicache.errors import UnicacheError
-    from unicache.host.libvirt_hook import HookConfig, apply_placement, log_record
+    from unicache.host.libvirt.hook import HookConfig, apply_placement, log_record
 
     config = HookConfig.from_env()
     try:

@@ -75,7 +75,7 @@ class VmSource(Protocol):
 
 class WeightSetter(Protocol):
     """Sets vCPU CPU weights and puts back what it changed (``host/cgroup.py`` for
-    unicache's own QEMU, ``host/libvirt_weights.py`` for libvirt domains)."""
+    unicache's own QEMU, ``host/libvirt/weights.py`` for libvirt domains)."""
 
     def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
         """Give one vCPU a weight. :raises OSError: when refused."""

@@ -239,8 +239,8 @@ def apply_placement(
     :returns: the record appended to ``state_dir/hook.jsonl``.
     :raises UnicacheError: when libvirt is unreachable or the domain does not run.
     """
-    from unicache.host.libvirt_backend import _quiet_errors, libvirt
-    from unicache.host.libvirt_xml import parse_domain
+    from unicache.host.libvirt.binding import _quiet_errors, libvirt
+    from unicache.host.libvirt.domain_xml import parse_domain
 
     if libvirt is None:
         raise ConfigError("the hook needs libvirt-python")

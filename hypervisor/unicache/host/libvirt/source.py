@@ -1,4 +1,4 @@
-"""The libvirt backend: running domains, their vCPU threads and agent channels, pinning via libvirt.
+"""The libvirt domains as a VmSource: running domains, their vCPU threads and agent channels.
 
 :class:`LibvirtVmSource` is a :class:`~unicache.host.live.VmSource` for the domains of a
 libvirtd (``qemu:///system`` by default). It follows lifecycle events (libvirt's default
@@ -12,58 +12,41 @@ vCPU threads come from QMP ``query-cpus-fast`` through ``virDomainQemuMonitorCom
 (QEMU/KVM only; libvirt marks the domain "tainted: custom-monitor" for it). Xen (libxl)
 domains have no host vCPU threads and no QMP: they are listed without threads, with one
 line saying so, and pinned through the same libvirt calls.
-
-:class:`LibvirtActuator` pins through ``virDomainPinVcpuFlags``/``virDomainPinEmulator``
-(live only) rather than ``sched_setaffinity``: libvirt confines vCPU threads to cpuset
-cgroups it owns (``sched_setaffinity`` outside them fails with EINVAL) and re-applies its
-own pinning on some operations, and ``virsh vcpupin``/``vcpuinfo`` then tell the admin the
-truth. The original pinning is journaled first (like :class:`~unicache.host.actuate.Actuator`)
-and restored through libvirt on exit, or at the next start after a crash.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
-import json
 import logging
 import os
-import re
-import socket
 import stat
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from unicache.errors import ConfigError, ProtocolError, StateError, UnicacheError
-from unicache.host.actuate import Actuator, SavedAffinity, thread_start_time
-from unicache.host.libvirt_xml import (
-    DomainXml,
-    add_agent_channel,
-    agent_channel_xml,
-    parse_domain,
-    parse_query_cpus_fast,
+from unicache.errors import ConfigError, ProtocolError
+from unicache.host.libvirt.binding import (
+    EVENT_NAMES,
+    STOPPED_DETAILS,
+    _alive,
+    _as_oserror,
+    _live,
+    _message,
+    _tgid,
+    _vcpu_times,
+    ensure_event_loop,
+    libvirt,
+    libvirt_qemu,
 )
+from unicache.host.libvirt.channel import make_placeholder_socket
+from unicache.host.libvirt.domain_xml import DomainXml, parse_domain, parse_query_cpus_fast
 from unicache.host.live import RunningVm, VmSource
 from unicache.model import GuestNode
-from unicache.statefile import write_private_json
-
-
-def _optional(module: str) -> Any:
-    # libvirt-python is optional (and untyped): without it choose_vm_source falls back
-    try:
-        return importlib.import_module(module)
-    except ImportError:  # pragma: no cover - exercised only where libvirt-python is missing
-        return None
-
-
-libvirt: Any = _optional("libvirt")
-libvirt_qemu: Any = _optional("libvirt_qemu")
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +58,6 @@ RECONNECT_INTERVAL_S = 1.0
 KEEPALIVE = (5, 3)
 #: lifecycle events kept for :meth:`LibvirtVmSource.drain_events`
 MAX_EVENTS = 1024
-
-#: virDomainEventType names, by value (libvirt-domain.h)
-EVENT_NAMES = (
-    "defined", "undefined", "started", "suspended", "resumed", "stopped", "shutdown",
-    "pmsuspended", "crashed",
-)
-#: virDomainEventStoppedDetailType names, by value
-STOPPED_DETAILS = (
-    "shutdown", "destroyed", "crashed", "migrated", "saved", "failed", "from-snapshot",
-)
-_KEY = re.compile(r"^affinity/(?P<vm>.+)/vcpu(?P<index>\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,87 +81,6 @@ class _Known:
     domid: int
     xml: DomainXml
     vm: RunningVm
-
-
-def libvirt_available() -> bool:
-    """Whether libvirt-python can be imported."""
-    return libvirt is not None
-
-
-def _quiet_errors(_ctx: object, _err: object) -> None:
-    # libvirt prints every error to stderr by default; unicache reports them itself
-    return None
-
-
-_event_lock = threading.Lock()
-_event_thread: threading.Thread | None = None
-
-
-def ensure_event_loop() -> None:
-    """Register libvirt's default event loop once per process and run it in a thread.
-
-    It must exist before a connection is opened, or no event (lifecycle, close, keepalive)
-    is ever delivered.
-    """
-    global _event_thread
-    with _event_lock:
-        if _event_thread is not None:
-            return
-        libvirt.registerErrorHandler(_quiet_errors, None)
-        libvirt.virEventRegisterDefaultImpl()
-
-        def run() -> None:
-            while True:
-                if libvirt.virEventRunDefaultImpl() < 0:
-                    log.error("libvirt event loop iteration failed")
-                    time.sleep(0.1)
-
-        _event_thread = threading.Thread(target=run, name="libvirt-events", daemon=True)
-        _event_thread.start()
-
-
-def _message(err: Any) -> str:
-    text = err.get_error_message() if hasattr(err, "get_error_message") else None
-    return str(text or err).splitlines()[0]
-
-
-def _as_oserror(err: Exception, what: str) -> OSError:
-    # the live host retries actions that fail with OSError; libvirt errors become those
-    return OSError(errno.EAGAIN, f"libvirt: {what}: {_message(err)}")
-
-
-def make_placeholder_socket(path: Path) -> bool:
-    """Create a unix socket file nobody listens on, if ``path`` does not exist.
-
-    libvirt refuses to start a domain whose ``mode='connect'`` channel path does not exist;
-    QEMU with ``reconnect`` then simply retries until unicache's channel server listens.
-
-    :returns: ``True`` when it created one.
-    :raises OSError: when the directory or socket cannot be created.
-    """
-    if path.exists():
-        return False
-    if not path.parent.is_dir():
-        # QEMU's user must be able to reach the socket: a directory made here is 0755
-        # (an existing one is left as it is)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o755)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(path))
-    finally:
-        sock.close()
-    return True
-
-
-def _tgid(tid: int) -> int:
-    try:
-        for line in Path(f"/proc/{tid}/status").read_text().splitlines():
-            if line.startswith("Tgid:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 class LibvirtVmSource:
@@ -599,362 +490,5 @@ class LibvirtVmSource:
             raise _as_oserror(err, f"schedinfo {name} cpu_shares={shares}") from err
 
 
-def _live(call: Callable[..., Any], *args: Any) -> None:
-    # VIR_DOMAIN_AFFECT_LIVE; a driver that refuses the flag (libvirt's test driver, some
-    # older ones) gets VIR_DOMAIN_AFFECT_CURRENT, which for a running domain is the same
-    try:
-        call(*args, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-    except libvirt.libvirtError as err:
-        if err.get_error_code() != libvirt.VIR_ERR_INVALID_ARG:
-            raise
-        call(*args, libvirt.VIR_DOMAIN_AFFECT_CURRENT)
-
-
 if TYPE_CHECKING:
     _check: VmSource = LibvirtVmSource()  # conformance, as mypy sees it
-
-
-def _alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists()
-
-
-# Section: actuation with a journal -------------------------------------------------------
-
-#: libvirt journal format version
-LIBVIRT_JOURNAL_VERSION = 1
-#: the vCPU index used for a domain's emulator entry
-EMULATOR = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SavedPin:
-    """The live pinning a domain's vCPU (or emulator) had before unicache changed it.
-
-    :param key: ``affinity/VM/vcpuN`` or ``emulator/VM``.
-    :param vm: the domain name.
-    :param uuid: its UUID.
-    :param domid: its domain id (a restarted domain gets another one: nothing to restore).
-    :param vcpu: the vCPU index, or :data:`EMULATOR`.
-    :param tid: the vCPU thread (0 for the emulator): the fallback when libvirt is gone.
-    :param start_time: that thread's start time.
-    :param cpus: the original CPU set.
-    """
-
-    key: str
-    vm: str
-    uuid: str
-    domid: int
-    vcpu: int
-    tid: int
-    start_time: int
-    cpus: tuple[int, ...]
-
-
-class LibvirtActuator(Actuator):
-    """Pins the vCPUs of libvirt domains through libvirt, journaling the originals first.
-
-    Keys of VMs the source does not manage go to the plain thread-affinity actuator. After
-    a domain's vCPUs are pinned, its emulator threads are pinned away from them (to the
-    host CPUs none of its vCPUs is pinned to; all CPUs when that leaves none).
-
-    :param journal: the thread journal; the libvirt journal sits beside it.
-    :param source: the libvirt source.
-    :param dry_run: change nothing.
-    """
-
-    def __init__(self, journal: Path, source: LibvirtVmSource, dry_run: bool = False) -> None:
-        super().__init__(journal, dry_run)
-        self.source = source
-        self.lv_journal = journal.with_name("libvirt-journal.json")
-        self._pins: dict[str, SavedPin] = self._load_pins()
-        self._wanted: dict[str, dict[int, frozenset[int]]] = {}
-        self._emulator: dict[str, frozenset[int]] = {}
-
-    def _load_pins(self) -> dict[str, SavedPin]:
-        try:
-            data = json.loads(self.lv_journal.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as err:
-            raise StateError(
-                f"journal {self.lv_journal} is unreadable; inspect it, then remove it",
-                "corrupt",
-                "readable",
-            ) from err
-        if data.get("version") != LIBVIRT_JOURNAL_VERSION:
-            raise StateError(f"journal {self.lv_journal} has another version", "foreign", "v1")
-        pins = [SavedPin(**{**e, "cpus": tuple(e["cpus"])}) for e in data.get("pins", [])]
-        return {p.key: p for p in pins}
-
-    def _store_pins(self) -> None:
-        payload = {
-            "version": LIBVIRT_JOURNAL_VERSION,
-            "pins": [asdict(p) for _, p in sorted(self._pins.items())],
-        }
-        write_private_json(self.lv_journal, payload)
-
-    @property
-    def pending(self) -> tuple[SavedAffinity, ...]:
-        """Changes a restore would undo (threads and libvirt pins)."""
-        pins = tuple(
-            SavedAffinity(p.key, p.tid, p.start_time, p.cpus) for _, p in sorted(self._pins.items())
-        )
-        return super().pending + pins
-
-    def set_affinity(self, key: str, tid: int, cpus: Iterable[int]) -> frozenset[int]:
-        """Pin a vCPU; through libvirt when its VM is a domain of the source.
-
-        :raises OSError: when libvirt refuses or is unreachable (the round retries).
-        """
-        match = _KEY.match(key)
-        if match is None or not self.source.manages(match["vm"]):
-            return super().set_affinity(key, tid, cpus)
-        vm, index = match["vm"], int(match["index"])
-        wanted = frozenset(cpus)
-        if self.dry_run or self._wanted.get(vm, {}).get(index) == wanted:
-            return wanted
-        uuid, domid = self.source.identity(vm)
-        saved = self._pins.get(key)
-        if saved is None or (saved.uuid, saved.domid) != (uuid, domid):
-            original = self.source.vcpu_pins(vm).get(index, frozenset())
-            start = thread_start_time(tid) or 0
-            self._pins[key] = SavedPin(
-                key, vm, uuid, domid, index, tid, start, tuple(sorted(original))
-            )
-            ekey = f"emulator/{vm}"
-            esaved = self._pins.get(ekey)
-            if esaved is None or (esaved.uuid, esaved.domid) != (uuid, domid):
-                eorig = tuple(sorted(self.source.emulator_pins(vm)))
-                self._pins[ekey] = SavedPin(ekey, vm, uuid, domid, EMULATOR, 0, 0, eorig)
-            self._store_pins()  # saved before the write: a crash now still restores
-        self.source.pin_vcpu(vm, index, wanted)
-        self._wanted.setdefault(vm, {})[index] = wanted
-        self._pin_emulator_away(vm)
-        return wanted
-
-    def _pin_emulator_away(self, vm: str) -> None:
-        everything = frozenset(range(self.source.host_cpus()))
-        busy = frozenset().union(*self._wanted.get(vm, {}).values())
-        target = (everything - busy) or everything
-        if self._emulator.get(vm) == target:
-            return
-        self.source.pin_emulator(vm, target)
-        self._emulator[vm] = target
-        log.info("vm=%s emulator cpus=%s (away from its vCPUs)", vm, sorted(target))
-
-    def forget(self, key: str) -> None:
-        """Drop journal entries without restoring (the domain or thread is gone)."""
-        super().forget(key)
-        saved = self._pins.pop(key, None)
-        if saved is None:
-            return
-        self._wanted.get(saved.vm, {}).pop(saved.vcpu, None)
-        if not any(p.vm == saved.vm and p.vcpu != EMULATOR for p in self._pins.values()):
-            self._pins.pop(f"emulator/{saved.vm}", None)
-            self._emulator.pop(saved.vm, None)
-            self._wanted.pop(saved.vm, None)
-        self._store_pins()
-
-    def restore_all(self) -> list[str]:
-        """Put every journaled pin back (through libvirt; by thread when it is gone).
-
-        :returns: one line per entry.
-        """
-        lines = super().restore_all()
-        for key, pin in sorted(self._pins.items()):
-            lines.append(self._restore(key, pin))
-        self._pins.clear()
-        self._wanted.clear()
-        self._emulator.clear()
-        if not self.dry_run:
-            self._store_pins()
-        return lines
-
-    def _restore(self, key: str, pin: SavedPin) -> str:
-        try:
-            if self.source.identity(pin.vm) != (pin.uuid, pin.domid):
-                return f"restore: {key}: domain {pin.vm} restarted or gone, nothing to do"
-            if pin.vcpu == EMULATOR:
-                self.source.pin_emulator(pin.vm, pin.cpus)
-            else:
-                self.source.pin_vcpu(pin.vm, pin.vcpu, pin.cpus)
-            return f"restore: {key}: back on cpus {pin.cpus} (libvirt)"
-        except OSError as err:
-            why = err.strerror or str(err)
-        if pin.tid and pin.start_time and thread_start_time(pin.tid) == pin.start_time:
-            try:
-                os.sched_setaffinity(pin.tid, pin.cpus)
-            except OSError as err:
-                return f"restore: {key}: failed: {why}; by thread: {err.strerror}"
-            return (
-                f"restore: {key}: libvirt unreachable ({why}); thread {pin.tid} back on cpus "
-                f"{pin.cpus} (libvirt's live XML still shows unicache's pin)"
-            )
-        return f"restore: {key}: not restored: {why}"
-
-
-def make_actuator(source: VmSource, journal: Path, dry_run: bool = False) -> Actuator:
-    """The actuator for a source: libvirt pinning for libvirt domains, threads otherwise.
-
-    :param source: the daemon's VM source.
-    :param journal: the journal path.
-    :param dry_run: change nothing.
-    """
-    if isinstance(source, LibvirtVmSource):
-        return LibvirtActuator(journal, source, dry_run)
-    return Actuator(journal, dry_run)
-
-
-# Section: choosing the backend -----------------------------------------------------------
-
-
-def _vcpu_times(dom: Any) -> dict[int, tuple[frozenset[int], int]]:
-    """vCPU -> (its CPUs, CPU time ns) from ``virDomainGetVcpus``; empty if it fails."""
-    try:
-        infos, maps = dom.vcpus()
-    except libvirt.libvirtError as err:
-        log.info("domain %s: no vCPU times this round: %s", dom.name(), _message(err))
-        return {}
-    return {
-        int(info[0]): (frozenset(i for i, on in enumerate(cpumap) if on), int(info[2]))
-        for info, cpumap in zip(infos, maps, strict=False)
-    }
-
-
-def choose_vm_source(connect_uri: str | None, state_dir: Path) -> tuple[VmSource, str]:
-    """libvirt when a libvirtd is reachable, unicache's own QEMU otherwise.
-
-    :param connect_uri: ``--connect URI``; ``None`` tries :data:`DEFAULT_URI` and falls
-        back quietly, ``"none"`` means unicache's own QEMU only, an explicit URI that
-        cannot be reached is an error.
-    :param state_dir: the daemon's state directory (for the fallback).
-    :returns: the source and one line saying which and why.
-    :raises ConfigError: when an explicit ``--connect`` URI is unreachable.
-    """
-    if connect_uri == "none":
-        return _fallback(state_dir, "--connect none")
-    uri = connect_uri or DEFAULT_URI
-    if libvirt is None:
-        if connect_uri is not None:
-            raise ConfigError("--connect needs libvirt-python (pip install libvirt-python)")
-        return _fallback(state_dir, "libvirt-python is not installed")
-    source = LibvirtVmSource(uri)
-    try:
-        source.connect()
-    except ConfigError as err:
-        if connect_uri is not None:
-            raise
-        return _fallback(state_dir, f"no libvirtd at {uri} ({_short(err)})")
-    return source, (
-        f"VMs: libvirt domains at {uri} (driver {source.driver}; pinning through vcpupin, "
-        "restored on exit)"
-    )
-
-
-def _short(err: UnicacheError) -> str:
-    return str(err).rsplit(": ", 1)[-1]
-
-
-def _fallback(state_dir: Path, why: str) -> tuple[VmSource, str]:
-    from unicache.daemon import default_vm_source
-
-    return default_vm_source(state_dir), f"VMs: unicache's own QEMU ({why})"
-
-
-# Section: attach --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AttachResult:
-    """What ``unicache attach`` did.
-
-    :param domain: the domain.
-    :param socket: the socket QEMU listens on, which the daemon dials (from the live XML;
-        ``None`` until the domain runs with the channel: libvirt picks it at each start).
-    :param mode: the channel's source mode: ``bind`` (what attach adds), or ``connect`` for
-        a channel defined earlier where the daemon listens.
-    :param persistent: ``added``, ``present`` or ``transient`` (no persistent config).
-    :param live: ``added``, ``present``, ``not running`` or ``impossible: WHY``.
-    """
-
-    domain: str
-    socket: Path | None
-    mode: str
-    persistent: str
-    live: str
-
-
-def attach_channel(uri: str, domain: str) -> AttachResult:
-    """Add the unicache agent channel to a domain, persistently and live; idempotent.
-
-    The channel is ``mode='bind'`` (:func:`agent_channel_xml`): QEMU listens on a socket
-    libvirt makes in its channel directory, and the daemon dials it. A domain with the
-    channel already (either mode) is left as it is.
-
-    :param uri: the libvirt URI.
-    :param domain: the domain name.
-    :raises ConfigError: when libvirt is unreachable, the domain is unknown or the
-        persistent definition is refused.
-    """
-    if libvirt is None:
-        raise ConfigError("attach needs libvirt-python (pip install libvirt-python)")
-    if not domain or "/" in domain or len(domain) > 64:
-        raise ConfigError(f"bad domain name {domain!r}")
-    libvirt.registerErrorHandler(_quiet_errors, None)
-    try:
-        conn = libvirt.open(uri)
-    except libvirt.libvirtError as err:
-        raise ConfigError(f"cannot connect to libvirt at {uri}: {_message(err)}") from err
-    try:
-        try:
-            dom = conn.lookupByName(domain)
-        except libvirt.libvirtError as err:
-            raise ConfigError(f"no domain {domain!r} at {uri}") from err
-        persistent = "transient"
-        mode = "bind"
-        if dom.isPersistent():
-            inactive = parse_domain(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-            if inactive.agent_mode is not None:
-                persistent, mode = "present", inactive.agent_mode
-            else:
-                try:
-                    conn.defineXML(
-                        add_agent_channel(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-                    )
-                except libvirt.libvirtError as err:
-                    raise ConfigError(f"libvirt refused the new definition of {domain}") from err
-                persistent = "added"
-        live = "not running"
-        sock = None
-        if dom.isActive():
-            running = parse_domain(dom.XMLDesc(0))
-            if running.agent_mode is not None:
-                live, mode = "present", running.agent_mode
-            else:
-                try:
-                    # QEMU listens: the hot-plugged chardev needs nobody on the other side
-                    dom.attachDeviceFlags(agent_channel_xml(), libvirt.VIR_DOMAIN_AFFECT_LIVE)
-                    live = "added"
-                except libvirt.libvirtError as err:
-                    live = f"impossible: {_message(err)}"
-            sock = parse_domain(dom.XMLDesc(0)).agent_socket
-        return AttachResult(domain, sock, mode, persistent, live)
-    finally:
-        with contextlib.suppress(libvirt.libvirtError):
-            conn.close()
-
-
-__all__ = [
-    "DEFAULT_URI",
-    "AttachResult",
-    "DomainEvent",
-    "LibvirtActuator",
-    "LibvirtVmSource",
-    "SavedPin",
-    "attach_channel",
-    "choose_vm_source",
-    "ensure_event_loop",
-    "libvirt_available",
-    "make_actuator",
-    "make_placeholder_socket",
-]
