@@ -7,10 +7,20 @@
      ├── TopologyError            sysfs or a machine model cannot be read or is inconsistent
      ├── TraceError               an observation trace cannot be read
      ├── StateError               an object is used in a state that does not allow it
+     │                            (policies: a restored state that breaks an invariant)
      ├── ProtocolError            a peer (a guest) sent something that breaks the protocol
-     └── PolicyRefusal            a policy refuses a request; carries a stable ``kind``
+     │    └── GuestProtocolError  a guest message, dropped and answered with an error
+     ├── PolicyRefusal            a policy refuses a request; carries a stable ``kind``
+     ├── VmError                  a VM of unicache's own QEMU cannot be started or reached
+     └── BenchError               a benchmark cannot run (shim not built, driver failed)
 
-Each error keeps ``error_message`` and renders as one line, "message: cause".
+    OSError                       the operating system refused: callers retry by errno
+     ├── PerfError                perf_event_open failed (carries the kernel's errno)
+     └── UnsafeSocketError        a path to dial is not QEMU's socket: never connected to
+
+Each UnicacheError keeps ``error_message`` and renders as one line, "message: cause". The
+two OSError kinds stay OSErrors because the host's adapters treat every OSError alike (a
+failed action, retried next round); they are defined here so that the tree is whole.
 """
 
 from __future__ import annotations
@@ -63,6 +73,11 @@ class StateError(UnicacheError):
         #: the state the operation requires
         self.required = required
 
+    @classmethod
+    def restored(cls, error_message: str) -> StateError:
+        """A policy's restored state that breaks one of its invariants (``start``)."""
+        return cls(error_message, "restored", "consistent")
+
 
 class ProtocolError(UnicacheError):
     """A guest sent a message that violates the protocol; the message is dropped.
@@ -91,3 +106,41 @@ class PolicyRefusal(UnicacheError):
         super().__init__(error_message)
         #: stable machine-readable reason
         self.kind = kind
+
+
+class GuestProtocolError(ProtocolError):
+    """A guest message breaks the protocol; it is dropped and answered with an error.
+
+    :param error_message: one line naming the problem.
+    :param kind: one of ``unicache.channel.protocol.ERROR_KINDS``.
+    :param seq: the offending message's ``seq`` when it could be read.
+    """
+
+    def __init__(self, error_message: str, kind: str, seq: int | None = None) -> None:
+        super().__init__(error_message, kind)
+        #: the offending message's seq, if known
+        self.seq = seq
+
+
+class VmError(UnicacheError):
+    """A VM cannot be started, reached or stopped.
+
+    :param vm: the VM's name.
+    """
+
+    def __init__(self, error_message: str, vm: str) -> None:
+        super().__init__(f"vm {vm}: {error_message}")
+        #: the VM concerned
+        self.vm = vm
+
+
+class BenchError(UnicacheError):
+    """The benchmark cannot run (shim not built, driver failed)."""
+
+
+class PerfError(OSError):
+    """perf_event_open failed (carries errno)."""
+
+
+class UnsafeSocketError(OSError):
+    """A path to dial that is not QEMU's socket: refused, never connected to."""

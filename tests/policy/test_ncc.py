@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unicache.errors import StateError
 from unicache.model import ChunkId, NodeMemory
 from unicache.policy.ncc import (
     MQ_QUEUES,
@@ -150,7 +151,7 @@ def test_aging_lowers_frequency_but_never_below_one() -> None:
 def test_start_rejects_more_replicas_than_the_node_holds() -> None:
     state = run([remote(0), remote(0), remote(1), remote(1)]).state
     NccPolicy().start(state)
-    with pytest.raises(ValueError, match="invariant 1"):
+    with pytest.raises(StateError, match="invariant 1"):
         NccPolicy(NccParams(max_replicas_per_node=1)).start(state)
 
 

@@ -8,6 +8,7 @@ from itertools import pairwise
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from unicache.errors import StateError
 from unicache.model import ChunkAccess, ChunkId, GuestReport
 from unicache.policy.srm import (
     RULE_NEW_SEQUENCE,
@@ -154,7 +155,7 @@ def test_state_round_trip_continues_the_sequence_across_rounds() -> None:
 
 
 def test_state_with_wrong_number_of_colors_is_refused() -> None:
-    with pytest.raises(ValueError, match="one free list per color"):
+    with pytest.raises(StateError, match="one free list per color"):
         srm_round(SrmState.initial(SrmParams(4)), [], SrmParams(8))
 
 
@@ -163,9 +164,9 @@ def test_start_rejects_a_state_whose_marks_do_not_match_its_sequences() -> None:
     state = run([miss(0)], n=4, t_l=8).state
     SrmPolicy(params).start(state)
     broken = SrmState(state.free, (0, 0, 0, 0), state.sequences, state.vm_colors)
-    with pytest.raises(ValueError, match="invariant 3"):
+    with pytest.raises(StateError, match="invariant 3"):
         SrmPolicy(params).start(broken)
-    with pytest.raises(ValueError, match="invariant 1"):
+    with pytest.raises(StateError, match="invariant 1"):
         SrmPolicy(SrmParams(n_colors=8, t_l=8)).start(state)
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unicache.errors import ConfigError, UnicacheError
+from unicache.errors import BenchError, ConfigError
 
 #: the repository's guest-agent directory (the bench runs from a source checkout)
 GUEST_AGENT = Path(__file__).resolve().parents[3] / "guest-agent"
@@ -43,10 +43,6 @@ SHIM_DIR = GUEST_AGENT / "shim"
 CHUNK_SIZE = 256 * 1024
 #: placed chunks for the lookup timing
 LOOKUP_KEYS = 4096
-
-
-class BenchError(UnicacheError):
-    """The benchmark cannot run (shim not built, driver failed)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from unicache.errors import (
+    GuestProtocolError as GuestProtocolError,  # the wire's error, re-exported
+)
 from unicache.errors import ProtocolError
 from unicache.model import (
     BUDGET_UNLIMITED,
@@ -114,20 +117,6 @@ CAP_COLORS = "colors"
 CAP_REPLICAS = "replicas"
 #: capabilities this host speaks
 HOST_CAPS = ("report", "placement", "nt-copy", "fanotify", CAP_COLORS, CAP_REPLICAS)
-
-
-class GuestProtocolError(ProtocolError):
-    """A guest message breaks the protocol; it is dropped and answered with an error.
-
-    :param error_message: one line naming the problem.
-    :param kind: one of ERROR_KINDS.
-    :param seq: the offending message's ``seq`` when it could be read.
-    """
-
-    def __init__(self, error_message: str, kind: str, seq: int | None = None) -> None:
-        super().__init__(error_message, kind)
-        #: the offending message's seq, if known
-        self.seq = seq
 
 
 # --- typed guest messages ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from unicache.channel import protocol as p
 from unicache.channel.session import GuestSession, Runstate
-from unicache.errors import ConfigError, StateError, UnicacheError
+from unicache.errors import ConfigError, StateError, UnicacheError, UnsafeSocketError
 from unicache.model import Action, GuestReport, PublishPlacement
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,6 @@ class VmChannelStatus:
 SECOND_CONNECTION = "second-connection"
 #: error kind counted when a socket to dial is not one (a link, a file) or not QEMU's
 UNSAFE_SOCKET = "unsafe-socket"
-
-
-class UnsafeSocketError(OSError):
-    """A path to dial that is not QEMU's socket: refused, never connected to."""
 
 
 def dial_guest_socket(path: Path, owner_uid: int | None) -> socket.socket:

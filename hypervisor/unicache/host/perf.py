@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from unicache.errors import PerfError
 from unicache.model import CounterSource
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,6 @@ class PerfPort(Protocol):
 
     def close(self) -> None:
         """Close every counter."""
-
-
-class PerfError(OSError):
-    """perf_event_open failed (carries errno)."""
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

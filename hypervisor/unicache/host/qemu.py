@@ -44,7 +44,7 @@ from qemu.qmp import QMPClient
 from qemu.qmp import QMPError as _QMPError
 
 from unicache.cpulist import format_list, parse_list
-from unicache.errors import ConfigError, ProtocolError, StateError, UnicacheError
+from unicache.errors import ConfigError, ProtocolError, StateError, UnicacheError, VmError
 from unicache.host import colors as hostcolors
 from unicache.host.accel import QEMU_BINARY, AccelChoice, cache_dir, choose_accel
 from unicache.host.colors import COLORED_BACKEND, QemuBinary
@@ -69,18 +69,6 @@ QBOOT = Path("/usr/share/qemu/qboot.rom")
 QEMU_START_TIMEOUT_S = 15.0
 
 _T = TypeVar("_T")
-
-
-class VmError(UnicacheError):
-    """A VM cannot be started, reached or stopped.
-
-    :param vm: the VM's name.
-    """
-
-    def __init__(self, error_message: str, vm: str) -> None:
-        super().__init__(f"vm {vm}: {error_message}")
-        #: the VM concerned
-        self.vm = vm
 
 
 # --------------------------------------------------------------------------- values

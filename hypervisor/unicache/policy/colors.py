@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from unicache.errors import ConfigError
 from unicache.model import (
     AssignColor,
     ChunkId,
@@ -91,7 +92,7 @@ class ColorOptions:
             min(self.chunk_size, self.page_size, self.t_l, self.line_size) < 1
             or min(self.lookahead_runs, self.lookahead_intervals, self.host_colors) < 0
         ):
-            raise ValueError(f"invalid ColorOptions: {self}")
+            raise ConfigError(f"invalid ColorOptions: {self}")
 
     @property
     def t_l_chunks(self) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from unicache.errors import ConfigError, StateError
 from unicache.model import ChunkId, NodeMemory
 
 #: §3.2 "Generation of NCC entries": remote reads from one node before a replica is made
@@ -192,7 +193,7 @@ class NccParams:
 
     def __post_init__(self) -> None:
         if self.ncc_threshold < 1 or self.max_replicas_per_node < 0 or self.reclaim_ratio < 0:
-            raise ValueError(f"invalid NccParams: {self}")
+            raise ConfigError(f"invalid NccParams: {self}")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -470,23 +471,27 @@ class NccPolicy:
     def start(self, state: NccState) -> None:
         """Validate a restored state (idempotent).
 
-        :raises ValueError: naming the broken invariant and the remedy.
+        :raises StateError: naming the broken invariant and the remedy.
         """
         where = [(r.key, r.node) for r in state.replicas]
         per_node: dict[int, int] = {}
         for r in state.replicas:
             per_node[r.node] = per_node.get(r.node, 0) + 1
             if r.freq < 1:
-                raise ValueError(f"ncc invariant 2: replica {r.key} on {r.node} has freq < 1")
+                raise StateError.restored(
+                    f"ncc invariant 2: replica {r.key} on {r.node} has freq < 1"
+                )
         if any(count > self.params.max_replicas_per_node for count in per_node.values()):
-            raise ValueError(
+            raise StateError.restored(
                 "ncc invariant 1: a node holds more replicas than max_replicas_per_node; "
                 "raise it or discard the state"
             )
         if len(set(where)) != len(where):
-            raise ValueError("ncc invariant 2: duplicate replica; discard the state")
+            raise StateError.restored("ncc invariant 2: duplicate replica; discard the state")
         if {(c.key, c.node) for c in state.counters} & set(where):
-            raise ValueError("ncc invariant 3: counter for a replicated chunk; discard the state")
+            raise StateError.restored(
+                "ncc invariant 3: counter for a replicated chunk; discard the state"
+            )
 
     def decide(
         self, state: NccState, memory: Iterable[NodeMemory], events: Iterable[NccEvent]

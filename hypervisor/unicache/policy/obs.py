@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from unicache.cpulist import format_list
+from unicache.errors import StateError
 from unicache.model import (
     Action,
     CounterSample,
@@ -167,11 +168,11 @@ class ObsPolicy:
     def start(self, state: ObsState) -> None:
         """Check that a restored state fits the units (idempotent).
 
-        :raises ValueError: naming a vCPU placed in a unit that does not exist.
+        :raises StateError: naming a vCPU placed in a unit that does not exist.
         """
         for vcpu, unit in state.unit_of.items():
             if unit not in self._unit_by_id:
-                raise ValueError(f"{vcpu} is in unit {unit}, which this topology lacks")
+                raise StateError.restored(f"{vcpu} is in unit {unit}, which this topology lacks")
 
     def decide(
         self, obs: Observation, state: ObsState, left_alone: frozenset[str] = frozenset()

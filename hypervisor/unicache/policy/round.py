@@ -28,7 +28,7 @@ class Policy(Protocol):
     name: str
 
     def start(self, state: RoundState) -> None:
-        """Validate a restored state; raise ``ValueError`` naming the remedy."""
+        """Validate a restored state; raise ``StateError`` naming the remedy."""
 
     def decide(self, obs: Observation, state: RoundState) -> tuple[Decision, RoundState]:
         """Decide one round; the same inputs give the same outputs."""

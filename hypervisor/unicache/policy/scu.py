@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from unicache.errors import StateError
 from unicache.model import (
     BUDGET_UNLIMITED,
     ChunkDecision,
@@ -225,13 +226,13 @@ class ScuPolicy:
     def start(self, state: ScuState) -> None:
         """Validate a restored state against the units (idempotent).
 
-        :raises ValueError: if the state's table over-commits a unit.
+        :raises StateError: if the state's table over-commits a unit.
         """
         if state.table is None:
             return
         for unit in self.units:
             if state.table.assigned_bytes(unit.id) > unit.capacity_bytes:
-                raise ValueError(f"unit {unit.id} over-committed in restored state")
+                raise StateError.restored(f"unit {unit.id} over-committed in restored state")
 
     def decide(
         self,

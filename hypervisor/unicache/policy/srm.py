@@ -27,6 +27,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from unicache.errors import ConfigError, StateError
 from unicache.model import GuestReport
 from unicache.topology import Topology
 
@@ -200,7 +201,7 @@ class SrmParams:
 
     def __post_init__(self) -> None:
         if self.n_colors < 1 or self.t_l < 1:
-            raise ValueError(f"SrmParams needs n_colors >= 1 and t_l >= 1, got {self}")
+            raise ConfigError(f"SrmParams needs n_colors >= 1 and t_l >= 1, got {self}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +316,7 @@ class _Work:
 
     def __init__(self, state: SrmState, params: SrmParams) -> None:
         if len(state.free) != params.n_colors or len(state.marks) != params.n_colors:
-            raise ValueError("SrmState does not have one free list per color")
+            raise StateError.restored("SrmState does not have one free list per color")
         self.params = params
         self.free = list(state.free)
         self.marks = list(state.marks)
@@ -432,7 +433,7 @@ def srm_round(
     :param params: the parameters.
     :param weak_files: new weak-locality classification, if any.
     :returns: assignments, refills, each event's page color and the new state.
-    :raises ValueError: if the state does not match ``params.n_colors``.
+    :raises StateError: if the state does not match ``params.n_colors``.
     """
     if weak_files is not None:
         state = SrmState(state.free, state.marks, state.sequences, state.vm_colors, weak_files)
@@ -474,25 +475,31 @@ class SrmPolicy:
     def start(self, state: SrmState) -> None:
         """Validate a restored state (idempotent).
 
-        :raises ValueError: naming the broken invariant and the remedy.
+        :raises StateError: naming the broken invariant and the remedy.
         """
         n = self.params.n_colors
         if len(state.free) != n or len(state.marks) != n:
-            raise ValueError(
+            raise StateError.restored(
                 f"srm invariant 1: state has {len(state.free)} colors, params {n}; "
                 "discard the state (the LLC or page size changed)"
             )
         if min(state.free) < 1:
-            raise ValueError("srm invariant 2: an empty color list; discard the state")
+            raise StateError.restored("srm invariant 2: an empty color list; discard the state")
         held = [0] * n
         for seq in state.sequences:
             if not 0 <= seq.color < n:
-                raise ValueError(f"srm invariant 3: {seq.key} has color {seq.color} >= {n}")
+                raise StateError.restored(
+                    f"srm invariant 3: {seq.key} has color {seq.color} >= {n}"
+                )
             held[seq.color] += 1
         if tuple(held) != state.marks:
-            raise ValueError("srm invariant 3: marks do not match sequences; discard the state")
+            raise StateError.restored(
+                "srm invariant 3: marks do not match sequences; discard the state"
+            )
         if any(not 0 <= s.nr_block <= self.params.t_l for s in state.sequences):
-            raise ValueError("srm invariant 4: a sequence used more than T_l pages; lower T_l?")
+            raise StateError.restored(
+                "srm invariant 4: a sequence used more than T_l pages; lower T_l?"
+            )
 
     def decide(
         self,
