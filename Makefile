@@ -49,6 +49,7 @@ setup: $(VENV)/.apt-stamp $(VENV)/.pip-stamp $(SETUP_TARGETS)
 lint: setup
 	$(VENV)/bin/ruff check hypervisor tests tools guest-agent
 	$(VENV)/bin/ruff format --check hypervisor/unicache/policy
+	cd hypervisor && $(abspath $(VENV))/bin/lint-imports
 
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
