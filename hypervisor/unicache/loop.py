@@ -1,7 +1,10 @@
 """The policy loop: observe -> decide -> act -> record, for any host.
 
-The daemon, ``unicache replay`` and the simulator all drive policies through this loop,
-so the same policy object sees the same kind of input everywhere.
+``unicache replay`` drives policies through :func:`run_rounds`. The daemon runs the same
+steps in an asynchronous loop of its own (``daemon.py``: the round in a worker thread,
+channels and signals served meanwhile), and the simulator's live loop in
+``unicache_sim.simhost``; both call the same ``UnicachePolicy.decide`` on the same
+``Observation``. One loop for all three is issue #14's, not done yet.
 """
 
 from __future__ import annotations
