@@ -584,7 +584,7 @@ def status(
     ] = False,
 ) -> None:
     """Show units, vCPUs, weights and the last actions of the running daemon."""
-    from unicache.inspect import read_log, read_status
+    from unicache.readback import read_log, read_status
 
     def render() -> Table:
         data = read_status(state_dir)
@@ -639,8 +639,8 @@ def explain(
 ) -> None:
     """Why a VM's vCPUs sit where they sit, from the decision log."""
     from unicache.daemon import default_decision_log
-    from unicache.inspect import explain as explain_vm
-    from unicache.inspect import read_log
+    from unicache.readback import explain as explain_vm
+    from unicache.readback import read_log
 
     found = explain_vm(read_log(decision_log or default_decision_log(state_dir)), vm, vcpu)
     if json_out:

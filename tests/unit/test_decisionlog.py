@@ -17,8 +17,8 @@ from unicache.decisionlog import (
     report_summary_record,
 )
 from unicache.errors import ConfigError
-from unicache.inspect import explain
 from unicache.model import ChunkAccess, ChunkDecision, ChunkId, GuestReport
+from unicache.readback import explain
 
 
 def _record(i: int) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Reading what the daemon left: its status file and its decision log (for status/explain)."""
+"""Reading back what the daemon left: its status file and decision log (status, explain)."""
 
 from __future__ import annotations
 
