@@ -187,14 +187,6 @@ def with_overrides(config: DaemonConfig, **overrides: Any) -> DaemonConfig:
     return replace(config, **given)
 
 
-def default_vm_source(state_dir: Path) -> VmSource:
-    """The embedded QEMU backend's VM registry under ``state_dir``."""
-    from unicache.host.qemu_source import QemuRegistrySource
-
-    source: VmSource = QemuRegistrySource(state_dir)
-    return source
-
-
 async def run_daemon(
     config: DaemonConfig,
     vm_source: VmSource | None = None,
@@ -294,8 +286,8 @@ async def run_daemon(
     try:
         while not stop.is_set():
             obs = host.observe()
-            for event in getattr(source, "drain_events", list)():
-                note(f"vm {event.domain}: {event.kind} ({event.detail})")
+            for event in source.drain_events():
+                note(f"vm {event.vm}: {event.kind} ({event.detail})")
             await _sync_channels(channel, host, listening, note)
             # the round runs in a worker thread: the loop keeps serving every VM's channel
             # and the signals while one guest's reports keep the policy busy (issue #12)
@@ -348,9 +340,7 @@ async def run_daemon(
                 note(f"shutdown: {line}")
         await channel.close()
         perf.close()
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()  # after channel.close(): restores the agent sockets' placeholders
+        source.close()  # after channel.close(): restores the agent sockets' placeholders
         decisions.flush()
         decisions.close()
     return 0

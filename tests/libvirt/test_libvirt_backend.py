@@ -159,14 +159,14 @@ def test_lifecycle_events_report_start_and_destroy(
 ) -> None:
     dom = make_domain("events", vcpus=1)
     name = dom.name()
-    wait_for(lambda: any(e.domain == name and e.kind == "started"
+    wait_for(lambda: any(e.vm == name and e.kind == "started"
                          for e in source.drain_events()), what="started event")
     assert _vm(source, name) is not None
     dom.destroy()
     seen: list[Any] = []
 
     def stopped() -> bool:
-        seen.extend(e for e in source.drain_events() if e.domain == name)
+        seen.extend(e for e in source.drain_events() if e.vm == name)
         return any(e.kind == "stopped" for e in seen)
 
     wait_for(stopped, what="stopped event")
@@ -222,7 +222,7 @@ def test_live_host_survives_libvirtd_restart_and_a_destroyed_domain(
     conn.close()
     # events flow again on the new connection
     wait_for(lambda: [e for e in source.drain_events()
-                      if (e.domain, e.kind) == (lose.name(), "stopped")], what="stopped event")
+                      if (e.vm, e.kind) == (lose.name(), "stopped")], what="stopped event")
     gone = host.observe()
     assert lose.name() not in {vm.name for vm in gone.vms}
     assert f"affinity/{lose.name()}/vcpu0" not in {p.key for p in actuator.pending}

@@ -66,11 +66,33 @@ class RunningVm:
     agent_listens: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class VmEvent:
+    """A lifecycle event a backend delivered between two rounds (libvirt's).
+
+    :param time: wall-clock seconds.
+    :param vm: the VM's name ("" for the backend itself, e.g. a reconnect).
+    :param kind: ``started``, ``stopped``, ``migrated-away``, ``crashed``, ...
+    :param detail: the backend's detail for it (``destroyed``, ``migrated``, ...).
+    """
+
+    time: float
+    vm: str
+    kind: str
+    detail: str
+
+
 class VmSource(Protocol):
-    """A backend that lists the running VMs."""
+    """A backend that lists the running VMs: everything the daemon's loop calls on it."""
 
     def running(self) -> list[RunningVm]:
         """The VMs running now; a VM that cannot be queried is left out (and logged)."""
+
+    def drain_events(self) -> list[VmEvent]:
+        """Lifecycle events since the last call, oldest first (none for most backends)."""
+
+    def close(self) -> None:
+        """Let go of the backend (the VMs keep running)."""
 
 
 class WeightSetter(Protocol):

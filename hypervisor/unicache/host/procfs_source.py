@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unicache.errors import ConfigError
-from unicache.host.live import RunningVm
+from unicache.host.live import RunningVm, VmEvent, VmSource
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,13 @@ class ProcessVmSource:
     def __init__(self, attached: list[tuple[str, int, Path | None]]) -> None:
         self.attached = attached
 
+    def drain_events(self) -> list[VmEvent]:
+        """No lifecycle events: each round lists what runs."""
+        return []
+
+    def close(self) -> None:
+        """Nothing to let go of."""
+
     def running(self) -> list[RunningVm]:
         """The attached VMs whose process still has vCPU threads."""
         out = []
@@ -71,3 +79,7 @@ class ProcessVmSource:
             if threads:
                 out.append(RunningVm(name, pid, threads, sock))
         return out
+
+
+if TYPE_CHECKING:
+    _check: VmSource = ProcessVmSource([])  # conformance, as mypy sees it

@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unicache.errors import UnicacheError
 from unicache.host import qemu
-from unicache.host.live import RunningVm
+from unicache.host.live import RunningVm, VmEvent, VmSource
 from unicache.model import GuestNode
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,13 @@ class QemuRegistrySource:
         env = os.environ.get("UNICACHE_STATE_DIR")
         self.registry = Path(env) if env else state_dir / "vms"
         self._threads: dict[tuple[str, int, int], dict[int, int]] = {}
+
+    def drain_events(self) -> list[VmEvent]:
+        """No lifecycle events: each round lists what runs."""
+        return []
+
+    def close(self) -> None:
+        """Nothing to let go of."""
 
     def running(self) -> list[RunningVm]:
         """The registry's live VMs with their vCPU threads; a VM QMP cannot answer is left out."""
@@ -57,3 +65,7 @@ class QemuRegistrySource:
         for key in set(self._threads) - live_keys:
             del self._threads[key]
         return out
+
+
+if TYPE_CHECKING:
+    _check: VmSource = QemuRegistrySource(Path())  # conformance, as mypy sees it

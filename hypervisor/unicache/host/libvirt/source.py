@@ -45,7 +45,7 @@ from unicache.host.libvirt.binding import (
 )
 from unicache.host.libvirt.channel import make_placeholder_socket
 from unicache.host.libvirt.domain_xml import DomainXml, parse_domain, parse_query_cpus_fast
-from unicache.host.live import RunningVm, VmSource
+from unicache.host.live import RunningVm, VmEvent, VmSource
 from unicache.model import GuestNode
 
 log = logging.getLogger(__name__)
@@ -58,22 +58,6 @@ RECONNECT_INTERVAL_S = 1.0
 KEEPALIVE = (5, 3)
 #: lifecycle events kept for :meth:`LibvirtVmSource.drain_events`
 MAX_EVENTS = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class DomainEvent:
-    """A lifecycle event libvirt delivered.
-
-    :param time: wall-clock seconds.
-    :param domain: the domain's name.
-    :param kind: ``started``, ``stopped``, ``migrated-away``, ``crashed``, ...
-    :param detail: libvirt's detail for it (``destroyed``, ``migrated``, ...).
-    """
-
-    time: float
-    domain: str
-    kind: str
-    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +95,7 @@ class LibvirtVmSource:
         self._next_try = 0.0
         self._known: dict[str, _Known] = {}
         self._dirty: set[str] = set()
-        self._events: deque[DomainEvent] = deque(maxlen=MAX_EVENTS)
+        self._events: deque[VmEvent] = deque(maxlen=MAX_EVENTS)
         self._noted: set[str] = set()
         self._sockets: set[Path] = set()
         #: successful reconnects since :meth:`connect`
@@ -215,7 +199,7 @@ class LibvirtVmSource:
             return False
         self.reconnects += 1
         log.warning("reconnected to libvirt at %s", self.uri)
-        self._events.append(DomainEvent(time.time(), "", "reconnected", self.uri))
+        self._events.append(VmEvent(time.time(), "", "reconnected", self.uri))
         return True
 
     def _note(self, line: str) -> None:
@@ -235,7 +219,7 @@ class LibvirtVmSource:
             if what == "migrated":
                 kind = "migrated-away"
         with self._lock:
-            self._events.append(DomainEvent(time.time(), name, kind, what))
+            self._events.append(VmEvent(time.time(), name, kind, what))
             self._dirty.add(name)
             if kind in ("stopped", "migrated-away", "crashed"):
                 self._known.pop(name, None)
@@ -245,10 +229,10 @@ class LibvirtVmSource:
         # a hot-plugged agent channel (`unicache attach`): re-read the domain's XML
         name = dom.name()
         with self._lock:
-            self._events.append(DomainEvent(time.time(), name, "device-added", alias))
+            self._events.append(VmEvent(time.time(), name, "device-added", alias))
             self._dirty.add(name)
 
-    def drain_events(self) -> list[DomainEvent]:
+    def drain_events(self) -> list[VmEvent]:
         """The lifecycle events received since the last call, oldest first."""
         with self._lock:
             out = list(self._events)
