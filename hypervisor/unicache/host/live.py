@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from unicache.host.actuate import Actuator, thread_last_cpu
+from unicache.host.actuate import SavedAffinity, thread_last_cpu
 from unicache.host.base import ActResult
 from unicache.host.perf import PerfPort, ThreadCounts
 from unicache.model import (
@@ -95,6 +95,27 @@ class VmSource(Protocol):
         """Let go of the backend (the VMs keep running)."""
 
 
+class AffinitySetter(Protocol):
+    """Pins vCPUs and puts back what it changed, journaled (``host/actuate.py`` for threads,
+    ``host/libvirt/actuator.py`` for libvirt domains)."""
+
+    @property
+    def pending(self) -> tuple[SavedAffinity, ...]:
+        """Changes that a restore would undo."""
+
+    def set_affinity(self, key: str, tid: int, cpus: Iterable[int]) -> frozenset[int]:
+        """Pin one vCPU (``tid`` 0: through the hypervisor); returns the CPUs it had.
+
+        :raises OSError: when refused (the action fails and is retried next round).
+        """
+
+    def forget(self, key: str) -> None:
+        """Drop a journal entry whose thread is gone."""
+
+    def restore_all(self) -> list[str]:
+        """Undo every change; one line each."""
+
+
 class WeightSetter(Protocol):
     """Sets vCPU CPU weights and puts back what it changed (``host/cgroup.py`` for
     unicache's own QEMU, ``host/libvirt/weights.py`` for libvirt domains)."""
@@ -133,7 +154,7 @@ class LiveHost:
         self,
         vms: VmSource,
         perf: PerfPort,
-        actuator: Actuator,
+        actuator: AffinitySetter,
         weights: WeightSetter | None,
         publisher: Publisher | None,
         reports: Callable[[], list[GuestReport]],
@@ -294,3 +315,13 @@ class LiveHost:
             self._weights.set_weight(rvm.name, rvm.pid, action.vcpu.index, tid, action.weight)
             return None
         return f"unknown action {action!r}"
+
+
+if TYPE_CHECKING:  # conformance of the thread backends to the ports, as mypy sees it
+    from pathlib import Path
+
+    from unicache.host.actuate import Actuator
+    from unicache.host.cgroup import CgroupWeights
+
+    _affinity: AffinitySetter = Actuator(Path())
+    _weights: WeightSetter = CgroupWeights(Path(), Path())

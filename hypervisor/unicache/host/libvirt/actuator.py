@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from unicache.errors import StateError
 from unicache.host.actuate import Actuator, SavedAffinity, thread_start_time
@@ -211,3 +212,9 @@ def make_actuator(source: VmSource, journal: Path, dry_run: bool = False) -> Act
     if isinstance(source, LibvirtVmSource):
         return LibvirtActuator(journal, source, dry_run)
     return Actuator(journal, dry_run)
+
+
+if TYPE_CHECKING:
+    from unicache.host.live import AffinitySetter
+
+    _check: AffinitySetter = LibvirtActuator(Path(), LibvirtVmSource())  # conformance

@@ -21,7 +21,7 @@ import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from unicache.policy.obs import BASE_CPU_WEIGHT
 from unicache.statefile import write_private_json
@@ -113,3 +113,10 @@ class LibvirtWeights:
         self._applied.clear()
         self._store()
         return lines
+
+
+if TYPE_CHECKING:
+    from unicache.host.libvirt.source import LibvirtVmSource
+    from unicache.host.live import WeightSetter
+
+    _check: WeightSetter = LibvirtWeights(LibvirtVmSource(), Path())  # conformance
