@@ -1,14 +1,8 @@
-"""Shared fixtures for policy tests: named topologies and observation builders."""
+"""Shared builders for policy tests: VMs, samples, observations (machines: tests/topologies.py)."""
 
 from __future__ import annotations
 
 from unicache.model import CounterSample, CounterSource, Observation, Vcpu, VcpuId, Vm
-from unicache.topology import load_model
-
-#: OBS paper's machine: one quad-core Xeon 5300, two LLC groups of two cores
-TOPO_XEON_5300 = load_model("xeon-5300-quad")
-#: MFC paper's machine: four quad-core Opteron chips (Figure 1)
-TOPO_OPTERON_16 = load_model("opteron-16")
 
 
 def vm(name: str, vcpus: int, cpus: frozenset[int] = frozenset({0, 1, 2, 3})) -> Vm:

@@ -26,7 +26,8 @@ from unicache.policy.replicas import NCC_BOUNDED, ReplicaState, replicas_round
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
 
-from tests.policy.conftest import TOPO_OPTERON_16, sample
+from tests.policy.conftest import sample
+from tests.topologies import TOPO_OPTERON_16
 
 CHUNK = 256 * 1024  # opteron-16: half its 512 KiB L2
 MIB = 1 << 20

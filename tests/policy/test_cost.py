@@ -29,7 +29,9 @@ from unicache.policy.scu import (
     ScuState,
     scu_options_for,
 )
-from unicache.topology import Unify, load_model
+from unicache.topology import Unify
+
+from tests.topologies import TOPO_OPTERON_16
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -125,7 +127,7 @@ def _obs(vm: str, chunks: int, size: int) -> Observation:
 
 
 def test_scu_leaves_a_vm_alone_and_logs_why_when_its_data_fits_one_unit() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
     units = {VcpuId("vm0", i): i for i in range(4)}
     decision, _ = scu.decide(_obs("vm0", 4, 256 * KIB), ScuState(), units)
@@ -135,7 +137,7 @@ def test_scu_leaves_a_vm_alone_and_logs_why_when_its_data_fits_one_unit() -> Non
 
 
 def test_scu_places_a_vm_whose_data_needs_several_units_with_unlimited_budgets() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
     units = {VcpuId("vm0", i): i for i in range(4)}
     decision, state = scu.decide(_obs("vm0", 32, 256 * KIB), ScuState(), units)
@@ -145,7 +147,7 @@ def test_scu_places_a_vm_whose_data_needs_several_units_with_unlimited_budgets()
 
 
 def test_a_placed_vm_predicted_to_lose_is_withdrawn_only_after_rounds_of_doubt() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
     units = {VcpuId("vm0", i): i for i in range(4)}
     # 4 MiB read 4 KiB at a time: more than one unit holds, each read saving far less
@@ -162,7 +164,7 @@ def test_a_placed_vm_predicted_to_lose_is_withdrawn_only_after_rounds_of_doubt()
 
 
 def test_a_vm_a_prediction_left_alone_is_placed_only_after_rounds_of_trust() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
     units = {VcpuId("vm0", i): i for i in range(4)}
     # one round whose reads fit one unit leaves the VM alone ...
@@ -180,7 +182,7 @@ def test_a_vm_a_prediction_left_alone_is_placed_only_after_rounds_of_trust() -> 
 
 
 def test_one_round_without_gain_restarts_the_trust() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
     units = {VcpuId("vm0", i): i for i in range(4)}
     small, gain = _obs("vm0", 4, 256 * KIB), _obs("vm0", 32, 256 * KIB)
@@ -193,7 +195,7 @@ def test_one_round_without_gain_restarts_the_trust() -> None:
 def test_a_vm_whose_vcpus_sit_in_one_unit_is_judged_over_the_units_it_could_span() -> None:
     # OBS keeps a sharing VM's vCPUs in one unit while SCU leaves it alone: SCU must
     # still see what spreading them would gain, or the VM could never be placed again
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
     clustered = {VcpuId("vm0", i): 0 for i in range(4)}
     decision, _ = scu.decide(_obs("vm0", 32, 256 * KIB), ScuState(), clustered)

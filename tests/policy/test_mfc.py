@@ -7,7 +7,9 @@ from unicache.model import ChunkId
 from unicache.policy import mfc
 from unicache.policy.mfc import ChunkKey, MfcParams, MfcTable, UnitView, m_use
 from unicache.policy.scu import min_read_size, scu_options_for
-from unicache.topology import Unify, load_model
+from unicache.topology import Unify
+
+from tests.topologies import TOPO_OPTERON_16
 
 KIB = 1024
 CHUNK = 256 * KIB
@@ -213,7 +215,7 @@ def test_eq2_cache_avail_subtracts_the_larger_of_counter_use_and_assigned_bytes(
 
 def test_min_read_size_for_opteron_is_tens_of_kilobytes_as_in_the_paper() -> None:
     # §6.1: "For files smaller than 45 Kbytes, MFC will stop migrating threads"
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     paper = min_read_size(topo.migration_cycles or 0, 2.9, 0.9)  # §4.5 without a margin
     assert 16 * KIB < paper < 64 * KIB
     options = scu_options_for(topo, Unify.LLC)

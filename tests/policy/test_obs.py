@@ -31,7 +31,8 @@ from unicache.policy.obs import (
     cache_weight,
 )
 
-from tests.policy.conftest import TOPO_OPTERON_16, TOPO_XEON_5300, observation, sample, vm
+from tests.policy.conftest import observation, sample, vm
+from tests.topologies import TOPO_OPTERON_16, TOPO_XEON_5300
 
 UNITS = TOPO_XEON_5300.units()
 

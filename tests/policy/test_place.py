@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from unicache.errors import PolicyRefusal
 from unicache.policy.place import UnitLoad, libvirt_fragment, place_vm
-from unicache.topology import load_model
 
-EPYC = load_model("epyc-2s")
+from tests.topologies import TOPO_EPYC_2S, TOPO_XEON_5300
+
+EPYC = TOPO_EPYC_2S
 
 
 def test_vcpus_spread_over_the_lightest_units_and_memory_follows_them() -> None:
@@ -25,7 +26,7 @@ def test_vcpus_spread_over_the_lightest_units_and_memory_follows_them() -> None:
 
 
 def test_new_vcpus_count_as_average_weight_so_a_vm_does_not_stack_on_one_unit() -> None:
-    units = load_model("xeon-5300-quad").units()
+    units = TOPO_XEON_5300.units()
     loads = (UnitLoad(units[0], 0.2, 1), UnitLoad(units[1], 0.0, 0))
     proposal = place_vm(loads, 3)
     assert [p.unit for p in proposal.vcpus] == [1, 0, 1]

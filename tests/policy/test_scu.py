@@ -17,7 +17,8 @@ from unicache.model import (
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
 
-from tests.policy.conftest import TOPO_OPTERON_16, sample
+from tests.policy.conftest import sample
+from tests.topologies import TOPO_OPTERON_16
 
 CHUNK = 256 * 1024
 

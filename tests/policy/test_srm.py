@@ -33,7 +33,8 @@ from unicache.policy.srm import (
     page_colors,
     srm_round,
 )
-from unicache.topology import load_model
+
+from tests.topologies import TOPO_XEON_X5355
 
 WEAK = frozenset({("a", 1), ("a", 2), ("b", 1)})
 
@@ -51,7 +52,7 @@ def run(
 
 def test_xeon_x5355_llc_has_64_page_colors() -> None:
     # §2.2: 4 MiB 16-way shared L2, 4 KiB pages -> 4 MiB / 16 / 4 KiB = 64 colors
-    assert page_colors(load_model("xeon-x5355")) == 64
+    assert page_colors(TOPO_XEON_X5355) == 64
 
 
 def test_large_file_gets_a_new_color_every_t_l_pages() -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 from unicache.errors import UnicacheError
-from unicache.topology import load_model
 from unicache_sim.config import from_topology
 from unicache_sim.mfc import MIB, MfcSpec, run_baseline
 
+from tests.topologies import TOPO_OPTERON_16
+
 
 def test_touch_fills_the_cpus_caches_without_charging_any_thread() -> None:
-    cfg = from_topology(load_model("opteron-16"))
+    cfg = from_topology(TOPO_OPTERON_16)
     engine = cfg.engine()
     tid = engine.add_thread(0)
     obj = engine.add_object(64 * 1024, "node", 0)
@@ -30,7 +31,7 @@ def test_touch_fills_the_cpus_caches_without_charging_any_thread() -> None:
 
 
 def test_touch_outside_the_object_is_one_clear_error() -> None:
-    engine = from_topology(load_model("opteron-16")).engine()
+    engine = from_topology(TOPO_OPTERON_16).engine()
     obj = engine.add_object(4096)
     with pytest.raises(UnicacheError, match="outside object"):
         engine.touch(0, obj, 0, 8192)
@@ -40,7 +41,7 @@ def test_touch_outside_the_object_is_one_clear_error() -> None:
 
 @pytest.mark.parametrize("baseline", ["linux", "unicache", "oracle"])
 def test_background_footprint_competes_with_the_files_in_every_baseline(baseline: str) -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     cfg = from_topology(topo)
     small = MfcSpec(min_warm_bytes=16 * MIB, min_measure_bytes=16 * MIB, warm_factor=1.0)
     busy = MfcSpec(

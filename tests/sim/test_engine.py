@@ -8,6 +8,8 @@ from unicache.errors import ConfigError, UnicacheError
 from unicache.topology import load_model, model_names
 from unicache_sim.config import from_topology, oracle
 
+from tests.topologies import TOPO_OPTERON_16
+
 LINE = 64
 
 
@@ -21,7 +23,7 @@ def test_every_shipped_model_builds_a_machine(name: str) -> None:
 
 
 def test_oracle_merges_every_level_into_one_shared_instance() -> None:
-    cfg = from_topology(load_model("opteron-16"))
+    cfg = from_topology(TOPO_OPTERON_16)
     orc = oracle(cfg)
     assert orc.on_chip_bytes() == cfg.on_chip_bytes()
     assert all(set(lv.instance_of) == {0} for lv in orc.levels)
@@ -29,7 +31,7 @@ def test_oracle_merges_every_level_into_one_shared_instance() -> None:
 
 
 def test_dram_bandwidth_scale_slows_the_queue_server() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     full = from_topology(topo).nodes[0].service_line_cycles
     eighth = from_topology(topo, dram_bw_scale=0.125).nodes[0].service_line_cycles
     assert eighth == pytest.approx(8 * full)
@@ -38,7 +40,7 @@ def test_dram_bandwidth_scale_slows_the_queue_server() -> None:
 
 
 def test_simulator_errors_are_unicache_errors_with_one_line() -> None:
-    engine = from_topology(load_model("opteron-16")).engine()
+    engine = from_topology(TOPO_OPTERON_16).engine()
     with pytest.raises(UnicacheError) as info:
         engine.add_thread(99)
     assert isinstance(info.value, us.SimulatorError)
@@ -46,7 +48,7 @@ def test_simulator_errors_are_unicache_errors_with_one_line() -> None:
 
 
 def test_access_outside_an_object_is_refused() -> None:
-    engine = from_topology(load_model("opteron-16")).engine()
+    engine = from_topology(TOPO_OPTERON_16).engine()
     obj = engine.add_object(4096)
     tid = engine.add_thread(0)
     with pytest.raises(us.SimulatorError):
@@ -59,7 +61,7 @@ def _stream(engine: us.Engine, tid: int, obj: int, size: int, kind: str = "read"
 
 
 def test_non_temporal_reads_leave_the_caches_empty() -> None:
-    engine = from_topology(load_model("opteron-16")).engine()
+    engine = from_topology(TOPO_OPTERON_16).engine()
     obj = engine.add_object(64 * 1024)
     tid = engine.add_thread(0)
     _stream(engine, tid, obj, 64 * 1024, "nt")
@@ -69,7 +71,7 @@ def test_non_temporal_reads_leave_the_caches_empty() -> None:
 
 
 def test_second_read_of_a_small_file_is_served_on_chip() -> None:
-    engine = from_topology(load_model("opteron-16")).engine()
+    engine = from_topology(TOPO_OPTERON_16).engine()
     obj = engine.add_object(256 * 1024)
     tid = engine.add_thread(0)
     _stream(engine, tid, obj, 256 * 1024)
@@ -80,7 +82,7 @@ def test_second_read_of_a_small_file_is_served_on_chip() -> None:
 
 
 def test_first_touch_places_pages_on_the_reader_node() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     engine = from_topology(topo).engine()
     obj = engine.add_object(8192)
     tid = engine.add_thread(12)  # node 3
@@ -92,7 +94,7 @@ def test_first_touch_places_pages_on_the_reader_node() -> None:
 
 
 def test_colored_objects_get_frames_of_their_colors() -> None:
-    engine = from_topology(load_model("opteron-16")).engine()
+    engine = from_topology(TOPO_OPTERON_16).engine()
     obj = engine.add_object(64 * 4096, "colored", node=1, n_colors=32, color_mask=0b1010)
     tid = engine.add_thread(4)
     _stream(engine, tid, obj, 64 * 4096)
@@ -102,7 +104,7 @@ def test_colored_objects_get_frames_of_their_colors() -> None:
 
 
 def test_migration_costs_the_model_cycles() -> None:
-    cfg = from_topology(load_model("opteron-16"))
+    cfg = from_topology(TOPO_OPTERON_16)
     engine = cfg.engine()
     tid = engine.add_thread(0)
     engine.push_migrate(tid, 5, cfg.migration_cycles_remote)
@@ -115,7 +117,7 @@ def test_migration_costs_the_model_cycles() -> None:
 def test_dram_saturation_caps_aggregate_bandwidth() -> None:
     # 8 threads stream distinct data from node 0 with its bandwidth cut 8x: the aggregate
     # rate must stop at the node's bandwidth, so each thread runs far slower than alone.
-    cfg = from_topology(load_model("opteron-16"), dram_bw_scale=0.125)
+    cfg = from_topology(TOPO_OPTERON_16, dram_bw_scale=0.125)
     size = 1024 * 1024
 
     def run(n: int) -> float:

@@ -36,6 +36,8 @@ from unicache_sim.grid_report import (
 )
 from unicache_sim.mfc import BaselineResult, PointResult
 
+from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16, TOPO_OPTERON_242_2NODE, TOPO_XEON_5300
+
 if "mix_stderr" in inspect.signature(CliRunner).parameters:
     runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
 else:
@@ -58,13 +60,13 @@ def test_discovery_picks_every_model_with_several_llc_groups_and_no_other() -> N
 
 def test_on_chip_bytes_counts_every_instance_of_every_level() -> None:
     # opteron-16: 4 chips x (2 MiB L3 + 4 cores x (64 KiB L1 + 512 KiB L2))
-    assert on_chip_bytes(load_model("opteron-16")) == 4 * (2 * MIB + 4 * (64 + 512) * 1024)
+    assert on_chip_bytes(TOPO_OPTERON_16) == 4 * (2 * MIB + 4 * (64 + 512) * 1024)
 
 
 def test_working_sets_run_from_half_an_llc_to_twice_the_on_chip_cache() -> None:
     # half of a 2 MiB L3 up to 2 x 17 MiB, powers of two
-    assert ws_series(load_model("opteron-16")) == (1, 2, 4, 8, 16, 32)
-    assert ws_series(load_model("opteron-242-2node")) == (0.5, 1, 2, 4)
+    assert ws_series(TOPO_OPTERON_16) == (1, 2, 4, 8, 16, 32)
+    assert ws_series(TOPO_OPTERON_242_2NODE) == (0.5, 1, 2, 4)
     for name in multi_llc_models():
         topo = load_model(name)
         series = ws_series(topo)
@@ -75,9 +77,9 @@ def test_working_sets_run_from_half_an_llc_to_twice_the_on_chip_cache() -> None:
 
 
 def test_thread_counts_are_one_four_and_all_cores_within_the_model() -> None:
-    assert thread_counts(load_model("opteron-16")) == (1, 4, 16)
-    assert thread_counts(load_model("xeon-5300-quad")) == (1, 4)
-    assert thread_counts(load_model("opteron-242-2node")) == (1, 2)
+    assert thread_counts(TOPO_OPTERON_16) == (1, 4, 16)
+    assert thread_counts(TOPO_XEON_5300) == (1, 4)
+    assert thread_counts(TOPO_OPTERON_242_2NODE) == (1, 2)
     assert model_axes("opteron-16", ("all", "1")).threads == (1, 16)
     assert model_axes("opteron-242-2node", ("1", "4")).threads == (1,)
 
@@ -109,7 +111,7 @@ def test_quick_narrows_only_the_axes_not_given() -> None:
     given = build_axes(GridRequest(quick=True, models=("epyc-2s",), seeds=3, workloads=("wc",)))
     assert [m.model for m in given.models] == ["epyc-2s"]
     assert given.seeds == (1, 2, 3) and given.workloads == ("wc",)
-    assert given.models[0].threads == (1, len(load_model("epyc-2s").cpus))
+    assert given.models[0].threads == (1, len(TOPO_EPYC_2S.cpus))
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,12 @@ from dataclasses import replace
 
 import pytest
 from unicache.daemon import DaemonConfig
-from unicache.topology import load_model
 from unicache_sim.baselines import UnicacheLive
 from unicache_sim.config import from_topology
 from unicache_sim.livetiming import LoopTiming
 from unicache_sim.mfc import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec, run_mfc
+
+from tests.topologies import TOPO_OPTERON_16
 
 
 def test_the_default_timing_is_the_daemons() -> None:
@@ -29,7 +30,7 @@ def test_the_default_timing_is_the_daemons() -> None:
 def test_sampled_and_whole_intervals_agree_at_8_mib(seed: int) -> None:
     base = MfcSpec(min_measure_bytes=48 * 1024 * 1024, measure_factor=2.0, seed=seed)
     whole = replace(base, timing=LoopTiming.daemon_defaults(window_passes=math.inf))
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     (sampled,) = run_mfc(topo, base, [8.0])
     (full,) = run_mfc(topo, whole, [8.0])
     ratio = sampled.speedup / full.speedup
@@ -38,7 +39,7 @@ def test_sampled_and_whole_intervals_agree_at_8_mib(seed: int) -> None:
 
 
 def test_the_measured_phase_waits_for_the_policys_standing_to_settle() -> None:
-    topo = load_model("opteron-16")
+    topo = TOPO_OPTERON_16
     cfg = from_topology(topo)
     live = UnicacheLive(cfg, MfcSpec(), cfg.engine(), topo, 8 * 1024 * 1024)
     live.rounds, live.settled = WARM_ROUNDS, SETTLE_ROUNDS - 1

@@ -7,8 +7,9 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from unicache.topology import load_model
 from unicache_sim.mfc import MfcSpec, PointResult, run_mfc
+
+from tests.topologies import TOPO_OPTERON_16
 
 SIZES = [1.0, 2.0, 8.0, 16.0, 128.0]
 SEEDS = range(1, 6)
@@ -21,7 +22,7 @@ def points() -> dict[float, list[PointResult]]:
         spec = MfcSpec(
             min_measure_bytes=48 * 1024 * 1024, measure_factor=2.0, warm_factor=2.0, seed=seed
         )
-        for p in run_mfc(load_model("opteron-16"), spec, SIZES):
+        for p in run_mfc(TOPO_OPTERON_16, spec, SIZES):
             out.setdefault(p.ws_mb, []).append(p)
     return out
 
@@ -79,7 +80,7 @@ def test_in_kernel_whatif_peaks_at_8_mib_with_20x_less_dram() -> None:
     spec = MfcSpec(
         min_measure_bytes=48 * 1024 * 1024, measure_factor=2.0, warm_factor=2.0, path="whatif"
     )
-    by_size = {p.ws_mb: p for p in run_mfc(load_model("opteron-16"), spec, [2.0, 8.0, 128.0])}
+    by_size = {p.ws_mb: p for p in run_mfc(TOPO_OPTERON_16, spec, [2.0, 8.0, 128.0])}
     assert max(by_size.values(), key=lambda p: p.speedup).ws_mb == 8.0
     p = by_size[8.0]
     assert p.get("unicache").dram_per_byte * 20 <= p.get("linux").dram_per_byte

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from unicache.errors import ConfigError
 from unicache.policy.ncc import NCC_THRESHOLD
-from unicache.topology import load_model
 from unicache_sim.config import from_topology
 from unicache_sim.replicas import NccResult, NccSpec, run_config, run_ncc, tree_sizes
 
-TOPO = load_model("opteron-242-2node")
+from tests.topologies import TOPO_OPTERON_242_2NODE, TOPO_XEON_X5355
+
+TOPO = TOPO_OPTERON_242_2NODE
 CFG = from_topology(TOPO)
 #: 6 greps per shell over an 8 MB tree of 80 files
 SPEC = NccSpec(tree_mb=8.0, greps=12)
@@ -69,7 +70,7 @@ def test_more_shells_than_cpus_share_them() -> None:
 
 def test_single_node_model_and_bad_parameters_are_refused() -> None:
     with pytest.raises(ConfigError, match="one NUMA node"):
-        run_ncc(load_model("xeon-x5355"), SPEC)
+        run_ncc(TOPO_XEON_X5355, SPEC)
     with pytest.raises(ConfigError, match="--greps"):
         NccSpec(greps=1, shells=2).check()
     with pytest.raises(ConfigError, match="--tree-mb"):

@@ -13,17 +13,18 @@ from unicache.model import (
     PublishPlacement,
     VcpuId,
 )
-from unicache.topology import load_model
 from unicache_sim import shimrule
 from unicache_sim.config import from_topology
 from unicache_sim.mfc import MfcSpec, run_mfc
 from unicache_sim.simhost import GuestShim, SimHost
 
+from tests.topologies import TOPO_CORE_I7_860, TOPO_OPTERON_16
+
 CHUNK = 256 * 1024
 
 
 def _host() -> tuple[SimHost, int, int]:
-    cfg = from_topology(load_model("opteron-16"))
+    cfg = from_topology(TOPO_OPTERON_16)
     engine = cfg.engine()
     host = SimHost(cfg, engine, "vm0", period_cycles=1e6)
     tid = engine.add_thread(0)
@@ -117,7 +118,7 @@ def test_shim_runs_readers_of_one_unit_where_the_shims_rule_puts_them() -> None:
 
 def test_live_loop_at_the_daemons_round_still_gains_at_8_mib() -> None:
     spec = MfcSpec(min_measure_bytes=48 * 1024 * 1024, measure_factor=2.0)
-    (point,) = run_mfc(load_model("opteron-16"), spec, [8.0])
+    (point,) = run_mfc(TOPO_OPTERON_16, spec, [8.0])
     assert point.speedup > 1.3
     assert point.get("unicache").dram_per_byte < 0.5 * point.get("linux").dram_per_byte
 
@@ -134,6 +135,6 @@ def test_where_the_policy_has_nothing_to_do_unicache_measures_exactly_linux(
         spec = MfcSpec(
             threads=2, min_measure_bytes=32 * 1024 * 1024, corunner=corunner, seed=seed
         )
-        (point,) = run_mfc(load_model("core-i7-860"), spec, [16.0])
+        (point,) = run_mfc(TOPO_CORE_I7_860, spec, [16.0])
         assert point.get("unicache").migrations == point.get("linux").migrations
         assert point.speedup == 1.0, (seed, point.speedup)

@@ -7,7 +7,6 @@ from collections import Counter
 import pytest
 from unicache.errors import ConfigError
 from unicache.policy.srm import T_L, page_colors
-from unicache.topology import load_model
 from unicache_sim.coloring import (
     KIB,
     SrmPoint,
@@ -19,7 +18,9 @@ from unicache_sim.coloring import (
 )
 from unicache_sim.config import from_topology
 
-TOPO = load_model("xeon-x5355")
+from tests.topologies import TOPO_OPTERON_242_2NODE, TOPO_XEON_X5355
+
+TOPO = TOPO_XEON_X5355
 CFG = from_topology(TOPO)
 #: a smaller tarball and measurement than the CLI's: the effect, not the figure
 SPEC = SrmSpec(tarball_mb=32, measure_lines=800_000)
@@ -67,7 +68,7 @@ def test_grep_runs_on_the_llc_mate_or_another_llc() -> None:
     assert CFG.group_of(grep_cpu(CFG, 0, "shared") or 0) == CFG.group_of(0)
     assert CFG.group_of(grep_cpu(CFG, 0, "apart") or 0) != CFG.group_of(0)
     with pytest.raises(ConfigError, match="no CPU sharing"):
-        grep_cpu(from_topology(load_model("opteron-242-2node")), 0, "shared")
+        grep_cpu(from_topology(TOPO_OPTERON_242_2NODE), 0, "shared")
 
 
 def test_grep_on_the_shared_llc_slows_a_large_mergesort_without_coloring(

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import pytest
 from unicache.topology import Inclusion, Scope, Topology, Unify, load_model, model_names
 
+from tests.topologies import TOPO_XEON_SPR_2S, TOPO_XEON_SPR_2S_SNC4
+
 KIB = 1024
 MIB = 1024 * KIB
 
@@ -87,7 +89,7 @@ def test_every_llc_group_lies_in_one_node_and_one_socket(name: str) -> None:
 
 
 def test_snc4_has_four_nodes_and_four_llc_domains_per_socket() -> None:
-    snc, flat = load_model("xeon-spr-2s-snc4"), load_model("xeon-spr-2s")
+    snc, flat = TOPO_XEON_SPR_2S_SNC4, TOPO_XEON_SPR_2S
     per_socket: dict[int, set[int]] = {}
     for node in snc.nodes:
         (socket,) = {snc.cpu(c).socket for c in node.cpus}
