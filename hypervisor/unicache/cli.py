@@ -21,10 +21,11 @@ from rich.table import Table
 from unicache import __version__
 from unicache.cpulist import format_list
 from unicache.decisionlog import action_record, chunk_record, refusal_record
-from unicache.errors import ConfigError, UnicacheError
+from unicache.errors import ConfigError, StateError, UnicacheError
 from unicache.host.replay import ReplayHost
 from unicache.loop import run_rounds
 from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.statefile import status_checkpoint
 from unicache.topology import Topology, Unify, load_topology, model_names
 from unicache.trace import read_trace
 
@@ -528,21 +529,22 @@ def place(
     units = topo.units(level)
     loads = {u.id: UnitLoad(u) for u in units}
     basis = "an idle machine model" if model or file else "an idle host (no daemon status)"
-    status_path = state_dir / "status.json"
-    if model is None and file is None and status_path.is_file():
+    checkpoint = status_checkpoint(state_dir)
+    status = None
+    if model is None and file is None:
         try:
-            status = json.loads(status_path.read_text())
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"cannot read daemon status {status_path}") from err
-        if status.get("unify") == str(level):
-            for entry in status.get("units", []):
-                unit_id = entry.get("id")
-                if unit_id in loads:
-                    loads[unit_id] = UnitLoad(
-                        loads[unit_id].unit, float(entry.get("cache_load", 0.0)),
-                        int(entry.get("vcpus", 0)),
-                    )
-            basis = f"the daemon's loads at tick {status.get('tick')}"
+            status = checkpoint.load()
+        except StateError as err:
+            raise ConfigError(f"cannot read daemon status: {err.error_message}") from err
+    if status is not None and status.get("unify") == str(level):
+        for entry in status.get("units", []):
+            unit_id = entry.get("id")
+            if unit_id in loads:
+                loads[unit_id] = UnitLoad(
+                    loads[unit_id].unit, float(entry.get("cache_load", 0.0)),
+                    int(entry.get("vcpus", 0)),
+                )
+        basis = f"the daemon's loads at tick {status.get('tick')}"
     proposal = place_vm(
         tuple(loads.values()), vcpus, memory * 1024 * 1024, nodes=topo.nodes
     )

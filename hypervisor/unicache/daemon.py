@@ -32,16 +32,17 @@ from unicache.decisionlog import (
     report_summary_record,
 )
 from unicache.errors import ConfigError, UnicacheError
+from unicache.host.base import ActResult
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.libvirt.weights import LibvirtWeights
 from unicache.host.live import LiveHost, VmSource, WeightSetter
 from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
-from unicache.model import Observation
+from unicache.model import Decision, Observation
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import scu_options_for
 from unicache.roundworker import run_round
-from unicache.statefile import write_private_json
+from unicache.statefile import status_checkpoint
 from unicache.topology import Unify, load_topology
 
 log = logging.getLogger(__name__)
@@ -285,7 +286,8 @@ async def run_daemon(
     rounds = 0
     try:
         while not stop.is_set():
-            obs = host.observe()
+            # listing the VMs may block (QMP, libvirt): in a worker thread, as the round
+            obs = host.observe(await asyncio.to_thread(source.running))
             for event in source.drain_events():
                 note(f"vm {event.vm}: {event.kind} ({event.detail})")
             await _sync_channels(channel, host, listening, note)
@@ -304,29 +306,14 @@ async def run_daemon(
                 )
                 decision = replace(decision, actions=())
             result = host.act(decision.actions)
-            dry = {"dry_run": True} if config.dry_run else {}
-            for action in result.applied:
-                decisions.write({**action_record(obs.tick, action), **dry})
-            for action, failure in result.failed:
-                decisions.write(
-                    {**action_record(obs.tick, action), "kind": "failed", "error": failure, **dry}
-                )
-            if config.log_chunks:
-                for report in obs.reports:
-                    decisions.write(report_record(obs.tick, report))
-                for chunk in decision.chunk_decisions:
-                    decisions.write(chunk_record(obs.tick, chunk))
-            else:
-                for report in obs.reports:
-                    decisions.write(report_summary_record(obs.tick, report))
-                for rules in chunk_rules_records(obs.tick, decision.chunk_decisions):
-                    decisions.write(rules)
-            for refusal in decision.refusals:
-                decisions.write(refusal_record(obs.tick, refusal))
-            decisions.flush()
-            write_status(config.state_dir / "status.json", obs.tick, policy, state, obs)
             errors = [(st.vm, kind, count) for st in channel.status() for kind, count in st.errors]
-            metrics.update(policy, state, obs, result, errors)
+            # the records, the status checkpoint and the metrics are written in a worker
+            # thread: a disk that stalls (a journal commit, a full log) never stalls the
+            # channels and signals the loop serves (issue #12)
+            await asyncio.to_thread(
+                _record_round, config, decisions, policy, obs, decision, state, result, metrics,
+                errors,
+            )
             rounds += 1
             if config.rounds is not None and rounds >= config.rounds:
                 break
@@ -373,6 +360,42 @@ async def _sync_channels(
         note(f"vm {name}: gone, channel closed")
 
 
+def _record_round(
+    config: DaemonConfig,
+    decisions: DecisionLog,
+    policy: UnicachePolicy,
+    obs: Observation,
+    decision: Decision,
+    state: RoundState,
+    result: ActResult,
+    metrics: DaemonMetrics,
+    errors: list[tuple[str, str, int]],
+) -> None:
+    """Log one round's actions, reports, chunk rules and refusals; write the status; update
+    the metrics (in a worker thread: file I/O)."""
+    dry = {"dry_run": True} if config.dry_run else {}
+    for action in result.applied:
+        decisions.write({**action_record(obs.tick, action), **dry})
+    for action, failure in result.failed:
+        record = action_record(obs.tick, action)
+        decisions.write({**record, "kind": "failed", "error": failure, **dry})
+    if config.log_chunks:
+        for report in obs.reports:
+            decisions.write(report_record(obs.tick, report))
+        for chunk in decision.chunk_decisions:
+            decisions.write(chunk_record(obs.tick, chunk))
+    else:
+        for report in obs.reports:
+            decisions.write(report_summary_record(obs.tick, report))
+        for rules in chunk_rules_records(obs.tick, decision.chunk_decisions):
+            decisions.write(rules)
+    for refusal in decision.refusals:
+        decisions.write(refusal_record(obs.tick, refusal))
+    decisions.flush()
+    write_status(config.state_dir, obs.tick, policy, state, obs)
+    metrics.update(policy, state, obs, result, errors)
+
+
 def _process_uid(pid: int) -> int:
     """The user a process runs as (QEMU's, whose socket the daemon may dial).
 
@@ -382,9 +405,9 @@ def _process_uid(pid: int) -> int:
 
 
 def write_status(
-    path: Path, tick: int, policy: UnicachePolicy, state: RoundState, obs: Observation
+    state_dir: Path, tick: int, policy: UnicachePolicy, state: RoundState, obs: Observation
 ) -> None:
-    """Write what ``unicache status`` and ``unicache place`` read (atomically)."""
+    """Write what ``unicache status`` and ``unicache place`` read (a checkpoint)."""
     weights = state.obs.weights
     unit_of = state.obs.unit_of
     table = state.scu.table
@@ -415,4 +438,4 @@ def write_status(
             for v in sorted(unit_of)
         ],
     }
-    write_private_json(path, status)
+    status_checkpoint(state_dir).save(status)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unicache.errors import ConfigError
+from unicache.errors import ConfigError, StateError
+from unicache.statefile import status_checkpoint
 
 #: the most decision-log records ``explain`` reads from the end of the log
 MAX_RECORDS = 200_000
@@ -19,15 +20,15 @@ def read_status(state_dir: Path) -> dict[str, Any]:
 
     :raises ConfigError: when there is none (no daemon ran with this state dir).
     """
-    path = state_dir / "status.json"
+    checkpoint = status_checkpoint(state_dir)
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError as err:
+        data = checkpoint.load()
+    except StateError as err:
+        raise ConfigError(f"cannot read {checkpoint.path}: {err.error_message}") from err
+    if data is None:
         raise ConfigError(
             f"no daemon status in {state_dir} (is `unicache run` running with this --state-dir?)"
-        ) from err
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read {path}") from err
+        )
     return data
 
 

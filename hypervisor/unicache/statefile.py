@@ -1,4 +1,4 @@
-"""State files: written whole or not at all, readable by their owner only.
+"""State files: written whole or not at all, readable by their owner only, checked on load.
 
 Journals (what unicache changed, to undo it), the daemon's status: a crash mid-write
 leaves the previous version (written beside it, then renamed over it), and the file is
@@ -7,10 +7,14 @@ created 0600, so no other user reads what the host runs or edits what it will re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from unicache.errors import StateError
 
 #: the mode of every state file
 PRIVATE = 0o600
@@ -33,3 +37,84 @@ def write_private_json(path: Path, payload: Any, indent: int | None = 1) -> None
         if fd >= 0:
             os.close(fd)
     os.replace(tmp, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One state file of a kind and version: saved whole with a checksum, loaded checked.
+
+    Every journal (affinities, libvirt pins, cgroup moves, libvirt shares) and the status
+    file go through one of these, so that a restore never acts on a file that is torn,
+    edited, of another kind or of another version. Saved as ``{"kind", "version",
+    "sha256", "payload"}``; the checksum is over the payload's canonical JSON.
+
+    :param path: the file.
+    :param kind: what it holds (e.g. ``affinity-journal``).
+    :param version: the payload's format version.
+    :param legacy_version: a version written before checkpoints (a bare payload with this
+        ``version`` member) that :meth:`load` still accepts, so an upgrade after a crash
+        still restores what the older daemon changed.
+    """
+
+    path: Path
+    kind: str
+    version: int
+    legacy_version: int | None = None
+
+    def save(self, payload: dict[str, Any]) -> None:
+        """Replace the file atomically, mode 0600.
+
+        :raises OSError: when it cannot be written.
+        """
+        envelope = {"kind": self.kind, "version": self.version, "sha256": _digest(payload),
+                    "payload": payload}
+        write_private_json(self.path, envelope)
+
+    def load(self) -> dict[str, Any] | None:
+        """The payload, or ``None`` when there is no file.
+
+        :raises StateError: when the file is unreadable, torn, of another kind or version,
+            or its checksum does not match, naming the file and what to do.
+        """
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise self._broken("is unreadable") from err
+        if not isinstance(data, dict):
+            raise self._broken("is not a JSON object")
+        if "kind" not in data and self.legacy_version is not None:
+            if data.get("version") == self.legacy_version:
+                return data
+            raise StateError(f"{self.kind} {self.path} has another version", "foreign",
+                             f"v{self.version}")
+        if data.get("kind") != self.kind:
+            raise self._broken(f"holds {data.get('kind')!r}, not a {self.kind}")
+        if data.get("version") != self.version:
+            raise StateError(f"{self.kind} {self.path} has another version", "foreign",
+                             f"v{self.version}")
+        payload = data.get("payload")
+        if not isinstance(payload, dict) or data.get("sha256") != _digest(payload):
+            raise self._broken("does not match its checksum")
+        return payload
+
+    def _broken(self, what: str) -> StateError:
+        return StateError(
+            f"{self.kind} {self.path} {what}; inspect it, then remove it to start afresh "
+            "(what it recorded will not be restored)",
+            "corrupt",
+            "readable",
+        )
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def status_checkpoint(state_dir: Path) -> Checkpoint:
+    """The daemon's status file, ``STATE_DIR/status.json`` (``unicache status``,
+    ``explain``, ``place`` and the libvirt hook read it)."""
+    return Checkpoint(state_dir / "status.json", "daemon-status", 1)
+

@@ -39,11 +39,12 @@ def test_pin_is_journaled_before_and_restored_after(tmp_path: Path, sleeper: int
     act.set_affinity("affinity/vm/vcpu0", sleeper, {1})
     assert affinity_from_proc(sleeper) == "1"
     journal = json.loads((tmp_path / "journal.json").read_text())
-    assert journal["affinity"][0]["cpus"] == sorted(ALL)
+    assert journal["kind"] == "affinity-journal"
+    assert journal["payload"]["affinity"][0]["cpus"] == sorted(ALL)
     lines = act.restore_all()
     assert "back on cpus" in lines[0]
     assert os.sched_getaffinity(sleeper) == ALL
-    assert json.loads((tmp_path / "journal.json").read_text())["affinity"] == []
+    assert json.loads((tmp_path / "journal.json").read_text())["payload"]["affinity"] == []
 
 
 def test_a_new_actuator_restores_what_a_crashed_one_changed(tmp_path: Path, sleeper: int) -> None:
@@ -69,6 +70,8 @@ def test_first_original_is_kept_across_repeated_pins(tmp_path: Path, sleeper: in
 def test_recycled_tid_is_never_restored(tmp_path: Path, sleeper: int) -> None:
     start = thread_start_time(sleeper)
     assert start is not None
+    # a journal as the daemon wrote it before checkpoints: still read, so that an upgrade
+    # after a crash restores what the older daemon changed
     (tmp_path / "journal.json").write_text(json.dumps({
         "version": 1,
         "affinity": [{"key": "affinity/x/vcpu0", "tid": sleeper, "start_time": start + 1,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from unicache.host.procfs_source import vcpu_threads_of
+from unicache.statefile import Checkpoint
 
 UNICACHE = str(Path(sys.executable).parent / "unicache")
 ALL = frozenset(os.sched_getaffinity(0))
@@ -231,11 +232,11 @@ def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
     assert pins and all(r.get("dry_run") is True for r in pins)  # decided and logged
     assert b'"placement"' not in received  # no table reached the guest
     assert b'"welcome"' in received  # the channel itself works: reports are observed
-    journal = tmp_path / "journal.json"
-    assert not journal.exists() or not json.loads(journal.read_text()).get("affinity")
+    journal = Checkpoint(tmp_path / "journal.json", "affinity-journal", 1).load()
+    assert journal is None or not journal["affinity"]
     # no cgroup touched: nothing journaled, no cgroup of unicache's under any cgroup v2 root
-    cgroups = tmp_path / "cgroups.json"
-    assert not cgroups.exists() or json.loads(cgroups.read_text()) == {}
+    cgroups = Checkpoint(tmp_path / "cgroups.json", "cgroup-journal", 1).load()
+    assert cgroups is None or cgroups["moved"] == {}
     for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
         assert not (root / "unicache" / "vm1").exists()
     weights = [r for r in records if r["kind"] == "set-cpu-weight"]

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from unicache.daemon import DaemonConfig, run_daemon
+from unicache.errors import StateError
 from unicache.host.libvirt.channel import make_placeholder_socket
 from unicache.host.libvirt.domain_xml import parse_domain
 from unicache.host.libvirt.source import LibvirtVmSource
+from unicache.statefile import status_checkpoint
 from unicache.topology import Unify
 
 from tests.libvirt.conftest import URI, Libvirtd, wait_for
@@ -23,9 +25,8 @@ from tests.libvirt.conftest import URI, Libvirtd, wait_for
 
 def _status(state: Path) -> dict[str, Any] | None:
     try:
-        data: dict[str, Any] = json.loads((state / "status.json").read_text())
-        return data
-    except (OSError, ValueError):
+        return status_checkpoint(state).load()
+    except StateError:  # being replaced: the next look sees the new one
         return None
 
 

@@ -47,7 +47,7 @@ def test_libvirt_shares_are_journaled_first_written_once_and_restored(tmp_path: 
     journal = tmp_path / "libvirt-shares.json"
     weights = LibvirtWeights(libvirt, journal)
     weights.set_weight("web", 0, 0, 0, 1020)
-    assert json.loads(journal.read_text()) == {"web": 1024}
+    assert json.loads(journal.read_text())["payload"] == {"shares": {"web": 1024}}
     assert journal.stat().st_mode & 0o777 == 0o600
     weights.set_weight("web", 0, 1, 0, 1020)  # the same mean: nothing written
     weights.set_weight("db", 0, 0, 0, 980)
@@ -56,7 +56,7 @@ def test_libvirt_shares_are_journaled_first_written_once_and_restored(tmp_path: 
         "restore: domain db cpu_shares back to 100", "restore: domain web cpu_shares back to 1024"
     ]
     assert libvirt.shares == {"web": 1024, "db": 100}
-    assert json.loads(journal.read_text()) == {}
+    assert json.loads(journal.read_text())["payload"] == {"shares": {}}
 
 
 def test_after_a_crash_the_next_start_restores_the_journaled_shares(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_unicache_cgroups_journal_the_move_first_and_never_rewrite_a_weight(
     journal = tmp_path / "cgroups.json"
     weights = CgroupWeights(cgroupfs, journal)
     weights.set_weight("vm1", pid, 0, 4242, 1020)
-    assert json.loads(journal.read_text()) == {str(pid): original}
+    assert json.loads(journal.read_text())["payload"] == {"moved": {str(pid): original}}
     leaf = cgroupfs / "unicache" / "vm1" / "vcpu0"
     assert (cgroupfs / "unicache" / "vm1" / "cgroup.procs").read_text() == str(pid)
     assert (leaf / "cgroup.type").read_text() == "threaded"
@@ -104,4 +104,4 @@ def test_unicache_cgroups_journal_the_move_first_and_never_rewrite_a_weight(
     lines = weights.restore_all()
     assert lines == [f"restore: process {pid} back in cgroup {original}"]
     assert (cgroupfs / original.lstrip("/") / "cgroup.procs").read_text() == str(pid)
-    assert json.loads(journal.read_text()) == {}
+    assert json.loads(journal.read_text())["payload"] == {"moved": {}}

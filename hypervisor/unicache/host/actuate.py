@@ -9,15 +9,13 @@ its start time, so a recycled tid is never "restored".
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from unicache.errors import StateError
-from unicache.statefile import write_private_json
+from unicache.statefile import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -73,25 +71,17 @@ class Actuator:
     def __init__(self, journal: Path, dry_run: bool = False) -> None:
         self.journal = journal
         self.dry_run = dry_run
+        self._checkpoint = Checkpoint(journal, "affinity-journal", JOURNAL_VERSION,
+                                      legacy_version=JOURNAL_VERSION)
         self._saved: dict[str, SavedAffinity] = self._load()
         self._last: dict[str, frozenset[int]] = {}
 
     # --- journal --------------------------------------------------------------------------
 
     def _load(self) -> dict[str, SavedAffinity]:
-        try:
-            data = json.loads(self.journal.read_text())
-        except FileNotFoundError:
+        data = self._checkpoint.load()
+        if data is None:
             return {}
-        except (OSError, ValueError) as err:
-            raise StateError(
-                f"journal {self.journal} is unreadable; inspect it, then remove it to start "
-                "afresh (affinities it recorded will not be restored)",
-                "corrupt",
-                "readable",
-            ) from err
-        if data.get("version") != JOURNAL_VERSION:
-            raise StateError(f"journal {self.journal} has another version", "foreign", "v1")
         return {
             e["key"]: SavedAffinity(e["key"], e["tid"], e["start_time"], tuple(e["cpus"]))
             for e in data.get("affinity", [])
@@ -102,7 +92,7 @@ class Actuator:
             "version": JOURNAL_VERSION,
             "affinity": [asdict(e) for e in sorted(self._saved.values(), key=lambda e: e.key)],
         }
-        write_private_json(self.journal, payload)
+        self._checkpoint.save(payload)
 
     @property
     def pending(self) -> tuple[SavedAffinity, ...]:

@@ -11,11 +11,10 @@ domains keep their cgroups and get their credit through libvirt (``libvirt/weigh
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from unicache.statefile import write_private_json
+from unicache.statefile import Checkpoint
 
 #: where cgroup v2 may be mounted, in order of preference
 CGROUP2_MOUNTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
@@ -71,17 +70,16 @@ class CgroupWeights:
     def __init__(self, root: Path, journal: Path) -> None:
         self.root = root
         self.journal = journal
+        self._checkpoint = Checkpoint(journal, "cgroup-journal", 1)
         self._moved: dict[str, str] = self._load()  # "pid" -> original cgroup path
         self._applied: dict[tuple[str, int, int], int] = {}  # (vm, vcpu, tid) -> weight
 
     def _load(self) -> dict[str, str]:
-        try:
-            return dict(json.loads(self.journal.read_text()))
-        except FileNotFoundError:
-            return {}
+        data = self._checkpoint.load()
+        return {} if data is None else {str(k): str(v) for k, v in data["moved"].items()}
 
     def _store(self) -> None:
-        write_private_json(self.journal, self._moved, indent=None)
+        self._checkpoint.save({"moved": self._moved})
 
     def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
         """Give one vCPU thread a cpu.weight.

@@ -179,10 +179,15 @@ class LiveHost:
         """The VMs seen by the last observation."""
         return dict(self._running)
 
-    def observe(self) -> Observation:
-        """Counters of every vCPU thread since the last call, and the guests' reports."""
+    def observe(self, listed: Sequence[RunningVm] | None = None) -> Observation:
+        """Counters of every vCPU thread since the last call, and the guests' reports.
+
+        :param listed: the source's running VMs, when the caller listed them already (the
+            daemon does, off its event loop: a backend may block, e.g. on QMP).
+        """
         now = self._clock()
-        running = {vm.name: vm for vm in self._vms.running()}
+        listed = self._vms.running() if listed is None else listed
+        running = {vm.name: vm for vm in listed}
         gone = set(self._running) - set(running)
         for name in sorted(gone):
             log.info("vm=%s gone: forgetting its threads", name)

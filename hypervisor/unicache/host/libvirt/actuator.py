@@ -10,7 +10,6 @@ and restored through libvirt on exit, or at the next start after a crash.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -19,11 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from unicache.errors import StateError
 from unicache.host.actuate import Actuator, SavedAffinity, thread_start_time
 from unicache.host.libvirt.source import LibvirtVmSource
 from unicache.host.live import VmSource
-from unicache.statefile import write_private_json
+from unicache.statefile import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -75,23 +73,17 @@ class LibvirtActuator(Actuator):
         super().__init__(journal, dry_run)
         self.source = source
         self.lv_journal = journal.with_name("libvirt-journal.json")
+        self._lv_checkpoint = Checkpoint(self.lv_journal, "libvirt-pin-journal",
+                                         LIBVIRT_JOURNAL_VERSION,
+                                         legacy_version=LIBVIRT_JOURNAL_VERSION)
         self._pins: dict[str, SavedPin] = self._load_pins()
         self._wanted: dict[str, dict[int, frozenset[int]]] = {}
         self._emulator: dict[str, frozenset[int]] = {}
 
     def _load_pins(self) -> dict[str, SavedPin]:
-        try:
-            data = json.loads(self.lv_journal.read_text())
-        except FileNotFoundError:
+        data = self._lv_checkpoint.load()
+        if data is None:
             return {}
-        except (OSError, ValueError) as err:
-            raise StateError(
-                f"journal {self.lv_journal} is unreadable; inspect it, then remove it",
-                "corrupt",
-                "readable",
-            ) from err
-        if data.get("version") != LIBVIRT_JOURNAL_VERSION:
-            raise StateError(f"journal {self.lv_journal} has another version", "foreign", "v1")
         pins = [SavedPin(**{**e, "cpus": tuple(e["cpus"])}) for e in data.get("pins", [])]
         return {p.key: p for p in pins}
 
@@ -100,7 +92,7 @@ class LibvirtActuator(Actuator):
             "version": LIBVIRT_JOURNAL_VERSION,
             "pins": [asdict(p) for _, p in sorted(self._pins.items())],
         }
-        write_private_json(self.lv_journal, payload)
+        self._lv_checkpoint.save(payload)
 
     @property
     def pending(self) -> tuple[SavedAffinity, ...]:

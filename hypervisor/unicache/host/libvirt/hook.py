@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from unicache.cpulist import format_list
-from unicache.errors import ConfigError, UnicacheError
+from unicache.errors import ConfigError, StateError, UnicacheError
 from unicache.policy.place import UnitLoad, VmPlacement, place_vm
+from unicache.statefile import status_checkpoint
 from unicache.topology import Unify, load_topology
 
 log = logging.getLogger(__name__)
@@ -210,9 +211,8 @@ def hook_placement(vcpus: int, memory_bytes: int, config: HookConfig) -> tuple[V
     units = topo.units(config.unify)
     loads = {u.id: UnitLoad(u) for u in units}
     basis = "an idle host (no daemon status)"
-    status_path = config.state_dir / "status.json"
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        status = json.loads(status_path.read_text())
+    with contextlib.suppress(OSError, ValueError, TypeError, StateError):
+        status = status_checkpoint(config.state_dir).load() or {}
         if status.get("unify") == str(config.unify):
             for entry in status.get("units", []):
                 if entry.get("id") in loads:

@@ -17,14 +17,13 @@ written again.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from unicache.policy.obs import BASE_CPU_WEIGHT
-from unicache.statefile import write_private_json
+from unicache.statefile import Checkpoint
 
 #: libvirt's bounds for cpu_shares (cgroup v1 ``cpu.shares``; v2 takes 1..10000 and libvirt
 #: refuses more, which the caller reports as a failed action)
@@ -65,19 +64,17 @@ class LibvirtWeights:
     def __init__(self, source: SharesPort, journal: Path) -> None:
         self.source = source
         self.journal = journal
+        self._checkpoint = Checkpoint(journal, "libvirt-shares-journal", 1)
         self._original: dict[str, int] = self._load()
         self._weights: dict[str, dict[int, int]] = {}
         self._applied: dict[str, int] = {}
 
     def _load(self) -> dict[str, int]:
-        try:
-            raw = json.loads(self.journal.read_text())
-        except FileNotFoundError:
-            return {}
-        return {str(k): int(v) for k, v in dict(raw).items()}
+        data = self._checkpoint.load()
+        return {} if data is None else {str(k): int(v) for k, v in data["shares"].items()}
 
     def _store(self) -> None:
-        write_private_json(self.journal, self._original, indent=None)
+        self._checkpoint.save({"shares": self._original})
 
     def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
         """Take one vCPU's weight into its domain's shares.
