@@ -286,8 +286,12 @@ async def run_daemon(
     rounds = 0
     try:
         while not stop.is_set():
-            # listing the VMs may block (QMP, libvirt): in a worker thread, as the round
-            obs = host.observe(await asyncio.to_thread(source.running))
+            # listing the VMs may block (QMP, libvirt): in a worker thread, as the round,
+            # and a stop does not wait for it
+            listed = await run_round(source.running, stop, deadline_s)
+            if listed is None:
+                break
+            obs = host.observe(listed.value)
             for event in source.drain_events():
                 note(f"vm {event.vm}: {event.kind} ({event.detail})")
             await _sync_channels(channel, host, listening, note)
