@@ -17,7 +17,7 @@ REQUIREMENTS := requirements.txt $(wildcard tools/sim/requirements.txt \
 include tools/sim/sim.mk
 include guest-agent/agent.mk
 include images/images.mk
-include libvirt/libvirt.mk
+include hypervisor/libvirt.mk
 include tools/colormem/colormem.mk
 -include qemu-patches/qemu.mk
 
