@@ -73,8 +73,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             transport = PortTransport(args.port, args.device)
         _vcpus, nodes = guest_topology()
         layout = CounterLayout.of(nnodes=max(nodes) + 1)
-        table = TableWriter(args.table, counters=layout)
+        # the counters directory first: a shim that maps the table finds where to count
         counters = CounterHarvester(args.counters, layout)
+        table = TableWriter(args.table, counters=layout)
         capture = None
         if args.fanotify:
             from .fanotify import FanotifyCapture
