@@ -30,14 +30,17 @@ import pytest
 libvirt = pytest.importorskip("libvirt", reason="libvirt-python is not installed (make setup)")
 
 SOCK = Path("/run/libvirt/libvirt-sock")
+#: virtlogd's socket: a virtlogd killed hard leaves it behind, so existence proves nothing
+VIRTLOGD_SOCK = Path("/run/libvirt/virtlogd-sock")
 URI = "qemu:///system"
 PREFIX = f"uctest-{os.getpid()}"
 
 
-def _reachable() -> bool:
+def _reachable(sock: Path = SOCK) -> bool:
+    """Whether a daemon answers on ``sock`` (not merely whether the file is there)."""
     s = socket.socket(socket.AF_UNIX)
     try:
-        s.connect(str(SOCK))
+        s.connect(str(sock))
         return True
     except OSError:
         return False
@@ -112,7 +115,7 @@ class Libvirtd:
 
     def start(self) -> None:
         """Start libvirtd (virtlogd first if needed) and wait for its socket."""
-        if not Path("/run/libvirt/virtlogd-sock").exists():
+        if not _reachable(VIRTLOGD_SOCK):  # virtlogd replaces a stale socket file
             subprocess.run(["virtlogd", "-d", "-p", str(self.run_dir / "virtlogd.pid")],
                            check=True)
         if self.manager == SYSTEMD:
