@@ -74,6 +74,9 @@ class CounterHarvester:
         self._fd = _own_directory(directory)
         self._zeros = bytes(layout.region_len)
         self._warned_full = False
+        #: name -> (descriptor, device, inode) of the files bumped last time: a write the
+        #: agent learns of bumps through these, reopening only a name whose file changed
+        self._held: Dict[str, Tuple[int, int, int]] = {}
         for fd in self._files():  # retire files of another layout now, not at the harvest
             os.close(fd)
 
@@ -146,6 +149,14 @@ class CounterHarvester:
 
     def _files(self) -> Iterator[int]:
         """Open descriptors of the users' files of this layout (the caller closes them)."""
+        for uid, name in self._names():
+            fd = self._open_checked(uid, name)
+            if fd is not None:
+                yield fd
+
+    def _names(self) -> List[Tuple[int, str]]:
+        """(uid, name) of the users' files in the directory, at most :data:`MAX_FILES`
+        of :data:`MAX_ENTRIES` entries; a shim's stale temporary file is removed."""
         names: List[Tuple[int, str]] = []
         now = time.time()
         with os.scandir(self._fd) as entries:
@@ -161,10 +172,7 @@ class CounterHarvester:
             self._warned_full = True
             log.warning("%d users' counters files in %s: only %d are harvested",
                         len(names), self.path, MAX_FILES)
-        for uid, name in sorted(names)[:MAX_FILES]:
-            fd = self._open_checked(uid, name)
-            if fd is not None:
-                yield fd
+        return sorted(names)[:MAX_FILES]
 
     def _open_checked(self, uid: int, name: str) -> Optional[int]:
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -243,14 +251,44 @@ class CounterHarvester:
         :param file_id: opaque file id.
         """
         off = self._gen_off(file_id)
-        for fd in self._files():
+        for fd in self._bump_targets():
             try:
                 cur = int(_U64.unpack(_pread(fd, 8, off))[0])
                 os.pwrite(fd, _U64.pack((cur + 2) & _M64), off)
             except (OSError, ShmError):
-                pass
-            finally:
-                os.close(fd)
+                pass  # its user shrank or broke it: that user's loss
+
+    def _bump_targets(self) -> List[int]:
+        """Descriptors of every user's file, for a bump.
+
+        Writes come in bursts (every FAN_MODIFY of any process): a bump lists the
+        directory and stats each name, but opens and checks only a file it does not hold
+        yet (a new user, or a user's file replaced since), not all of them each time.
+        """
+        held: Dict[str, Tuple[int, int, int]] = {}
+        for uid, name in self._names():
+            try:
+                st = os.stat(name, dir_fd=self._fd, follow_symlinks=False)
+            except OSError:
+                continue
+            known = self._held.pop(name, None)
+            if known is not None and known[1:] == (st.st_dev, st.st_ino):
+                held[name] = known
+                continue
+            if known is not None:
+                os.close(known[0])
+            fd = self._open_checked(uid, name)
+            if fd is not None:
+                fst = os.fstat(fd)
+                held[name] = (fd, fst.st_dev, fst.st_ino)
+        self._drop_held()
+        self._held = held
+        return [fd for fd, _dev, _ino in held.values()]
+
+    def _drop_held(self) -> None:
+        for fd, _dev, _ino in self._held.values():
+            os.close(fd)
+        self._held = {}
 
     def claims(self, uid: Optional[int] = None) -> Tuple[int, ...]:
         """The vCPU claim words one user's shims hold now (0: free), one per vCPU.
@@ -282,7 +320,8 @@ class CounterHarvester:
         return ShimStats(*total)
 
     def close(self) -> None:
-        """Close the directory (the files stay for the shims)."""
+        """Close the directory and the files held (the files stay for the shims)."""
+        self._drop_held()
         os.close(self._fd)
 
 

@@ -175,3 +175,30 @@ def test_one_node_guest_reports_that_node_as_home_without_the_shim_asking(
               ChunkCounts(0xA, 1, 0, 0, 1, 0, 0, (), -1, ()))  # written, never read
     msg = json.loads(h.agent.build_report(Harvest(counts, 0, 1), [], 1.0))
     assert [c[6] for c in msg["chunks"]] == [0, -1]
+
+
+def test_bumps_reach_a_replaced_file_and_hold_one_descriptor_per_user(tmp_path: Path) -> None:
+    layout = CounterLayout.of(max_vcpus=2, nslots=64, nnodes=2, ngens=64)
+    c = CounterHarvester(str(tmp_path / "c"), layout)
+    user = tmp_path / "c" / "0"
+
+    def make() -> None:
+        fresh = tmp_path / "c" / "0.new"
+        fresh.write_bytes(layout.header() + bytes(layout.size - 64))
+        fresh.chmod(0o600)
+        fresh.rename(user)  # a new inode under the same name, as a shim replaces its file
+
+    make()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        c.bump_generation(77)
+    assert c.generation(77, uid=0) == 100
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 1  # the one file, held
+    make()
+    c.bump_generation(77)
+    assert c.generation(77, uid=0) == 2  # the new file, not the held old one
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 1
+    user.unlink()
+    c.bump_generation(77)
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # gone user, descriptor closed
+    c.close()
