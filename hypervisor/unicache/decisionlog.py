@@ -29,6 +29,7 @@ from unicache.model import (
     PinVcpu,
     PublishPlacement,
     Refusal,
+    ReleaseVcpu,
     Replicate,
     SetCpuWeight,
 )
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 
 #: record kinds echoed to the console (chunk decisions and reports stay in the log file)
 ECHO_KINDS = frozenset({
-    "note", "pin-vcpu", "set-cpu-weight", "publish-placement", "assign-color", "replicate",
-    "drop-replica", "failed",
+    "note", "pin-vcpu", "release-vcpu", "set-cpu-weight", "publish-placement", "assign-color",
+    "replicate", "drop-replica", "failed",
 })
 #: rotated files kept beside the log (``decisions.jsonl.1`` is the newest)
 KEEP_ROTATED = 3
@@ -168,6 +169,8 @@ def action_record(tick: int, action: Action) -> dict[str, Any]:
             cpus=format_list(action.cpus),
             unit=action.unit,
         )
+    elif isinstance(action, ReleaseVcpu):
+        record.update(vm=action.vcpu.vm, vcpu=action.vcpu.index)
     elif isinstance(action, SetCpuWeight):
         record.update(vm=action.vcpu.vm, vcpu=action.vcpu.index, weight=action.weight)
     elif isinstance(action, PublishPlacement):

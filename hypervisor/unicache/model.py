@@ -279,6 +279,7 @@ class ActionKind(enum.StrEnum):
     """Stable names of action kinds, used in logs and metrics."""
 
     PIN_VCPU = "pin-vcpu"
+    RELEASE_VCPU = "release-vcpu"
     SET_CPU_WEIGHT = "set-cpu-weight"
     PUBLISH_PLACEMENT = "publish-placement"
     ASSIGN_COLOR = "assign-color"
@@ -305,6 +306,24 @@ class PinVcpu:
     @property
     def target(self) -> str:
         """The key under which the reconciler remembers what it applied."""
+        return f"affinity/{self.vcpu}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseVcpu:
+    """Give a vCPU back the CPUs it had before unicache pinned it (its journaled affinity).
+
+    :param vcpu: which vCPU.
+    :param reason: why, naming the rule that produced it.
+    """
+
+    kind: ClassVar[ActionKind] = ActionKind.RELEASE_VCPU
+    vcpu: VcpuId
+    reason: str
+
+    @property
+    def target(self) -> str:
+        """The key of the pin it undoes (the same as :class:`PinVcpu`'s)."""
         return f"affinity/{self.vcpu}"
 
 
@@ -422,7 +441,9 @@ class DropReplica(_ReplicaAction):
 
 
 #: every action a policy can return
-Action = PinVcpu | SetCpuWeight | PublishPlacement | AssignColor | Replicate | DropReplica
+Action = (
+    PinVcpu | ReleaseVcpu | SetCpuWeight | PublishPlacement | AssignColor | Replicate | DropReplica
+)
 
 #: actions a host carries out through the VM's placement table, not on their own
 TABLE_ACTIONS = (AssignColor, Replicate, DropReplica)

@@ -47,6 +47,24 @@ def test_pin_is_journaled_before_and_restored_after(tmp_path: Path, sleeper: int
     assert json.loads((tmp_path / "journal.json").read_text())["payload"]["affinity"] == []
 
 
+def test_a_released_pin_goes_back_alone_and_leaves_the_journal(
+    tmp_path: Path, sleeper: int
+) -> None:
+    act = Actuator(tmp_path / "journal.json")
+    act.set_affinity("affinity/vm/vcpu0", sleeper, {1})
+    assert act.restore("affinity/vm/vcpu0").endswith(f"back on cpus {tuple(sorted(ALL))}")
+    assert os.sched_getaffinity(sleeper) == ALL
+    assert act.pending == ()
+    assert json.loads((tmp_path / "journal.json").read_text())["payload"]["affinity"] == []
+    # pinning again journals afresh, and a release of a vCPU never pinned does nothing
+    act.set_affinity("affinity/vm/vcpu0", sleeper, {1})
+    assert affinity_from_proc(sleeper) == "1"
+    assert "never pinned" in act.restore("affinity/vm/vcpu9")
+    dry = Actuator(tmp_path / "journal.json", dry_run=True)
+    assert "would go back" in dry.restore("affinity/vm/vcpu0")
+    assert affinity_from_proc(sleeper) == "1"
+
+
 def test_a_new_actuator_restores_what_a_crashed_one_changed(tmp_path: Path, sleeper: int) -> None:
     crashed = Actuator(tmp_path / "journal.json")
     crashed.set_affinity("affinity/vm/vcpu0", sleeper, {0})

@@ -98,6 +98,15 @@ def test_pinning_goes_through_libvirt_and_is_restored(
     assert {p.key for p in actuator.pending} == {
         f"affinity/{dom.name()}/vcpu1", f"emulator/{dom.name()}"
     }
+    # a release (OBS steps aside) puts that one vCPU back, and the emulator with it
+    line = actuator.restore(f"affinity/{dom.name()}/vcpu1")
+    assert "back on cpus (0, 1) (libvirt)" in line, line
+    assert _vcpuinfo_affinity(dom.name()) == {0: "yy", 1: "yy"}
+    assert source.emulator_pins(dom.name()) == {0, 1}
+    assert os.sched_getaffinity(tid) == {0, 1}
+    assert actuator.pending == ()
+    actuator.set_affinity(f"affinity/{dom.name()}/vcpu1", tid, {1})
+    assert _vcpuinfo_affinity(dom.name()) == {0: "yy", 1: "-y"}
     # a crash: a new actuator finds the journal and restores through libvirt
     recovered = LibvirtActuator(tmp_path / "journal.json", source)
     lines = recovered.restore_all()

@@ -136,6 +136,25 @@ class Actuator:
         if self._saved.pop(key, None) is not None:
             self._store()
 
+    def restore(self, key: str) -> str:
+        """Put one journaled thread back as it was (a policy released its pin).
+
+        :param key: ``affinity/VM/vcpuN``.
+        :returns: one line saying what was done (nothing, when it was never pinned).
+        :raises OSError: when the write is refused (the entry stays; the round retries).
+        """
+        entry = self._saved.get(key)
+        if entry is None:
+            return f"release: {key}: never pinned, nothing to do"
+        if self.dry_run:
+            return f"release: {key}: would go back on cpus {entry.cpus}"
+        line = f"release: {key}: thread {entry.tid} is gone, nothing to do"
+        if thread_start_time(entry.tid) == entry.start_time:
+            os.sched_setaffinity(entry.tid, entry.cpus)
+            line = f"release: {key}: thread {entry.tid} back on cpus {entry.cpus}"
+        self.forget(key)
+        return line
+
     def restore_all(self) -> list[str]:
         """Put every journaled thread back as it was, and empty the journal.
 

@@ -30,6 +30,7 @@ from unicache.model import (
     Observation,
     PinVcpu,
     PublishPlacement,
+    ReleaseVcpu,
     SetCpuWeight,
     Vcpu,
     VcpuId,
@@ -105,6 +106,12 @@ class AffinitySetter(Protocol):
 
     def set_affinity(self, key: str, tid: int, cpus: Iterable[int]) -> frozenset[int]:
         """Pin one vCPU (``tid`` 0: through the hypervisor); returns the CPUs it had.
+
+        :raises OSError: when refused (the action fails and is retried next round).
+        """
+
+    def restore(self, key: str) -> str:
+        """Put one pinned vCPU back as it was (a policy released it); one line.
 
         :raises OSError: when refused (the action fails and is retried next round).
         """
@@ -309,6 +316,9 @@ class LiveHost:
         if isinstance(action, PinVcpu):
             # no host thread (Xen): tid 0 tells the actuator to pin through the hypervisor
             self._actuator.set_affinity(action.target, tid or 0, action.cpus)
+            return None
+        if isinstance(action, ReleaseVcpu):
+            log.info("%s", self._actuator.restore(action.target))
             return None
         if isinstance(action, SetCpuWeight):
             if tid is None:

@@ -11,6 +11,7 @@ from unicache.model import (
     GuestReport,
     Observation,
     PinVcpu,
+    ReleaseVcpu,
     Vcpu,
     VcpuId,
     Vm,
@@ -74,7 +75,7 @@ class ReplayHost:
         return start is not None and vcpu.index < start.vcpus
 
     def act(self, actions: Sequence[Action]) -> ActResult:
-        """Apply pinning to the replayed view; other actions are accepted as they are."""
+        """Apply pins and releases to the replayed view; other actions are accepted as is."""
         applied: list[Action] = []
         failed: list[tuple[Action, str]] = []
         for action in actions:
@@ -83,5 +84,8 @@ class ReplayHost:
                     failed.append((action, f"{action.vcpu} is not running"))
                     continue
                 self._affinity[action.vcpu] = action.cpus
+            elif isinstance(action, ReleaseVcpu):
+                # back on every CPU, as it started
+                self._affinity.pop(action.vcpu, None)
             applied.append(action)
         return ActResult(tuple(applied), tuple(failed))

@@ -10,6 +10,8 @@ of tasks and cache units in the place of LLC groups:
   smallest cache load; overweight vCPUs (weight above their unit's average) are not
   moved, except by the periodic rebalance that moves one overweight vCPU from the
   heaviest unit to the lightest;
+* OBS-X steps aside (:mod:`unicache.policy.obsgain`): a VM SCU leaves alone, whose pins
+  would keep no two cache-heavy vCPUs apart, keeps its own CPUs;
 * OBS-X's thread clustering (:mod:`unicache.policy.cluster`, after the paper's
   reference 1): the busy vCPUs of a VM that shares its data and that SCU leaves alone
   stay in one unit; rebalances leave them there;
@@ -36,6 +38,8 @@ from unicache.model import (
     Decision,
     Observation,
     PinVcpu,
+    Refusal,
+    ReleaseVcpu,
     SetCpuWeight,
     VcpuId,
 )
@@ -45,6 +49,7 @@ from unicache.policy.cluster import (
     cluster_moves,
     shared_fractions,
 )
+from unicache.policy.obsgain import OBS_STEP_ASIDE, pinning_gain
 from unicache.topology import CacheUnit
 
 #: "Addressing fairness": c_credit = 2 % was the preferred trade-off
@@ -136,6 +141,9 @@ class ObsState:
     :param cpu_weights: vCPU -> the cpu.weight OBS-C last set.
     :param last_rebalance: the round of the last rebalance.
     :param clustered: VMs whose busy vCPUs OBS-X keeps in one unit (:mod:`.cluster`).
+    :param quiet: per VM, rounds in a row its pins would have kept nothing apart
+        (:mod:`.obsgain`).
+    :param pinned: vCPUs OBS holds pinned (a VM that starts floating gets them back).
     """
 
     unit_of: Mapping[VcpuId, int] = field(default_factory=dict)
@@ -143,6 +151,8 @@ class ObsState:
     cpu_weights: Mapping[VcpuId, int] = field(default_factory=dict)
     last_rebalance: int = 0
     clustered: frozenset[str] = frozenset()
+    quiet: Mapping[str, int] = field(default_factory=dict)
+    pinned: frozenset[VcpuId] = frozenset()
 
 
 class ObsPolicy:
@@ -181,7 +191,7 @@ class ObsPolicy:
 
         :param obs: this round's observation.
         :param state: what the previous round left.
-        :param left_alone: VMs SCU leaves alone (their vCPUs may be clustered).
+        :param left_alone: VMs SCU leaves alone (their vCPUs may be clustered, or float).
         :returns: the decision and the new state.
         """
         opts = self.options
@@ -284,11 +294,24 @@ class ObsPolicy:
                 unit_of[vcpu] = dst
                 reasons[vcpu] = why
 
-        actions: list[Action] = []
+        # the step-aside: a VM whose pins would keep no two cache-heavy vCPUs apart floats
+        gain = pinning_gain(
+            vcpus_of,
+            weights,
+            trusted,
+            left_alone,
+            frozenset(clustered),
+            state.quiet,
+            opts.heavy_weight_floor,
+        )
+        floating = frozenset(v for vm in gain.floating for v in vcpus_of[vm])
+        actions: list[Action] = [
+            ReleaseVcpu(vcpu, gain.reasons[vcpu.vm]) for vcpu in sorted(state.pinned & floating)
+        ]
         current = {v.id: v.cpus for vm in obs.vms for v in vm.vcpus}
         # OBS-L: CPU sets inside each unit
         for unit in self.units:
-            members = sorted(v for v, u in unit_of.items() if u == unit.id)
+            members = sorted(v for v, u in unit_of.items() if u == unit.id and v not in floating)
             for vcpu, cpus, why in self._local_sets(unit, members, weights, trusted):
                 if current.get(vcpu) != cpus:
                     reason = reasons.get(vcpu) or why
@@ -305,8 +328,17 @@ class ObsPolicy:
                     cpu_weights[vcpu] = value
         cpu_weights = {v: w for v, w in cpu_weights.items() if v in live}
 
-        new_state = ObsState(unit_of, weights, cpu_weights, last_rebalance, frozenset(clustered))
-        return Decision(self.name, tuple(actions)), new_state
+        new_state = ObsState(
+            unit_of,
+            weights,
+            cpu_weights,
+            last_rebalance,
+            frozenset(clustered),
+            gain.quiet,
+            frozenset(unit_of) - floating,
+        )
+        refusals = tuple(Refusal(OBS_STEP_ASIDE, why) for _vm, why in sorted(gain.reasons.items()))
+        return Decision(self.name, tuple(actions), (), refusals), new_state
 
     # --- steps -----------------------------------------------------------------------------
 

@@ -156,6 +156,33 @@ class LibvirtActuator(Actuator):
             self._wanted.pop(saved.vm, None)
         self._store_pins()
 
+    def restore(self, key: str) -> str:
+        """Put one vCPU's pin back (a policy released it); the emulator's too once none of
+        its domain's vCPUs stays pinned.
+
+        :raises OSError: when libvirt refuses or is unreachable (the round retries).
+        """
+        pin = self._pins.get(key)
+        if pin is None:
+            return super().restore(key)
+        if self.dry_run:
+            return f"release: {key}: would go back on cpus {pin.cpus} (libvirt)"
+        if self.source.identity(pin.vm) == (pin.uuid, pin.domid):
+            self.source.pin_vcpu(pin.vm, pin.vcpu, pin.cpus)
+        self._wanted.get(pin.vm, {}).pop(pin.vcpu, None)
+        lines = [f"release: {key}: back on cpus {pin.cpus} (libvirt)"]
+        ekey = f"emulator/{pin.vm}"
+        emulator = self._pins.get(ekey)
+        others = any(p.vm == pin.vm and p.vcpu != EMULATOR and p.key != key
+                     for p in self._pins.values())
+        if emulator is not None and not others:
+            lines.append(self._restore(ekey, emulator))
+        elif emulator is not None:
+            self._emulator.pop(pin.vm, None)
+            self._pin_emulator_away(pin.vm)
+        self.forget(key)
+        return "; ".join(lines)
+
     def restore_all(self) -> list[str]:
         """Put every journaled pin back (through libvirt; by thread when it is gone).
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from unicache.model import ChunkId, PinVcpu
+from unicache.model import ChunkId, PinVcpu, ReleaseVcpu
 from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import scu_options_for
@@ -241,13 +241,12 @@ class UnicacheLive(Baseline):
         decision, self.state = self.policy.decide(obs, self.state)
         self.host.act(decision.actions)
         self.rounds += 1
-        # the standing: which VMs SCU leaves alone, whether it placed them, no new pins
+        # the standing: which VMs SCU leaves alone, whether it placed them, no new pins or
+        # releases
         standing = (self.state.scu.aside, self.policy.scu.placed(self.state.scu))
-        pinned = any(isinstance(a, PinVcpu) for a in decision.actions)
+        pinned = any(isinstance(a, PinVcpu | ReleaseVcpu) for a in decision.actions)
         same = standing == self._standing and not pinned
         self.settled = self.settled + 1 if same else 0
         self._standing = standing
         self.window_start = now
         self.window_issued = 0
-
-

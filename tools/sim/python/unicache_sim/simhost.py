@@ -5,6 +5,7 @@ turns the engine's per-thread counters and the reads the guest made since the la
 into an :class:`~unicache.model.Observation` (counter samples per vCPU, a guest report
 per VM, exactly the shapes the live daemon builds); ``act`` carries out the policy's
 actions: ``PinVcpu`` moves a vCPU (and the thread on it) into its new CPU set,
+``ReleaseVcpu`` lets it float over every CPU again,
 ``PublishPlacement`` hands the guest its table, ``SetCpuWeight`` is accepted but has no
 effect (the engine shares a CPU first come, first served).
 
@@ -37,6 +38,7 @@ from unicache.model import (
     PlacementEntry,
     PlacementTable,
     PublishPlacement,
+    ReleaseVcpu,
     Vcpu,
     VcpuId,
     Vm,
@@ -181,6 +183,12 @@ class SimHost:
                     failed.append((action, "no simulated CPU in the set"))
                     continue
                 self.affinity[action.vcpu.index] = cpus
+            elif isinstance(action, ReleaseVcpu):
+                if action.vcpu.vm != self.vm or action.vcpu.index not in self.affinity:
+                    failed.append((action, f"{action.vcpu} is not running"))
+                    continue
+                # back on every CPU, as it started (the live actuator's journaled set)
+                self.affinity[action.vcpu.index] = frozenset(range(self.cfg.n_cpus))
             elif isinstance(action, PublishPlacement) and action.vm == self.vm:
                 self.table = action.table
                 self.entries = {e.chunk: e for e in action.table.entries}
@@ -386,9 +394,7 @@ def linux_float(
         idle = [
             c
             for c in range(cfg.n_cpus)
-            if c not in busy
-            and (cfg.group_of(c) == group) == same
-            and (mine is None or c in mine)
+            if c not in busy and (cfg.group_of(c) == group) == same and (mine is None or c in mine)
         ]
         if not idle:
             continue
