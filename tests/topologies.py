@@ -8,7 +8,8 @@ models directly.
 
 from __future__ import annotations
 
-from unicache.topology import Topology, load_model
+from unicache.topofile import load_model
+from unicache.topology import Topology
 
 #: MFC paper's machine: four quad-core Opteron chips, 2 MiB L3 each (Figure 1)
 TOPO_OPTERON_16: Topology = load_model("opteron-16")

@@ -40,8 +40,9 @@ from rich.console import Console
 from rich.table import Table
 from unicache.host.colors import host_page_colors
 from unicache.host.guest_scripts import PAGE_NODES
+from unicache.host.machine import discover_topology
 from unicache.host.qemu import BACKING_COLORED, QemuVm, VmConfig, list_vms, parse_numa
-from unicache.topology import Topology, Unify, discover_topology
+from unicache.topology import Topology, Unify
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "demo"

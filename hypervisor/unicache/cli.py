@@ -22,11 +22,13 @@ from unicache import __version__
 from unicache.cpulist import format_list
 from unicache.decisionlog import action_record, chunk_record, refusal_record
 from unicache.errors import ConfigError, StateError, UnicacheError
+from unicache.host.machine import load_topology
 from unicache.host.replay import ReplayHost
 from unicache.loop import run_rounds
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.statefile import status_checkpoint
-from unicache.topology import Topology, Unify, load_topology, model_names
+from unicache.topofile import model_names
+from unicache.topology import Topology, Unify
 from unicache.trace import read_trace
 
 log = logging.getLogger(__name__)
@@ -155,7 +157,7 @@ def topology(
     Without --model or --file it reads this machine's sysfs and reports only what sysfs
     says: latencies and bandwidths are not in sysfs and show as unknown.
     """
-    from unicache.topology import dump_toml
+    from unicache.topofile import dump_toml
 
     topo = load_topology(model, file)
     level = Unify(unify)
@@ -233,7 +235,7 @@ def topology(
 @app.command()
 def models(json_out: JsonOpt = False) -> None:
     """List the shipped machine models."""
-    from unicache.topology import load_model
+    from unicache.topofile import load_model
 
     rows = [(name, load_model(name)) for name in model_names()]
     if json_out:

@@ -23,7 +23,8 @@ from unicache.host.libvirt.hook import (
     install_hook,
     remove_hook,
 )
-from unicache.topology import Unify, discover_topology
+from unicache.host.machine import discover_topology
+from unicache.topology import Unify
 
 from tests.libvirt.conftest import PREFIX, URI, Libvirtd, wait_for
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from unicache.topology import Inclusion, Scope, Topology, Unify, load_model, model_names
+from unicache.topofile import load_model, model_names
+from unicache.topology import Inclusion, Scope, Topology, Unify
 
 from tests.topologies import TOPO_XEON_SPR_2S, TOPO_XEON_SPR_2S_SNC4
 
