@@ -381,6 +381,8 @@ def replay(
 def _detail(rec: dict[str, Any]) -> str:
     if rec["kind"] == "pin-vcpu":
         return f"cpus {rec['cpus']} (unit {rec['unit']})"
+    if rec["kind"] == "release-vcpu":
+        return "back on the CPUs it had before unicache"
     if rec["kind"] == "set-cpu-weight":
         return f"cpu.weight {rec['weight']}"
     if rec["kind"] == "assign-color":
@@ -655,13 +657,14 @@ def explain(
         }, indent=2))
         return
     for index, rec in sorted(found.vcpus.items()):
-        _out.print(f"{vm}/vcpu{index} on cpus {rec['cpus']} (unit {rec['unit']}) since tick "
-                   f"{rec['tick']}: {rec['reason']}", highlight=False)
+        where = f"on cpus {rec['cpus']} (unit {rec['unit']})" if "cpus" in rec else (
+            "on its own CPUs (released)")
+        _out.print(f"{vm}/vcpu{index} {where} since tick {rec['tick']}: {rec['reason']}",
+                   highlight=False)
     if len(found.history) > len(found.vcpus):
         table = Table("tick", "action", "detail", "reason", title="history")
         for rec in found.history:
-            detail = f"cpus {rec['cpus']}" if "cpus" in rec else f"weight {rec.get('weight')}"
-            table.add_row(str(rec["tick"]), rec["kind"], detail, rec["reason"])
+            table.add_row(str(rec["tick"]), rec["kind"], _detail(rec), rec["reason"])
         _out.print(table)
     if found.placement is not None:
         _out.print(f"placement table v{found.placement['version']}: "

@@ -91,9 +91,11 @@ def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> 
             continue
         seen = True
         kind = rec.get("kind")
-        if kind in ("pin-vcpu", "set-cpu-weight") and (vcpu is None or rec.get("vcpu") == vcpu):
+        if kind in ("pin-vcpu", "release-vcpu", "set-cpu-weight") and (
+            vcpu is None or rec.get("vcpu") == vcpu
+        ):
             history.append(rec)
-            if kind == "pin-vcpu":
+            if kind != "set-cpu-weight":  # where it sits: its last pin or release
                 latest[int(rec["vcpu"])] = rec
         elif kind == "publish-placement":
             placement = rec

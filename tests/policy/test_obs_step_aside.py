@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from unicache.decisionlog import action_record
 from unicache.model import (
     CounterSample,
     CounterSource,
@@ -13,6 +14,8 @@ from unicache.model import (
 )
 from unicache.policy.obs import ObsPolicy, ObsState
 from unicache.policy.obsgain import FLOAT_ROUNDS, OBS_STEP_ASIDE
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.readback import explain
 
 from tests.policy.conftest import observation, sample, vm
 from tests.topologies import TOPO_OPTERON_16
@@ -43,13 +46,29 @@ def _kinds(decision: Decision) -> set[str]:
     return {r.kind for r in decision.refusals}
 
 
-def test_a_lone_heavy_vcpu_of_a_vm_scu_leaves_alone_is_released_after_three_rounds() -> None:
+def test_a_lone_heavy_vcpu_of_a_vm_scu_leaves_alone_is_never_pinned() -> None:
     policy = ObsPolicy(UNITS)
     guest = vm("g", 4, EVERY)
-    decisions, state = _rounds(policy, (guest,), [sample("g", 0, HEAVY)], FLOAT_ROUNDS + 2)
+    decisions, state = _rounds(policy, (guest,), [sample("g", 0, HEAVY)], FLOAT_ROUNDS + 1)
+    for decision in decisions:
+        assert not any(isinstance(a, PinVcpu | ReleaseVcpu) for a in decision.actions)
+        (why,) = [r.reason for r in decision.refusals if r.kind == OBS_STEP_ASIDE]
+        assert why.startswith("OBS leaves g's vCPUs on their own CPUs: one cache-heavy vCPU")
+    assert state.pinned == frozenset()
+
+
+def test_a_pinned_vm_down_to_one_heavy_vcpu_is_released_after_three_rounds() -> None:
+    policy = ObsPolicy(UNITS)
+    guest = vm("g", 4, EVERY)
+    two = [sample("g", 0, HEAVY), sample("g", 1, HEAVY)]
+    first, state = _rounds(policy, (guest,), two, 1)
+    assert any(isinstance(a, PinVcpu) for a in first[0].actions)
+    # every vCPU has a sample each round, as on a live host: vCPU 1 now idles
+    one = [sample("g", 0, HEAVY), sample("g", 1, 0)]
+    decisions, state = _rounds(policy, (guest,), one, FLOAT_ROUNDS + 2, state=state)
     before = decisions[: FLOAT_ROUNDS - 1]
-    assert all(any(isinstance(a, PinVcpu) for a in d.actions) for d in before)
     assert all(OBS_STEP_ASIDE not in _kinds(d) for d in before)
+    assert not any(isinstance(a, ReleaseVcpu) for d in before for a in d.actions)
     released = decisions[FLOAT_ROUNDS - 1]
     assert {a.vcpu for a in released.actions if isinstance(a, ReleaseVcpu)} == {
         VcpuId("g", i) for i in range(4)
@@ -59,24 +78,9 @@ def test_a_lone_heavy_vcpu_of_a_vm_scu_leaves_alone_is_released_after_three_roun
     assert "one cache-heavy vCPU (g/vcpu0)" in why and "3 rounds" in why
     # released once; afterwards it floats, says so, and nothing is pinned or released
     for later in decisions[FLOAT_ROUNDS:]:
-        assert not later.actions or all(
-            not isinstance(a, PinVcpu | ReleaseVcpu) for a in later.actions
-        )
+        assert not any(isinstance(a, PinVcpu | ReleaseVcpu) for a in later.actions)
         assert OBS_STEP_ASIDE in _kinds(later)
     assert state.pinned == frozenset()
-
-
-def test_a_second_heavy_vcpu_pins_the_floating_vm_again_at_once() -> None:
-    policy = ObsPolicy(UNITS)
-    guest = vm("g", 4, EVERY)
-    _, state = _rounds(policy, (guest,), [sample("g", 0, HEAVY)], FLOAT_ROUNDS + 1)
-    two = [sample("g", 0, HEAVY), sample("g", 1, HEAVY)]
-    decision, state = policy.decide(observation(9, (guest,), two), state, ALONE)
-    pinned = {a.vcpu for a in decision.actions if isinstance(a, PinVcpu)}
-    assert {VcpuId("g", 0), VcpuId("g", 1)} <= pinned
-    assert OBS_STEP_ASIDE not in _kinds(decision)
-    # and the two heavy vCPUs are kept apart
-    assert state.unit_of[VcpuId("g", 0)] != state.unit_of[VcpuId("g", 1)]
 
 
 def test_a_vm_scu_unifies_stays_pinned_with_one_heavy_vcpu() -> None:
@@ -121,3 +125,29 @@ def test_another_guests_word_never_decides_whether_a_vm_is_pinned() -> None:
     reasons = [r.reason for r in decisions[-1].refusals if r.kind == OBS_STEP_ASIDE]
     assert len(reasons) == 1 and reasons[0].startswith("OBS leaves g's vCPUs")
     assert {v.vm for v in state.pinned} == {"f"}
+
+
+def test_a_vm_without_a_guest_agent_is_never_pinned_for_one_heavy_vcpu() -> None:
+    # SCU can place only VMs whose guests report reads: one without an agent needs no
+    # vCPU pinned in every unit, so its lone heavy vCPU floats like a left-alone one's
+    policy = UnicachePolicy(TOPO_OPTERON_16)
+    guest = vm("g", 4, EVERY)
+    state = RoundState()
+    for tick in range(FLOAT_ROUNDS + 1):
+        decision, state = policy.decide(
+            observation(tick, (guest,), [sample("g", 0, HEAVY)]), state
+        )
+        assert {str(a.kind) for a in decision.actions} <= {"set-cpu-weight"}
+        assert OBS_STEP_ASIDE in _kinds(decision)
+    two = [sample("g", 0, HEAVY), sample("g", 1, HEAVY)]
+    decision, state = policy.decide(observation(9, (guest,), two), state)
+    assert any(isinstance(a, PinVcpu) for a in decision.actions)
+
+
+def test_explain_says_a_released_vcpu_sits_on_its_own_cpus() -> None:
+    pin = PinVcpu(VcpuId("g", 0), frozenset({0, 1}), 0, "OBS-X: placed")
+    release = ReleaseVcpu(VcpuId("g", 0), "OBS leaves g's vCPUs on their own CPUs")
+    records = [action_record(1, pin), action_record(4, release)]
+    found = explain(records, "g", 0)
+    assert found.vcpus[0]["kind"] == "release-vcpu"
+    assert [r["kind"] for r in found.history] == ["pin-vcpu", "release-vcpu"]

@@ -185,13 +185,19 @@ class ObsPolicy:
                 raise StateError.restored(f"{vcpu} is in unit {unit}, which this topology lacks")
 
     def decide(
-        self, obs: Observation, state: ObsState, left_alone: frozenset[str] = frozenset()
+        self,
+        obs: Observation,
+        state: ObsState,
+        left_alone: frozenset[str] = frozenset(),
+        unplaced: frozenset[str] | None = None,
     ) -> tuple[Decision, ObsState]:
         """One round: weigh, place new vCPUs, cluster, maybe rebalance, pin, credit.
 
         :param obs: this round's observation.
         :param state: what the previous round left.
-        :param left_alone: VMs SCU leaves alone (their vCPUs may be clustered, or float).
+        :param left_alone: VMs SCU leaves alone (their vCPUs may be clustered).
+        :param unplaced: VMs SCU does not place: left alone, or without reads it could
+            place (no guest agent); their vCPUs may float (default: ``left_alone``).
         :returns: the decision and the new state.
         """
         opts = self.options
@@ -299,10 +305,11 @@ class ObsPolicy:
             vcpus_of,
             weights,
             trusted,
-            left_alone,
+            left_alone if unplaced is None else unplaced,
             frozenset(clustered),
             state.quiet,
             opts.heavy_weight_floor,
+            frozenset(v.vm for v in state.pinned),
         )
         floating = frozenset(v for vm in gain.floating for v in vcpus_of[vm])
         actions: list[Action] = [

@@ -10,12 +10,14 @@ xeon-spr-2s --dist zipf --threads 1 --ws-mb 840``: pinned to one socket it ran 3
 than floating, docs/PERFORMANCE.md). So OBS leaves the vCPUs of such a VM on the CPUs they
 had, released if it had pinned them, and says why in the decision log.
 
-Only VMs SCU leaves alone float (a VM SCU unifies needs a vCPU pinned in every unit it
-sends reads to), and not a VM whose busy vCPUs OBS keeps in one unit because they share
-data (:mod:`unicache.policy.cluster`). A VM floats after :data:`FLOAT_ROUNDS` rounds in a
-row with at most one heavy vCPU in its view, and is pinned again in the first round with
-two (so a second heavy vCPU is kept apart at once, and a count flickering between one and
-two does not pin and release every round). A VM's view counts the host-measured weights
+Only VMs SCU does not place float: those it leaves alone and those whose guests report
+no reads (no agent); a VM SCU unifies needs a vCPU pinned in every unit it sends reads
+to. Nor does a VM whose busy vCPUs OBS keeps in one unit because they share data
+(:mod:`unicache.policy.cluster`). A VM OBS has not pinned floats from its first round; one
+it pinned floats after :data:`FLOAT_ROUNDS` rounds in a row with at most one heavy vCPU in
+its view; any VM is pinned again in the first round with two (so a second heavy vCPU is
+kept apart at once, and a count flickering between one and two does not pin and release
+every round). A VM's view counts the host-measured weights
 and its own guest's: one guest's word never changes whether another VM is pinned.
 
 Pure: no I/O.
@@ -38,8 +40,8 @@ FLOAT_ROUNDS = 3
 class PinningGain:
     """This round's verdict of OBS's step-aside.
 
-    :param quiet: per VM, rounds in a row it was left alone by SCU, not clustered, and saw
-        at most one heavy vCPU (the state kept for the next round).
+    :param quiet: per VM, rounds in a row SCU did not place it, OBS did not cluster it
+        and it saw at most one heavy vCPU (the state kept for the next round).
     :param floating: VMs whose vCPUs OBS does not pin this round.
     :param reasons: per floating VM, one line for the decision log.
     """
@@ -53,21 +55,23 @@ def pinning_gain(
     vcpus_of: Mapping[str, Iterable[VcpuId]],
     weights: Mapping[VcpuId, float],
     trusted: frozenset[VcpuId],
-    left_alone: frozenset[str],
+    unplaced: frozenset[str],
     clustered: frozenset[str],
     quiet_before: Mapping[str, int],
     heavy_floor: float,
+    pinned: frozenset[str] = frozenset(),
 ) -> PinningGain:
     """Which VMs' pins would keep nothing apart.
 
     :param vcpus_of: every live VM's vCPUs.
     :param weights: cache weights of this round.
     :param trusted: vCPUs whose weight the host measured.
-    :param left_alone: VMs SCU leaves alone.
+    :param unplaced: VMs SCU does not place (left alone, or no reads to place).
     :param clustered: VMs whose busy vCPUs OBS keeps in one unit.
     :param quiet_before: the previous round's :attr:`PinningGain.quiet`.
     :param heavy_floor: the weight (misses per cycle) from which a vCPU is cache-heavy
         (``ObsOptions.heavy_weight_floor``).
+    :param pinned: VMs OBS holds pinned now (the others float as soon as they may).
     """
     heavy = sorted(v for v, w in weights.items() if w >= heavy_floor)
     quiet: dict[str, int] = {}
@@ -75,16 +79,16 @@ def pinning_gain(
     reasons: dict[str, str] = {}
     for vm in sorted(vcpus_of):
         seen = [v for v in heavy if v.vm == vm or v in trusted]
-        if vm not in left_alone or vm in clustered or len(seen) > 1:
+        if vm not in unplaced or vm in clustered or len(seen) > 1:
             continue
         quiet[vm] = quiet_before.get(vm, 0) + 1
-        if quiet[vm] < FLOAT_ROUNDS:
+        if vm in pinned and quiet[vm] < FLOAT_ROUNDS:
             continue
         floating.add(vm)
         lone = f"one cache-heavy vCPU ({seen[0]})" if seen else "no cache-heavy vCPU"
+        rounds = "1 round" if quiet[vm] == 1 else f"{quiet[vm]} rounds"
         reasons[vm] = (
-            f"OBS leaves {vm}'s vCPUs on their own CPUs: {lone} on the host for "
-            f"{quiet[vm]} rounds, nothing for a pin to keep apart (a pin would only confine "
-            "it to one LLC group)"
+            f"OBS leaves {vm}'s vCPUs on their own CPUs: {lone} on the host for {rounds}, "
+            "nothing for a pin to keep apart (a pin would only confine it to one LLC group)"
         )
     return PinningGain(quiet, frozenset(floating), reasons)

@@ -102,7 +102,10 @@ class UnicachePolicy:
         :returns: the combined decision (OBS, color, replica, then table actions) and the
             new state.
         """
-        obs_decision, obs_state = self.obs.decide(obs, state.obs, state.scu.aside)
+        # SCU places only VMs whose guests report reads it predicts a gain for; the others
+        # (left alone, or without an agent) need no vCPU pinned in every unit
+        unplaced = frozenset(vm.name for vm in obs.vms) - self.scu.placed(state.scu)
+        obs_decision, obs_state = self.obs.decide(obs, state.obs, state.scu.aside, unplaced)
         colors = colors_round(
             obs.vms,
             obs.reports,
