@@ -112,3 +112,24 @@ def explain(records: list[dict[str, Any]], vm: str, vcpu: int | None = None) -> 
     if not seen:
         raise ConfigError(f"the decision log never mentions vm {vm!r}")
     return Explanation(vm, latest, history, placement, rules, colors, replicas)
+
+
+def record_detail(rec: dict[str, Any]) -> str:
+    """One decision-log record's action in a few words, for tables."""
+    if rec["kind"] == "pin-vcpu":
+        return f"cpus {rec['cpus']} (unit {rec['unit']})"
+    if rec["kind"] == "release-vcpu":
+        return "back on the CPUs it had before unicache"
+    if rec["kind"] == "set-cpu-weight":
+        return f"cpu.weight {rec['weight']}"
+    if rec["kind"] == "assign-color":
+        return f"chunks {rec['chunks']} -> color {rec['color']} (guest node {rec['color_node']})"
+    if rec["kind"] in ("replicate", "drop-replica"):
+        return f"chunk {rec['chunk']} on guest node {rec['node']}"
+    entries = rec.get("entries", [])
+    cached = sum(1 for e in entries if e["caching"])
+    colored = sum(1 for e in entries if e.get("color_node", -1) >= 0)
+    replicated = sum(1 for e in entries if e.get("replica_nodes"))
+    extra = f", {colored} colored" if colored else ""
+    extra += f", {replicated} replicated" if replicated else ""
+    return f"v{rec['version']}: {cached} cached, {len(entries) - cached} non-caching{extra}"

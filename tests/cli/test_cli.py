@@ -167,10 +167,11 @@ def test_place_on_this_host_works_against_sysfs(tmp_path: Path) -> None:
 def test_help_works_for_every_command() -> None:
     top = run("--help")
     assert top.returncode == 0, top.stderr
-    commands = ["topology", "models", "replay", "run", "place", "status", "explain", "version"]
-    for extra in ("vm", "bench", "attach", "install-hook", "remove-hook"):
-        if extra in top.stdout:
-            commands.append(extra)
+    commands = ["topology", "models", "replay", "run", "place", "status", "explain", "version",
+                "attach", "install-hook", "remove-hook", "bench", "vm"]
+    listed = [line.split()[1] for line in top.stdout.splitlines() if line.startswith("│ ")
+              and len(line.split()) > 1 and not line.split()[1].startswith("-")]
+    assert [c for c in listed if c in commands] == commands  # all of them, in this order
     for command in commands:
         out = run(command, "--help")
         assert out.returncode == 0 and "Usage" in out.stdout, (command, out.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from typer.testing import CliRunner
-from unicache.cli_bench import app
+from unicache.cli.bench import app
 
 
 def test_bench_shim_json_has_the_figures() -> None:
