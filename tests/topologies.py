@@ -8,8 +8,8 @@ models directly.
 
 from __future__ import annotations
 
-from unicache.topofile import load_model
 from unicache.topology import Topology
+from unicache.topology.toml import load_model
 
 #: MFC paper's machine: four quad-core Opteron chips, 2 MiB L3 each (Figure 1)
 TOPO_OPTERON_16: Topology = load_model("opteron-16")

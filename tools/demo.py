@@ -40,9 +40,9 @@ from rich.console import Console
 from rich.table import Table
 from unicache.host.colors import host_page_colors
 from unicache.host.guest_scripts import PAGE_NODES
-from unicache.host.machine import discover_topology
 from unicache.host.qemu import BACKING_COLORED, QemuVm, VmConfig, list_vms, parse_numa
 from unicache.topology import Topology, Unify
+from unicache.topology.sysfs import discover_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "demo"

@@ -36,7 +36,6 @@ from unicache.host.base import ActResult
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.libvirt.weights import LibvirtWeights
 from unicache.host.live import LiveHost, VmSource, WeightSetter
-from unicache.host.machine import load_topology
 from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
 from unicache.model import Decision, Observation
@@ -45,6 +44,7 @@ from unicache.policy.scu import scu_options_for
 from unicache.roundworker import run_round
 from unicache.statefile import status_checkpoint
 from unicache.topology import Unify
+from unicache.topology.sysfs import load_topology
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unicache.host.machine import discover_topology
 from unicache.host.qemu import GuestImage, QemuVm, VmConfig, ensure_image
 from unicache.policy.scu import scu_options_for
 from unicache.topology import Unify
+from unicache.topology.sysfs import discover_topology
 
 UNICACHE = str(Path(sys.executable).parent / "unicache")
 AGENT_LIB = "/usr/lib/unicache-agent"  # the image's agent package and shim

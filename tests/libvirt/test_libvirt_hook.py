@@ -23,8 +23,8 @@ from unicache.host.libvirt.hook import (
     install_hook,
     remove_hook,
 )
-from unicache.host.machine import discover_topology
 from unicache.topology import Unify
+from unicache.topology.sysfs import discover_topology
 
 from tests.libvirt.conftest import PREFIX, URI, Libvirtd, wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import unicache_sim as us
 from unicache.errors import ConfigError, UnicacheError
-from unicache.topofile import load_model, model_names
+from unicache.topology.toml import load_model, model_names
 from unicache_sim.config import from_topology, oracle
 
 from tests.topologies import TOPO_OPTERON_16

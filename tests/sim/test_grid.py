@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 from unicache.errors import ConfigError, UnicacheError
-from unicache.topofile import load_model, model_names
+from unicache.topology.toml import load_model, model_names
 from unicache_sim import cli_grid
 from unicache_sim.cli import app
 from unicache_sim.grid import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from unicache.topofile import load_model
+from unicache.topology.toml import load_model
 from unicache_sim.mfc import MfcSpec, PointResult, run_mfc
 
 SEEDS = range(1, 6)

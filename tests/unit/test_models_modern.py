@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from unicache.topofile import load_model, model_names
 from unicache.topology import Inclusion, Scope, Topology, Unify
+from unicache.topology.toml import load_model, model_names
 
 from tests.topologies import TOPO_XEON_SPR_2S, TOPO_XEON_SPR_2S_SNC4
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from unicache.errors import ConfigError, TopologyError
-from unicache.host.machine import discover_topology
-from unicache.topofile import dump_toml, load_file, load_model, model_names, parse_toml
 from unicache.topology import Inclusion, Scope, Unify
+from unicache.topology.sysfs import discover_topology
+from unicache.topology.toml import dump_toml, load_file, load_model, model_names, parse_toml
 
 KIB = 1024
 MIB = 1024 * 1024

@@ -22,12 +22,12 @@ from unicache.cli.common import (
     out,
 )
 from unicache.decisionlog import action_record, chunk_record, refusal_record
-from unicache.host.machine import load_topology
 from unicache.host.replay import ReplayHost
 from unicache.loop import run_rounds
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.readback import record_detail
 from unicache.topology import Unify
+from unicache.topology.sysfs import load_topology
 from unicache.trace import read_trace
 
 

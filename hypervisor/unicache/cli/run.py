@@ -21,9 +21,9 @@ from unicache.cli.common import (
 )
 from unicache.cpulist import format_list
 from unicache.errors import ConfigError, StateError
-from unicache.host.machine import load_topology
 from unicache.statefile import status_checkpoint
 from unicache.topology import Unify
+from unicache.topology.sysfs import load_topology
 
 
 @app.command()

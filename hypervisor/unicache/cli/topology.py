@@ -20,9 +20,9 @@ from unicache.cli.common import (
 )
 from unicache.cpulist import format_list
 from unicache.errors import ConfigError
-from unicache.host.machine import load_topology
-from unicache.topofile import model_names
 from unicache.topology import Topology, Unify
+from unicache.topology.sysfs import load_topology
+from unicache.topology.toml import model_names
 
 
 def topology_json(topo: Topology, unify: Unify) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def topology(
     Without --model or --file it reads this machine's sysfs and reports only what sysfs
     says: latencies and bandwidths are not in sysfs and show as unknown.
     """
-    from unicache.topofile import dump_toml
+    from unicache.topology.toml import dump_toml
 
     topo = load_topology(model, file)
     level = Unify(unify)
@@ -190,7 +190,7 @@ def topology(
 @app.command()
 def models(json_out: JsonOpt = False) -> None:
     """List the shipped machine models."""
-    from unicache.topofile import load_model
+    from unicache.topology.toml import load_model
 
     rows = [(name, load_model(name)) for name in model_names()]
     if json_out:

@@ -126,8 +126,8 @@ def host_page_colors() -> int:
     """
     if not _colors_cache:
         # imported here: the policy package is pure and loads its own dependencies
-        from unicache.host.machine import discover_topology
         from unicache.policy.srm import page_colors
+        from unicache.topology.sysfs import discover_topology
 
         try:
             _colors_cache.append(page_colors(discover_topology()))

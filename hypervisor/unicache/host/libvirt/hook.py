@@ -34,10 +34,10 @@ from typing import Any
 
 from unicache.cpulist import format_list
 from unicache.errors import ConfigError, StateError, UnicacheError
-from unicache.host.machine import load_topology
 from unicache.policy.place import UnitLoad, VmPlacement, place_vm
 from unicache.statefile import status_checkpoint
 from unicache.topology import Unify
+from unicache.topology.sysfs import load_topology
 
 log = logging.getLogger(__name__)
 

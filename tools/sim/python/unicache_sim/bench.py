@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from unicache.topofile import load_model
+from unicache.topology.toml import load_model
 
 from unicache_sim import _native
 from unicache_sim.config import from_topology, single_core

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 from unicache.errors import UnicacheError
-from unicache.topofile import load_model
 from unicache.topology import Unify
+from unicache.topology.toml import load_model
 
 from unicache_sim.cli_grid import grid
 from unicache_sim.hop import DEFAULT_HOPS

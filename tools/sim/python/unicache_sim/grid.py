@@ -6,7 +6,7 @@ at that one size and returns a small frozen :class:`GridResult`. The axes come f
 shipped models, not from a list kept here:
 
 * models: every shipped model with more than one LLC group (one LLC leaves nothing to
-  unify), found with :func:`unicache.topofile.model_names` / ``load_model``;
+  unify), found with :func:`unicache.topology.toml.model_names` / ``load_model``;
 * threads: 1, 4 and all CPUs of the model (counts above its CPUs dropped);
 * working sets: powers of two from half of one LLC group's LLC up to twice the machine's
   aggregate on-chip cache (every instance of every level, as the oracle merges them);
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from unicache.errors import ConfigError, UnicacheError
-from unicache.topofile import load_model, model_names
 from unicache.topology import Topology, Unify
+from unicache.topology.toml import load_model, model_names
 
 from unicache_sim.config import from_topology
 from unicache_sim.mfc import (

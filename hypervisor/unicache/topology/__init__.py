@@ -1,11 +1,11 @@
 """Machine topology as a value: CPUs, cache levels, LLC groups, NUMA nodes and cache units.
 
-Pure: policies import this module and nothing that reads files. A :class:`Topology`
-comes from one of two places: :func:`unicache.host.machine.discover_topology` reads sysfs
-(what this machine really has) and :mod:`unicache.topofile` reads a TOML machine model
-(what a modelled machine has, including latencies and bandwidths that sysfs cannot tell)
-and writes the same format back, so a discovered host can be saved and edited into a
-model.
+Pure: this module is all policies import (an import contract in ``make lint``). A
+:class:`Topology` comes from one of two places, each a submodule of its own:
+:mod:`unicache.topology.sysfs` reads what this machine really has, and
+:mod:`unicache.topology.toml` reads a TOML machine model (what a modelled machine has,
+including latencies and bandwidths that sysfs cannot tell) and writes the same format
+back, so a discovered host can be saved and edited into a model.
 
 A *cache unit* is what software cache unification treats as one cache (MFC §3: "a
 core's cache"). With ``Unify.LLC`` a unit is an LLC group; with ``Unify.L2`` it is one

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from unicache.cpulist import parse_list
 from unicache.errors import ConfigError, TopologyError
-from unicache.topofile import load_file, load_model
 from unicache.topology import CacheLevel, CpuInfo, NumaNode, Scope, Topology
+from unicache.topology.toml import load_file, load_model
 
 #: sysfs cache ``type`` values that hold data
 _DATA_TYPES = frozenset({"Data", "Unified"})
