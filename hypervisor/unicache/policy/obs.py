@@ -16,10 +16,11 @@ of tasks and cache units in the place of LLC groups:
   reference 1): the busy vCPUs of a VM that shares its data and that SCU leaves alone
   stay in one unit; rebalances leave them there;
 * OBS-L ("Policy: Reducing cache interference"): inside a unit with more vCPUs than
-  CPUs, heavy vCPUs share a CPU so that what co-runs on the other CPUs is light;
+  CPUs, heavy vCPUs share a CPU so that what co-runs on the other CPUs is light
+  (:mod:`unicache.policy.obslocal`);
 * OBS-C ("Policy: Addressing fairness"): CPU time credited from the heaviest to lighter
   co-runners, ``t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit``,
-  expressed as cgroup ``cpu.weight`` actions.
+  expressed as cgroup ``cpu.weight`` actions (:mod:`unicache.policy.obscredit`).
 
 Pure: no I/O, no clock, no threads; the same inputs give the same actions.
 """
@@ -29,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from unicache.cpulist import format_list
 from unicache.errors import StateError
 from unicache.model import (
     Action,
@@ -49,15 +49,11 @@ from unicache.policy.cluster import (
     cluster_moves,
     shared_fractions,
 )
+from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights
 from unicache.policy.obsgain import OBS_STEP_ASIDE, pinning_gain
+from unicache.policy.obslocal import local_sets
 from unicache.topology import CacheUnit
 
-#: "Addressing fairness": c_credit = 2 % was the preferred trade-off
-C_CREDIT = 0.02
-#: cpu.weight of a vCPU without credit. cgroup v2 weights are relative among siblings
-#: (the vCPU cgroups of one VM), so 1000 instead of the kernel's default 100 gives OBS-C's
-#: credits of a fraction of a percent a resolution of 0.1 %.
-BASE_CPU_WEIGHT = 1000
 #: the most bytes a vCPU can read per nanosecond it ran: two 64-byte loads a cycle (the
 #: L1 bandwidth of AVX-512 cores) at 3 GHz. A guest's reported bytes are capped at this
 #: times its task clock, so a forged count weighs no more than a core can read
@@ -319,7 +315,9 @@ class ObsPolicy:
         # OBS-L: CPU sets inside each unit
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id and v not in floating)
-            for vcpu, cpus, why in self._local_sets(unit, members, weights, trusted):
+            for vcpu, cpus, why in local_sets(
+                unit, members, weights, trusted, opts.heavy_weight_floor, opts.heavy_margin
+            ):
                 if current.get(vcpu) != cpus:
                     reason = reasons.get(vcpu) or why
                     actions.append(PinVcpu(vcpu, cpus, unit.id, reason))
@@ -328,7 +326,9 @@ class ObsPolicy:
         cpu_weights = dict(state.cpu_weights)
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id)
-            for vcpu, value, why in self._credit(members, weights, busy):
+            for vcpu, value, why in credit_weights(
+                members, weights, busy, opts.c_credit, opts.heavy_weight_floor, opts.heavy_margin
+            ):
                 # hysteresis: a change smaller than weight_hysteresis is noise, keep the old
                 if abs(cpu_weights.get(vcpu, BASE_CPU_WEIGHT) - value) >= opts.weight_hysteresis:
                     actions.append(SetCpuWeight(vcpu, value, why))
@@ -454,92 +454,6 @@ class ObsPolicy:
             f"(load {loads[heavy]:.3g}) to lightest unit {light} (load {loads[light]:.3g})"
         )
         return abs(gap / 2 - weights.get(vcpu, 0.0)), vcpu, heavy, light, why
-
-    def _local_sets(
-        self,
-        unit: CacheUnit,
-        members: list[VcpuId],
-        weights: Mapping[VcpuId, float],
-        trusted: frozenset[VcpuId],
-    ) -> list[tuple[VcpuId, frozenset[int], str]]:
-        cpus = sorted(unit.cpus)
-        heaviest = max((weights.get(v, 0.0) for v in members), default=0.0)
-        floor = self.options.heavy_weight_floor
-        if len(members) <= len(cpus) or len(cpus) < 2 or heaviest < floor:
-            why = f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)})"
-            return [(v, unit.cpus, why) for v in members]
-        if len({v.vm for v in members}) > 1 and not set(members) <= trusted:
-            # pairing by weight would let one guest's word decide another VM's CPUs
-            why = (
-                f"OBS-X: vCPU kept in unit {unit.id} (cpus {format_list(unit.cpus)}); OBS-L "
-                "pairs the vCPUs of several VMs only by weights the host measured"
-            )
-            return [(v, unit.cpus, why) for v in members]
-        # OBS-L: heavy vCPUs (clearly above the unit's average weight) share the first CPUs,
-        # so what co-runs on the other CPUs is light. Within each class the order is the
-        # vCPU id, not the weight, and "clearly" is heavy_margin: noise between similar
-        # vCPUs never moves them (hysteresis).
-        average = sum(weights.get(v, 0.0) for v in members) / len(members)
-        cut = average * (1.0 + self.options.heavy_margin)
-        heavy = [v for v in members if weights.get(v, 0.0) > cut]
-        light = [v for v in members if weights.get(v, 0.0) <= cut]
-        per_cpu = -(-len(members) // len(cpus))
-        out = []
-        for slot, vcpu in enumerate(heavy + light):
-            cpu = cpus[slot // per_cpu]
-            kind = "heavy" if vcpu in heavy else "light"
-            out.append(
-                (
-                    vcpu,
-                    frozenset({cpu}),
-                    f"OBS-L: {kind} vCPU (weight {weights.get(vcpu, 0.0):.3g}, unit average "
-                    f"{average:.3g}) on cpu {cpu}: heavy vCPUs share cpus so co-runners are light",
-                )
-            )
-        return out
-
-    def _credit(
-        self,
-        members: list[VcpuId],
-        weights: Mapping[VcpuId, float],
-        busy: Mapping[VcpuId, float],
-    ) -> list[tuple[VcpuId, int, str]]:
-        running = [v for v in members if busy.get(v, 0.0) > 0.0]
-        values = [weights.get(v, 0.0) for v in running]
-        largest = max(values, default=0.0)
-        smallest = min(values, default=0.0)
-        spread = largest - smallest
-        if len(running) < 2 or spread <= 0.0 or largest < self.options.heavy_weight_floor:
-            why = "OBS-C: no heavy co-runner, default weight"
-            return [(v, BASE_CPU_WEIGHT, why) for v in members]
-        # heavy and light as OBS-L classes them; the heavy vCPUs give the credit together,
-        # so noise between similar heavy vCPUs never changes who gives
-        average = sum(values) / len(values)
-        margin = 1.0 + self.options.heavy_margin
-        heavy = [v for v in running if weights.get(v, 0.0) > average * margin]
-        light = [v for v in running if weights.get(v, 0.0) * margin < average]
-        if not heavy or not light:
-            why = "OBS-C: no clearly heavier co-runner, default weight"
-            return [(v, BASE_CPU_WEIGHT, why) for v in members]
-        overlap_with = max(busy.get(v, 0.0) for v in heavy)
-        out: list[tuple[VcpuId, int, str]] = []
-        given = 0.0
-        for vcpu in light:
-            overlap = min(busy.get(vcpu, 0.0), overlap_with)
-            # t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit
-            credit = min(weights.get(vcpu, 0.0) / spread, 1.0) * overlap * self.options.c_credit
-            given += credit
-            value = round(BASE_CPU_WEIGHT * (1.0 + credit))
-            out.append(
-                (vcpu, value, f"OBS-C: credit {credit:.2%} of CPU time from heavy co-runners")
-            )
-        share = given / len(heavy)
-        for vcpu in heavy:
-            value = round(BASE_CPU_WEIGHT * (1.0 - share))
-            out.append((vcpu, value, f"OBS-C: gives {share:.2%} of CPU time to light co-runners"))
-        credited = {v for v, _, _ in out}
-        out.extend((v, BASE_CPU_WEIGHT, "OBS-C: no credit") for v in members if v not in credited)
-        return sorted(out)
 
 
 def _counts_for(vcpu: VcpuId, viewer: str, trusted: frozenset[VcpuId]) -> bool:
