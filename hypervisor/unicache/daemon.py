@@ -40,7 +40,7 @@ from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
 from unicache.model import Decision, Observation
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu import scu_options_for
+from unicache.policy.scuoptions import scu_options_for
 from unicache.roundworker import run_round
 from unicache.statefile import status_checkpoint
 from unicache.topology import Unify

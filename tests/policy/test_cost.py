@@ -21,14 +21,8 @@ from unicache.policy.cost import (
     needed_gain,
     running_fraction,
 )
-from unicache.policy.scu import (
-    DOUBT_ROUNDS,
-    STEP_ASIDE,
-    TRUST_ROUNDS,
-    ScuPolicy,
-    ScuState,
-    scu_options_for,
-)
+from unicache.policy.scu import DOUBT_ROUNDS, STEP_ASIDE, TRUST_ROUNDS, ScuPolicy, ScuState
+from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Unify
 
 from tests.topologies import TOPO_OPTERON_16

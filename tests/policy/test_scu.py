@@ -117,7 +117,7 @@ def test_steady_workload_stops_republishing_tables() -> None:
 
 
 def test_table_is_bounded_by_max_entries() -> None:
-    from unicache.policy.scu import scu_options_for
+    from unicache.policy.scuoptions import scu_options_for
 
     options = scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_entries=5)
     policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, scu_options=options)
@@ -143,7 +143,8 @@ def test_same_round_inputs_give_same_decisions(reads: list[tuple[int, int, int]]
 def test_a_vm_reporting_more_accesses_than_its_budget_costs_no_more_and_is_told() -> None:
     from dataclasses import replace
 
-    from unicache.policy.scu import SCU_BOUNDED, scu_options_for
+    from unicache.policy.scu import SCU_BOUNDED
+    from unicache.policy.scuoptions import scu_options_for
 
     options = replace(scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_accesses_per_vm=64),
                       cost=None, watch=False)

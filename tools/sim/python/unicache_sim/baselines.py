@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from unicache.model import ChunkId, PinVcpu, ReleaseVcpu
 from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu import scu_options_for
+from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
 
 from unicache_sim import _native

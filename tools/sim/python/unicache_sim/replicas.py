@@ -43,7 +43,7 @@ from unicache.policy.ncc import (
     ReplicaKey,
     Replicate,
 )
-from unicache.policy.scu import scu_options_for
+from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
 
 from unicache_sim import _native
