@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.errors import StateError
 from unicache.model import ChunkAccess, ChunkId, GuestReport
+from unicache.policy.locality import detect_weak_locality
 from unicache.policy.srm import (
     RULE_NEW_SEQUENCE,
     RULE_REFILL,
@@ -29,7 +30,6 @@ from unicache.policy.srm import (
     SrmParams,
     SrmPolicy,
     SrmState,
-    detect_weak_locality,
     page_colors,
     srm_round,
 )

@@ -9,7 +9,7 @@ count chunks, one report interval late. This module adapts one to the other:
   LLC colors are that node's ``colors``;
 * one chunk stands for ``chunk_size / page_size`` pages, so the policy's ``T_l`` (§3.2,
   256 pages) becomes ``T_l * page_size / chunk_size`` chunks (at least one);
-* which files are streaming comes from :func:`~unicache.policy.srm.detect_weak_locality`;
+* which files are streaming comes from :func:`~unicache.policy.locality.detect_weak_locality`;
   the others keep normal placement (§4.5's adverse case), and lose their colors;
 * the report arrives after the read, and the table one round after the report, so each
   stream is colored ahead by ``lookahead_intervals`` (2) times what it read in the last
@@ -47,6 +47,7 @@ from unicache.policy.colorgain import (
     corunner_counters,
     gate_round,
 )
+from unicache.policy.locality import detect_weak_locality
 
 #: pages per color of a sequence (SRM §3.2 ``T_l``)
 T_L = srm.T_L
@@ -208,7 +209,7 @@ def _vm_round(
     params = _params(vm, options)
     if prev is None or len(prev.srm.free) != params.n_colors:
         prev = VmColors(vm.name, srm.SrmState.initial(params))  # the colored zone changed
-    locality = srm.detect_weak_locality(reports, options.chunk_size, prev.seen)
+    locality = detect_weak_locality(reports, options.chunk_size, prev.seen)
     colored = {c.chunk: c.color for c in prev.colored}
     # §4.5: files re-read within the LLC's reach lose their colors and spread again
     events: list[srm.SrmEvent] = [srm.CloseFile(vm.name, f) for _, f in sorted(locality.strong)]

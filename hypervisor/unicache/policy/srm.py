@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from unicache.errors import ConfigError, StateError
-from unicache.model import GuestReport
 from unicache.topology import Topology
 
 #: §3.2: sequence length threshold T_l (pages); §4.6 finds 128-512 a good range
@@ -262,53 +261,6 @@ class SrmDecision:
     refills: tuple[RefillZone, ...]
     pages: tuple[int, ...]
     state: SrmState
-
-
-@dataclass(frozen=True, slots=True)
-class WeakLocality:
-    """Result of :func:`detect_weak_locality`.
-
-    :param weak: ``(vm, file id)`` of streaming files.
-    :param strong: ``(vm, file id)`` of files with re-read chunks.
-    :param seen: ``(vm, file id, chunk index)`` read this interval, for the next call.
-    """
-
-    weak: frozenset[tuple[str, int]]
-    strong: frozenset[tuple[str, int]]
-    seen: frozenset[tuple[str, int, int]] = field(default_factory=frozenset)
-
-
-def detect_weak_locality(
-    reports: Iterable[GuestReport],
-    chunk_size: int,
-    previous: frozenset[tuple[str, int, int]] = frozenset(),
-) -> WeakLocality:
-    """Classify the files of guest reports by locality (unicache's sequence filter).
-
-    1. A chunk read more than once in the interval (``bytes_read > chunk_size``) is reuse.
-    2. A chunk read in this interval and also in the previous one is reuse.
-    3. A file with any reused chunk has strong locality; the others are streaming.
-
-    :param reports: the guest reports of one interval.
-    :param chunk_size: bytes per chunk.
-    :param previous: ``seen`` of the previous call.
-    :returns: the classification and this interval's ``seen``.
-    """
-    weak: set[tuple[str, int]] = set()
-    strong: set[tuple[str, int]] = set()
-    seen: set[tuple[str, int, int]] = set()
-    for report in reports:
-        for access in report.chunks:
-            if access.bytes_read <= 0:
-                continue
-            key = (report.vm, access.chunk.file_id)
-            where = (report.vm, access.chunk.file_id, access.chunk.index)
-            seen.add(where)
-            if access.bytes_read > chunk_size or where in previous:
-                strong.add(key)
-            else:
-                weak.add(key)
-    return WeakLocality(frozenset(weak - strong), frozenset(strong), frozenset(seen))
 
 
 class _Work:

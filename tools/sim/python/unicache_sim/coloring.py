@@ -17,7 +17,7 @@ cores of a pair share a 4 MiB 16-way L2. As in §2:
   colors nothing and the SRM point is the uncolored one. Otherwise the host runs
   :class:`unicache.policy.srm.SrmPolicy`, fed the events a host sees: the tarball's
   page-cache fills are ``BufferMiss`` events (the file is classified as streaming by
-  :func:`unicache.policy.srm.detect_weak_locality` from the guest report of grep's
+  :func:`unicache.policy.locality.detect_weak_locality` from the guest report of grep's
   reads), mergesort's anonymous pages are ``PageFault`` events;
   every page gets a frame of the color the policy decided (``Engine.place_page``).
 
@@ -44,6 +44,7 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.locality import detect_weak_locality
 from unicache.policy.srm import (
     T_L,
     BufferMiss,
@@ -51,7 +52,6 @@ from unicache.policy.srm import (
     SrmParams,
     SrmPolicy,
     SrmState,
-    detect_weak_locality,
     page_colors,
 )
 from unicache.topology import Topology
