@@ -17,6 +17,8 @@ from unicache.errors import UnicacheError
 from unicache.topology import Unify
 from unicache.topology.toml import load_model
 
+from unicache_sim.cli_colors_replicas import ncc, srm
+from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.cli_grid import grid
 from unicache_sim.hop import DEFAULT_HOPS
 from unicache_sim.livetiming import LoopTiming
@@ -33,14 +35,6 @@ from unicache_sim.mfc import (
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-_err = Console(stderr=True)
-
-
-def _fail(err: Exception) -> None:
-    _err.print(f"[red]error:[/red] {err}", soft_wrap=True)
-    raise typer.Exit(2)
-
-
 def _parse_sizes(text: str) -> list[float]:
     try:
         sizes = [float(x) for x in text.split(",") if x.strip()]
@@ -183,7 +177,7 @@ def mfc(
             read_bytes=read_kib * 1024,
             seed=seed,
         )
-        with Progress(console=_err, transient=True) as progress:
+        with Progress(console=stderr, transient=True) as progress:
             task = progress.add_task("simulating", total=len(sizes) * len(BASELINES))
 
             def step(label: str) -> None:
@@ -195,7 +189,7 @@ def mfc(
 
             plot_mfc(points, plot, f"{model} {workload} {dist}, {threads} thread(s)")
     except UnicacheError as err:
-        _fail(err)
+        user_error(err)
         return
     if as_json:
         doc = {"model": model, "spec": asdict(spec), "points": _points_json(points)}
@@ -238,7 +232,7 @@ def bench(
             raise UnicacheError("--repeats must be at least 1")
         result = run_bench(model, accesses, ws_mb, repeats)
     except UnicacheError as err:
-        _fail(err)
+        user_error(err)
         return
     if as_json:
         doc = {**asdict(result), "ratio": result.ratio}
@@ -288,7 +282,7 @@ def calibrate(
             if guest is not None:
                 hop_results.append(measure_guest_hop(guest, hops))
     except UnicacheError as err:
-        _fail(err)
+        user_error(err)
         return
     if as_json:
         doc = {
@@ -314,185 +308,8 @@ def calibrate(
         Console(width=200).print(h.line(), highlight=False)
 
 
-def _parse_kib(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError as err:
-        raise UnicacheError(f"--sizes-kb wants comma-separated whole KiB, not {text!r}") from err
-    if not sizes or any(s < 4 for s in sizes):
-        raise UnicacheError("--sizes-kb needs sizes of at least 4 KiB")
-    return sizes
-
-
-@app.command()
-def srm(
-    model: Annotated[str, typer.Option(help="machine model (unicache.topology)")] = "xeon-x5355",
-    sizes_kb: Annotated[
-        str, typer.Option(help="mergesort array sizes, KiB (§2: 256 KiB to 1.5 MiB)")
-    ] = "256,512,768,1024,1280,1536",
-    tarball_mb: Annotated[int, typer.Option(help="size of grep's file, MiB")] = 64,
-    vm_pages: Annotated[
-        str,
-        typer.Option(
-            help="with coloring, mergesort's pages: srm (Figure 7 vm_color round-robin) "
-            "or spread (normal allocator, as §2)"
-        ),
-    ] = "srm",
-    t_l: Annotated[int, typer.Option("--t-l", help="§3.2 T_l: pages per color")] = 256,
-    seed: Annotated[int, typer.Option(help="random seed of the page allocator")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="write a Figure 2-style PNG")] = None,
-) -> None:
-    """SRM paper §2: mergesort next to a streaming grep on a shared LLC, with and without
-    page coloring by the SRM policy (slowdown and LLC misses per million instructions)."""
-    from unicache_sim.coloring import PLACEMENTS, SrmSpec, run_srm
-
-    try:
-        if vm_pages not in ("srm", "spread"):
-            raise UnicacheError("--vm-pages must be srm or spread")
-        if tarball_mb < 8:
-            raise UnicacheError("--tarball-mb must be at least 8 (far more than the LLC)")
-        if t_l < 1:
-            raise UnicacheError("--t-l must be at least 1")
-        spec = SrmSpec(
-            sizes_kb=_parse_kib(sizes_kb),
-            tarball_mb=tarball_mb,
-            vm_pages=vm_pages,
-            t_l=t_l,
-            seed=seed,
-        )
-        topo = load_model(model)
-        with Progress(console=_err, transient=True) as progress:
-            task = progress.add_task("simulating", total=len(spec.sizes_kb) * 2 * len(PLACEMENTS))
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
-            points = run_srm(topo, spec, step)
-        if plot is not None:
-            from unicache_sim.figures import plot_srm
-
-            plot_srm(points, plot, f"{model}: mergesort with grep on a shared LLC")
-    except UnicacheError as err:
-        _fail(err)
-        return
-    if as_json:
-        from unicache.policy.srm import page_colors
-
-        out = []
-        for pair in points:
-            doc: dict[str, object] = {"size_kb": pair[0].size_kb}
-            for name, p in zip(("without", "with"), pair, strict=True):
-                doc[name] = {
-                    "aside": p.aside,
-                    "slowdown_pct": p.slowdown_pct,
-                    "vs_alone": p.vs_alone,
-                    "misses_per_m_instr": p.get("shared").misses_per_m_instr,
-                    "runs": {
-                        r.placement: {**asdict(r), "misses_per_m_instr": r.misses_per_m_instr}
-                        for r in p.runs
-                    },
-                }
-            out.append(doc)
-        full = {"model": model, "n_colors": page_colors(topo), "spec": asdict(spec), "points": out}
-        sys.stdout.write(json.dumps(full, indent=2) + "\n")
-        return
-    table = Table(
-        title=f"SRM §2 on {model}: mergesort next to grep, coloring off / SRM",
-        caption="slow%: (T2 - T1) / T1; LLCM: LLC misses per M instructions with grep on the "
-        "same LLC (T2); T1: grep on another LLC; aside: SRM's step-aside predicted no gain "
-        "and colored nothing (the SRM columns are the uncolored run)",
-    )
-    for col in ("KiB", "slow% off", "slow% SRM", "LLCM off", "LLCM SRM", "T1 ms off", "T1 ms SRM"):
-        table.add_column(col, justify="right")
-    for a, b in points:
-        table.add_row(
-            str(a.size_kb),
-            f"{a.slowdown_pct:.1f}",
-            f"{b.slowdown_pct:.1f}" + (" aside" if b.aside else ""),
-            f"{a.get('shared').misses_per_m_instr:,.0f}",
-            f"{b.get('shared').misses_per_m_instr:,.0f}",
-            f"{a.get('apart').seconds * 1e3:.2f}",
-            f"{b.get('apart').seconds * 1e3:.2f}",
-        )
-    Console().print(table)
-    for _, b in points:
-        if b.aside:
-            Console().print(f"{b.size_kb} KiB: {b.aside}")
-    if plot is not None:
-        Console().print(f"plot written to {plot}")
-
-
-@app.command()
-def ncc(
-    model: Annotated[
-        str, typer.Option(help="machine model with two or more NUMA nodes")
-    ] = "opteron-242-2node",
-    tree_mb: Annotated[float, typer.Option(help="size of the tree, MB (§5: /etc, 40 MB)")] = 40.0,
-    file_kb: Annotated[float, typer.Option(help="mean file size, KB")] = 100.0,
-    shells: Annotated[int, typer.Option(help="parallel shells (§5: 2 to 10)")] = 2,
-    greps: Annotated[int, typer.Option(help="greps in all shells together (§5: 120)")] = 120,
-    seed: Annotated[int, typer.Option(help="random seed of file sizes and pages")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="write a bar-chart PNG")] = None,
-) -> None:
-    """NCC paper §5: parallel greps over a tree on a cc-NUMA machine, first-touch page cache
-    with and without NCC replicas (local page-hit ratio and run time)."""
-    from unicache_sim.replicas import NccSpec, run_ncc
-
-    try:
-        spec = NccSpec(tree_mb=tree_mb, file_kb=file_kb, shells=shells, greps=greps, seed=seed)
-        spec.check()
-        topo = load_model(model)
-        with Progress(console=_err, transient=True) as progress:
-            task = progress.add_task("simulating", total=2)
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
-            result = run_ncc(topo, spec, step)
-        if plot is not None:
-            from unicache_sim.figures import plot_ncc
-
-            plot_ncc(result, plot, f"{model}: {greps} greps in {shells} shells, {tree_mb:g} MB")
-    except UnicacheError as err:
-        _fail(err)
-        return
-    runs = {"without": result.without, "with": result.with_replicas}
-    if as_json:
-        doc = {
-            "model": model,
-            "spec": asdict(spec),
-            "speedup": result.speedup,
-            **{k: {**asdict(r), "local_ratio": r.local_ratio} for k, r in runs.items()},
-        }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return
-    table = Table(title=f"NCC §5 on {model}: {greps} greps in {shells} shells over {tree_mb:g} MB")
-    for col in (
-        "replicas",
-        "local page hits %",
-        "mean grep ms",
-        "first grep ms",
-        "total s",
-        "replicas made",
-    ):
-        table.add_column(col, justify="right")
-    for name, r in runs.items():
-        table.add_row(
-            name,
-            f"{100 * r.local_ratio:.1f}",
-            f"{1e3 * r.avg_grep_s:.2f}",
-            f"{1e3 * r.first_grep_s:.2f}",
-            f"{r.makespan_s:.3f}",
-            str(r.replicas_made),
-        )
-    Console().print(table)
-    Console().print(f"mean grep speedup with replicas: {result.speedup:.2f}x")
-    if plot is not None:
-        Console().print(f"plot written to {plot}")
-
-
+app.command("srm")(srm)
+app.command("ncc")(ncc)
 app.command("grid")(grid)
 
 

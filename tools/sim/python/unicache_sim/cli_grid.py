@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
+from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.grid import (
     GridPoint,
     GridRequest,
@@ -47,14 +48,6 @@ from unicache_sim.grid_store import (
     load_checkpoint,
 )
 from unicache_sim.mfc import FILE_BYTES
-
-_err = Console(stderr=True)
-
-
-def _user_error(err: Exception) -> None:
-    """A user error (a bad option, an unreachable scheduler): one line on stderr, exit 2."""
-    _err.print(Text.assemble(("error:", "red"), f" {err}"), soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
@@ -189,7 +182,7 @@ def grid(
             TimeElapsedColumn(),
             TimeRemainingColumn(),
         )
-        with writer, Progress(*columns, console=_err, transient=True) as progress:
+        with writer, Progress(*columns, console=stderr, transient=True) as progress:
             task = progress.add_task(
                 "starting workers", total=len(points), completed=len(points) - len(todo)
             )
@@ -205,7 +198,7 @@ def grid(
                 fresh = run_grid(todo, n_workers, scheduler, step) if todo else ()
             except KeyboardInterrupt:
                 progress.stop()
-                _err.print(
+                stderr.print(
                     f"interrupted: finished points are in {checkpoint}; the same command with "
                     "--resume runs only the rest",
                     soft_wrap=True,
@@ -233,10 +226,10 @@ def grid(
         for m, png in zip(axes.models, pngs, strict=True):
             plot_model(axes, m, summary, png)
     except ConfigError as err:
-        _user_error(err)
+        user_error(err)
         return
     except UnicacheError as err:  # a point failed in the simulator: not the user's doing
-        _err.print(Text.assemble(("error:", "red"), f" {err}"), soft_wrap=True)
+        stderr.print(Text.assemble(("error:", "red"), f" {err}"), soft_wrap=True)
         raise typer.Exit(1) from None
     bad = regressions(summary)
     if as_json:
@@ -271,7 +264,7 @@ def _reusable(
         notes.append(f"{found.stale} written by another build dropped")
     if found.torn:
         notes.append(f"{found.torn} unreadable lines dropped")
-    _err.print("; ".join(notes), soft_wrap=True)
+    stderr.print("; ".join(notes), soft_wrap=True)
     return reused
 
 
