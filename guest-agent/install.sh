@@ -23,7 +23,9 @@ while [ $# -gt 0 ]; do
 done
 [ -d "$root" ] || { echo "install.sh: $root is not a directory" >&2; exit 2; }
 
-if [ ! -f "$here/shim/libunicache.so" ] || [ "$here/shim/unicache_shim.c" -nt "$here/shim/libunicache.so" ]; then
+# make rebuilds the library when any shim source is newer; without make, a library built
+# elsewhere is installed as it is
+if command -v make >/dev/null 2>&1 || [ ! -f "$here/shim/libunicache.so" ]; then
 	make -s -C "$here/shim" libunicache.so
 fi
 
