@@ -39,6 +39,7 @@ from unicache.host.live import LiveHost, VmSource, WeightSetter
 from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
 from unicache.model import Decision, Observation
+from unicache.policy.obs import ObsOptions
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
 from unicache.roundworker import run_round
@@ -96,9 +97,9 @@ class DaemonConfig:
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
     :param connect: libvirt URI; ``None`` tries qemu:///system, then unicache's own QEMU.
-    :param always_place: SCU places every VM and SRM colors every stream, without their
-        cost models and watches (checks the mechanisms where they cannot gain; "never
-        slower" no longer holds).
+    :param always_place: SCU places every VM, SRM colors every stream and OBS pins every
+        vCPU, without their cost models, watches and step-asides (checks the mechanisms
+        where they cannot gain; "never slower" no longer holds).
     """
 
     interval_s: float = 1.0
@@ -214,13 +215,16 @@ async def run_daemon(
     scu_options = scu_options_for(topo, config.unify)
     if config.always_place:
         scu_options = replace(scu_options, cost=None, watch=False)
+    obs_options = ObsOptions(line_size=topo.line_size, step_aside=not config.always_place)
     policy = UnicachePolicy(
-        topo, config.unify, scu_options=scu_options, color_step_aside=not config.always_place
+        topo, config.unify, obs_options=obs_options, scu_options=scu_options,
+        color_step_aside=not config.always_place,
     )
     note(f"topology {topo.name}: {len(policy.units)} cache units with --unify {config.unify}")
     if config.always_place:
-        note("--always-place: SCU places every VM and SRM colors every stream, without "
-             "their cost models and watches (never slower no longer holds)")
+        note("--always-place: SCU places every VM, SRM colors every stream and OBS pins every "
+             "vCPU, without their cost models, watches and step-asides (never slower no "
+             "longer holds)")
     if len(policy.units) < 2:
         note("only one cache unit: SCU has nothing to unify (try --unify l2)")
     if policy.scu.options.cost_source != "model":

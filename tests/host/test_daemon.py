@@ -57,9 +57,11 @@ def affinities(pid: int) -> dict[int, frozenset[int]]:
 
 
 def start(tmp_path: Path, pid: int, *extra: str) -> subprocess.Popen[str]:
+    # the fake vCPUs weigh nothing on a host without LLC counters and no agent reports:
+    # OBS would leave them unpinned (its step-aside), so --always-place makes it pin
     return subprocess.Popen(
         [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
-         "--attach", f"vm1={pid}", *extra],
+         "--attach", f"vm1={pid}", "--always-place", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -84,7 +86,7 @@ def test_daemon_pins_each_vcpu_to_its_own_unit_logs_why_and_restores(
     assert len(ALL) >= 2, "needs the project's 2-CPU machine"
     done = subprocess.run(
         [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
-         "--attach", f"vm1={guest}", "--rounds", "4", "--quiet"],
+         "--attach", f"vm1={guest}", "--rounds", "4", "--quiet", "--always-place"],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr
@@ -96,6 +98,24 @@ def test_daemon_pins_each_vcpu_to_its_own_unit_logs_why_and_restores(
     notes = [r["message"] for r in records if r["kind"] == "note"]
     assert any("perf counters" in n for n in notes)  # what it uses, in one line
     assert any(n.startswith("shutdown: restore") for n in notes)
+    assert affinities(guest) == {0: ALL, 1: ALL}
+
+
+def test_vcpus_that_weigh_nothing_are_left_on_their_own_cpus_and_the_log_says_why(
+    tmp_path: Path, guest: int
+) -> None:
+    # no LLC counters here and no agent: no vCPU is cache-heavy, so a pin would keep
+    # nothing apart (OBS's step-aside, docs/policies.md)
+    done = subprocess.run(
+        [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
+         "--attach", f"vm1={guest}", "--rounds", "3", "--quiet"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    records = log_records(tmp_path)
+    assert not [r for r in records if r["kind"] in ("pin-vcpu", "release-vcpu")]
+    aside = [r for r in records if r["kind"] == "refusal" and r["refusal"] == "OBS_NO_GAIN"]
+    assert len(aside) == 3 and "no cache-heavy vCPU" in aside[0]["reason"]
     assert affinities(guest) == {0: ALL, 1: ALL}
 
 

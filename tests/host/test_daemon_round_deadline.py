@@ -38,7 +38,8 @@ def test_a_round_past_its_deadline_has_its_actions_dropped_and_logged(
         return decide(self, obs, state)
 
     monkeypatch.setattr(UnicachePolicy, "decide", slow_first)
-    config = DaemonConfig(interval_s=0.1, unify=Unify("l2"), state_dir=tmp_path, rounds=3)
+    config = DaemonConfig(interval_s=0.1, unify=Unify("l2"), state_dir=tmp_path, rounds=3,
+                          always_place=True)  # OBS pins the weightless vCPUs too
     assert asyncio.run(run_daemon(config, ProcessVmSource([("vm1", guest, None)]))) == 0
     records = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     late = [r for r in records if r["kind"] == "note" and "deadline" in r["message"]]

@@ -221,7 +221,7 @@ def test_daemon_leaves_alone_a_vm_whose_hot_data_fits_one_unit_and_says_why(
 def test_kill_9_of_agent_and_daemon_leaves_nothing_changed_after_recovery(
     vm: QemuVm, dirs: tuple[Path, Path]
 ) -> None:
-    daemon = start_daemon(dirs)
+    daemon = start_daemon(dirs, "--always-place")  # OBS pins even a lone reader
     try:
         wait_until("pins", lambda: all(len(c) == 1 for c in vcpu_affinity(vm).values()))
         # the agent dies: the daemon keeps serving (the guest's init may restart it)
@@ -248,7 +248,7 @@ def test_kill_9_of_one_qemu_does_not_stop_the_daemon_serving_the_other(
     second = QemuVm(VmConfig("ucd-second", vcpus=1, memory_mib=256,
                              image_dir=image.directory), registry)
     second.start()
-    daemon = start_daemon(dirs)
+    daemon = start_daemon(dirs, "--always-place")  # OBS pins even a lone reader
     try:
         wait_until("both VMs pinned", lambda: all(
             len(c) == 1 for c in (*vcpu_affinity(vm).values(), *vcpu_affinity(second).values())))

@@ -128,7 +128,8 @@ def test_unicache_run_uses_libvirt_pins_through_it_and_restores(
     state = socket_dir / "run-state"
     out = subprocess.run(
         [sys.executable, "-c", "from unicache.cli import main; main()", "run", "--connect", URI,
-         "--rounds", "3", "--interval", "0.2", "--unify", "l2", "--state-dir", str(state)],
+         "--rounds", "3", "--interval", "0.2", "--unify", "l2", "--state-dir", str(state),
+         "--always-place"],  # the idle TCG domain weighs nothing: OBS would not pin it
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert out.returncode == 0, out.stderr

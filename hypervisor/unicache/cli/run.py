@@ -84,9 +84,10 @@ def run(
         bool,
         typer.Option(
             "--always-place",
-            help="SCU places every VM and SRM colors every stream, without their cost "
-            "models and watches: to check the mechanisms on a host where they cannot gain "
-            "(one LLC, --unify l2, no LLC counters). Never slower no longer holds.",
+            help="SCU places every VM, SRM colors every stream and OBS pins every vCPU, "
+            "without their cost models, watches and step-asides: to check the mechanisms on "
+            "a host where they cannot gain (one LLC, --unify l2, no LLC counters). Never "
+            "slower no longer holds.",
         ),
     ] = False,
     metrics_port: Annotated[

@@ -50,7 +50,7 @@ from unicache.policy.cluster import (
     shared_fractions,
 )
 from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights
-from unicache.policy.obsgain import OBS_STEP_ASIDE, pinning_gain
+from unicache.policy.obsgain import OBS_STEP_ASIDE, PinningGain, pinning_gain
 from unicache.policy.obslocal import local_sets
 from unicache.topology import CacheUnit
 
@@ -74,6 +74,9 @@ class ObsOptions:
     :param heavy_margin: OBS-L/C call a vCPU heavy only above ``average * (1 + margin)``
         and light only below ``average / (1 + margin)``.
     :param weight_hysteresis: OBS-C changes a cpu.weight only by at least this much.
+    :param step_aside: a VM whose pins would keep no two cache-heavy vCPUs apart keeps its
+        own CPUs (:mod:`.obsgain`); ``False``: OBS pins every vCPU (the daemon's
+        ``--always-place``).
     """
 
     rebalance_period: int = 5
@@ -83,6 +86,7 @@ class ObsOptions:
     heavy_weight_floor: float = 1e-4
     heavy_margin: float = 0.25
     weight_hysteresis: int = 3
+    step_aside: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,16 +301,18 @@ class ObsPolicy:
                 reasons[vcpu] = why
 
         # the step-aside: a VM whose pins would keep no two cache-heavy vCPUs apart floats
-        gain = pinning_gain(
-            vcpus_of,
-            weights,
-            trusted,
-            left_alone if unplaced is None else unplaced,
-            frozenset(clustered),
-            state.quiet,
-            opts.heavy_weight_floor,
-            frozenset(v.vm for v in state.pinned),
-        )
+        gain = PinningGain({}, frozenset(), {})
+        if opts.step_aside:
+            gain = pinning_gain(
+                vcpus_of,
+                weights,
+                trusted,
+                left_alone if unplaced is None else unplaced,
+                frozenset(clustered),
+                state.quiet,
+                opts.heavy_weight_floor,
+                frozenset(v.vm for v in state.pinned),
+            )
         floating = frozenset(v for vm in gain.floating for v in vcpus_of[vm])
         actions: list[Action] = [
             ReleaseVcpu(vcpu, gain.reasons[vcpu.vm]) for vcpu in sorted(state.pinned & floating)
