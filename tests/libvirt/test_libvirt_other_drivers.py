@@ -92,7 +92,9 @@ def test_the_daemon_observes_and_pins_vcpus_that_have_no_host_thread(
     source.running()
     original = source.vcpu_pins("test")
     monkeypatch.setattr(source, "close", lambda: None)  # keep it open to check the pins after
-    config = DaemonConfig(interval_s=0.05, unify=Unify.L2, state_dir=tmp_path, rounds=3)
+    # the test driver's vCPUs weigh nothing: OBS would leave them unpinned (its step-aside)
+    config = DaemonConfig(interval_s=0.05, unify=Unify.L2, state_dir=tmp_path, rounds=3,
+                          always_place=True)
     assert asyncio.run(run_daemon(config, source)) == 0
     records = [json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     pins = [r for r in records if r["kind"] == "pin-vcpu" and r["vm"] == "test"]
