@@ -32,7 +32,7 @@ from unicache.policy.obs import (
 )
 
 from tests.policy.conftest import observation, sample, vm
-from tests.topologies import TOPO_OPTERON_16, TOPO_XEON_5300
+from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16, TOPO_XEON_5300
 
 UNITS = TOPO_XEON_5300.units()
 
@@ -280,6 +280,29 @@ def test_busy_vcpus_sharing_data_of_a_vm_scu_leaves_alone_share_one_unit() -> No
     assert all(sum(1 for u in state.unit_of.values() if u == unit.id) == 4 for unit in units)
     pins = [a for a in decision.actions if isinstance(a, PinVcpu) and a.vcpu.index < 4]
     assert any("thread clustering" in p.reason for p in pins)
+
+
+def test_more_sharing_vcpus_than_a_unit_holds_fill_the_fewest_units_of_one_node() -> None:
+    # 32 busy vCPUs of a 128-vCPU VM reading the same files on epyc-2s (16 CCXs of 8 cores,
+    # 8 to a socket): OBS-X alone spreads them over the CCXs of both sockets
+    units = TOPO_EPYC_2S.units()
+    policy = ObsPolicy(units)
+    guest = vm("vm0", 128, frozenset(range(128)))
+    samples = [sample("vm0", i, 10**6 if i < 32 else 0, busy=1.0 if i < 32 else 0.0)
+               for i in range(128)]
+    shared = _shared_reads("vm0", {i: range(64) for i in range(32)})
+    obs = Observation(0, (guest,), tuple(samples), (shared,))
+    spread = _units_of(policy.decide(obs, ObsState())[1], "vm0", range(32))
+    assert len(set(spread)) > 4
+    decision, state = policy.decide(obs, ObsState(), frozenset({"vm0"}))
+    clustered = _units_of(state, "vm0", range(32))
+    assert len(set(clustered)) == 4  # 32 busy vCPUs, 8 CPUs a unit
+    assert len({next(u.node for u in units if u.id == x) for x in clustered}) == 1
+    assert all(sum(1 for u in state.unit_of.values() if u == unit.id) <= 8 for unit in units)
+    assert state.clustered == {"vm0"}
+    # the next round finds them clustered and moves none of them
+    _, again = policy.decide(replace(obs, tick=1), state, frozenset({"vm0"}))
+    assert again.unit_of == state.unit_of
 
 
 def test_vcpus_reading_different_data_stay_spread() -> None:

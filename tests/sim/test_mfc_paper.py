@@ -96,3 +96,12 @@ def test_every_baseline_measures_the_same_reads_of_the_sequence(
             warm = {r.warm_bytes for r in p.results}
             assert len(warm) == 1 and warm.pop() > 0, p
             assert len({r.reads for r in p.results}) == 1, p
+
+
+def test_many_readers_each_measure_64_files_and_every_baseline_as_many() -> None:
+    # 32 readers in MFC §6.3's parallel set-up (16 under Linux): the measured phase holds
+    # 64 of §6.1's files per reader of the set-up's largest baseline, in all three
+    spec = MfcSpec(threads=16, setup="parallel", min_measure_bytes=16 * 1024 * 1024,
+                   measure_factor=1.0, seed=1)
+    (p,) = run_mfc(TOPO_OPTERON_16, spec, [2.0])
+    assert {r.reads for r in p.results} == {32 * 64}

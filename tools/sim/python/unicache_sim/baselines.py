@@ -192,6 +192,8 @@ class UnicacheLive(Baseline):
         self.chunk = self.policy.scu.options.chunk_size
         self.sampled = timing.sampled
         self.window_bytes = timing.window_bytes(ws_bytes)
+        self.hz = hz
+        #: the sampled window's floor in each reader's cycles (:meth:`attach` sets it)
         self.min_window = timing.min_window_s * hz
         self.window_start = 0.0
         self.window_issued = 0
@@ -204,6 +206,7 @@ class UnicacheLive(Baseline):
     def attach(self, tids: list[int]) -> None:
         for i, tid in enumerate(tids):
             self.host.add_thread(tid, i % self.cfg.n_cpus)
+        self.min_window = self.spec.timing.min_window_per_thread(len(tids)) * self.hz
 
     def tick(self, now: float, tids: list[int]) -> None:
         # the host is Linux: it load-balances the vCPU threads as it balances any thread

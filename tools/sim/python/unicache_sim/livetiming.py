@@ -10,7 +10,8 @@ shapes, the same tables, the shim's rule (``unicache_sim.shimrule``) in the gues
 Simulating every second of every interval line by line would take minutes per point, so
 each interval is *sampled* (as SMARTS-style samplers do): after a table arrives the
 guest's threads run for a window (``window_passes`` passes over the working set, at least
-``min_window_s``, at most the whole interval), the agent's report of that window is
+``min_window_s`` of reading summed over the guest's reader threads, at most the whole
+interval), the agent's report of that window is
 scaled to the whole interval (counts times ``interval / window``), and the next round
 follows. For a stationary workload the caches and the policy's input are what the
 whole interval would give; ``tests/sim/test_live_sampling.py`` checks that sampled and
@@ -34,7 +35,8 @@ class LoopTiming:
         memory (one channel message and the agent's atomic swap; an estimate until
         ``unicache bench live`` measures it).
     :param window_passes: a sampled interval lasts this many passes over the working set.
-    :param min_window_s: a sampled interval lasts at least this long (simulated).
+    :param min_window_s: a sampled interval holds at least this much reading, summed over
+        the guest's reader threads (simulated seconds; :meth:`min_window_per_thread`).
     """
 
     round_s: float = 1.0
@@ -56,6 +58,17 @@ class LoopTiming:
     def sampled(self) -> bool:
         """Whether intervals are sampled (``window_passes`` finite)."""
         return math.isfinite(self.window_passes)
+
+    def min_window_per_thread(self, readers: int) -> float:
+        """How long a sampled interval lasts at least, in each reader's time (seconds).
+
+        The floor is a quantity of reading, not of time: one reader reads for
+        ``min_window_s``, sixteen parallel readers for a sixteenth of it each, so that
+        the report holds as many reads whatever the thread count. A floor in each
+        thread's time made a window of 128 readers simulate 128 times the reads of one
+        reader's (1,238 s for one ``epyc-2s`` point with every CPU reading).
+        """
+        return self.min_window_s / max(1, readers)
 
     def window_bytes(self, ws_bytes: int) -> float:
         """Bytes the guest reads in one sampled interval (inf: the whole interval)."""
