@@ -82,3 +82,23 @@ def test_bad_path_setup_or_round_is_one_line_and_exit_2(args: list[str]) -> None
     result = runner.invoke(app, ["mfc", "--ws-mb", "2", *args])
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bound_json_gives_both_bounds_against_linux_for_each_level() -> None:
+    result = runner.invoke(app, ["bound", "--threads", "4", "--ws-mb", "2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["linux"]["readers"] == 4 and doc["linux"]["gb_per_s"] > 0
+    assert {b["unify"] for b in doc["bounds"]} == {"llc", "l2"}
+    for b in doc["bounds"]:
+        assert b["readers"] == 8  # the parallel set-up: twice Linux's
+        assert 0 < b["queue_bound_x_linux"] < b["cpu_bound_x_linux"]
+
+
+@pytest.mark.parametrize(
+    "args", [["--unify", "core"], ["--setup", "serial"], ["--threads", "0"], ["--model", "vax"]]
+)
+def test_bad_bound_options_are_one_line_and_exit_2(args: list[str]) -> None:
+    result = runner.invoke(app, ["bound", *args])
+    assert result.exit_code == 2, result.stdout
+    assert "error:" in result.stderr and "Traceback" not in result.stderr + result.stdout

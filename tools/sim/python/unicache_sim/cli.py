@@ -17,6 +17,7 @@ from unicache.errors import UnicacheError
 from unicache.topology import Unify
 from unicache.topology.toml import load_model
 
+from unicache_sim.cli_bound import bound
 from unicache_sim.cli_colors_replicas import ncc, srm
 from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.cli_grid import grid
@@ -311,6 +312,7 @@ def calibrate(
 app.command("srm")(srm)
 app.command("ncc")(ncc)
 app.command("grid")(grid)
+app.command("bound")(bound)
 
 
 def main() -> None:
