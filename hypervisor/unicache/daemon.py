@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from unicache import policystate
 from unicache.cpulist import format_list
 from unicache.decisionlog import (
     DecisionLog,
@@ -31,7 +32,7 @@ from unicache.decisionlog import (
     report_record,
     report_summary_record,
 )
-from unicache.errors import ConfigError, UnicacheError
+from unicache.errors import ConfigError, StateError, UnicacheError
 from unicache.host.base import ActResult
 from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.libvirt.weights import LibvirtWeights
@@ -284,8 +285,7 @@ async def run_daemon(
             raise ConfigError(f"cannot serve metrics on port {config.metrics_port}") from err
         note(f"metrics on http://127.0.0.1:{config.metrics_port}/metrics")
 
-    state = RoundState()
-    policy.start(state)
+    state = _restored_state(config, policy, note)
     deadline_s = max(ROUND_DEADLINE_MIN_S, ROUND_DEADLINE_INTERVALS * config.interval_s)
     listening: set[str] = set()
     rounds = 0
@@ -401,8 +401,37 @@ def _record_round(
     for refusal in decision.refusals:
         decisions.write(refusal_record(obs.tick, refusal))
     decisions.flush()
-    write_status(config.state_dir, obs.tick, policy, state, obs)
+    try:
+        write_status(config.state_dir, obs.tick, policy, state, obs)
+        if not config.dry_run:  # a dry run leaves the next run nothing it did not learn
+            policystate.save(config.state_dir, state)
+    except OSError as err:  # a full disk: the next round tries again, the daemon runs on
+        decisions.write({"kind": "note", "message": f"round {obs.tick}: state not saved: {err}"})
     metrics.update(policy, state, obs, result, errors)
+
+
+def _restored_state(
+    config: DaemonConfig, policy: UnicachePolicy, note: Callable[[str], None]
+) -> RoundState:
+    """What the policies learned before a restart (``unicache.policystate``), or a fresh
+    state, saying which and why; a file that cannot be restored is kept aside to inspect."""
+    try:
+        state = policystate.load(config.state_dir)
+        if state is None:
+            return RoundState()
+        policy.start(state)
+    except StateError as err:
+        path = policystate.checkpoint(config.state_dir).path
+        with contextlib.suppress(OSError):
+            path.replace(path.with_name(path.name + ".refused"))
+        note(f"round state not restored, starting afresh: {err}")
+        return RoundState()
+    note(
+        f"round state restored from {policystate.STATE_FILE}: SCU round {state.scu.round}, "
+        f"{len(state.obs.unit_of)} vCPUs in units, {len(state.scu.watched)} VMs watched, "
+        f"{len(state.scu.aside)} left alone"
+    )
+    return state
 
 
 def _process_uid(pid: int) -> int:

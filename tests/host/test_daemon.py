@@ -261,3 +261,48 @@ def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
         assert not (root / "unicache" / "vm1").exists()
     weights = [r for r in records if r["kind"] == "set-cpu-weight"]
     assert all(r.get("dry_run") is True for r in weights)
+
+
+def test_a_restarted_daemon_goes_on_from_what_it_learned_and_pins_again(
+    tmp_path: Path, guest: int
+) -> None:
+    def run(rounds: int) -> list[dict[str, object]]:
+        done = subprocess.run(
+            [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir",
+             str(tmp_path), "--attach", f"vm1={guest}", "--rounds", str(rounds), "--quiet",
+             "--always-place"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        records = log_records(tmp_path)
+        (tmp_path / "decisions.jsonl").unlink()
+        return records
+
+    first = run(3)
+    saved = tmp_path / "round-state.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert not [r for r in first if "round state restored" in str(r.get("message"))]
+    second = run(2)
+    restored = [str(r["message"]) for r in second
+                if "round state restored" in str(r.get("message"))]
+    assert len(restored) == 1 and "2 vCPUs in units" in restored[0]
+    # the shutdown restored the affinities, so OBS pins the same units again at once
+    assert {(r["vcpu"], r["cpus"]) for r in second if r["kind"] == "pin-vcpu"} == {
+        (r["vcpu"], r["cpus"]) for r in first if r["kind"] == "pin-vcpu"}
+    assert affinities(guest) == {0: ALL, 1: ALL}
+
+
+def test_a_round_state_that_cannot_be_restored_is_set_aside_and_the_daemon_starts_afresh(
+    tmp_path: Path, guest: int
+) -> None:
+    (tmp_path / "round-state.json").write_text('{"kind": "round-state", "version": 1}')
+    done = subprocess.run(
+        [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
+         "--attach", f"vm1={guest}", "--rounds", "1", "--quiet"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = [str(r["message"]) for r in log_records(tmp_path) if r["kind"] == "note"]
+    assert [n for n in notes if n.startswith("round state not restored, starting afresh")]
+    assert (tmp_path / "round-state.json.refused").exists()
+    assert (tmp_path / "round-state.json").exists()  # the new run's own state

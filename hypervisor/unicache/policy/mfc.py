@@ -206,6 +206,13 @@ class MfcTable:
             self._assigned.setdefault(unit, 0)
             self._on_unit.setdefault(unit, set())
 
+    def restore_chunk(self, key: ChunkKey, state: ChunkState) -> None:
+        """Put back a chunk of a saved table (a daemon restart), with its units' sums."""
+        units, state.units = set(state.units), set()
+        self.chunks[key] = state
+        for unit in sorted(units):
+            self._add(key, unit)
+
     def assigned_bytes(self, unit: int) -> int:
         """``sum_{f on c} S(f)`` of eq. 2."""
         return self._assigned.get(unit, 0)
