@@ -95,7 +95,11 @@ static size_t uc_rep_nslots(uint64_t cs)
 	return n > UC_REPLICA_SLOTS ? UC_REPLICA_SLOTS : n;
 }
 
-/* tests only: a build with -DUC_MUTANT_NO_SERVE_CHECK must fail the coherence test */
+/*
+ * tests only: a build with -DUC_MUTANT_NO_SERVE_CHECK serves a filled replica without
+ * checking that the file is unchanged since the fill (docs/replicas.md "Coherence" step 1);
+ * test_shim_coherence.py checks that its run fails against such a build.
+ */
 #ifdef UC_MUTANT_NO_SERVE_CHECK
 #define UC_MUTANT_SERVE_CHECK(x) ((void)(x), 1)
 #else

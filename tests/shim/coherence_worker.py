@@ -39,6 +39,8 @@ import time
 BLOCK = 4096
 NBLOCKS = 64
 SLOT_S = 0.15
+#: STALE lines a reader thread prints (it counts them all)
+MAX_STALE_LINES = 10
 _U64 = struct.Struct("<Q")
 
 
@@ -141,8 +143,9 @@ def reader(threads: int, path: str, commits: Commits, t0: float, duration: float
                 whole = head == tail and idx == b and blk[16:BLOCK - 8] == payload(b, head)
                 if whole and head < before[i]:
                     mine["stale"] += 1
-                    print(f"STALE block={b} got={head} committed_before={before[i]}",
-                          file=sys.stderr)
+                    if mine["stale"] <= MAX_STALE_LINES:
+                        print(f"STALE block={b} got={head} committed_before={before[i]}",
+                              file=sys.stderr)
                 elif whole and head > after[i]:
                     mine["garbage"] += 1
                 elif not whole:

@@ -6,32 +6,60 @@ with the shim (pwrite; lseek + writev) and without it (plain python: pwrite; lse
 in bursts, so the file is in turn quiet (replicas fill and serve) and written (replicas
 must drop at once). The agent's fanotify capture bumps file generations meanwhile, as in a
 guest. coherence_worker.py defines the block stamps and the stale check.
+
+The same run against a shim built with ``-DUC_MUTANT_NO_SERVE_CHECK`` (uc_replicas.c: a
+replica is served without the check that the file is unchanged since its fill,
+docs/replicas.md "Coherence" step 1) must fail the check, at the stale blocks: so the run
+can catch the bug it hunts.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from unicache_agent.fanotify import FanotifyCapture
-from unicache_agent.shm import ShmEntry
+from unicache_agent.shm import ShimStats, ShmEntry
 
 from tests.shim.coherence_worker import BLOCK, NBLOCKS, make_block
-from tests.shim.shimtools import CHUNK, ShimEnv
+from tests.shim.shimtools import CHUNK, SHIM_DIR, ShimEnv
 
 WORKER = Path(__file__).resolve().parent / "coherence_worker.py"
 DURATION_S = 6.0
 SEED = 20261122
 #: writer modes and whether each runs under the shim
 WRITERS = (("pwrite", True), ("writev", True), ("pwrite", False), ("write", False))
+#: the define of the mutant shim (uc_replicas.c) this test must catch
+MUTANT = "-DUC_MUTANT_NO_SERVE_CHECK"
 
 
-def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(
-        shim_env: ShimEnv, tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class CoherenceRun:
+    """What one run saw: the readers' totals, the shim's statistics, the writes."""
+
+    #: the readers' totals: reads, blocks, stale, garbage, torn_bad, ...
+    total: dict[str, int]
+    stats: ShimStats
+    #: fanotify saw a write of the plain writers
+    seen_plain_writes: bool
+    #: the versions written, summed over the blocks
+    written: int
+
+
+def run_coherence(shim_env: ShimEnv, tmp_path: Path, shim: Path) -> CoherenceRun:
+    """Runs the writers and readers once, the processes under the shim preloading `shim`.
+
+    :param shim: the libunicache.so to preload (the real one, or a mutant)
+    :returns: the run's totals and statistics; nothing is checked here
+    """
+    env = {**shim_env.env, "LD_PRELOAD": str(shim)}
     f = tmp_path / "data"
     f.write_bytes(b"".join(make_block(b, 0) for b in range(NBLOCKS)))
     commits = tmp_path / "commits"
@@ -58,16 +86,16 @@ def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(
 
     poller = threading.Thread(target=poll)
     poller.start()
-    plain = {k: v for k, v in shim_env.env.items() if k != "LD_PRELOAD"}
+    plain = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
     t0 = time.time() + 1.0  # every process starts before the schedule does
     args = [str(f), str(commits), repr(t0), str(DURATION_S), str(SEED)]
     try:
         writers = [subprocess.Popen([sys.executable, str(WORKER), "writer", str(i),
                                      str(len(WRITERS)), mode, *args],
-                                    env=shim_env.env if shim else plain)
-                   for i, (mode, shim) in enumerate(WRITERS)]
+                                    env=env if under_shim else plain)
+                   for i, (mode, under_shim) in enumerate(WRITERS)]
         readers = [subprocess.Popen([sys.executable, str(WORKER), "reader", str(i), str(th),
-                                     *args], env=shim_env.env, stdout=subprocess.PIPE,
+                                     *args], env=env, stdout=subprocess.PIPE,
                                     text=True)
                    for i, th in enumerate((1, 1, 3))]
         results = [json.loads(r.communicate(timeout=DURATION_S + 60)[0]) for r in readers]
@@ -79,8 +107,19 @@ def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(
         cap.close()
     total = {k: sum(r[k] for r in results) for k in results[0]}
     stats = shim_env.counters.stats()
-    print(f"coherence: {total} {stats}")
-    assert total["stale"] == 0, total
+    print(f"coherence ({shim}): {total} {stats}")
+    written = sum(int.from_bytes(f.read_bytes()[b * BLOCK:b * BLOCK + 8], "little")
+                  for b in range(NBLOCKS))
+    return CoherenceRun(total, stats, bool(seen), written)
+
+
+def check_coherent(run: CoherenceRun) -> None:
+    """The test's check: no stale block, and the run really exercised the replica path.
+
+    :raises AssertionError: the first check that fails; "stale blocks read" first of all
+    """
+    total, stats = run.total, run.stats
+    assert total["stale"] == 0, f"stale blocks read: {total}"
     assert total["garbage"] == 0 and total["torn_bad"] == 0, total
     assert total["reads"] > 2000, total
     # the replica path really ran, and really dropped replicas under writes
@@ -88,7 +127,37 @@ def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(
     assert stats.replica_fills >= 5, stats
     assert stats.replica_rejects + stats.fill_aborts > 0, stats
     assert stats.gen_bumps > 0, stats  # writers under the shim bumped the generation
-    assert seen, "fanotify saw no write of the plain writers"
-    written = sum(int.from_bytes(f.read_bytes()[b * BLOCK:b * BLOCK + 8], "little")
-                  for b in range(NBLOCKS))
-    assert written > 200, written  # the writers really wrote
+    assert run.seen_plain_writes, "fanotify saw no write of the plain writers"
+    assert run.written > 200, run.written  # the writers really wrote
+
+
+def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    check_coherent(run_coherence(shim_env, tmp_path, SHIM_DIR / "libunicache.so"))
+
+
+def build_mutant(out: Path) -> Path:
+    """The shim built by its own Makefile with MUTANT, in a copy of its sources under out.
+
+    :returns: the mutant libunicache.so
+    """
+    src = out / "shim"
+    src.mkdir()
+    for p in SHIM_DIR.iterdir():
+        if p.suffix in (".c", ".h") or p.name == "Makefile":
+            shutil.copy2(p, src / p.name)
+    subprocess.run(["make", "-s", "-C", str(src), "libunicache.so", f"CFLAGS=-O2 {MUTANT}"],
+                   check=True)
+    return src / "libunicache.so"
+
+
+def test_the_run_catches_a_shim_that_serves_replicas_without_the_serve_check(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    mutant = build_mutant(tmp_path)
+    data = tmp_path / "run"
+    data.mkdir()
+    run = run_coherence(shim_env, data, mutant)
+    # the mutant served from replicas the writers had changed, and the check says so
+    assert run.total["stale"] > 0, run.total
+    with pytest.raises(AssertionError, match="stale blocks read"):
+        check_coherent(run)

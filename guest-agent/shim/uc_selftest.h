@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uc_selftest.h - what the files of uc_selftest share: the read buffers and one entry
+ * point per subcommand (the CLI is described in uc_selftest.c).
+ *
+ *   uc_selftest.c          main: buffers, dispatch, usage
+ *   uc_selftest_check.c    check: random reads and error cases against raw syscalls
+ *   uc_selftest_threads.c  threads: 4 threads of random reads against raw syscalls
+ *   uc_selftest_migrate.c  migrate: where one read() left the thread
+ *   uc_selftest_bench.c    bench, abbench: read() throughput
+ */
+#ifndef UC_SELFTEST_H
+#define UC_SELFTEST_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stddef.h>
+
+#define MAXBUF (1u << 21)
+
+/* two 4 KiB-aligned buffers of MAXBUF bytes each (main allocates them) */
+extern unsigned char *bufA, *bufB;
+
+/* each returns the exit status: 0 all identical (or done), 1 a mismatch, 2 usage or setup */
+int cmd_check(int argc, char **argv);
+int cmd_threads(char **argv);
+int cmd_migrate(char **argv);
+int cmd_bench(char **argv);
+int cmd_abbench(char **argv);
+
+#endif /* UC_SELFTEST_H */
