@@ -16,7 +16,7 @@ import os
 import signal
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -38,8 +38,9 @@ from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.libvirt.weights import LibvirtWeights
 from unicache.host.live import LiveHost, VmSource, WeightSetter
 from unicache.host.perf import PerfCounters, hardware_counters_available
+from unicache.loop import RoundResult, run_rounds
 from unicache.metrics import DaemonMetrics
-from unicache.model import Decision, Observation
+from unicache.model import Action, Decision, Observation
 from unicache.policy.obs import ObsOptions
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
@@ -287,47 +288,45 @@ async def run_daemon(
 
     state = _restored_state(config, policy, note)
     deadline_s = max(ROUND_DEADLINE_MIN_S, ROUND_DEADLINE_INTERVALS * config.interval_s)
-    listening: set[str] = set()
+    vms = _DaemonHost(host, source, channel, stop, deadline_s, note)
+
+    async def decide(
+        obs: Observation, state: RoundState
+    ) -> tuple[Decision, RoundState] | None:
+        # the round runs in a worker thread: the loop keeps serving every VM's channel and
+        # the signals while one guest's reports keep the policy busy (issue #12)
+        outcome = await run_round(functools.partial(policy.decide, obs, state), stop,
+                                  deadline_s)
+        if outcome is None:
+            return None  # stopped: restore now, whatever the round is doing
+        decision, state = outcome.value
+        if outcome.late:
+            note(
+                f"round {obs.tick} took {outcome.seconds:.1f} s, over its {deadline_s:.0f} s "
+                f"deadline: its {len(decision.actions)} actions are dropped (the host has "
+                "moved on since it was observed)"
+            )
+            decision = replace(decision, actions=())
+        return decision, state
+
     rounds = 0
     try:
-        while not stop.is_set():
-            # listing the VMs may block (QMP, libvirt): in a worker thread, as the round,
-            # and a stop does not wait for it
-            listed = await run_round(source.running, stop, deadline_s)
-            if listed is None:
-                break
-            obs = host.observe(listed.value)
-            for event in source.drain_events():
-                note(f"vm {event.vm}: {event.kind} ({event.detail})")
-            await _sync_channels(channel, host, listening, note)
-            # the round runs in a worker thread: the loop keeps serving every VM's channel
-            # and the signals while one guest's reports keep the policy busy (issue #12)
-            outcome = await run_round(functools.partial(policy.decide, obs, state), stop,
-                                      deadline_s)
-            if outcome is None:
-                break  # stopped: restore now, whatever the round is doing
-            decision, state = outcome.value
-            if outcome.late:
-                note(
-                    f"round {obs.tick} took {outcome.seconds:.1f} s, over its {deadline_s:.0f} s "
-                    f"deadline: its {len(decision.actions)} actions are dropped (the host has "
-                    "moved on since it was observed)"
+        async with contextlib.aclosing(
+            run_rounds(vms, policy, state, config.rounds, decide)
+        ) as loop_rounds:
+            async for rnd in loop_rounds:
+                errors = [(st.vm, kind, n) for st in channel.status() for kind, n in st.errors]
+                # the records, the status checkpoint and the metrics are written in a worker
+                # thread: a disk that stalls (a journal commit, a full log) never stalls the
+                # channels and signals the loop serves (issue #12)
+                await asyncio.to_thread(
+                    _record_round, config, decisions, policy, rnd, metrics, errors
                 )
-                decision = replace(decision, actions=())
-            result = host.act(decision.actions)
-            errors = [(st.vm, kind, count) for st in channel.status() for kind, count in st.errors]
-            # the records, the status checkpoint and the metrics are written in a worker
-            # thread: a disk that stalls (a journal commit, a full log) never stalls the
-            # channels and signals the loop serves (issue #12)
-            await asyncio.to_thread(
-                _record_round, config, decisions, policy, obs, decision, state, result, metrics,
-                errors,
-            )
-            rounds += 1
-            if config.rounds is not None and rounds >= config.rounds:
-                break
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=config.interval_s)
+                rounds += 1
+                if config.rounds is not None and rounds >= config.rounds:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=config.interval_s)
     finally:
         for line in actuator.restore_all():
             note(f"shutdown: {line}")
@@ -340,6 +339,45 @@ async def run_daemon(
         decisions.flush()
         decisions.close()
     return 0
+
+
+class _DaemonHost:
+    """The live host as the loop sees it: observing lists the VMs (in a worker thread, as
+    the round: QMP or libvirt may block, and a stop does not wait for them), logs their
+    lifecycle events and opens or closes their guest channels."""
+
+    def __init__(
+        self,
+        host: LiveHost,
+        source: VmSource,
+        channel: Any,
+        stop: asyncio.Event,
+        deadline_s: float,
+        note: Callable[[str], None],
+    ) -> None:
+        self.host = host
+        self.source = source
+        self.channel = channel
+        self.stop = stop
+        self.deadline_s = deadline_s
+        self.note = note
+        #: VMs whose guest channel is open
+        self.listening: set[str] = set()
+
+    async def observe(self) -> Observation | None:
+        if self.stop.is_set():
+            return None
+        listed = await run_round(self.source.running, self.stop, self.deadline_s)
+        if listed is None:
+            return None
+        obs = self.host.observe(listed.value)
+        for event in self.source.drain_events():
+            self.note(f"vm {event.vm}: {event.kind} ({event.detail})")
+        await _sync_channels(self.channel, self.host, self.listening, self.note)
+        return obs
+
+    def act(self, actions: Sequence[Action]) -> ActResult:
+        return self.host.act(actions)
 
 
 async def _sync_channels(
@@ -373,15 +411,13 @@ def _record_round(
     config: DaemonConfig,
     decisions: DecisionLog,
     policy: UnicachePolicy,
-    obs: Observation,
-    decision: Decision,
-    state: RoundState,
-    result: ActResult,
+    rnd: RoundResult,
     metrics: DaemonMetrics,
     errors: list[tuple[str, str, int]],
 ) -> None:
-    """Log one round's actions, reports, chunk rules and refusals; write the status; update
-    the metrics (in a worker thread: file I/O)."""
+    """Log one round's actions, reports, chunk rules and refusals; write the status and the
+    round state; update the metrics (in a worker thread: file I/O)."""
+    obs, decision, state, result = rnd.observation, rnd.decision, rnd.state, rnd.result
     dry = {"dry_run": True} if config.dry_run else {}
     for action in result.applied:
         decisions.write({**action_record(obs.tick, action), **dry})

@@ -23,7 +23,7 @@ from unicache.cli.common import (
 )
 from unicache.decisionlog import action_record, chunk_record, refusal_record
 from unicache.host.replay import ReplayHost
-from unicache.loop import run_rounds
+from unicache.loop import run_rounds_sync
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.readback import record_detail
 from unicache.topology import Unify
@@ -74,7 +74,7 @@ def replay(
     failures: list[dict[str, Any]] = []
     refusals: list[dict[str, Any]] = []
     rules: Counter[str] = Counter()
-    for rnd in run_rounds(host, policy, RoundState()):
+    for rnd in run_rounds_sync(host, policy, RoundState()):
         records.extend(action_record(rnd.tick, a) for a in rnd.decision.actions)
         refusals.extend(refusal_record(rnd.tick, r) for r in rnd.decision.refusals)
         chunk_records.extend(chunk_record(rnd.tick, d) for d in rnd.decision.chunk_decisions)

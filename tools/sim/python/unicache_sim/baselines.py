@@ -12,9 +12,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from unicache.model import ChunkId, PinVcpu, ReleaseVcpu
+from unicache.host.base import ActResult
+from unicache.loop import run_rounds_sync
+from unicache.model import Action, ChunkId, Observation, PinVcpu, ReleaseVcpu
 from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
@@ -188,7 +191,10 @@ class UnicacheLive(Baseline):
         self.shim = GuestShim(self.host)
         self.policy = UnicachePolicy(topo, Unify(spec.unify))
         self.state = RoundState()
-        self.policy.start(self.state)
+        #: the observation of the interval that just ended, for the loop's next round
+        self._window: Observation | None = None
+        # the daemon's loop itself (unicache.loop): a round runs when an interval ends
+        self._rounds = run_rounds_sync(_WindowHost(self), self.policy, self.state)
         self.chunk = self.policy.scu.options.chunk_size
         self.sampled = timing.sampled
         self.window_bytes = timing.window_bytes(ws_bytes)
@@ -240,9 +246,9 @@ class UnicacheLive(Baseline):
     def _round(self, now: float, elapsed: float) -> None:
         # the agent's report of this interval (a sampled window stands for all of it)
         scale = max(1.0, self.round_cycles / elapsed) if self.sampled and elapsed > 0 else 1.0
-        obs = self.host.observe(elapsed, scale)
-        decision, self.state = self.policy.decide(obs, self.state)
-        self.host.act(decision.actions)
+        self._window = self.host.observe(elapsed, scale)
+        rnd = next(self._rounds)
+        decision, self.state = rnd.decision, rnd.state
         self.rounds += 1
         # the standing: which VMs SCU leaves alone, whether it placed them, no new pins or
         # releases
@@ -253,3 +259,20 @@ class UnicacheLive(Baseline):
         self._standing = standing
         self.window_start = now
         self.window_issued = 0
+
+
+class _WindowHost:
+    """The simulated host as the daemon's loop sees it: it observes the interval that
+    just ended (:meth:`UnicacheLive._round` sampled it) and acts on the simulated host."""
+
+    name = "simulated"
+
+    def __init__(self, live: UnicacheLive) -> None:
+        self.live = live
+
+    def observe(self) -> Observation | None:
+        window, self.live._window = self.live._window, None
+        return window
+
+    def act(self, actions: Sequence[Action]) -> ActResult:
+        return self.live.host.act(actions)
