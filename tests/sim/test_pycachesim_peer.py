@@ -74,7 +74,7 @@ def test_miss_counts_equal_pycachesim_on_random_hierarchies(seed: int) -> None:
 
 @pytest.mark.parametrize("ways", [8, 16, 32], ids=lambda w: f"{w}-way")
 def test_miss_counts_equal_pycachesim_on_the_specialised_way_counts(ways: int) -> None:
-    # 8, 16 and 32 ways take the engine's vectorised set search (cache.rs mask_n): every
+    # 8, 16 and 32 ways take the engine's vectorised set search (core/src/simd/): every
     # level of these hierarchies has that many ways, shared L3 slices included
     rng = random.Random(ways)
     sizes = ((4, ways), (16, ways), (64, ways))

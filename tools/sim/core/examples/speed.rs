@@ -5,8 +5,9 @@
 //!
 //! `cargo run --release --example speed [accesses] [repeats] [paths]`; also a target for
 //! callgrind. `paths` picks the hot paths: `best` (default: AVX-512 if the CPU has it, the
-//! copy specialised for this shape), `avx2` (AVX2 rather than AVX-512), `portable` (no
-//! vector instructions), `generic` (no specialised copy) or `reference` (neither).
+//! hot path fixed for this shape), `avx2` (AVX2 rather than AVX-512), `portable` (no
+//! vector instructions), `generic` (the hot path reading the machine's tables) or
+//! `reference` (neither).
 //! Prints the rate in CPU time of the running thread (the machine's cores are shared), the
 //! median over `repeats` runs on fresh machines (default 5).
 

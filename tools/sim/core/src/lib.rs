@@ -1,6 +1,7 @@
 //! unicache-sim-core: a trace-driven multicore cache / NUMA simulator.
 //!
-//! * [`cache::Cache`]: one set-associative LRU cache.
+//! * [`cache::Cache`]: one set-associative LRU cache; its set operations, one
+//!   implementation per instruction set, are in `simd`.
 //! * [`machine::Machine`]: a machine's whole hierarchy (private and shared levels, inclusive,
 //!   exclusive and victim levels, cross-cache transfers, NUMA DRAM with FCFS queues).
 //! * [`pages::PageAllocator`]: physical frames per node, random or colored.
@@ -13,10 +14,10 @@ pub mod config;
 pub mod dram;
 pub mod engine;
 pub mod error;
-
 pub mod machine;
 pub mod pages;
 pub mod rng;
+mod simd;
 pub mod trace;
 
 pub use config::{Inclusion, LevelConfig, MachineConfig, NodeConfig};

@@ -1,0 +1,161 @@
+//! Threads: where each runs, its queue of operations, its clock and its accounting.
+
+use std::collections::VecDeque;
+
+use super::Engine;
+use crate::error::{Result, SimError};
+use crate::machine::AccessKind;
+
+/// One queued operation.
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    /// Touch `len` bytes of object `obj` from `offset`, spending `compute_per_byte` cycles per byte.
+    Access {
+        obj: u32,
+        offset: u64,
+        len: u64,
+        kind: AccessKind,
+        compute_per_byte: f64,
+    },
+    /// Pure computation.
+    Compute { cycles: f64 },
+    /// Move to `cpu`, paying `cycles`.
+    Migrate { cpu: u32, cycles: f64 },
+}
+
+/// Per-thread accounting (all in cycles except counts).
+#[derive(Debug, Clone, Default)]
+pub struct ThreadStats {
+    /// Bytes accessed.
+    pub bytes: u64,
+    /// Lines accessed.
+    pub lines: u64,
+    /// Lines served from DRAM (local or remote).
+    pub dram_lines: u64,
+    /// Lines served by another cache (same or other group).
+    pub c2c_lines: u64,
+    /// Lines that reached the last level (missed every level inside it): the thread's LLC
+    /// references, as a hardware counter counts them.
+    pub llc_lines: u64,
+    /// Compute cycles.
+    pub compute_cycles: f64,
+    /// Memory stall cycles.
+    pub stall_cycles: f64,
+    /// Migration cycles.
+    pub migration_cycles: f64,
+    /// Cycles spent runnable but waiting for the CPU.
+    pub wait_cycles: f64,
+    /// Number of migrations.
+    pub migrations: u64,
+}
+
+/// A thread: its CPU, its clock (cycles), its queue and its accounting.
+#[derive(Debug, Clone)]
+pub(super) struct Thread {
+    pub(super) cpu: u32,
+    pub(super) time: f64,
+    pub(super) ops: VecDeque<Op>,
+    pub(super) stats: ThreadStats,
+}
+
+impl Engine {
+    /// Add a thread on `cpu` at time `start`.
+    pub fn add_thread(&mut self, cpu: u32, start: f64) -> Result<usize> {
+        self.check_cpu(cpu)?;
+        self.threads.push(Thread {
+            cpu,
+            time: start,
+            ops: VecDeque::new(),
+            stats: ThreadStats::default(),
+        });
+        self.retired.push(false);
+        Ok(self.threads.len() - 1)
+    }
+
+    /// Stop scheduling thread `tid` (it never asks for operations again).
+    pub fn retire(&mut self, tid: usize) -> Result<()> {
+        self.thread(tid)?;
+        self.retired[tid] = true;
+        Ok(())
+    }
+
+    /// Queue an operation for thread `tid`.
+    pub fn push(&mut self, tid: usize, op: Op) -> Result<()> {
+        match op {
+            Op::Access {
+                obj, offset, len, ..
+            } => {
+                let size = self.object_size(obj)?;
+                if offset.checked_add(len).is_none_or(|end| end > size) {
+                    return Err(SimError::Config(format!(
+                        "access [{offset}, +{len}) is outside object {obj} of {size} bytes"
+                    )));
+                }
+            }
+            Op::Migrate { cpu, .. } => self.check_cpu(cpu)?,
+            Op::Compute { .. } => {}
+        }
+        self.thread(tid)?;
+        self.threads[tid].ops.push_back(op);
+        Ok(())
+    }
+
+    /// Move thread `tid` to `cpu` now, charging `cycles` (used when a vCPU is re-placed).
+    pub fn move_thread(&mut self, tid: usize, cpu: u32, cycles: f64) -> Result<()> {
+        self.check_cpu(cpu)?;
+        self.thread(tid)?;
+        let t = &mut self.threads[tid];
+        if t.cpu != cpu {
+            t.cpu = cpu;
+            t.time += cycles;
+            t.stats.migration_cycles += cycles;
+            t.stats.migrations += 1;
+        }
+        Ok(())
+    }
+
+    /// CPU of thread `tid`.
+    pub fn thread_cpu(&self, tid: usize) -> Result<u32> {
+        Ok(self.thread(tid)?.cpu)
+    }
+
+    /// Current time (cycles) of thread `tid`.
+    pub fn thread_time(&self, tid: usize) -> Result<f64> {
+        Ok(self.thread(tid)?.time)
+    }
+
+    /// Accounting of thread `tid`.
+    pub fn thread_stats(&self, tid: usize) -> Result<ThreadStats> {
+        Ok(self.thread(tid)?.stats.clone())
+    }
+
+    /// Number of threads.
+    pub fn n_threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Earliest time of any live thread (the simulation's "now").
+    pub fn now(&self) -> f64 {
+        self.threads
+            .iter()
+            .zip(&self.retired)
+            .filter(|(_, &r)| !r)
+            .map(|(t, _)| t.time)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// Check that `cpu` exists.
+    pub(super) fn check_cpu(&self, cpu: u32) -> Result<()> {
+        if cpu as usize >= self.cpu_free.len() {
+            return Err(SimError::NotFound("cpu", cpu as u64));
+        }
+        Ok(())
+    }
+
+    /// Thread `tid`, checked.
+    fn thread(&self, tid: usize) -> Result<&Thread> {
+        self.threads
+            .get(tid)
+            .ok_or(SimError::NotFound("thread", tid as u64))
+    }
+}
