@@ -175,14 +175,8 @@ def replicas_round(
         if len(kept.counters) > MAX_COUNTERS_PER_VM:
             most = sorted(kept.counters, key=lambda c: (-c.count, c.key, c.node))
             kept = replace(kept, counters=tuple(sorted(most[:MAX_COUNTERS_PER_VM])))
-        for act in decision.actions:
-            if isinstance(act, ncc.Replicate):
-                # NCC makes replicas by one rule only (its Replicate carries no rule field)
-                rule = ncc.RULE_REPLICATE
-                actions.append(Replicate(vm.name, act.key.chunk, act.node, rule, act.reason))
-            elif isinstance(act, ncc.DropReplica):
-                actions.append(DropReplica(vm.name, act.key.chunk, act.node, act.rule, act.reason))
-            # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
+        # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
+        actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
         held: dict[ChunkId, set[int]] = {}
         for replica in kept.replicas:
             held.setdefault(replica.key.chunk, set()).add(replica.node)
