@@ -20,7 +20,7 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy import srm
-from unicache.policy.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.colors import SRM_BOUNDED, ColorOptions, ColorState, colors_round
 from unicache.policy.ncc import NCC_THRESHOLD, NccParams
 from unicache.policy.replicas import NCC_BOUNDED, ReplicaState, replicas_round
 from unicache.policy.round import RoundState, UnicachePolicy
@@ -278,3 +278,63 @@ def test_a_flood_of_writes_after_a_flood_of_remote_reads_costs_what_ncc_holds() 
                            NccParams()).state
     vm_state = state.of("vm0")
     assert vm_state is not None and not vm_state.ncc.counters
+
+
+def test_ncc_counts_every_drop_of_guest_input_in_one_refusal() -> None:
+    # issue #12: reads over the budget, counters trimmed and writes NCC cannot replay were
+    # dropped; each is counted, in one NCC_BOUNDED line per VM and round
+    from unicache.policy.replicas import MAX_COUNTERS_PER_VM, MAX_READS_PER_ROUND
+
+    vm = _vm(colored=0, cpu_nodes=2)
+    state = ReplicaState()
+    reasons = []
+    for seq, first in enumerate((1, 20_001)):  # each round: 20000 chunks read once remotely
+        accesses = tuple(
+            ChunkAccess(ChunkId(f, 0), CHUNK, 1, 0, ((1, CHUNK),), home_node=0,
+                        node_reads=((1, 1),))
+            for f in range(first, first + 20_000)
+        )
+        # and writes of five chunks NCC never saw, and a file it never saw modified
+        accesses += tuple(ChunkAccess(ChunkId(90_000 + i, 0), 0, 0, 1) for i in range(5))
+        report = GuestReport("vm0", seq, 1.0, accesses, modified_files=frozenset({99_999}))
+        decision = replicas_round([vm], [report], state, NccParams())
+        state = decision.state
+        (refusal,) = decision.refusals
+        assert refusal.kind == NCC_BOUNDED
+        reasons.append(refusal.reason)
+    assert f"{20_000 - MAX_READS_PER_ROUND} read events" in reasons[0]
+    assert "counters" not in reasons[0]
+    # the second round's reads double the counters: the least counted half is trimmed
+    assert f"{2 * MAX_READS_PER_ROUND - MAX_COUNTERS_PER_VM} remote-read counters" in reasons[1]
+    assert all("6 writes not replayed" in r for r in reasons)
+
+
+def test_ncc_logs_no_refusal_when_it_drops_nothing() -> None:
+    vm = _vm(colored=0, cpu_nodes=2)
+    decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 0, 1, 2)], ReplicaState(),
+                              NccParams())
+    assert decision.actions and not decision.refusals
+
+
+def test_chunks_srm_leaves_uncolored_or_forgets_over_its_bound_are_counted() -> None:
+    vm = _vm()
+    opts = ColorOptions(chunk_size=CHUNK, max_colored_chunks=256, step_aside=False)
+
+    def streams(seq: int, first: int) -> GuestReport:
+        return GuestReport("vm0", seq, 1.0, tuple(
+            ChunkAccess(ChunkId(f, 0), CHUNK, 1, 0, ((0, CHUNK),))
+            for f in range(first, first + 1000)
+        ))
+
+    one = colors_round([vm], [streams(0, 1)], ColorState(), opts)
+    (refusal,) = one.refusals
+    assert refusal.kind == SRM_BOUNDED
+    # each file's chunk and the T_l run (4 chunks) ahead of it: 5,000 wanted, 256 colored
+    assert "4744 chunks of its streams left uncolored" in refusal.reason
+    assert "forgotten" not in refusal.reason
+    assert len(one.color_nodes["vm0"]) == 256
+    two = colors_round([vm], [streams(1, 5001)], one.state, opts)
+    (refusal,) = two.refusals
+    assert "256 colored chunks forgotten, the oldest" in refusal.reason
+    quiet = colors_round([vm], [_stream("vm0", 7, range(8))], ColorState(), opts)
+    assert quiet.refusals == ()

@@ -226,3 +226,35 @@ def test_min_read_size_for_opteron_is_tens_of_kilobytes_as_in_the_paper() -> Non
 
 def test_min_read_size_is_infinite_when_on_chip_is_not_faster() -> None:
     assert min_read_size(10_000, 1.0, 1.0) >= 2**62
+
+
+# --- per-VM shares (MFC §4.6, the other VMs as the cache's "other uses"; issue #12) ------
+
+
+def test_a_vm_within_its_share_keeps_its_chunks_however_much_another_vm_reads() -> None:
+    t = table(capacity=4 * CHUNK + 1)
+    t.set_units(t.units.values(), {0: frozenset({"a", "b"})})  # two tenants: 2 chunks each
+    assert t.share(0, "a") == t.share(0, "b") == (4 * CHUNK + 1) // 2
+    assert t.share(0, "other") == 0 and t.share(1, "other") == 4 * CHUNK + 1  # no tenants
+    only0 = frozenset({0})
+    t.mfc_access(key(1, vm="b"), CHUNK, curunit=0, allowed=only0)
+    for n in (2, 3, 4, 5):
+        for _ in range(10):
+            access = t.mfc_access(key(n, vm="a"), CHUNK, curunit=0, allowed=only0)
+    assert t.holders()[key(1, vm="b")] == {0}
+    # vm a is at its share: Figure 2 over both VMs would have evicted b's less used chunk
+    assert (access.caching, access.capped) == (False, True)
+    assert t.vm_bytes(0, "a") <= t.share(0, "a")
+
+
+def test_a_new_tenant_takes_its_share_from_the_vm_over_its_share() -> None:
+    t = table(capacity=4 * CHUNK + 1)
+    only0 = frozenset({0})
+    for n in (1, 2, 3, 4):  # alone, vm a fills unit 0
+        t.mfc_access(key(n, vm="a"), CHUNK, curunit=0, allowed=only0)
+    assert t.assigned_bytes(0) == 4 * CHUNK
+    t.set_units(t.units.values(), {0: frozenset({"a", "b"})})  # vm b is pinned there too
+    access = t.mfc_access(key(9, vm="b"), CHUNK, curunit=0, allowed=only0)
+    assert (access.unit, access.caching) == (0, True)
+    assert [k.vm for k in access.evicted] == ["a"]
+    assert t.assigned_bytes(0) <= 4 * CHUNK + 1

@@ -91,3 +91,49 @@ def test_table_stays_bounded_after_aging(setup, seq) -> None:
     t.update_use(max_chunks=16)
     cached = sum(1 for s in t.chunks.values() if s.units)
     assert len(t.chunks) <= max(16, cached)
+
+
+# --- per-VM shares of a unit (MFC §4.6 per VM, issue #12) -------------------------------
+
+EVERY_UNIT = frozenset({0, 1, 2, 3})
+TENANCIES = [frozenset(), frozenset({"a"}), frozenset({"b"}), frozenset({"a", "b"})]
+
+
+@settings(max_examples=100, deadline=None)
+@given(setup=setups, seq=reads)
+def test_with_shares_one_vms_reads_never_change_anothers_decisions(setup, seq) -> None:
+    def decisions_of_b(with_a: bool) -> list:
+        t = _table(setup)
+        t.set_units(t.units.values(), dict.fromkeys(range(4), frozenset({"a", "b"})))
+        out = []
+        for vm, n, size, unit, tick in seq:
+            if vm == "b" or with_a:
+                access = t.mfc_access(ChunkKey(vm, ChunkId(n, 0)), size, unit, EVERY_UNIT)
+                if vm == "b":
+                    out.append((access.unit, access.caching, access.rule, access.evicted))
+            if tick == 0:
+                t.update_use(max_chunks=10_000)
+        return out
+
+    assert decisions_of_b(with_a=True) == decisions_of_b(with_a=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    setup=setups,
+    seq=reads,
+    plans=st.lists(st.lists(st.sampled_from(TENANCIES), min_size=4, max_size=4), min_size=1),
+)
+def test_with_changing_shares_no_unit_is_overcommitted(setup, seq, plans) -> None:
+    t = _table(setup)
+    for i, (vm, n, size, unit, tick) in enumerate(seq):
+        if tick == 1:  # the VMs move: new shares, old chunks left over some of them
+            t.set_units(t.units.values(), dict(enumerate(plans[i % len(plans)])))
+        t.mfc_access(ChunkKey(vm, ChunkId(n, 0)), size, unit, EVERY_UNIT)
+        if tick == 0:
+            t.update_use(max_chunks=16)
+        for u, view in t.units.items():
+            assert t.assigned_bytes(u) <= view.capacity
+            for name in ("a", "b"):
+                held = sum(s.size for k, s in t.chunks.items() if k.vm == name and u in s.units)
+                assert t.vm_bytes(u, name) == held

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.errors import StateError
-from unicache.model import ChunkId, NodeMemory
+from unicache.model import ChunkId, DropReplica, NodeMemory, Replicate
 from unicache.policy.ncc import (
     MQ_QUEUES,
     NCC_THRESHOLD,
@@ -16,7 +16,6 @@ from unicache.policy.ncc import (
     RULE_REPLICATE,
     RULE_WRITE,
     Age,
-    DropReplica,
     NccDecision,
     NccEvent,
     NccParams,
@@ -28,7 +27,6 @@ from unicache.policy.ncc import (
     ReclaimPrimary,
     Replica,
     ReplicaKey,
-    Replicate,
     Write,
     mq_order,
     ncc_round,
@@ -65,7 +63,7 @@ def test_second_remote_read_from_the_same_node_makes_a_replica() -> None:
     one = run([remote(0)])
     assert one.actions == ()
     two = run([remote(0), remote(0)])
-    assert two.actions == (Replicate(key(0), 1, two.actions[0].reason),)
+    assert two.actions == (Replicate("a", ChunkId(1, 0), 1, RULE_REPLICATE, two.actions[0].reason),)
     assert RULE_REPLICATE in two.actions[0].reason
     assert two.state.replica_nodes(key(0)) == {1}
 
@@ -87,7 +85,8 @@ def test_reads_from_different_nodes_count_separately() -> None:
 
 def test_replication_is_off_on_a_node_with_little_free_memory() -> None:
     d = run([remote(0), remote(0), Read(key(1), 0, 1), Read(key(1), 0, 1)], memory=TIGHT_ON_1)
-    assert [(a.key, a.node) for a in d.actions if isinstance(a, Replicate)] == [(key(1), 0)]
+    made = [(ReplicaKey.of(a), a.node) for a in d.actions if isinstance(a, Replicate)]
+    assert made == [(key(1), 0)]
     assert len(d.actions) == 1
     assert d.state.disabled == {1}
 
@@ -139,7 +138,7 @@ def test_full_node_evicts_the_mq_victim_lowest_queue_then_lru() -> None:
     events += [remote(2), remote(2)]
     d = run(events, params=params)
     evicted = [a for a in d.actions if isinstance(a, DropReplica)]
-    assert [(a.key, a.rule) for a in evicted] == [(key(1), RULE_MQ_EVICT)]
+    assert [(ReplicaKey.of(a), a.rule) for a in evicted] == [(key(1), RULE_MQ_EVICT)]
     assert {r.key for r in d.state.replicas} == {key(0), key(2)}
 
 
@@ -214,9 +213,9 @@ def test_no_read_is_ever_served_by_a_stale_replica(
                 assert copied[(ev.key, d.served[0])] == version.get(ev.key, 0), "stale read"
             for act in d.actions:
                 if isinstance(act, Replicate):
-                    copied[(act.key, act.node)] = version.get(act.key, 0)
+                    copied[(ReplicaKey.of(act), act.node)] = version.get(ReplicaKey.of(act), 0)
                 elif isinstance(act, DropReplica):
-                    del copied[(act.key, act.node)]
+                    del copied[(ReplicaKey.of(act), act.node)]
             assert set(copied) == {(r.key, r.node) for r in d.state.replicas}
             for r in d.state.replicas:
                 assert copied[(r.key, r.node)] == version.get(r.key, 0), "stale replica kept"
@@ -236,7 +235,7 @@ def test_replicas_only_after_threshold_only_off_home_and_never_under_pressure(
         for act in d.actions:
             if isinstance(act, Replicate):
                 assert act.node not in tight
-                assert act.node != homes[act.key]
+                assert act.node != homes[ReplicaKey.of(act)]
                 reads = int(act.reason.split(": ")[1].split(" reads")[0])
                 assert reads >= params.ncc_threshold  # counting goes on while memory is tight
         state = d.state

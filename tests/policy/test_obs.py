@@ -384,6 +384,33 @@ def test_forged_byte_counts_never_change_where_another_vms_vcpus_are_pinned() ->
     assert len(set(units.values())) == 4  # spread over the four chips, not crowded in one
 
 
+def _cpu_weights_of_honest_vm(forged_bytes: int) -> list[tuple[int, VcpuId, int]]:
+    """The forger and the honest VM of :func:`_pins_of_honest_vm` sharing opteron-16's
+    units, the honest vCPUs of unequal weight: the honest VM's SetCpuWeight actions."""
+    policy = ObsPolicy(TOPO_OPTERON_16.units(), ObsOptions(rebalance_period=1))
+    forger, honest = vm("forger", 12, frozenset(range(16))), vm("honest", 8, frozenset(range(16)))
+    state = ObsState()
+    out: list[tuple[int, VcpuId, int]] = []
+    for tick in range(5):
+        samples = [_software("forger", i, forged_bytes if i % 2 else 0) for i in range(12)]
+        samples += [_software("honest", i, (1 + 7 * (i % 2)) << 26) for i in range(8)]
+        vms = (forger,) if tick == 0 else (forger, honest)
+        decision, state = policy.decide(observation(tick, vms, samples), state)
+        out += [(tick, a.vcpu, a.weight) for a in decision.actions
+                if isinstance(a, SetCpuWeight) and a.vcpu.vm == "honest"]
+    return out
+
+
+def test_forged_byte_counts_never_change_another_vms_cpu_weights() -> None:
+    # issue #12: OBS-C credited CPU time by every co-runner's weight, so a VM reporting
+    # 2**63 bytes made itself the heavy co-runner of honest vCPUs and set their cpu.weight
+    honest_world = _cpu_weights_of_honest_vm(1 << 20)
+    for forged in (1 << 40, 1 << 50, 1 << 62, 2**63 - 1):
+        assert _cpu_weights_of_honest_vm(forged) == honest_world, forged
+    # the honest VM's own unequal vCPUs still get OBS-C's credit from one another
+    assert any(w != BASE_CPU_WEIGHT for _, _, w in honest_world)
+
+
 def test_a_guests_reported_bytes_weigh_no_more_than_a_core_can_read() -> None:
     weight = cache_weight(_software("g", 0, 2**63 - 1)).value
     assert weight == pytest.approx(MAX_GUEST_BYTES_PER_NS / 64)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.model import (
@@ -10,11 +13,14 @@ from unicache.model import (
     GuestReport,
     Observation,
     PublishPlacement,
+    Refusal,
     Vcpu,
     VcpuId,
     Vm,
 )
 from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.policy.scu import SCU_BOUNDED, SCU_SHARE, ScuPolicy, ScuState
+from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Unify
 
 from tests.policy.conftest import sample
@@ -117,8 +123,6 @@ def test_steady_workload_stops_republishing_tables() -> None:
 
 
 def test_table_is_bounded_by_max_entries() -> None:
-    from unicache.policy.scuoptions import scu_options_for
-
     options = scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_entries=5)
     policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, scu_options=options)
     # the first round measures the VM's reads unplaced (the watch); the second places it
@@ -141,11 +145,6 @@ def test_same_round_inputs_give_same_decisions(reads: list[tuple[int, int, int]]
 
 
 def test_a_vm_reporting_more_accesses_than_its_budget_costs_no_more_and_is_told() -> None:
-    from dataclasses import replace
-
-    from unicache.policy.scu import SCU_BOUNDED
-    from unicache.policy.scuoptions import scu_options_for
-
     options = replace(scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_accesses_per_vm=64),
                       cost=None, watch=False)
     policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, scu_options=options)
@@ -157,3 +156,57 @@ def test_a_vm_reporting_more_accesses_than_its_budget_costs_no_more_and_is_told(
     assert sum(1 for d in decision.chunk_decisions if d.vm == "vm1") == 10  # its own budget
     (bounded,) = [r for r in decision.refusals if r.kind == SCU_BOUNDED]
     assert "936 chunk accesses of vm0" in bounded.reason
+
+
+# --- one VM's reports never change another VM's table (issue #12) -----------------------
+
+HONEST_FILES = range(20)  # 20 chunks of 256 KiB: within its half of the four chips' LLCs
+
+
+def _hostile_flood(tick: int) -> list[GuestReport]:
+    """Forged reads: 200 new chunks a round (three times the four chips' LLCs), each read
+    2**40 times from every vCPU."""
+    reads = 1 << 40
+    chunks = tuple(
+        ChunkAccess(ChunkId(10_000 + 1_000 * tick + f, 0), CHUNK * reads, reads, 0,
+                    tuple((i, CHUNK * reads // 4) for i in range(4)))
+        for f in range(200)
+    )
+    return [GuestReport("vm0", tick, 1.0, chunks)]
+
+
+def _with_hostile(hostile: Callable[[int], list[GuestReport]]) -> tuple[list, list[Refusal]]:
+    """Two VMs with one vCPU pinned on each opteron-16 chip; vm1 reads HONEST_FILES twice a
+    round from a vCPU that changes every round, vm0 sends ``hostile(tick)``: vm1's tables,
+    and the refusals."""
+    options = replace(scu_options_for(TOPO_OPTERON_16, Unify.LLC, max_chunks=512),
+                      cost=None, watch=False)
+    policy = ScuPolicy(TOPO_OPTERON_16.units(), options, TOPO_OPTERON_16.levels)
+    vms = _vms(count=2)
+    pins = {v.id: v.id.index for vm in vms for v in vm.vcpus}
+    samples = tuple(sample(v.id.vm, v.id.index, 10**6, busy=0.5) for vm in vms for v in vm.vcpus)
+    state = ScuState()
+    tables: list = []
+    refusals: list[Refusal] = []
+    for tick in range(8):
+        reports = (*hostile(tick), _report("vm1", HONEST_FILES, vcpu=tick % 4, reads=2))
+        decision, state = policy.decide(Observation(tick, vms, samples, reports), state, pins)
+        tables += [(tick, a.table) for a in decision.actions
+                   if isinstance(a, PublishPlacement) and a.vm == "vm1"]
+        refusals += decision.refusals
+    return tables, refusals
+
+
+def test_a_hostile_vms_reports_never_change_another_vms_published_table() -> None:
+    # issue #12: one table for all VMs let a VM reporting forged reads evict every chunk of
+    # another, whose table then sent all its reads to non-caching loads
+    quiet, _ = _with_hostile(lambda tick: [])
+    assert quiet and all(e.caching and e.unit >= 0 for _, t in quiet for e in t.entries)
+    modest, _ = _with_hostile(lambda tick: [_report("vm0", range(100, 104), vcpu=tick % 4)])
+    assert modest == quiet
+    flooded, refusals = _with_hostile(_hostile_flood)
+    assert flooded == quiet
+    # what the shares and the table's bound kept from the flood is counted, against vm0 only
+    counted = {r.kind for r in refusals if "vm0" in r.reason}
+    assert {SCU_SHARE, SCU_BOUNDED} <= counted
+    assert not [r for r in refusals if "vm1" in r.reason]

@@ -1,4 +1,5 @@
-"""docs/daemon.md's decision log table names exactly the record kinds the daemon writes."""
+"""docs/daemon.md's decision log table names exactly the record kinds the daemon writes, and
+exactly the refusal kinds the policies log."""
 
 from __future__ import annotations
 
@@ -35,3 +36,21 @@ def test_the_comparison_sees_both_action_and_log_kinds() -> None:
     # guard against a vacuous match: both sides are read
     assert {"pin-vcpu", "replicate"} <= _documented()
     assert {"note", "failed", "refusal", "guest-report"} <= _written()
+
+
+def _documented_refusals() -> set[str]:
+    text = (ROOT / "docs/daemon.md").read_text()
+    start = text.index("| `refusal` |", text.index("## Decision log"))
+    return set(re.findall(r"`([A-Z][A-Z_]+)`", text[start: text.index("\n", start)]))
+
+
+def _policy_refusals() -> set[str]:
+    # the refusal kinds are module constants of the policies: NAME = "NAME_IN_CAPITALS"
+    constant = re.compile(r'^[A-Z_]+ = "([A-Z][A-Z_]+)"$', re.MULTILINE)
+    policy = ROOT / "hypervisor/unicache/policy"
+    return {k for f in policy.glob("*.py") for k in constant.findall(f.read_text())}
+
+
+def test_every_refusal_kind_a_policy_logs_is_documented_and_no_other() -> None:
+    assert _documented_refusals() == _policy_refusals()
+    assert {"SCU_NO_GAIN", "SCU_BOUNDED", "NCC_BOUNDED"} <= _policy_refusals()

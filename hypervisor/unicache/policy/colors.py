@@ -19,7 +19,10 @@ count chunks, one report interval late. This module adapts one to the other:
 * a guest's file ids are opaque and the agent does not report processes, so every small
   streaming file of one VM belongs to one same-application sequence (pid 0);
 * coloring steps aside where it is predicted to cost the co-runners more LLC hits than
-  it saves them misses, or was measured to save none (:mod:`unicache.policy.colorgain`).
+  it saves them misses, or was measured to save none (:mod:`unicache.policy.colorgain`);
+* bounded per VM: at most ``max_colored_chunks`` chunks colored per round and remembered;
+  the chunks left uncolored over the bound, and the oldest forgotten, are counted in an
+  ``SRM_BOUNDED`` refusal.
 
 Pure: no I/O, no clock; the same state and observation give the same decision.
 """
@@ -58,6 +61,9 @@ LOOKAHEAD_RUNS = 1
 LOOKAHEAD_INTERVALS = 2
 #: the most colored chunks remembered per VM (a guest cannot grow the table without bound)
 MAX_COLORED_CHUNKS = 2_048
+#: refusal kind: chunks of a VM's streams left uncolored, or colors forgotten, over
+#: ``max_colored_chunks``
+SRM_BOUNDED = "SRM_BOUNDED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +160,8 @@ class ColorDecision:
     :param actions: new color runs, one action per run of chunks with one color.
     :param color_nodes: per VM, the color node of every colored chunk.
     :param state: the state after the round.
-    :param refusals: VMs whose streams stay uncolored, and why.
+    :param refusals: VMs whose streams stay uncolored, and why; chunks dropped over the
+        bounds.
     """
 
     actions: tuple[AssignColor, ...]
@@ -203,9 +210,10 @@ def _runs(
 
 def _vm_round(
     vm: Vm, reports: list[GuestReport], prev: VmColors | None, options: ColorOptions
-) -> tuple[VmColors, list[AssignColor], dict[int, int]]:
-    """Figure 7 over one VM's reports: its colored chunks, the new runs, and the bytes of
-    streaming files each vCPU read (the stream's own LLC traffic, for the step-aside)."""
+) -> tuple[VmColors, list[AssignColor], dict[int, int], str]:
+    """Figure 7 over one VM's reports: its colored chunks, the new runs, the bytes of
+    streaming files each vCPU read (the stream's own LLC traffic, for the step-aside), and
+    what the bounds dropped ("" when nothing)."""
     params = _params(vm, options)
     if prev is None or len(prev.srm.free) != params.n_colors:
         prev = VmColors(vm.name, srm.SrmState.initial(params))  # the colored zone changed
@@ -276,7 +284,19 @@ def _vm_round(
         VmColors(vm.name, decision.state, locality.seen, colored_now, prev.gate),
         actions,
         streamed,
+        _bounded(vm.name, len(todo) - len(misses), len(colored) - len(kept), options),
     )
+
+
+def _bounded(vm: str, uncolored: int, forgotten: int, options: ColorOptions) -> str:
+    """The ``SRM_BOUNDED`` line of one VM and round ("" when nothing was dropped)."""
+    cap = options.max_colored_chunks
+    parts = []
+    if uncolored > 0:
+        parts.append(f"{uncolored} chunks of its streams left uncolored (over {cap} a round)")
+    if forgotten > 0:
+        parts.append(f"{forgotten} colored chunks forgotten, the oldest (over the {cap} kept)")
+    return f"SRM dropped input of {vm}: {'; '.join(parts)}" if parts else ""
 
 
 def colors_round(
@@ -321,9 +341,11 @@ def colors_round(
         colored_nodes = vm.colored_nodes()
         if not colored_nodes:
             continue
-        vm_state, vm_actions, streamed = _vm_round(
+        vm_state, vm_actions, streamed, bounded = _vm_round(
             vm, by_vm.get(vm.name, []), state.of(vm.name), options
         )
+        if bounded:
+            refusals.append(Refusal(SRM_BOUNDED, bounded))
         if options.step_aside and streamed:
             own = {v.id for v in vm.vcpus}
             lines = {VcpuId(vm.name, i): n // options.line_size for i, n in streamed.items()}

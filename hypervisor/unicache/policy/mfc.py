@@ -3,25 +3,53 @@
 This is the paper's algorithm (MFC paper §4.2-§4.7, Figure 2, equations 1-2) written so
 that it can be read beside the pseudo-code. It is pure: no I/O, no clock, no threads.
 Like Figure 2 it updates the table it is given (``f.cores``, ``f.use``); callers that
-must not see the change work on :meth:`MfcTable.copy` (the policy round does).
+must not see the change work on :meth:`MfcTable.copy` (the policy round does). The state
+it works on (§4.2's per-file information, eq. 1, the units' views) is in
+:mod:`unicache.policy.mfcstate`, re-exported here.
 
 Generalisations, each marked where it happens:
 
-* a *core* of the paper is a cache unit (:class:`unicache.topology.CacheUnit`), and the
-  table is global across all VMs of the host, because LLC capacity is shared by them;
+* a *core* of the paper is a cache unit (:class:`unicache.topology.CacheUnit`), and one
+  table holds the chunks of all VMs of the host, because LLC capacity is shared by them;
 * a read may only be sent to units where the reading VM has vCPUs (``allowed``);
 * chunk sizes may differ (last chunk of a file), so where the paper evicts one LFU file
   to make room, this evicts LFU chunks until the new one fits: a unit's assigned bytes
   never exceed its capacity;
-* a chunk is never held by more than ``max_copies`` units.
+* a chunk is never held by more than ``max_copies`` units;
+* §4.6's "other uses" of a cache are, for a VM, the other VMs whose vCPUs run in the
+  unit: each of them counts on an even share of it (:meth:`MfcTable.share`), its
+  ``M_avail`` (eq. 2) is taken within that share, and it evicts only its own chunks, so one
+  VM's reports, forged or not, never evict another VM's chunks nor change where its chunks
+  go (issue #12). A unit without tenants is one cache, as in the paper.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
-from unicache.model import ChunkId
+from unicache.policy.mfcstate import ChunkKey, ChunkState, MfcParams, UnitView, m_use
+
+__all__ = [
+    "RULES",
+    "RULE_COMPETITIVE",
+    "RULE_EVICT_LFU",
+    "RULE_MIGRATE_HOLDER",
+    "RULE_MIGRATE_MAX_AVAIL",
+    "RULE_NON_CACHING",
+    "RULE_REPLICATE_BUSY",
+    "RULE_REPLICATE_SPARE",
+    "RULE_SMALL",
+    "RULE_STAY_HOLDER",
+    "Access",
+    "ChunkKey",
+    "ChunkState",
+    "MfcParams",
+    "MfcTable",
+    "UnitView",
+    "m_use",
+]
 
 # Rule names (Figure 2 line numbers) as they appear in reasons, logs and metrics.
 RULE_SMALL = "fig2:3-4 small"
@@ -48,97 +76,6 @@ RULES = (
 )
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class ChunkKey:
-    """A chunk of one VM: guests choose file ids, so the VM is part of the key.
-
-    :param vm: the VM.
-    :param chunk: the chunk inside that VM.
-    """
-
-    vm: str
-    chunk: ChunkId
-
-
-@dataclass(frozen=True, slots=True)
-class MfcParams:
-    """The parameters of Figure 2, named as the paper names them.
-
-    :param min_read_size: §4.5 — reads of smaller chunks never migrate.
-    :param busy_threshold: Figure 2 line 32 — a unit whose run-queue length per CPU is
-        above this is busy.
-    :param idle_threshold: Figure 2 line 33 — below this a unit is idle enough to take a
-        replica.
-    :param migration_cycles: §4.5 — cost of one thread migration.
-    :param offchip_bytes_per_cycle: §4.5 — what one core reading from DRAM achieves.
-    :param max_copies: a chunk is never held by more units than this.
-    :param frequent_reads: the fewest reads from a unit since the last ``update_use`` that
-        make it a "frequent user" (§4.2, the condition on lines 6-10 the pseudo-code leaves
-        out); it must also read the chunk at least as often as the chunk's busiest copy is
-        used.
-    """
-
-    min_read_size: int
-    busy_threshold: float = 1.5
-    idle_threshold: float = 0.75
-    migration_cycles: int = 20_000
-    offchip_bytes_per_cycle: float = 1.0
-    max_copies: int = 4
-    frequent_reads: int = 2
-
-    def load_cost_cycles(self, size: int) -> float:
-        """§4.5: the cost of loading ``size`` bytes from off-chip memory."""
-        return size / self.offchip_bytes_per_cycle
-
-    def migration_budget(self, size: int) -> int:
-        """§4.5 competitive rule: migrations whose total cost stays below one load."""
-        return int(self.load_cost_cycles(size) // self.migration_cycles)
-
-
-@dataclass(slots=True)
-class ChunkState:
-    """MFC's per-file information (§4.2), for one chunk.
-
-    :param size: ``S(f)`` in bytes.
-    :param units: ``f.cores`` — the units believed to cache it.
-    :param use: ``f.use[a]`` — use counts per unit, aged by ``update_use``.
-    :param reads_from: reads issued from each unit since the last ``update_use``.
-    :param migrations: migrations spent on it since the last ``update_use`` (§4.5).
-    """
-
-    size: int
-    units: set[int] = field(default_factory=set)
-    use: dict[int, int] = field(default_factory=dict)
-    reads_from: dict[int, int] = field(default_factory=dict)
-    migrations: int = 0
-
-    def total_use(self) -> int:
-        """``sum(f.use)``."""
-        return sum(self.use.values())
-
-    def copy(self) -> ChunkState:
-        """A deep copy."""
-        return ChunkState(
-            self.size, set(self.units), dict(self.use), dict(self.reads_from), self.migrations
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class UnitView:
-    """What ``mfc_access`` needs to know of a unit this round.
-
-    :param id: the unit.
-    :param capacity: ``M_on-chip`` (eq. 2).
-    :param counter_use: ``sum_l M_use(c, l)`` from eq. 1 (0 without miss counters).
-    :param runqueue_len: run-queue length per CPU (busy fraction of its vCPUs per CPU).
-    """
-
-    id: int
-    capacity: int
-    counter_use: int = 0
-    runqueue_len: float = 0.0
-
-
 @dataclass(frozen=True, slots=True)
 class Access:
     """The answer of ``mfc_access``: where to read and how.
@@ -147,22 +84,16 @@ class Access:
     :param caching: caching or non-caching loads.
     :param rule: the Figure 2 rule that decided.
     :param evicted: chunks whose copy on ``unit`` was dropped to make room.
+    :param capped: the reading VM's share of the units refused a copy that Figure 2 over
+        every VM's chunks together would have made (spare room, or a less used chunk of
+        another VM to evict).
     """
 
     unit: int
     caching: bool
     rule: str
     evicted: tuple[ChunkKey, ...] = ()
-
-
-def m_use(misses: int, level_lines: int, level_size: int) -> int:
-    """Equation 1: a unit uses all of level ``l`` if it missed at least ``m_lines`` times.
-
-    :param misses: ``M_miss(c, l)`` over the last interval.
-    :param level_lines: ``m_lines``, the level's number of lines.
-    :param level_size: ``M_size(l)`` in bytes.
-    """
-    return level_size if misses >= level_lines else 0
+    capped: bool = False
 
 
 class MfcTable:
@@ -170,14 +101,24 @@ class MfcTable:
 
     :param params: the Figure 2 parameters.
     :param units: the cache units, with capacities and this round's loads.
+    :param tenants: per unit, the VMs whose vCPUs run there (:meth:`share`); none: every
+        unit is one cache shared by all chunks, as in the paper.
     """
 
-    def __init__(self, params: MfcParams, units: Iterable[UnitView]) -> None:
+    def __init__(
+        self,
+        params: MfcParams,
+        units: Iterable[UnitView],
+        tenants: Mapping[int, frozenset[str]] | None = None,
+    ) -> None:
         self.params = params
         self.units: dict[int, UnitView] = {u.id: u for u in units}
+        self.tenants: dict[int, frozenset[str]] = dict(tenants or {})
         self.chunks: dict[ChunkKey, ChunkState] = {}
         # sum over chunks on a unit of S(f): the second term of eq. 2, kept incrementally
         self._assigned: dict[int, int] = dict.fromkeys(self.units, 0)
+        # the same per (unit, VM): the second term of eq. 2 within a VM's share
+        self._vm_bytes: dict[tuple[int, str], int] = {}
         # the chunks on each unit (the inverse of f.cores), so LFU lookups scan one unit's
         # few chunks instead of every chunk the host remembers
         self._on_unit: dict[int, set[ChunkKey]] = {u: set() for u in self.units}
@@ -187,21 +128,37 @@ class MfcTable:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MfcTable):
             return NotImplemented
-        return (self.params, self.units, self.chunks) == (other.params, other.units, other.chunks)
+        return (self.params, self.units, self.tenants, self.chunks) == (
+            other.params,
+            other.units,
+            other.tenants,
+            other.chunks,
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like Figure 2's tables
 
     def copy(self) -> MfcTable:
         """A deep copy (the policy round decides on a copy and returns it as new state)."""
-        other = MfcTable(self.params, self.units.values())
+        other = MfcTable(self.params, self.units.values(), self.tenants)
         other.chunks = {key: st.copy() for key, st in self.chunks.items()}
         other._assigned = dict(self._assigned)
+        other._vm_bytes = dict(self._vm_bytes)
         other._on_unit = {u: set(keys) for u, keys in self._on_unit.items()}
         return other
 
-    def set_units(self, units: Iterable[UnitView]) -> None:
-        """Replace this round's unit view (loads, counter use); capacities stay per unit."""
+    def set_units(
+        self, units: Iterable[UnitView], tenants: Mapping[int, frozenset[str]] | None = None
+    ) -> None:
+        """Replace this round's unit view (loads, counter use); capacities stay per unit.
+
+        :param units: the units' views.
+        :param tenants: this round's VMs per unit (``None``: keep the last ones). A VM left
+            over its share by a new tenant keeps its chunks until a VM within its share
+            needs the room (:meth:`_make_physical_room`).
+        """
         self.units = {u.id: u for u in units}
+        if tenants is not None:
+            self.tenants = dict(tenants)
         for unit in self.units:
             self._assigned.setdefault(unit, 0)
             self._on_unit.setdefault(unit, set())
@@ -217,17 +174,53 @@ class MfcTable:
         """``sum_{f on c} S(f)`` of eq. 2."""
         return self._assigned.get(unit, 0)
 
-    def cache_avail(self, unit: int) -> int:
-        """Equation 2: ``M_avail(c) = M_on-chip - max(sum_l M_use(c,l), sum_f S(f))``."""
-        view = self.units[unit]
-        return view.capacity - max(view.counter_use, self._assigned.get(unit, 0))
+    def share(self, unit: int, vm: str) -> int:
+        """``M_on-chip`` of one VM on a unit.
 
-    def _add(self, key: ChunkKey, unit: int) -> None:
+        §4.6: MFC "must share the caches with other uses", in "unknown quantities". For a
+        VM, the other uses are the other VMs whose vCPUs run in the unit, so each tenant
+        counts on an even share of the unit, and a VM without vCPUs there on none. A unit
+        without tenants is one cache for every chunk, as in the paper.
+
+        :param unit: the unit.
+        :param vm: the VM.
+        :returns: bytes of the unit the VM's chunks may take.
+        """
+        capacity = self.units[unit].capacity
+        tenants = self.tenants.get(unit)
+        if not tenants:
+            return capacity
+        return capacity // len(tenants) if vm in tenants else 0
+
+    def vm_bytes(self, unit: int, vm: str) -> int:
+        """``sum_{f of vm on c} S(f)``: what one VM's chunks take of a unit."""
+        return self._vm_bytes.get((unit, vm), 0)
+
+    def cache_avail(self, unit: int, vm: str | None = None) -> int:
+        """Equation 2: ``M_avail(c) = M_on-chip - max(sum_l M_use(c,l), sum_f S(f))``.
+
+        With ``vm``, on a unit with tenants: eq. 2 within the VM's :meth:`share`, the
+        counted use taken in proportion and the files being the VM's own.
+        """
+        view = self.units[unit]
+        if vm is None or not self.tenants.get(unit):
+            return view.capacity - max(view.counter_use, self._assigned.get(unit, 0))
+        share = self.share(unit, vm)
+        counted = view.counter_use * share // max(view.capacity, 1)
+        return share - max(counted, self.vm_bytes(unit, vm))
+
+    def _add(self, key: ChunkKey, unit: int) -> list[ChunkKey]:
+        """Put ``key`` on ``unit`` (it fits the VM's share); returns the chunks of VMs over
+        their share that made physical room for it."""
         state = self.chunks[key]
-        if unit not in state.units:
-            state.units.add(unit)
-            self._on_unit.setdefault(unit, set()).add(key)
-            self._assigned[unit] = self._assigned.get(unit, 0) + state.size
+        if unit in state.units:
+            return []
+        evicted = self._make_physical_room(unit, state.size, key)
+        state.units.add(unit)
+        self._on_unit.setdefault(unit, set()).add(key)
+        self._assigned[unit] = self._assigned.get(unit, 0) + state.size
+        self._vm_bytes[unit, key.vm] = self.vm_bytes(unit, key.vm) + state.size
+        return evicted
 
     def _remove(self, key: ChunkKey, unit: int) -> None:
         state = self.chunks[key]
@@ -235,6 +228,27 @@ class MfcTable:
             state.units.discard(unit)
             self._on_unit[unit].discard(key)
             self._assigned[unit] -= state.size
+            self._vm_bytes[unit, key.vm] -= state.size
+
+    def _make_physical_room(self, unit: int, size: int, keep: ChunkKey) -> list[ChunkKey]:
+        """Free ``size`` bytes of ``unit`` for ``keep`` (which fits its VM's share): LFU
+        chunks of the VM furthest over its share go first (a VM over its share is one a
+        new tenant shrank; shares add up to at most the unit, so one always is)."""
+        evicted: list[ChunkKey] = []
+        capacity = self.units[unit].capacity
+        while capacity - self._assigned.get(unit, 0) < size:
+            # sort keys: bytes over the share, then VM name
+            over = [
+                (held - self.share(u, vm), vm)
+                for (u, vm), held in self._vm_bytes.items()
+                if u == unit and vm != keep.vm and held > self.share(u, vm)
+            ]
+            victim = self.lookup_lfu(unit, vm=max(over)[1]) if over else None
+            if victim is None:
+                break
+            self._remove(victim, unit)
+            evicted.append(victim)
+        return evicted
 
     def _chunk(self, key: ChunkKey, size: int) -> ChunkState:
         state = self.chunks.get(key)
@@ -243,24 +257,38 @@ class MfcTable:
         elif state.size != size:
             # the guest saw the chunk grow or shrink (last chunk of a file): re-account,
             # and drop the copies on units that the larger chunk would over-commit
-            for unit in sorted(state.units):
-                self._assigned[unit] -= state.size
-                if self.units[unit].capacity - self._assigned[unit] < size:
-                    state.units.discard(unit)
-                    self._on_unit[unit].discard(key)
-                else:
-                    self._assigned[unit] += size
+            held = sorted(state.units)
+            for unit in held:
+                self._remove(key, unit)
             state.size = size
+            for unit in held:
+                if self._fits(unit, size, key.vm):
+                    self._add(key, unit)
         return state
 
     def chunks_on(self, unit: int) -> list[ChunkKey]:
         """Chunks believed cached on a unit, in key order."""
         return sorted(self._on_unit.get(unit, ()))
 
-    def lookup_lfu(self, unit: int, exclude: ChunkKey | None = None) -> ChunkKey | None:
-        """``lookup_lfu_file(c)``: the least-used chunk on a unit (ties: lowest key)."""
+    def _candidates(self, unit: int, vm: str | None) -> Iterator[ChunkKey]:
+        """The chunks on a unit that ``vm`` may evict: its own where the unit has tenants,
+        every chunk otherwise (or with ``vm`` ``None``)."""
+        keys = self._on_unit.get(unit, ())
+        if vm is None or not self.tenants.get(unit):
+            return iter(keys)
+        return (k for k in keys if k.vm == vm)
+
+    def lookup_lfu(
+        self, unit: int, exclude: ChunkKey | None = None, vm: str | None = None
+    ) -> ChunkKey | None:
+        """``lookup_lfu_file(c)``: the least-used chunk on a unit (ties: lowest key).
+
+        :param unit: the unit.
+        :param exclude: a chunk not to return.
+        :param vm: only among the chunks ``vm`` may evict (:meth:`_candidates`).
+        """
         best: tuple[int, ChunkKey] | None = None
-        for key in self._on_unit.get(unit, ()):
+        for key in self._candidates(unit, vm):
             if key != exclude:
                 candidate = (self.chunks[key].use.get(unit, 0), key)
                 if best is None or candidate < best:
@@ -268,12 +296,12 @@ class MfcTable:
         return None if best is None else best[1]
 
     def _lookup_lfu_any(
-        self, allowed: frozenset[int], exclude: ChunkKey
+        self, allowed: frozenset[int], exclude: ChunkKey, vm: str | None = None
     ) -> tuple[ChunkKey, int] | None:
         # ``lookup_lfu_file()`` over every allowed unit; sort keys: use count, unit, chunk
         best: tuple[int, int, ChunkKey] | None = None
         for unit in allowed:
-            for key in self._on_unit.get(unit, ()):
+            for key in self._candidates(unit, vm):
                 if key == exclude:
                     continue
                 candidate = (self.chunks[key].use.get(unit, 0), unit, key)
@@ -282,18 +310,34 @@ class MfcTable:
         return None if best is None else (best[2], best[1])
 
     def _make_room(self, unit: int, size: int, keep: ChunkKey) -> list[ChunkKey]:
-        # Generalisation for unequal sizes: evict LFU chunks until ``size`` fits.
+        # Generalisation for unequal sizes: evict LFU chunks (of keep's VM, where the unit
+        # has tenants) until ``size`` fits (in that VM's share).
         evicted: list[ChunkKey] = []
-        while self.units[unit].capacity - self._assigned.get(unit, 0) < size:
-            victim = self.lookup_lfu(unit, exclude=keep)
+        while not self._fits(unit, size, keep.vm):
+            victim = self.lookup_lfu(unit, exclude=keep, vm=keep.vm)
             if victim is None:
                 break
             self._remove(victim, unit)
             evicted.append(victim)
         return evicted
 
-    def _fits(self, unit: int, size: int) -> bool:
-        return self.units[unit].capacity - self._assigned.get(unit, 0) >= size
+    def _fits(self, unit: int, size: int, vm: str | None = None) -> bool:
+        if vm is None or not self.tenants.get(unit):
+            return self.units[unit].capacity - self._assigned.get(unit, 0) >= size
+        return self.share(unit, vm) - self.vm_bytes(unit, vm) >= size
+
+    def _shared_out(self, key: ChunkKey, f: ChunkState, allowed: frozenset[int]) -> bool:
+        """Whether Figure 2 over every VM's chunks together (lines 12-26) would have cached
+        ``f``, which its VM's shares refused: spare room on an allowed unit, or a chunk of
+        another VM there less used than ``f`` (never, for a VM alone in its units)."""
+        if not any(self.tenants.get(u) for u in allowed):
+            return False
+        if any(self.cache_avail(u) > f.size and self._fits(u, f.size) for u in allowed):
+            return True
+        found = self._lookup_lfu_any(allowed, exclude=key)
+        if found is None or found[0].vm == key.vm:
+            return False
+        return self.chunks[found[0]].use.get(found[1], 0) < f.total_use()
 
     # --- Figure 2 -------------------------------------------------------------------------
 
@@ -316,6 +360,7 @@ class MfcTable:
         :returns: the unit, the load type and the rule that decided.
         """
         p = self.params
+        vm = key.vm
         copies = p.max_copies if max_copies is None else min(max(max_copies, 1), p.max_copies)
         f = self._chunk(key, size)
         f.reads_from[curunit] = f.reads_from.get(curunit, 0) + 1
@@ -328,33 +373,37 @@ class MfcTable:
         if curunit not in f.units and len(f.units) < copies:
             # lines 6-10: spare capacity on curcore, and curcore is a frequent user (§4.2)
             frequent = self._frequent_user(f, curunit)
-            if frequent and self.cache_avail(curunit) > size and self._fits(curunit, size):
-                self._add(key, curunit)
+            if frequent and self.cache_avail(curunit, vm) > size and self._fits(curunit, size, vm):
+                evicted = self._add(key, curunit)
                 f.use[curunit] = f.use.get(curunit, 0) + 1
-                return Access(curunit, True, RULE_REPLICATE_SPARE)
+                return Access(curunit, True, RULE_REPLICATE_SPARE, tuple(evicted))
 
             # lines 12-16: migrate to the unit with the most spare capacity
             if not holders:
                 # ties go to curunit: caching f there needs no migration
-                maxunit = max(sorted(allowed), key=lambda u: (self.cache_avail(u), u == curunit))
-                if self.cache_avail(maxunit) > size and self._fits(maxunit, size):
+                maxunit = max(
+                    sorted(allowed), key=lambda u: (self.cache_avail(u, vm), u == curunit)
+                )
+                if self.cache_avail(maxunit, vm) > size and self._fits(maxunit, size, vm):
                     return self._migrate(key, f, curunit, maxunit, RULE_MIGRATE_MAX_AVAIL)
 
         # lines 18-29: not cached anywhere this VM can read it
         if not holders:
-            found = self._lookup_lfu_any(allowed, exclude=key)
+            found = self._lookup_lfu_any(allowed, exclude=key, vm=vm)
             if found is not None and len(f.units) < copies:
                 lfu1, c = found
                 # line 21: c holds lfu1, less popular than f
                 if self.chunks[lfu1].use.get(c, 0) < f.total_use():
                     self._remove(lfu1, c)
                     evicted = [lfu1, *self._make_room(c, size, keep=key)]
-                    if self._fits(c, size):
+                    if self._fits(c, size, vm):
                         access = self._migrate(key, f, curunit, c, RULE_EVICT_LFU)
+                        evicted += access.evicted
                         return Access(access.unit, access.caching, access.rule, tuple(evicted))
             # lines 27-29: too unpopular to cache: non-caching loads where the thread is
+            capped = len(f.units) < copies and self._shared_out(key, f, allowed)
             f.use[curunit] = f.use.get(curunit, 0) + 1
-            return Access(curunit, False, RULE_NON_CACHING)
+            return Access(curunit, False, RULE_NON_CACHING, capped=capped)
 
         # line 31: the least loaded holder (ours: curunit first if it holds f and is not busy)
         if curunit in holders and self.units[curunit].runqueue_len <= p.busy_threshold:
@@ -366,12 +415,12 @@ class MfcTable:
         busy = self.units[newunit].runqueue_len > p.busy_threshold
         idle = self.units[curunit].runqueue_len < p.idle_threshold
         if busy and idle and curunit not in f.units and len(f.units) < copies:
-            lfu2 = self.lookup_lfu(curunit, exclude=key)
+            lfu2 = self.lookup_lfu(curunit, exclude=key, vm=vm)
             lfu2_use = 0 if lfu2 is None else self.chunks[lfu2].use.get(curunit, 0)
             if f.use.get(newunit, 0) > 2 * lfu2_use:
                 evicted = self._make_room(curunit, size, keep=key)
-                if self._fits(curunit, size):
-                    self._add(key, curunit)
+                if self._fits(curunit, size, vm):
+                    evicted += self._add(key, curunit)
                     f.use[curunit] = f.use.get(curunit, 0) + 1
                     return Access(curunit, True, RULE_REPLICATE_BUSY, tuple(evicted))
 
@@ -398,18 +447,20 @@ class MfcTable:
                 f.use[curunit] = f.use.get(curunit, 0) + 1
                 return Access(curunit, True, RULE_COMPETITIVE)
             f.migrations += 1
-        self._add(key, target)
+        evicted = self._add(key, target)
         f.use[target] = f.use.get(target, 0) + 1
-        return Access(target, True, rule)
+        return Access(target, True, rule, tuple(evicted))
 
-    def update_use(self, max_chunks: int) -> None:
+    def update_use(self, max_chunks: int) -> dict[str, int]:
         """Figure 2 lines 45-47: age every use count by halving it.
 
         Also halves the competitive rule's migration count and forgets uncached chunks
-        whose use reached zero, then the least-used uncached ones beyond ``max_chunks``,
-        so the table stays bounded whatever the guests read.
+        whose use reached zero, then uncached ones beyond ``max_chunks``, so the table stays
+        bounded whatever the guests read: the least used of the VM remembering the most
+        chunks first, so that a VM flooding the table forgets its own chunks, not others'.
 
         :param max_chunks: the most chunks the table may remember.
+        :returns: per VM, the chunks forgotten over ``max_chunks`` (not those aged out).
         """
         for state in self.chunks.values():
             state.use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
@@ -419,10 +470,29 @@ class MfcTable:
         for key in forgotten:
             del self.chunks[key]
         excess = len(self.chunks) - max_chunks
-        if excess > 0:
-            uncached = sorted((st.total_use(), k) for k, st in self.chunks.items() if not st.units)
-            for _, key in uncached[:excess]:
-                del self.chunks[key]
+        dropped: dict[str, int] = {}
+        if excess <= 0:
+            return dropped
+        held: dict[str, int] = {}
+        uncached: dict[str, list[tuple[int, ChunkKey]]] = {}
+        for k, st in self.chunks.items():
+            held[k.vm] = held.get(k.vm, 0) + 1
+            if not st.units:
+                uncached.setdefault(k.vm, []).append((st.total_use(), k))
+        for chunks in uncached.values():
+            chunks.sort(reverse=True)  # pop() takes the least used (ties: lowest key)
+        # sort keys: chunks the VM remembers (most first), then VM name
+        heap = [(-held[vm], vm) for vm in uncached]
+        heapq.heapify(heap)
+        while excess > 0 and heap:
+            count, vm = heapq.heappop(heap)
+            _, key = uncached[vm].pop()
+            del self.chunks[key]
+            dropped[vm] = dropped.get(vm, 0) + 1
+            excess -= 1
+            if uncached[vm]:
+                heapq.heappush(heap, (count + 1, vm))
+        return dropped
 
     def holders(self) -> Mapping[ChunkKey, frozenset[int]]:
         """Chunk -> units holding it (read-only copy)."""

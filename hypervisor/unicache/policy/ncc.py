@@ -18,6 +18,10 @@ replica in the place of the NCC entry:
 * coherence ("Cache Coherence"): any write to a chunk drops every replica of it and
   resets its remote-read counters.
 
+Replicas made and dropped are the model's :class:`~unicache.model.Replicate` and
+:class:`~unicache.model.DropReplica` actions (a :class:`ReplicaKey` is their VM and chunk);
+only the primary cache's share of a reclaim, :class:`ReclaimPrimary`, is NCC's own.
+
 Pure: no I/O, no clock, no threads; the same state and events give the same decision.
 """
 
@@ -27,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from unicache.errors import ConfigError, StateError
-from unicache.model import ChunkId, NodeMemory
+from unicache.model import ChunkId, DropReplica, NodeMemory, Replicate
 
 #: §3.2 "Generation of NCC entries": remote reads from one node before a replica is made
 NCC_THRESHOLD = 2
@@ -61,6 +65,15 @@ class ReplicaKey:
 
     def __str__(self) -> str:
         return f"{self.vm}/{self.chunk}"
+
+    @staticmethod
+    def of(action: Replicate | DropReplica) -> ReplicaKey:
+        """The chunk a replica action is about.
+
+        :param action: a replica made or dropped.
+        :returns: its VM and chunk as a key.
+        """
+        return ReplicaKey(action.vm, action.chunk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,46 +132,6 @@ NccEvent = Read | Write | PrimaryReclaimed | Reclaim | Age
 
 
 @dataclass(frozen=True, slots=True)
-class Replicate:
-    """Make a replica of a chunk on a node.
-
-    :param key: the chunk.
-    :param node: the node.
-    :param reason: one line for humans.
-    """
-
-    key: ReplicaKey
-    node: int
-    reason: str
-
-    @property
-    def target(self) -> str:
-        """The key under which the reconciler remembers what it applied."""
-        return f"replica/{self.key}/{self.node}"
-
-
-@dataclass(frozen=True, slots=True)
-class DropReplica:
-    """Drop the replica of a chunk on a node.
-
-    :param key: the chunk.
-    :param node: the node.
-    :param rule: the rule that produced it.
-    :param reason: one line for humans.
-    """
-
-    key: ReplicaKey
-    node: int
-    rule: str
-    reason: str
-
-    @property
-    def target(self) -> str:
-        """The key under which the reconciler remembers what it applied."""
-        return f"replica/{self.key}/{self.node}"
-
-
-@dataclass(frozen=True, slots=True)
 class ReclaimPrimary:
     """The primary cache's share of a reclaim: the caller frees this many primary chunks.
 
@@ -172,7 +145,8 @@ class ReclaimPrimary:
     reason: str
 
 
-#: every action the policy returns
+#: every action the policy returns: the model's replica actions (the host carries them out
+#: through the VM's placement table), and the primary cache's share of a reclaim
 NccAction = Replicate | DropReplica | ReclaimPrimary
 
 
@@ -307,7 +281,7 @@ class _Work:
         if not held:
             del self.replicas[key]
         self.keys_on[node].discard(key)
-        self.actions.append(DropReplica(key, node, rule, f"{rule}: {why}"))
+        self.actions.append(DropReplica(key.vm, key.chunk, node, rule, f"{rule}: {why}"))
 
     def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
         for node in sorted(self.replicas.get(key, ())):
@@ -347,8 +321,10 @@ class _Work:
             del self.counters[ev.key]
         self.actions.append(
             Replicate(
-                ev.key,
+                ev.key.vm,
+                ev.key.chunk,
                 ev.node,
+                RULE_REPLICATE,
                 f"{RULE_REPLICATE}: {count} reads from node {ev.node} of a chunk on {ev.home}",
             )
         )

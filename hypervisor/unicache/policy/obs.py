@@ -20,7 +20,9 @@ of tasks and cache units in the place of LLC groups:
   (:mod:`unicache.policy.obslocal`);
 * OBS-C ("Policy: Addressing fairness"): CPU time credited from the heaviest to lighter
   co-runners, ``t_credit = w_light / (w_largest - w_smallest) * t_overlap * c_credit``,
-  expressed as cgroup ``cpu.weight`` actions (:mod:`unicache.policy.obscredit`).
+  expressed as cgroup ``cpu.weight`` actions (:mod:`unicache.policy.obscredit`);
+* a weight from guest-reported bytes is that guest's word: it moves, pairs and credits
+  only its own VM's vCPUs (host-measured weights count for every VM).
 
 Pure: no I/O, no clock, no threads; the same inputs give the same actions.
 """
@@ -49,7 +51,7 @@ from unicache.policy.cluster import (
     cluster_moves,
     shared_fractions,
 )
-from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights
+from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights_by_vm
 from unicache.policy.obsgain import OBS_STEP_ASIDE, PinningGain, pinning_gain
 from unicache.policy.obslocal import local_sets
 from unicache.topology import CacheUnit
@@ -328,12 +330,19 @@ class ObsPolicy:
                     reason = reasons.get(vcpu) or why
                     actions.append(PinVcpu(vcpu, cpus, unit.id, reason))
 
-        # OBS-C: credit CPU time from heavy to light co-runners
+        # OBS-C: credit CPU time from heavy to light co-runners, each VM's vCPUs judged by
+        # host-measured weights and their own guest's (a forged count credits no other VM)
         cpu_weights = dict(state.cpu_weights)
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id)
-            for vcpu, value, why in credit_weights(
-                members, weights, busy, opts.c_credit, opts.heavy_weight_floor, opts.heavy_margin
+            for vcpu, value, why in credit_weights_by_vm(
+                members,
+                weights,
+                busy,
+                trusted,
+                opts.c_credit,
+                opts.heavy_weight_floor,
+                opts.heavy_margin,
             ):
                 # hysteresis: a change smaller than weight_hysteresis is noise, keep the old
                 if abs(cpu_weights.get(vcpu, BASE_CPU_WEIGHT) - value) >= opts.weight_hysteresis:

@@ -3,12 +3,17 @@
 A light vCPU sharing a unit with heavy ones gets ``t_credit = w_light / (w_largest -
 w_smallest) * t_overlap * c_credit`` more CPU time, which the heavy ones give up together;
 the daemon applies it as a cgroup ``cpu.weight`` (or a libvirt domain's ``cpu_shares``)
-around :data:`BASE_CPU_WEIGHT`. Pure.
+around :data:`BASE_CPU_WEIGHT`.
+
+A weight the host did not measure is its guest's word (reported bytes, issue #12), so
+:func:`credit_weights_by_vm` judges each VM's vCPUs by the weights of its own guest and
+the host-measured ones only, as OBS-X and OBS-L do: a forged count never changes another
+VM's ``cpu.weight``. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from unicache.model import VcpuId
 
@@ -72,4 +77,40 @@ def credit_weights(
         out.append((vcpu, value, f"OBS-C: gives {share:.2%} of CPU time to light co-runners"))
     credited = {v for v, _, _ in out}
     out.extend((v, BASE_CPU_WEIGHT, "OBS-C: no credit") for v in members if v not in credited)
+    return sorted(out)
+
+
+def credit_weights_by_vm(
+    members: Sequence[VcpuId],
+    weights: Mapping[VcpuId, float],
+    busy: Mapping[VcpuId, float],
+    trusted: frozenset[VcpuId],
+    c_credit: float = C_CREDIT,
+    heavy_floor: float = 1e-4,
+    heavy_margin: float = 0.25,
+) -> list[tuple[VcpuId, int, str]]:
+    """:func:`credit_weights` of one unit, each VM's vCPUs judged in that VM's view.
+
+    A VM's view holds its own vCPUs and the co-runners whose weights the host measured
+    (``trusted``); a co-runner known only by its guest's reported bytes is left out, so
+    it can neither take credit from nor give credit to another VM's vCPUs. Where every
+    weight is the host's, or the unit holds one VM, there is one view: :func:`credit_weights`.
+
+    :param members: the unit's vCPUs.
+    :param weights: their cache weights.
+    :param busy: the fraction of the interval each ran.
+    :param trusted: the vCPUs whose weights the host measured.
+    :param c_credit: the share of CPU time reserved for credit.
+    :param heavy_floor: no credit while the heaviest co-runner weighs less (noise).
+    :param heavy_margin: heavy and light as OBS-L classes them.
+    :returns: (vCPU, weight, reason), sorted; one per member.
+    """
+    viewers = sorted({v.vm for v in members})
+    if len(viewers) < 2 or set(members) <= trusted:
+        return credit_weights(list(members), weights, busy, c_credit, heavy_floor, heavy_margin)
+    out: list[tuple[VcpuId, int, str]] = []
+    for viewer in viewers:
+        seen = [v for v in members if v.vm == viewer or v in trusted]
+        judged = credit_weights(seen, weights, busy, c_credit, heavy_floor, heavy_margin)
+        out += [(v, value, why) for v, value, why in judged if v.vm == viewer]
     return sorted(out)

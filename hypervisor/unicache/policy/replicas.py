@@ -18,7 +18,9 @@ of different VMs are unrelated):
   no-ops and are not replayed, so writes are bounded by what NCC holds;
 * the guest's nodes are the backend's (QEMU's ``--numa`` layout, libvirt's ``<numa>``),
   never a report's: a guest that claims nodes it does not have gets no NCC, and a read
-  naming a node the VM lacks is dropped; drops are counted in an ``NCC_BOUNDED`` refusal;
+  naming a node the VM lacks is dropped;
+* every drop is counted, in one ``NCC_BOUNDED`` refusal per VM and round: read events
+  (over the budget, or naming a node the VM lacks), counters trimmed, writes not replayed;
 * chunks whose page cache is on a colored node are left alone: SRM-buffer confined them
   there on purpose (a colored node's memory is on the VM's own host node, so it is not
   remote), and a replica would spread them over every color again.
@@ -40,7 +42,8 @@ MAX_READS_PER_RECORD = 4
 MAX_READS_PER_ROUND = 16_384
 #: remote-read counters kept per VM (the most counted first): NCC's memory is bounded
 MAX_COUNTERS_PER_VM = 16_384
-#: refusal kind: read events NCC did not replay (a node the VM lacks, over the budget)
+#: refusal kind: guest input NCC dropped: read events (a node the VM lacks, over the
+#: budget), remote-read counters over ``MAX_COUNTERS_PER_VM``, writes not replayed
 NCC_BOUNDED = "NCC_BOUNDED"
 
 
@@ -79,7 +82,7 @@ class ReplicaDecision:
     :param actions: replicas made and dropped, in order.
     :param replica_nodes: per VM, the nodes holding a replica of each replicated chunk.
     :param state: the state after the round.
-    :param refusals: per VM, the read events dropped and why.
+    :param refusals: per VM, the guest input dropped (read events, counters, writes) and why.
     """
 
     actions: tuple[Replicate | DropReplica, ...]
@@ -95,8 +98,9 @@ def _events(
     max_reads: int,
     nodes: frozenset[int],
     colored: frozenset[int] = frozenset(),
-) -> tuple[list[ncc.NccEvent], int]:
-    """The VM's reads, then its writes, then aging; and the read events dropped."""
+) -> tuple[list[ncc.NccEvent], int, int]:
+    """The VM's reads, then its writes, then aging; the read events dropped, and the write
+    records not replayed (a chunk, or a modified file, of which NCC knows nothing)."""
     reads: list[ncc.NccEvent] = []
     written: set[ncc.ReplicaKey] = set()
     modified: set[int] = set()
@@ -121,7 +125,8 @@ def _events(
     held = {r.key for r in known.replicas} | {c.key for c in known.counters}
     held |= {e.key for e in reads if isinstance(e, ncc.Read)}
     writes = [ncc.Write(k) for k in sorted(held) if k in written or k.chunk.file_id in modified]
-    return [*reads, *writes, ncc.Age()], dropped
+    unknown = len(written - held) + len(modified - {k.chunk.file_id for k in held})
+    return [*reads, *writes, ncc.Age()], dropped, unknown
 
 
 def replicas_round(
@@ -161,31 +166,39 @@ def replicas_round(
         memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
         memory = tuple(m for m in memory if m.node in guest_nodes)
         colored = frozenset(n.node for n in vm.colored_nodes())
-        events, dropped = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
-        if dropped:
-            refusals.append(
-                Refusal(
-                    NCC_BOUNDED,
-                    f"NCC dropped {dropped} read events of {vm.name}: nodes it does not have "
-                    f"(it has {sorted(guest_nodes)}), or over {MAX_READS_PER_ROUND} a round",
-                )
-            )
+        events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
         decision = ncc.ncc_round(prev.ncc, memory, events, params)
         kept = decision.state
-        if len(kept.counters) > MAX_COUNTERS_PER_VM:
+        trimmed = len(kept.counters) - MAX_COUNTERS_PER_VM
+        if trimmed > 0:
             most = sorted(kept.counters, key=lambda c: (-c.count, c.key, c.node))
             kept = replace(kept, counters=tuple(sorted(most[:MAX_COUNTERS_PER_VM])))
-        for act in decision.actions:
-            if isinstance(act, ncc.Replicate):
-                # NCC makes replicas by one rule only (its Replicate carries no rule field)
-                rule = ncc.RULE_REPLICATE
-                actions.append(Replicate(vm.name, act.key.chunk, act.node, rule, act.reason))
-            elif isinstance(act, ncc.DropReplica):
-                actions.append(DropReplica(vm.name, act.key.chunk, act.node, act.rule, act.reason))
-            # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
+        why = _bounded(vm.name, sorted(guest_nodes), dropped, max(trimmed, 0), unknown)
+        if why:
+            refusals.append(Refusal(NCC_BOUNDED, why))
+        # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
+        actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
         held: dict[ChunkId, set[int]] = {}
         for replica in kept.replicas:
             held.setdefault(replica.key.chunk, set()).add(replica.node)
         nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
         out.append(VmReplicas(vm.name, kept, tuple(memory)))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
+
+
+def _bounded(vm: str, nodes: list[int], reads: int, counters: int, writes: int) -> str:
+    """The ``NCC_BOUNDED`` line of one VM and round ("" when NCC dropped nothing)."""
+    parts = []
+    if reads:
+        parts.append(
+            f"{reads} read events (nodes it does not have, it has {nodes}, or over "
+            f"{MAX_READS_PER_ROUND} a round)"
+        )
+    if counters:
+        parts.append(
+            f"{counters} remote-read counters (over the {MAX_COUNTERS_PER_VM} it keeps, "
+            "the least counted)"
+        )
+    if writes:
+        parts.append(f"{writes} writes not replayed (chunks or files it holds nothing for)")
+    return f"NCC dropped input of {vm}: {'; '.join(parts)}" if parts else ""

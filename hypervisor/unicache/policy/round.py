@@ -17,8 +17,9 @@ from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.ncc import NccParams
 from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
 from unicache.policy.replicas import ReplicaState, replicas_round
-from unicache.policy.scu import ChunkExtras, ScuPolicy, ScuState
+from unicache.policy.scu import ScuPolicy, ScuState
 from unicache.policy.scuoptions import ScuOptions, scu_options_for
+from unicache.policy.scutable import ChunkExtras
 from unicache.policy.srm import page_colors
 from unicache.topology import Topology, Unify
 

@@ -45,6 +45,7 @@ from unicache.policy.mfc import (
     m_use,
 )
 from unicache.policy.scuoptions import ScuOptions
+from unicache.policy.scutable import ChunkExtras, placement_entries
 from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope
 
@@ -52,8 +53,12 @@ from unicache.topology import CacheLevel, CacheUnit, Scope
 STEP_ASIDE = "SCU_NO_GAIN"
 #: the refusal kind SCU logs when the watch keeps a VM unplaced
 WATCH = "SCU_WATCH"
-#: refusal kind: chunk accesses over a VM's per-round budget were not replayed
+#: refusal kind: chunk accesses over a VM's per-round budget were not replayed, or chunks
+#: the table forgot over ``max_chunks``
 SCU_BOUNDED = "SCU_BOUNDED"
+#: refusal kind: a VM's share of the units it shares with other VMs kept chunks off-chip
+#: that Figure 2 over every VM's chunks would have cached (MFC §4.6, per VM)
+SCU_SHARE = "SCU_SHARE"
 #: a placed VM predicted to lose is withdrawn only after this many rounds of it in a row
 #: (a prediction that flips with each round's sample must not flip the VM's table: the
 #: watch needs one settled placed interval to judge what the placement did)
@@ -147,15 +152,19 @@ class ScuPolicy:
         extras = extras or {}
         opts = self.options
         views = self._unit_views(obs, vcpu_units)
-        if state.table is None:
-            table = MfcTable(opts.params, views)
-        else:
-            table = state.table.copy()
-            table.set_units(views)
-
         by_vm: dict[str, dict[int, int]] = {}
+        tenants: dict[int, set[str]] = {}
         for vcpu, unit in vcpu_units.items():
             by_vm.setdefault(vcpu.vm, {})[vcpu.index] = unit
+            tenants.setdefault(unit, set()).add(vcpu.vm)
+        # MFC §4.6 per VM: each VM pinned in a unit counts on an even share of it (the host's
+        # pinning decides the shares, never a guest's report)
+        shares = {unit: frozenset(vms) for unit, vms in tenants.items()}
+        if state.table is None:
+            table = MfcTable(opts.params, views, shares)
+        else:
+            table = state.table.copy()
+            table.set_units(views, shares)
         decisions: list[ChunkDecision] = []
         refusals: list[Refusal] = []
         touched: set[str] = set()
@@ -178,6 +187,7 @@ class ScuPolicy:
             readers[sample.vcpu.vm] = readers.get(sample.vcpu.vm, 0.0) + max(sample.busy, 0.0)
         spent: dict[str, int] = {}
         skipped: dict[str, int] = {}
+        capped: dict[str, int] = {}
         for report in sorted(obs.reports, key=lambda r: (r.vm, r.seq)):
             units_of_vm = by_vm.get(report.vm)
             if not units_of_vm or report.vm in left_alone:
@@ -200,6 +210,7 @@ class ScuPolicy:
                     share = access.reads * nbytes // max(access.bytes_read, 1)
                     for _ in range(max(1, min(share, opts.max_replays))):
                         result = table.mfc_access(key, size, curunit, allowed, copies)
+                        capped[report.vm] = capped.get(report.vm, 0) + result.capped
                     decisions.append(
                         ChunkDecision(
                             report.vm,
@@ -220,9 +231,20 @@ class ScuPolicy:
                     f"{opts.max_accesses_per_vm} a round",
                 )
             )
+        for vm, n in sorted(capped.items()):
+            if n:
+                refusals.append(Refusal(SCU_SHARE, _share_reason(vm, n, table, by_vm[vm])))
         next_round = state.round + 1
         if next_round % opts.update_period == 0:
-            table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
+            forgotten = table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
+            refusals += [
+                Refusal(
+                    SCU_BOUNDED,
+                    f"SCU forgot {n} chunks of {vm}: over the {opts.max_chunks} it remembers, "
+                    "the least used of the VM holding the most go first",
+                )
+                for vm, n in sorted(forgotten.items())
+            ]
 
         versions = dict(state.versions)
         published = dict(state.published)
@@ -233,7 +255,14 @@ class ScuPolicy:
         for vm in sorted(live_vms):
             # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
             mine = [] if vm in left_alone else chunks_of.get(vm, [])
-            entries = self._entries(mine, by_vm.get(vm, {}), extras.get(vm, {}))
+            entries = placement_entries(
+                mine,
+                by_vm.get(vm, {}),
+                extras.get(vm, {}),
+                self._budget,
+                opts.params.min_read_size,
+                opts.max_entries,
+            )
             if vm not in touched and published.get(vm, ()) == entries:
                 continue
             if published.get(vm) == entries:
@@ -420,52 +449,6 @@ class ScuPolicy:
         cores = self._cores(unit)
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
 
-    def _entries(
-        self,
-        chunks: list[tuple[ChunkKey, ChunkState]],
-        vcpu_units: Mapping[int, int],
-        extras: Mapping[ChunkId, ChunkExtras],
-    ) -> tuple[PlacementEntry, ...]:
-        entries = []
-        for key, state in chunks:
-            units = sorted(state.units & set(vcpu_units.values()))
-            if units:
-                # every holder may serve the read (Figure 2 line 31: readers go to a holder;
-                # replicas exist so that several units serve a popular chunk, §4.4)
-                unit = units[0]
-                vcpus = frozenset(i for i, u in vcpu_units.items() if u in units)
-                # §4.5 competitive rule, enforced by the guest's shim per aging period
-                budget = self._budget(state.size)
-                entries.append(
-                    (state.total_use(), PlacementEntry(key.chunk, vcpus, True, budget, unit))
-                )
-            elif state.use and state.size >= self.options.params.min_read_size:
-                everywhere = frozenset(vcpu_units)
-                entries.append((state.total_use(), PlacementEntry(key.chunk, everywhere, False, 0)))
-        # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
-        entries.sort(key=lambda e: (-e[0], e[1].chunk))
-        kept = [e for _, e in entries[: self.options.max_entries]]
-        merged = {e.chunk: e for e in kept}
-        for chunk, extra in extras.items():
-            # SRM colors and NCC replicas ride on SCU's entry, or on one that never migrates
-            entry = merged.get(chunk) or PlacementEntry(chunk, frozenset())
-            merged[chunk] = replace(
-                entry, color_node=extra.color_node, replica_nodes=extra.replica_nodes
-            )
-        return tuple(merged[c] for c in sorted(merged))
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkExtras:
-    """What other policies add to a chunk's placement entry.
-
-    :param color_node: SRM-buffer's color node (-1: none).
-    :param replica_nodes: NCC's replica nodes.
-    """
-
-    color_node: int = -1
-    replica_nodes: frozenset[int] = frozenset()
-
 
 def _reason(
     rule: str, key: ChunkKey, curunit: int, unit: int, evicted: tuple[ChunkKey, ...]
@@ -477,3 +460,13 @@ def _reason(
     if evicted:
         out += f"; evicted {', '.join(str(k.chunk) for k in evicted)}"
     return out
+
+
+def _share_reason(vm: str, reads: int, table: MfcTable, units_of_vm: Mapping[int, int]) -> str:
+    units = sorted(set(units_of_vm.values()))
+    shares = ", ".join(f"unit {u} {table.share(u, vm):,} B" for u in units)
+    return (
+        f"SCU kept {vm} to its share of the cache units it shares with other VMs ({shares}): "
+        f"{reads} chunk reads went non-caching that Figure 2 over every VM's chunks would "
+        "have cached (MFC §4.6, per VM)"
+    )

@@ -151,8 +151,13 @@ SrmEvent = BufferMiss | PageFault | CloseFile | ProcessExit
 
 
 @dataclass(frozen=True, slots=True)
-class AssignColor:
+class SequenceColor:
     """A sequence gets a (new) color: its next ``T_l`` pages are allocated in it.
+
+    Figure 7's own record, per sequence and color, inside the policy: the host's action
+    is :class:`unicache.model.AssignColor`, per run of a guest file's chunks, which
+    :mod:`unicache.policy.colors` (the per-VM adapter) builds from the colors of the
+    pages (:attr:`SrmDecision.pages`).
 
     :param sequence: which sequence.
     :param color: the color.
@@ -164,11 +169,6 @@ class AssignColor:
     color: int
     rule: str
     reason: str
-
-    @property
-    def target(self) -> str:
-        """The key under which the reconciler remembers what it applied."""
-        return f"color/{self.sequence}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +257,7 @@ class SrmDecision:
     :param state: the state after the round.
     """
 
-    assignments: tuple[AssignColor, ...]
+    assignments: tuple[SequenceColor, ...]
     refills: tuple[RefillZone, ...]
     pages: tuple[int, ...]
     state: SrmState
@@ -275,7 +275,7 @@ class _Work:
         self.seqs = {s.key: s for s in state.sequences}
         self.vm_colors = dict(state.vm_colors)
         self.weak = state.weak_files
-        self.assignments: list[AssignColor] = []
+        self.assignments: list[SequenceColor] = []
         self.refills: list[RefillZone] = []
         self.pages: list[int] = []
 
@@ -335,7 +335,7 @@ class _Work:
             step = RULE_NEW_SEQUENCE if seq is None else RULE_ROTATE
             why = f"{rule}, {step}" + (f", {shared}" if shared else "")
             self.assignments.append(
-                AssignColor(key, color, rule, f"{why}: {self.free[color]} free pages")
+                SequenceColor(key, color, rule, f"{why}: {self.free[color]} free pages")
             )
             seq = SequenceState(key, color, 0)
         self.allocate(seq.color)

@@ -43,6 +43,7 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
+from unicache.policy.colorgain import COLOR_STEP_ASIDE
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.locality import detect_weak_locality
 from unicache.policy.srm import (
@@ -460,7 +461,8 @@ def step_aside(topo: Topology, cfg: SimConfig, spec: SrmSpec, shared: SortRun) -
         chunk_size=chunk, page_size=topo.page_size, host_colors=n_colors, line_size=cfg.line_size
     )
     decision = colors_round([vm], [report], ColorState(), options, samples)
-    return decision.refusals[0].reason if decision.refusals else ""
+    aside = [r.reason for r in decision.refusals if r.kind == COLOR_STEP_ASIDE]
+    return aside[0] if aside else ""
 
 
 def run_srm(

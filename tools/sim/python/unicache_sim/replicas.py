@@ -32,16 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError
-from unicache.model import ChunkId, NodeMemory
+from unicache.model import ChunkId, DropReplica, NodeMemory, Replicate
 from unicache.policy.ncc import (
-    DropReplica,
     NccAction,
     NccParams,
     NccPolicy,
     NccState,
     Read,
     ReplicaKey,
-    Replicate,
 )
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
@@ -295,15 +293,17 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
             while next_action < len(actions):
                 act = actions[next_action]
                 if isinstance(act, DropReplica):
-                    gone = tree.replica.pop(
-                        (act.key.chunk.file_id, act.key.chunk.index, act.node), None
-                    )
+                    gone = tree.replica.pop((act.chunk.file_id, act.chunk.index, act.node), None)
                     if gone is not None:
                         # freed once the reads queued before it have run
                         unfree.setdefault(tid, []).append(gone)
                         dropped += 1
                     next_action += 1
-                elif isinstance(act, Replicate) and act.key == ev.key and act.node == ev.node:
+                elif (
+                    isinstance(act, Replicate)
+                    and ReplicaKey.of(act) == ev.key
+                    and act.node == ev.node
+                ):
                     # the NCC generator copies the chunk it has just read into a local page
                     tree.replica[key] = engine.add_object(length, "node", sh.node)
                     engine.push_access(tid, tree.replica[key], 0, length, "write", 0.0)

@@ -1,0 +1,113 @@
+"""MFC's state, apart from its decision: the per-file information of §4.2 (kept per chunk,
+§4.7), the parameters of Figure 2, and what eq. 1-2 know of a cache unit.
+
+:mod:`unicache.policy.mfc` holds the decision, ``mfc_access`` of Figure 2, over these
+types (and re-exports them). Pure: plain values, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from unicache.model import ChunkId
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ChunkKey:
+    """A chunk of one VM: guests choose file ids, so the VM is part of the key.
+
+    :param vm: the VM.
+    :param chunk: the chunk inside that VM.
+    """
+
+    vm: str
+    chunk: ChunkId
+
+
+@dataclass(frozen=True, slots=True)
+class MfcParams:
+    """The parameters of Figure 2, named as the paper names them.
+
+    :param min_read_size: §4.5 — reads of smaller chunks never migrate.
+    :param busy_threshold: Figure 2 line 32 — a unit whose run-queue length per CPU is
+        above this is busy.
+    :param idle_threshold: Figure 2 line 33 — below this a unit is idle enough to take a
+        replica.
+    :param migration_cycles: §4.5 — cost of one thread migration.
+    :param offchip_bytes_per_cycle: §4.5 — what one core reading from DRAM achieves.
+    :param max_copies: a chunk is never held by more units than this.
+    :param frequent_reads: the fewest reads from a unit since the last ``update_use`` that
+        make it a "frequent user" (§4.2, the condition on lines 6-10 the pseudo-code leaves
+        out); it must also read the chunk at least as often as the chunk's busiest copy is
+        used.
+    """
+
+    min_read_size: int
+    busy_threshold: float = 1.5
+    idle_threshold: float = 0.75
+    migration_cycles: int = 20_000
+    offchip_bytes_per_cycle: float = 1.0
+    max_copies: int = 4
+    frequent_reads: int = 2
+
+    def load_cost_cycles(self, size: int) -> float:
+        """§4.5: the cost of loading ``size`` bytes from off-chip memory."""
+        return size / self.offchip_bytes_per_cycle
+
+    def migration_budget(self, size: int) -> int:
+        """§4.5 competitive rule: migrations whose total cost stays below one load."""
+        return int(self.load_cost_cycles(size) // self.migration_cycles)
+
+
+@dataclass(slots=True)
+class ChunkState:
+    """MFC's per-file information (§4.2), for one chunk.
+
+    :param size: ``S(f)`` in bytes.
+    :param units: ``f.cores`` — the units believed to cache it.
+    :param use: ``f.use[a]`` — use counts per unit, aged by ``update_use``.
+    :param reads_from: reads issued from each unit since the last ``update_use``.
+    :param migrations: migrations spent on it since the last ``update_use`` (§4.5).
+    """
+
+    size: int
+    units: set[int] = field(default_factory=set)
+    use: dict[int, int] = field(default_factory=dict)
+    reads_from: dict[int, int] = field(default_factory=dict)
+    migrations: int = 0
+
+    def total_use(self) -> int:
+        """``sum(f.use)``."""
+        return sum(self.use.values())
+
+    def copy(self) -> ChunkState:
+        """A deep copy."""
+        return ChunkState(
+            self.size, set(self.units), dict(self.use), dict(self.reads_from), self.migrations
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnitView:
+    """What ``mfc_access`` needs to know of a unit this round.
+
+    :param id: the unit.
+    :param capacity: ``M_on-chip`` (eq. 2).
+    :param counter_use: ``sum_l M_use(c, l)`` from eq. 1 (0 without miss counters).
+    :param runqueue_len: run-queue length per CPU (busy fraction of its vCPUs per CPU).
+    """
+
+    id: int
+    capacity: int
+    counter_use: int = 0
+    runqueue_len: float = 0.0
+
+
+def m_use(misses: int, level_lines: int, level_size: int) -> int:
+    """Equation 1: a unit uses all of level ``l`` if it missed at least ``m_lines`` times.
+
+    :param misses: ``M_miss(c, l)`` over the last interval.
+    :param level_lines: ``m_lines``, the level's number of lines.
+    :param level_size: ``M_size(l)`` in bytes.
+    """
+    return level_size if misses >= level_lines else 0
