@@ -15,7 +15,7 @@ from unicache.host import accel as accel_mod
 from unicache.host.accel import AccelChoice, choose_accel, kvm_usable, probe_kvm
 from unicache.host.qemu import (
     GuestImage,
-    NumaNode,
+    GuestNodeSpec,
     QemuVm,
     VmConfig,
     VmRecord,
@@ -125,7 +125,7 @@ def test_vm_config_refuses_bad_names(name: str) -> None:
 
 def _record(name: str, pid: int, ticks: int) -> VmRecord:
     return VmRecord(name, pid, ticks, "/q", "/a", False, "/c", "/log", 2, 512, "tcg",
-                    (NumaNode(0, frozenset({0, 1}), 512),), "/run", 1.0)
+                    (GuestNodeSpec(0, frozenset({0, 1}), 512),), "/run", 1.0)
 
 
 def _ticks(pid: int) -> int:

@@ -199,7 +199,7 @@ def _cmdline(pid: str) -> str:
 
 def test_a_guest_that_cannot_boot_is_reported_with_its_console_line(
         image: GuestImage, state: Path) -> None:
-    from unicache.host.qemu import VmError
+    from unicache.errors import VmError
 
     bad = QemuVm(VmConfig("uctest-noroot", vcpus=1, memory_mib=256, image_dir=image.directory,
                           append=("unicache.init=/no/init",)), state)
