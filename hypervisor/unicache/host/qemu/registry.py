@@ -2,14 +2,16 @@
 
 The registry directory is env ``UNICACHE_STATE_DIR``, default ``/run/unicache/vms``. A VM
 has its record ``<state>/<name>.json`` and a run directory ``<state>/<name>/`` with its
-sockets and logs. :func:`list_vms` drops the records whose QEMU is gone and gives back
-what their start reserved on the host.
+sockets and logs. A record is a :class:`unicache.statefile.Checkpoint` (kind
+``vm-record``: written whole, mode 0600, checked on load); a bare record written before
+checkpoints is still read, so a VM an older unicache started is still found and stopped.
+:func:`list_vms` drops the records whose QEMU is gone and gives back what their start
+reserved on the host.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -17,16 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unicache.errors import ConfigError
+from unicache.errors import ConfigError, StateError
 from unicache.host import colors as hostcolors
 from unicache.host.accel import QEMU_BINARY
 from unicache.host.qemu.numa import GuestNodeSpec
 from unicache.host.qemu.process import alive
+from unicache.statefile import Checkpoint
 
 log = logging.getLogger(__name__)
 
 #: default registry of running VMs (overridden by env ``UNICACHE_STATE_DIR``)
 DEFAULT_STATE_DIR = Path("/run/unicache/vms")
+#: the checkpoint kind and version of a record
+RECORD_KIND = "vm-record"
+RECORD_VERSION = 1
 #: VM names: used in file names and on QEMU's command line
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -129,14 +135,17 @@ class VmRecord:
                    float(obj["started"]), qemu, hp, maps)
 
 
+def record_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint of the record at ``path`` (a bare record of an older version reads too)."""
+    return Checkpoint(path, RECORD_KIND, RECORD_VERSION, legacy_unversioned=True)
+
+
 def write_record(path: Path, rec: VmRecord) -> None:
-    """Write a record whole (beside it first, then renamed over it).
+    """Write a record whole (mode 0600; a crash leaves the previous one).
 
     :raises OSError: when it cannot be written.
     """
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rec.to_json(), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    record_checkpoint(path).save(rec.to_json())
 
 
 def read_record(path: Path) -> VmRecord | None:
@@ -145,10 +154,9 @@ def read_record(path: Path) -> VmRecord | None:
     :returns: the record, or ``None`` when the file is missing or unreadable.
     """
     try:
-        return VmRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, ConfigError) as err:
+        payload = record_checkpoint(path).load()
+        return None if payload is None else VmRecord.from_json(payload)
+    except (StateError, ConfigError) as err:
         log.warning("ignoring unreadable VM record %s: %s", path, err)
         return None
 
