@@ -33,10 +33,10 @@ from unicache.decisionlog import (
 )
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.base import ActResult
-from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.libvirt.weights import LibvirtWeights
+from unicache.host.linux.cgroup import CgroupWeights, probe_cpu_weight
+from unicache.host.linux.perf import PerfCounters, hardware_counters_available
 from unicache.host.live import LiveHost, VmSource, WeightSetter
-from unicache.host.perf import PerfCounters, hardware_counters_available
 from unicache.metrics import DaemonMetrics
 from unicache.model import Decision, Observation
 from unicache.policy.obs import ObsOptions
