@@ -14,7 +14,6 @@ import functools
 import logging
 import os
 import signal
-import time
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -22,30 +21,23 @@ from pathlib import Path
 from typing import IO, Any
 
 from unicache import policystate
-from unicache.cpulist import format_list
 from unicache.decisionlog import (
     DecisionLog,
-    action_record,
-    chunk_record,
-    chunk_rules_records,
-    refusal_record,
-    report_record,
-    report_summary_record,
 )
 from unicache.errors import ConfigError, StateError, UnicacheError
 from unicache.host.base import ActResult
-from unicache.host.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.libvirt.weights import LibvirtWeights
+from unicache.host.linux.cgroup import CgroupWeights, probe_cpu_weight
+from unicache.host.linux.perf import PerfCounters, hardware_counters_available
 from unicache.host.live import LiveHost, VmSource, WeightSetter
-from unicache.host.perf import PerfCounters, hardware_counters_available
-from unicache.loop import RoundResult, run_rounds
+from unicache.loop import run_rounds
 from unicache.metrics import DaemonMetrics
 from unicache.model import Action, Decision, Observation
 from unicache.policy.obs import ObsOptions
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
+from unicache.roundrecord import record_round
 from unicache.roundworker import run_round
-from unicache.statefile import status_checkpoint
 from unicache.topology import Unify
 from unicache.topology.sysfs import load_topology
 
@@ -320,7 +312,8 @@ async def run_daemon(
                 # thread: a disk that stalls (a journal commit, a full log) never stalls the
                 # channels and signals the loop serves (issue #12)
                 await asyncio.to_thread(
-                    _record_round, config, decisions, policy, rnd, metrics, errors
+                    record_round, decisions, policy, rnd, metrics, errors, config.state_dir,
+                    dry_run=config.dry_run, log_chunks=config.log_chunks,
                 )
                 rounds += 1
                 if config.rounds is not None and rounds >= config.rounds:
@@ -407,45 +400,6 @@ async def _sync_channels(
         note(f"vm {name}: gone, channel closed")
 
 
-def _record_round(
-    config: DaemonConfig,
-    decisions: DecisionLog,
-    policy: UnicachePolicy,
-    rnd: RoundResult,
-    metrics: DaemonMetrics,
-    errors: list[tuple[str, str, int]],
-) -> None:
-    """Log one round's actions, reports, chunk rules and refusals; write the status and the
-    round state; update the metrics (in a worker thread: file I/O)."""
-    obs, decision, state, result = rnd.observation, rnd.decision, rnd.state, rnd.result
-    dry = {"dry_run": True} if config.dry_run else {}
-    for action in result.applied:
-        decisions.write({**action_record(obs.tick, action), **dry})
-    for action, failure in result.failed:
-        record = action_record(obs.tick, action)
-        decisions.write({**record, "kind": "failed", "error": failure, **dry})
-    if config.log_chunks:
-        for report in obs.reports:
-            decisions.write(report_record(obs.tick, report))
-        for chunk in decision.chunk_decisions:
-            decisions.write(chunk_record(obs.tick, chunk))
-    else:
-        for report in obs.reports:
-            decisions.write(report_summary_record(obs.tick, report))
-        for rules in chunk_rules_records(obs.tick, decision.chunk_decisions):
-            decisions.write(rules)
-    for refusal in decision.refusals:
-        decisions.write(refusal_record(obs.tick, refusal))
-    decisions.flush()
-    try:
-        write_status(config.state_dir, obs.tick, policy, state, obs)
-        if not config.dry_run:  # a dry run leaves the next run nothing it did not learn
-            policystate.save(config.state_dir, state)
-    except OSError as err:  # a full disk: the next round tries again, the daemon runs on
-        decisions.write({"kind": "note", "message": f"round {obs.tick}: state not saved: {err}"})
-    metrics.update(policy, state, obs, result, errors)
-
-
 def _restored_state(
     config: DaemonConfig, policy: UnicachePolicy, note: Callable[[str], None]
 ) -> RoundState:
@@ -476,40 +430,3 @@ def _process_uid(pid: int) -> int:
     :raises OSError: if the process is gone.
     """
     return os.stat(f"/proc/{pid}").st_uid
-
-
-def write_status(
-    state_dir: Path, tick: int, policy: UnicachePolicy, state: RoundState, obs: Observation
-) -> None:
-    """Write what ``unicache status`` and ``unicache place`` read (a checkpoint)."""
-    weights = state.obs.weights
-    unit_of = state.obs.unit_of
-    table = state.scu.table
-    sources = {s.vcpu: str(s.source) for s in obs.samples}
-    status = {
-        "time": round(time.time(), 3),
-        "tick": tick,
-        "unify": str(policy.unify),
-        "units": [
-            {
-                "id": u.id,
-                "cpus": format_list(u.cpus),
-                "capacity_bytes": u.capacity_bytes,
-                "cache_load": sum(w for v, w in weights.items() if unit_of.get(v) == u.id),
-                "vcpus": sum(1 for v in unit_of.values() if v == u.id),
-                "assigned_bytes": 0 if table is None else table.assigned_bytes(u.id),
-            }
-            for u in policy.units
-        ],
-        "vcpus": [
-            {
-                "vm": v.vm,
-                "vcpu": v.index,
-                "unit": unit_of[v],
-                "cache_weight": weights.get(v, 0.0),
-                "source": sources.get(v),
-            }
-            for v in sorted(unit_of)
-        ],
-    }
-    status_checkpoint(state_dir).save(status)

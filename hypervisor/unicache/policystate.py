@@ -13,7 +13,8 @@ again).
 The state goes through the project's one checkpoint (:class:`unicache.statefile.Checkpoint`:
 whole, 0600, checksummed), as JSON that ``cattrs`` converts from and to the frozen
 dataclasses: a map whose keys are not text becomes a list of pairs, a set a list, SCU's
-:class:`~unicache.policy.mfc.MfcTable` its parameters, units and chunks. A state file that
+:class:`~unicache.policy.mfc.MfcTable` its parameters, units, tenants and chunks (the
+sums it keeps are rebuilt from them). A state file that
 is torn, edited, of another version or that the policies refuse (``Policy.start``) is
 set aside with one line, and the daemon starts afresh.
 """
@@ -78,6 +79,7 @@ def _converter() -> cattrs.Converter:
         return {
             "params": conv.unstructure(table.params),
             "units": conv.unstructure(list(table.units.values()), list[UnitView]),
+            "tenants": conv.unstructure(table.tenants, dict[int, frozenset[str]]),
             "chunks": conv.unstructure(table.chunks, dict[ChunkKey, ChunkState]),
         }
 
@@ -85,6 +87,7 @@ def _converter() -> cattrs.Converter:
         table = MfcTable(
             conv.structure(doc["params"], MfcParams),
             conv.structure(doc["units"], list[UnitView]),
+            conv.structure(doc["tenants"], dict[int, frozenset[str]]),
         )
         for key, chunk in conv.structure(doc["chunks"], dict[ChunkKey, ChunkState]).items():
             table.restore_chunk(key, chunk)

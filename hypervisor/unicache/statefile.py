@@ -43,10 +43,11 @@ def write_private_json(path: Path, payload: Any, indent: int | None = 1) -> None
 class Checkpoint:
     """One state file of a kind and version: saved whole with a checksum, loaded checked.
 
-    Every journal (affinities, libvirt pins, cgroup moves, libvirt shares) and the status
-    file go through one of these, so that a restore never acts on a file that is torn,
-    edited, of another kind or of another version. Saved as ``{"kind", "version",
-    "sha256", "payload"}``; the checksum is over the payload's canonical JSON.
+    Every journal (affinities, libvirt pins, cgroup moves, libvirt shares), the status
+    file and the VM registry's records go through one of these, so that a restore never
+    acts on a file that is torn, edited, of another kind or of another version. Saved as
+    ``{"kind", "version", "sha256", "payload"}``; the checksum is over the payload's
+    canonical JSON.
 
     :param path: the file.
     :param kind: what it holds (e.g. ``affinity-journal``).
@@ -54,12 +55,16 @@ class Checkpoint:
     :param legacy_version: a version written before checkpoints (a bare payload with this
         ``version`` member) that :meth:`load` still accepts, so an upgrade after a crash
         still restores what the older daemon changed.
+    :param legacy_unversioned: :meth:`load` also accepts a bare payload without a
+        ``version`` member, for a file whose format had none before checkpoints (the VM
+        registry's records), so what an older unicache started is still found.
     """
 
     path: Path
     kind: str
     version: int
     legacy_version: int | None = None
+    legacy_unversioned: bool = False
 
     def save(self, payload: dict[str, Any]) -> None:
         """Replace the file atomically, mode 0600.
@@ -84,6 +89,8 @@ class Checkpoint:
             raise self._broken("is unreadable") from err
         if not isinstance(data, dict):
             raise self._broken("is not a JSON object")
+        if "kind" not in data and self.legacy_unversioned and "version" not in data:
+            return data
         if "kind" not in data and self.legacy_version is not None:
             if data.get("version") == self.legacy_version:
                 return data

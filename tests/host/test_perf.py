@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from unicache.host.perf import PerfCounters, hardware_counters_available
+from unicache.host.linux.perf import PerfCounters, hardware_counters_available
 from unicache.model import CounterSource
 
 

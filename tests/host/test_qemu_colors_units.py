@@ -20,7 +20,7 @@ from unicache.host.qemu import (
     BACKING_HUGEPAGE,
     BACKING_RAM,
     GuestImage,
-    NumaNode,
+    GuestNodeSpec,
     QemuVm,
     VmConfig,
     VmRecord,
@@ -44,7 +44,7 @@ def _ticks(pid: int) -> int:
     return int(text[text.rfind(")") + 2:].split()[19])
 
 
-def _record(name: str, pid: int, ticks: int, numa: tuple[NumaNode, ...],
+def _record(name: str, pid: int, ticks: int, numa: tuple[GuestNodeSpec, ...],
             hugepages: int = 0, maps: int = 0) -> VmRecord:
     return VmRecord(name, pid, ticks, "/q", "/a", False, "/c", "/log", 2, 1024, "tcg", numa,
                     "/run", 1.0, "/x/qemu", hugepages, maps)
@@ -102,16 +102,16 @@ def test_odd_mib_is_fine_without_colored_nodes() -> None:
 
 
 def test_colored_node_round_trips_through_json() -> None:
-    node = NumaNode(1, frozenset(), 256, frozenset({0, 1, 2, 9}), 512, BACKING_COLORED)
+    node = GuestNodeSpec(1, frozenset(), 256, frozenset({0, 1, 2, 9}), 512, BACKING_COLORED)
     raw = json.loads(json.dumps(node.to_json()))
     assert raw == {"node": 1, "cpus": "", "memory_mib": 256, "colors": "0-2,9",
                    "ncolors": 512, "backing": "colored"}
-    assert NumaNode.from_json(raw) == node
+    assert GuestNodeSpec.from_json(raw) == node
 
 
 def test_old_node_records_read_as_uncolored() -> None:
-    node = NumaNode.from_json({"node": 0, "cpus": "0-1", "memory_mib": 512})
-    assert node == NumaNode(0, frozenset({0, 1}), 512)
+    node = GuestNodeSpec.from_json({"node": 0, "cpus": "0-1", "memory_mib": 512})
+    assert node == GuestNodeSpec(0, frozenset({0, 1}), 512)
     assert node.to_json() == {"node": 0, "cpus": "0-1", "memory_mib": 512}
 
 
@@ -119,12 +119,12 @@ def test_old_node_records_read_as_uncolored() -> None:
                          ids=["backing", "colors", "ncolors"])
 def test_malformed_node_color_members_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="colors .str., ncolors .int. or backing"):
-        NumaNode.from_json({"node": 0, "cpus": "", "memory_mib": 2, **bad})
+        GuestNodeSpec.from_json({"node": 0, "cpus": "", "memory_mib": 2, **bad})
 
 
 def test_record_keeps_reservations_and_old_records_have_none() -> None:
-    numa = (NumaNode(0, frozenset({0, 1}), 768, backing=BACKING_RAM),
-            NumaNode(1, frozenset(), 256, frozenset(range(4)), 512, BACKING_HUGEPAGE))
+    numa = (GuestNodeSpec(0, frozenset({0, 1}), 768, backing=BACKING_RAM),
+            GuestNodeSpec(1, frozenset(), 256, frozenset(range(4)), 512, BACKING_HUGEPAGE))
     rec = _record("c1", 1, 2, numa, hugepages=128, maps=7)
     assert VmRecord.from_json(json.loads(json.dumps(rec.to_json()))) == rec
     raw = rec.to_json()
@@ -156,11 +156,11 @@ def test_plan_refuses_a_color_the_host_lacks() -> None:
 
 def test_guest_colors_of_each_backing() -> None:
     colors = frozenset({3, 4})
-    assert NumaNode(1, frozenset(), 2, colors, 8, BACKING_COLORED).guest_colors() == colors
+    assert GuestNodeSpec(1, frozenset(), 2, colors, 8, BACKING_COLORED).guest_colors() == colors
     # hugepages: guest colors equal host colors, every color may occur
-    assert NumaNode(1, frozenset(), 2, colors, 8, BACKING_HUGEPAGE).guest_colors() == frozenset(
-        range(8))
-    assert NumaNode(0, frozenset({0}), 2, backing=BACKING_RAM).guest_colors() == frozenset()
+    assert GuestNodeSpec(1, frozenset(), 2, colors, 8, BACKING_HUGEPAGE).guest_colors() == (
+        frozenset(range(8)))
+    assert GuestNodeSpec(0, frozenset({0}), 2, backing=BACKING_RAM).guest_colors() == frozenset()
 
 
 # ----------------------------------------------------------------------------- argv
@@ -327,9 +327,9 @@ def test_registry_source_reports_colored_guest_nodes(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UNICACHE_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(qemu.QemuVm, "vcpu_threads", lambda self: {0: 11, 1: 12})
-    numa = (NumaNode(0, frozenset({0, 1}), 512, backing=BACKING_RAM),
-            NumaNode(1, frozenset(), 256, frozenset(range(4)), 512, BACKING_COLORED),
-            NumaNode(2, frozenset(), 256, frozenset(range(4)), 512, BACKING_HUGEPAGE))
+    numa = (GuestNodeSpec(0, frozenset({0, 1}), 512, backing=BACKING_RAM),
+            GuestNodeSpec(1, frozenset(), 256, frozenset(range(4)), 512, BACKING_COLORED),
+            GuestNodeSpec(2, frozenset(), 256, frozenset(range(4)), 512, BACKING_HUGEPAGE))
     rec = _record("seen", os.getpid(), _ticks(os.getpid()), numa)
     (tmp_path / "seen.json").write_text(json.dumps(rec.to_json()))
     (vm,) = QemuRegistrySource(tmp_path).running()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ from unicache.host import accel as accel_mod
 from unicache.host.accel import AccelChoice, choose_accel, kvm_usable, probe_kvm
 from unicache.host.qemu import (
     GuestImage,
-    NumaNode,
+    GuestNodeSpec,
     QemuVm,
     VmConfig,
     VmRecord,
@@ -24,7 +26,9 @@ from unicache.host.qemu import (
     load_image,
     parse_cpus_fast,
     parse_numa,
+    read_record,
 )
+from unicache.host.qemu.registry import write_record
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,7 +129,7 @@ def test_vm_config_refuses_bad_names(name: str) -> None:
 
 def _record(name: str, pid: int, ticks: int) -> VmRecord:
     return VmRecord(name, pid, ticks, "/q", "/a", False, "/c", "/log", 2, 512, "tcg",
-                    (NumaNode(0, frozenset({0, 1}), 512),), "/run", 1.0)
+                    (GuestNodeSpec(0, frozenset({0, 1}), 512),), "/run", 1.0)
 
 
 def _ticks(pid: int) -> int:
@@ -158,6 +162,31 @@ def test_list_vms_keeps_live_records_and_drops_dead_ones(tmp_path: Path) -> None
     assert [r.name for r in list_vms(tmp_path)] == ["live"]
     assert not (tmp_path / "dead.json").exists()
     assert not (tmp_path / "reused.json").exists()
+
+
+def test_a_record_is_a_private_checkpoint_and_a_bare_one_of_older_versions_still_reads(
+        tmp_path: Path) -> None:
+    rec = _record("r1", 1, 2)
+    write_record(tmp_path / "r1.json", rec)
+    saved = json.loads((tmp_path / "r1.json").read_text())
+    assert (saved["kind"], saved["version"], saved["payload"]) == ("vm-record", 1, rec.to_json())
+    assert stat.S_IMODE((tmp_path / "r1.json").stat().st_mode) == 0o600
+    assert read_record(tmp_path / "r1.json") == rec
+    (tmp_path / "old.json").write_text(json.dumps(rec.to_json()))  # before checkpoints
+    assert read_record(tmp_path / "old.json") == rec
+
+
+def test_an_edited_record_is_ignored_with_a_warning_and_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "live.json"
+    write_record(path, _record("live", os.getpid(), _ticks(os.getpid())))
+    saved = json.loads(path.read_text())
+    saved["payload"]["memory_mib"] = 4096
+    path.write_text(json.dumps(saved))
+    with caplog.at_level(logging.WARNING, logger="unicache.host.qemu"):
+        assert list_vms(tmp_path) == []
+    assert "does not match its checksum" in caplog.text
+    assert path.exists()
 
 
 def test_load_image_without_a_build_says_make_image(tmp_path: Path) -> None:

@@ -145,9 +145,10 @@ def test_registry_lists_the_running_vm(vm: QemuVm, state: Path) -> None:
     assert rec.pid == vm.pid and rec.vcpus == 2 and rec.memory_mib == 768
     assert [n.memory_mib for n in rec.numa] == [320, 320, 128]
     raw = json.loads((state / f"{VM_NAME}.json").read_text())
+    assert (raw["kind"], raw["version"]) == ("vm-record", 1)  # a statefile checkpoint
     for key in ("name", "pid", "qmp_socket", "agent_socket", "control_socket", "vcpus",
                 "memory_mib", "accel", "numa"):
-        assert key in raw
+        assert key in raw["payload"]
     assert Path(rec.qmp_socket).is_socket()
 
 
@@ -199,7 +200,7 @@ def _cmdline(pid: str) -> str:
 
 def test_a_guest_that_cannot_boot_is_reported_with_its_console_line(
         image: GuestImage, state: Path) -> None:
-    from unicache.host.qemu import VmError
+    from unicache.errors import VmError
 
     bad = QemuVm(VmConfig("uctest-noroot", vcpus=1, memory_mib=256, image_dir=image.directory,
                           append=("unicache.init=/no/init",)), state)

@@ -74,3 +74,16 @@ def test_a_checkpoint_reads_the_bare_journal_an_older_version_wrote(tmp_path: Pa
     with pytest.raises(StateError, match="another version"):
         Checkpoint(path, "affinity-journal", 2, legacy_version=1).load()
 
+
+
+def test_a_checkpoint_reads_a_bare_file_of_a_format_that_had_no_version(tmp_path: Path) -> None:
+    path = tmp_path / "vm.json"
+    path.write_text(json.dumps({"name": "a", "pid": 1}))
+    assert Checkpoint(path, "vm-record", 1, legacy_unversioned=True).load() == {
+        "name": "a", "pid": 1}
+    # without the flag it is a foreign file; a bare file with a version is not this format
+    with pytest.raises(StateError, match="holds None, not a vm-record"):
+        Checkpoint(path, "vm-record", 1).load()
+    path.write_text(json.dumps({"version": 1, "name": "a"}))
+    with pytest.raises(StateError, match="holds None, not a vm-record"):
+        Checkpoint(path, "vm-record", 1, legacy_unversioned=True).load()

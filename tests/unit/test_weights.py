@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from unicache.host.cgroup import CgroupWeights
 from unicache.host.libvirt.weights import LibvirtWeights, domain_shares
+from unicache.host.linux.cgroup import CgroupWeights
 from unicache.policy.obs import BASE_CPU_WEIGHT
 
 

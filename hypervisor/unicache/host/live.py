@@ -2,8 +2,8 @@
 
 Observing reads each vCPU thread's counters (hardware where they exist, task-clock
 otherwise) and drains the guest reports the channel accepted; acting pins vCPU threads
-through the journaling :class:`~unicache.host.actuate.Actuator`, sets cgroup v2 weights
-where the cpu controller exists, and publishes placement tables to guest agents. One VM's
+through the journaling :class:`~unicache.host.linux.affinity.Actuator`, sets cgroup v2
+weights where the cpu controller exists, and publishes placement tables to guest agents. One VM's
 failure never stops the others: its actions come back as failed and are retried.
 """
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from unicache.host.actuate import SavedAffinity, thread_last_cpu
 from unicache.host.base import ActResult
-from unicache.host.perf import PerfPort, ThreadCounts
+from unicache.host.linux.affinity import SavedAffinity, thread_last_cpu
+from unicache.host.linux.perf import PerfPort, ThreadCounts
 from unicache.model import (
     TABLE_ACTIONS,
     Action,
@@ -97,8 +97,8 @@ class VmSource(Protocol):
 
 
 class AffinitySetter(Protocol):
-    """Pins vCPUs and puts back what it changed, journaled (``host/actuate.py`` for threads,
-    ``host/libvirt/actuator.py`` for libvirt domains)."""
+    """Pins vCPUs and puts back what it changed, journaled (``host/linux/affinity.py`` for
+    threads, ``host/libvirt/actuator.py`` for libvirt domains)."""
 
     @property
     def pending(self) -> tuple[SavedAffinity, ...]:
@@ -124,7 +124,7 @@ class AffinitySetter(Protocol):
 
 
 class WeightSetter(Protocol):
-    """Sets vCPU CPU weights and puts back what it changed (``host/cgroup.py`` for
+    """Sets vCPU CPU weights and puts back what it changed (``host/linux/cgroup.py`` for
     unicache's own QEMU, ``host/libvirt/weights.py`` for libvirt domains)."""
 
     def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
@@ -335,8 +335,8 @@ class LiveHost:
 if TYPE_CHECKING:  # conformance of the thread backends to the ports, as mypy sees it
     from pathlib import Path
 
-    from unicache.host.actuate import Actuator
-    from unicache.host.cgroup import CgroupWeights
+    from unicache.host.linux.affinity import Actuator
+    from unicache.host.linux.cgroup import CgroupWeights
 
     _affinity: AffinitySetter = Actuator(Path())
     _weights: WeightSetter = CgroupWeights(Path(), Path())

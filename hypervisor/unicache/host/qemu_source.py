@@ -3,9 +3,10 @@
 Reads the VM registry ``unicache vm start`` writes, and asks each new QEMU once, through
 QMP ``query-cpus-fast``, which host thread runs which vCPU (thread ids do not change while
 a QEMU runs, so they are cached per QEMU process). Each VM's guest NUMA nodes come from its
-record, with the host colors of colored nodes (:meth:`unicache.host.qemu.NumaNode.guest_colors`:
-a ``memory-backend-colored`` node has its colors, a hugepage-fallback node all colors, any
-other node none), so the policies see which nodes are colored.
+record, with the host colors of colored nodes
+(:meth:`unicache.host.qemu.GuestNodeSpec.guest_colors`: a ``memory-backend-colored`` node
+has its colors, a hugepage-fallback node all colors, any other node none), so the policies
+see which nodes are colored.
 """
 
 from __future__ import annotations

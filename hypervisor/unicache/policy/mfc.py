@@ -164,11 +164,12 @@ class MfcTable:
             self._on_unit.setdefault(unit, set())
 
     def restore_chunk(self, key: ChunkKey, state: ChunkState) -> None:
-        """Put back a chunk of a saved table (a daemon restart), with its units' sums."""
-        units, state.units = set(state.units), set()
+        """A saved table's chunk back, evicting nothing (``ScuPolicy.start`` checks it)."""
         self.chunks[key] = state
-        for unit in sorted(units):
-            self._add(key, unit)
+        for unit in state.units:
+            self._on_unit.setdefault(unit, set()).add(key)
+            self._assigned[unit] = self._assigned.get(unit, 0) + state.size
+            self._vm_bytes[unit, key.vm] = self.vm_bytes(unit, key.vm) + state.size
 
     def assigned_bytes(self, unit: int) -> int:
         """``sum_{f on c} S(f)`` of eq. 2."""

@@ -4,8 +4,9 @@
 (live only) rather than ``sched_setaffinity``: libvirt confines vCPU threads to cpuset
 cgroups it owns (``sched_setaffinity`` outside them fails with EINVAL) and re-applies its
 own pinning on some operations, and ``virsh vcpupin``/``vcpuinfo`` then tell the admin the
-truth. The original pinning is journaled first (like :class:`~unicache.host.actuate.Actuator`)
-and restored through libvirt on exit, or at the next start after a crash.
+truth. The original pinning is journaled first (like
+:class:`~unicache.host.linux.affinity.Actuator`) and restored through libvirt on exit, or
+at the next start after a crash.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from unicache.host.actuate import Actuator, SavedAffinity, thread_start_time
 from unicache.host.libvirt.source import LibvirtVmSource
+from unicache.host.linux.affinity import Actuator, SavedAffinity, thread_start_time
 from unicache.host.live import VmSource
 from unicache.statefile import Checkpoint
 

@@ -54,7 +54,7 @@ _SCRIPT = """#!/bin/sh
 {marker} (installed by `unicache install-hook`; `unicache remove-hook` removes it
 # and puts back the hook that was here before, kept meanwhile as {backup}).
 # libvirt: https://libvirt.org/hooks.html. A hook must not call back into libvirt, so
-# at 'started' unicache.hooks.qemu spawns a detached process that pins the domain.
+# at 'started' unicache.hooks.libvirt_qemu spawns a detached process that pins the domain.
 UNICACHE_PYTHON={python}
 UNICACHE_HOOK_URI={uri}
 UNICACHE_HOOK_UNIFY={unify}
@@ -66,12 +66,13 @@ if [ -x "$ORIG" ]; then
     input=${{input%x}}
     printf '%s' "$input" | "$ORIG" "$@" || exit $?
     case "$2" in
-        prepare|started) printf '%s' "$input" | "$UNICACHE_PYTHON" -m unicache.hooks.qemu "$@" ;;
+        prepare|started) printf '%s' "$input" |
+            "$UNICACHE_PYTHON" -m unicache.hooks.libvirt_qemu "$@" ;;
     esac
     exit 0
 fi
 case "$2" in
-    prepare|started) exec "$UNICACHE_PYTHON" -m unicache.hooks.qemu "$@" ;;
+    prepare|started) exec "$UNICACHE_PYTHON" -m unicache.hooks.libvirt_qemu "$@" ;;
 esac
 cat >/dev/null
 exit 0

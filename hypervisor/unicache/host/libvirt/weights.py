@@ -2,7 +2,8 @@
 
 libvirt owns its domains' cgroups (``machine.slice/machine-qemu-….scope`` under systemd):
 moving a QEMU process or its threads into cgroups of unicache's, as the embedded backend
-does (``host/cgroup.py``), would take it out of ``machine.slice`` behind libvirt's back.
+does (``host/linux/cgroup.py``), would take it out of ``machine.slice`` behind libvirt's
+back.
 So a libvirt domain's credit goes where libvirt keeps it, the domain's ``cpu_shares``
 scheduler parameter (``virsh schedinfo --live``: ``cpu.weight`` on cgroup v2,
 ``cpu.shares`` on v1), set with ``virDomainSetSchedulerParametersFlags``.
@@ -54,7 +55,7 @@ def domain_shares(original: int, weights: Iterable[int]) -> int:
 class LibvirtWeights:
     """Sets each libvirt domain's ``cpu_shares`` from its vCPUs' OBS-C weights.
 
-    The same interface as :class:`~unicache.host.cgroup.CgroupWeights`.
+    The same interface as :class:`~unicache.host.linux.cgroup.CgroupWeights`.
 
     :param source: the libvirt source.
     :param journal: where each domain's original shares are kept until restored.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from unicache.errors import StateError
-from unicache.host.actuate import Actuator, thread_start_time
+from unicache.host.linux.affinity import Actuator, thread_start_time
 
 ALL = frozenset(os.sched_getaffinity(0))
 needs_two_cpus = len(ALL) >= 2

@@ -6,7 +6,8 @@ has no ``cpu`` controller (cgroup v1 owns it, as on the project's development ma
 :func:`probe_cpu_weight` says so in one line and weights are logged, not applied.
 Every move is journaled first so :meth:`CgroupWeights.restore_all` puts processes back;
 a weight already written is not written again. This is for unicache's own QEMU: libvirt
-domains keep their cgroups and get their credit through libvirt (``libvirt/weights.py``).
+domains keep their cgroups and get their credit through libvirt
+(:mod:`unicache.host.libvirt.weights`).
 """
 
 from __future__ import annotations

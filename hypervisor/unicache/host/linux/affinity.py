@@ -1,10 +1,11 @@
-"""Host changes with a memory: every write saves the previous value first, and can be undone.
+"""vCPU thread affinity through sched_setaffinity(2), with a memory: every change can be undone.
 
-All of unicache's changes to the host — vCPU thread affinity and CPU weight — go through
-:class:`Actuator`. Before changing anything it records the original value in a journal
-on disk (written atomically), so that a clean shutdown, a SIGTERM or, after a crash, the
-next start restores exactly what was there. A journal entry names the thread by tid *and*
-its start time, so a recycled tid is never "restored".
+Every change unicache makes to a thread's affinity goes through :class:`Actuator` (CPU
+weights go through :mod:`unicache.host.linux.cgroup`, with a journal of their own). Before
+changing anything it records the original value in a journal on disk (written atomically),
+so that a clean shutdown, a SIGTERM or, after a crash, the next start restores exactly
+what was there. A journal entry names the thread by tid *and* its start time, so a
+recycled tid is never "restored".
 """
 
 from __future__ import annotations
