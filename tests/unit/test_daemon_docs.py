@@ -10,7 +10,8 @@ from unicache.model import ActionKind
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the modules that write decision records
-WRITERS = (ROOT / "hypervisor/unicache/daemon.py", ROOT / "hypervisor/unicache/decisionlog.py")
+WRITERS = tuple(ROOT / "hypervisor/unicache" / name
+                for name in ("daemon.py", "roundrecord.py", "decisionlog.py"))
 
 
 def _documented() -> set[str]:
