@@ -14,6 +14,8 @@ from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 from .errors import MessageError
 
 # --- constants (docs/protocol.md "Constants") -------------------------------------------------
+# the ones the guest uses; the host's own limits (its rate limits, what it keeps per VM,
+# the capabilities and message types it accepts) are the host's alone
 PROTOCOL_VERSION = 1
 PORT_NAME = "org.unicache.agent.0"
 #: a line (JSON text plus the newline) longer than this is dropped whole
@@ -30,18 +32,8 @@ MAX_VCPUS = 256
 MAX_NODES = 64
 #: file-level records (fanotify capture) in one report
 MAX_FILE_RECORDS = 1024
-#: messages the host accepts per second from one guest (token bucket rate)
-MAX_MESSAGES_PER_SECOND = 20
-#: token bucket depth
-RATE_BURST = 40
-#: chunks the host keeps per VM between policy rounds
-MAX_CHUNKS_PER_VM = 65536
-#: error replies the host sends per second (more are counted, not sent)
-MAX_ERRORS_PER_SECOND = 2
 #: longest string field (agent name, capability, error message)
 MAX_STRING = 256
-#: capabilities in a hello
-MAX_CAPS = 16
 #: the byte that precedes a sync-ack; it never occurs in UTF-8 text
 SYNC_BYTE = 0xFF
 #: chunk sizes a table may use
@@ -69,7 +61,6 @@ T_REPLICAS = "replicas"
 T_ERROR = "error"
 T_SYNC = "sync"
 T_SYNC_ACK = "sync-ack"
-GUEST_TYPES = (T_HELLO, T_REPORT, T_APPLIED, T_ERROR, T_SYNC, T_SYNC_ACK)
 HOST_TYPES = (T_WELCOME, T_PLACEMENT, T_PARAMS, T_COLORS, T_REPLICAS, T_ERROR, T_SYNC,
               T_SYNC_ACK)
 #: types reserved for later tables; a receiver answers ``reserved-type``
