@@ -197,9 +197,10 @@ class UnicacheLive(Baseline):
         self._rounds = run_rounds_sync(_WindowHost(self), self.policy, self.state)
         self.chunk = self.policy.scu.options.chunk_size
         self.sampled = timing.sampled
+        self.ws_bytes = ws_bytes
+        #: the sampled window's floors (:meth:`attach` sets them for the readers)
         self.window_bytes = timing.window_bytes(ws_bytes)
         self.hz = hz
-        #: the sampled window's floor in each reader's cycles (:meth:`attach` sets it)
         self.min_window = timing.min_window_s * hz
         self.window_start = 0.0
         self.window_issued = 0
@@ -212,7 +213,9 @@ class UnicacheLive(Baseline):
     def attach(self, tids: list[int]) -> None:
         for i, tid in enumerate(tids):
             self.host.add_thread(tid, i % self.cfg.n_cpus)
-        self.min_window = self.spec.timing.min_window_per_thread(len(tids)) * self.hz
+        timing = self.spec.timing
+        self.min_window = timing.min_window_per_thread(len(tids)) * self.hz
+        self.window_bytes = timing.window_bytes(self.ws_bytes, len(tids))
 
     def tick(self, now: float, tids: list[int]) -> None:
         # the host is Linux: it load-balances the vCPU threads as it balances any thread
