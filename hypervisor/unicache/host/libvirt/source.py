@@ -348,15 +348,24 @@ class LibvirtVmSource:
             return
         try:
             owner = os.stat(f"/proc/{pid}")
-            st = os.lstat(path)
+            # the inode itself, never a link: checked and changed through one descriptor, so
+            # nothing swapped in at the path between the check and the chown is touched
+            fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
         except OSError:
             return
-        if not stat.S_ISSOCK(st.st_mode):
-            log.warning("%s is not a socket: its owner is left as it is", path)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISSOCK(st.st_mode):
+                log.warning("%s is not a socket: its owner is left as it is", path)
+                return
+            if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid):
+                with contextlib.suppress(OSError):
+                    # fchown refuses an O_PATH descriptor; its /proc link is the same inode
+                    os.chown(f"/proc/self/fd/{fd}", owner.st_uid, owner.st_gid)
+        except OSError:
             return
-        if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid):
-            with contextlib.suppress(OSError):
-                os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+        finally:
+            os.close(fd)
 
     # Section: queries and pinning ---------------------------------------------------------
 
