@@ -239,17 +239,19 @@ async def run_daemon(
     actuator = make_actuator(source, config.state_dir / "journal.json", config.dry_run)
     for line in actuator.restore_all() if actuator.pending else []:
         note(f"recovery: {line}")
+    # a dry run builds the same setters with dry_run: they return what they would write
     weights: WeightSetter | None = None
     if isinstance(source, LibvirtVmSource):
         # libvirt owns its domains' cgroups: credit goes through its scheduler parameters
         note("OBS-C weights: each libvirt domain's cpu_shares (virsh schedinfo --live)")
-        if not config.dry_run:
-            weights = LibvirtWeights(source, config.state_dir / "libvirt-shares.json")
+        weights = LibvirtWeights(source, config.state_dir / "libvirt-shares.json",
+                                 dry_run=config.dry_run)
     else:
         support = probe_cpu_weight()
         note(support.why)
-        if support.root is not None and not config.dry_run:
-            weights = CgroupWeights(support.root, config.state_dir / "cgroups.json")
+        if support.root is not None:
+            weights = CgroupWeights(support.root, config.state_dir / "cgroups.json",
+                                    dry_run=config.dry_run)
     for line in weights.restore_all() if weights is not None else []:
         note(f"recovery: {line}")
 
