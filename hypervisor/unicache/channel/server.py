@@ -404,8 +404,11 @@ class ChannelServer:
                 for report in slot.session.drain():
                     try:
                         self.on_report(report)
-                    except Exception as err:
-                        log.error("vm=%s report callback failed: %s", slot.vm, err)
+                    except Exception as err:  # the caller's callback, any bug: this VM's
+                        # channel goes on (a boundary, as _on_connect's catch)
+                        log.error("vm=%s report callback failed: %s: %s", slot.vm,
+                                  type(err).__name__, err)
+                        log.debug("vm=%s report callback failure", slot.vm, exc_info=True)
 
     def _send(self, slot: _VmSlot, lines: Iterable[bytes]) -> None:
         writer = slot.writer

@@ -10,6 +10,7 @@ import importlib
 import logging
 import sys
 
+import click
 import typer
 
 from unicache import __version__
@@ -52,10 +53,11 @@ def main() -> None:
     except typer.Abort:
         err.print("unicache: aborted", highlight=False)
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except click.ClickException as exc:  # usage errors, in standalone_mode=False
+        # one line as every user error, with where the help is (click's own is three)
+        where = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            where = f" (see {exc.ctx.command_path} --help)"
+        message = " ".join(exc.format_message().split())
+        sys.stderr.write(f"unicache: error: {message}{where}\n")
+        sys.exit(exc.exit_code)
