@@ -189,16 +189,23 @@ async def run_daemon(
     vm_source: VmSource | None = None,
     echo: IO[str] | None = None,
     stop: asyncio.Event | None = None,
+    echo_json: bool = False,
 ) -> int:
     """Run the loop until ``stop`` is set, a signal arrives or ``config.rounds`` are done.
 
+    :param config: the configuration.
+    :param vm_source: where VMs come from (``None``: libvirt if reachable, else unicache's
+        own QEMU).
+    :param echo: where decisions are echoed as they are logged (``None``: nowhere).
+    :param stop: set to stop (SIGTERM and SIGINT set it too).
+    :param echo_json: echo every decision-log record as its JSON line, not a human line.
     :returns: the exit code (0).
     """
     from unicache.channel.protocol import ChannelParams
     from unicache.channel.server import ChannelServer
 
     stop = stop or asyncio.Event()
-    decisions = DecisionLog(config.log_path, echo, config.log_max_mib << 20)
+    decisions = DecisionLog(config.log_path, echo, config.log_max_mib << 20, echo_json)
     decisions.open()
 
     def note(message: str) -> None:

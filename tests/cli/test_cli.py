@@ -186,6 +186,28 @@ def test_help_works_for_every_command() -> None:
         assert out.returncode == 0 and "Usage" in out.stdout, (command, out.stderr)
 
 
+def test_every_command_has_json() -> None:
+    # README: "Every command has --help and --json"
+    commands = [("topology",), ("models",), ("replay",), ("run",), ("place",), ("status",),
+                ("explain",), ("version",), ("attach",), ("install-hook",), ("remove-hook",),
+                ("bench", "shim"), ("vm", "start"), ("vm", "stop"), ("vm", "list"),
+                ("vm", "exec")]
+    for command in commands:
+        out = run(*command, "--help")
+        assert out.returncode == 0 and "--json" in out.stdout, command
+
+
+def test_version_and_run_print_json(tmp_path: Path) -> None:
+    assert json.loads(run("version", "--json").stdout)["version"]
+    out = run("run", "--unify", "l2", "--interval", "0.1", "--rounds", "1", "--connect", "none",
+              "--state-dir", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    echoed = [json.loads(line) for line in out.stdout.splitlines()]
+    # every record, exactly as the decision log holds it
+    assert echoed and echoed == [json.loads(line) for line in
+                                 (tmp_path / "decisions.jsonl").read_text().splitlines()]
+
+
 MODERN = ("epyc-2s", "epyc-rome-2s", "xeon-spr-2s", "xeon-spr-2s-snc4")
 
 

@@ -1,12 +1,14 @@
 """The ``unicache`` command line: one module per group of commands (``unicache --help``).
 
-Every command has ``--json``; humans get tables. A user error (bad flag value, unreadable
+Every command has ``--json`` (``run``: the decision log's records on stdout); humans get
+tables. A user error (bad flag value, unreadable
 file, unknown model) is one line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import sys
 
@@ -15,7 +17,7 @@ import typer
 
 from unicache import __version__
 from unicache.cli import bench, libvirt, vm
-from unicache.cli.common import app, err
+from unicache.cli.common import JsonOpt, app, err
 from unicache.errors import UnicacheError
 
 __all__ = ["app", "main"]
@@ -26,9 +28,9 @@ for _group in ("topology", "replay", "run", "inspect"):
 
 
 @app.command()
-def version() -> None:
+def version(json_out: JsonOpt = False) -> None:
     """Print the version."""
-    print(__version__)
+    print(json.dumps({"version": __version__}) if json_out else __version__)
 
 
 app.add_typer(bench.app, name="bench", help="Benchmarks (shim, ...).")
