@@ -1,6 +1,6 @@
 """unicache-agent: the guest half of unicache (reports reads up, writes placement tables down).
 
-Standard library only, Python >= 3.9, so it runs on any guest with python3.
+Standard library only; written and type-checked as Python 3.9 code, tested on 3.11 only.
 """
 
 import logging

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
 import sys
 import time
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 from . import __version__
 from .agent import DEFAULT_SHIM, Agent, guest_topology, shim_caps
 from .counters import CounterHarvester
-from .errors import AgentError
+from .errors import AgentError, ShmError, UsageError
 from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
 from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, TableWriter
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag reported as every user error is: one line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="unicache-agent",
+    ap = _Parser(prog="unicache-agent",
                                  description="unicache guest agent: reports file-chunk reads "
                                              "to the host, publishes its placement tables.")
     where = ap.add_mutually_exclusive_group()
@@ -47,13 +55,35 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+#: why a path the user named cannot be used: theirs to fix (exit 2), not a failure while
+#: running (a full /dev/shm, a directory that keeps being replaced: exit 1)
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
+
+
+def _raise_if_unusable(err: ShmError, flag: str, path: str) -> None:
+    """Raise ``err`` as a :class:`UsageError` naming ``flag`` when the path itself cannot be
+    used (its cause is an ``OSError`` with an errno of :data:`_PATH_ERRNOS`).
+
+    :raises UsageError: then; otherwise returns, and the caller re-raises ``err``.
+    """
+    cause = err.__cause__
+    if isinstance(cause, OSError) and cause.errno in _PATH_ERRNOS:
+        raise UsageError(f"{flag} {path}: {err}") from err
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the agent.
 
     :param argv: arguments (default ``sys.argv[1:]``).
-    :returns: the exit status: 0 stopped cleanly, 1 an error (one line on stderr).
+    :returns: the exit status: 0 stopped cleanly; 2 what the user gave cannot be used (a
+        flag, a file it names), 1 any other error; either with one line on stderr. A bad
+        flag exits 2 inside argparse, also with one line.
     """
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.duration < 0:
+        parser.error(f"argument --duration: must be 0 or more, not {args.duration:g}")
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="unicache-agent: %(levelname)s %(message)s", stream=sys.stderr)
     stop = {"now": False}
@@ -74,8 +104,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         _vcpus, nodes = guest_topology()
         layout = CounterLayout.of(nnodes=max(nodes) + 1)
         # the counters directory first: a shim that maps the table finds where to count
-        counters = CounterHarvester(args.counters, layout)
-        table = TableWriter(args.table, counters=layout)
+        try:
+            counters = CounterHarvester(args.counters, layout)
+        except ShmError as err:
+            _raise_if_unusable(err, "--counters", args.counters)
+            raise
+        try:
+            table = TableWriter(args.table, counters=layout)
+        except ShmError as err:
+            _raise_if_unusable(err, "--table", args.table)
+            raise
         capture = None
         if args.fanotify:
             from .fanotify import FanotifyCapture
@@ -96,7 +134,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         agent.run(should_stop)
         if capture is not None:
             capture.close()
-    except AgentError as err:
+    except UsageError as err:
+        print(f"unicache-agent: {err}", file=sys.stderr)
+        return 2
+    except AgentError as err:  # a failure while running (the port, the shared memory)
         print(f"unicache-agent: {err}", file=sys.stderr)
         return 1
     return 0

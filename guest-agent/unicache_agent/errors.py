@@ -3,6 +3,7 @@
 ::
 
     AgentError                root of everything the agent raises on purpose
+     ├── UsageError           a flag's value, or a file a flag names, cannot be used (exit 2)
      ├── PortError            the virtio-serial port cannot be found or opened
      ├── ShmError             the shared table or counters cannot be created or written
      └── MessageError         a host message breaks the protocol; carries a stable ``kind``
@@ -29,6 +30,12 @@ class AgentError(Exception):
         if cause is not None and not isinstance(cause, AgentError):
             return f"{self.error_message}: {cause}"
         return self.error_message
+
+
+class UsageError(AgentError):
+    """What the user gave cannot be used: a bad flag value, or a file named by a flag (or
+    its environment variable) that cannot be created or opened. The command line reports
+    it in one line with exit status 2; every other :class:`AgentError` exits 1."""
 
 
 class PortError(AgentError):

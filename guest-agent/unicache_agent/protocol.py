@@ -2,7 +2,7 @@
 
 Mirrors ``hypervisor/unicache/channel/protocol.py``; both follow docs/protocol.md, whose
 constants table is checked against both modules by ``tests/channel/test_constants.py``.
-Standard library only, Python >= 3.9.
+Standard library only; written and type-checked as Python 3.9 code, tested on 3.11.
 """
 
 from __future__ import annotations

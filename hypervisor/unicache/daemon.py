@@ -189,16 +189,23 @@ async def run_daemon(
     vm_source: VmSource | None = None,
     echo: IO[str] | None = None,
     stop: asyncio.Event | None = None,
+    echo_json: bool = False,
 ) -> int:
     """Run the loop until ``stop`` is set, a signal arrives or ``config.rounds`` are done.
 
+    :param config: the configuration.
+    :param vm_source: where VMs come from (``None``: libvirt if reachable, else unicache's
+        own QEMU).
+    :param echo: where decisions are echoed as they are logged (``None``: nowhere).
+    :param stop: set to stop (SIGTERM and SIGINT set it too).
+    :param echo_json: echo every decision-log record as its JSON line, not a human line.
     :returns: the exit code (0).
     """
     from unicache.channel.protocol import ChannelParams
     from unicache.channel.server import ChannelServer
 
     stop = stop or asyncio.Event()
-    decisions = DecisionLog(config.log_path, echo, config.log_max_mib << 20)
+    decisions = DecisionLog(config.log_path, echo, config.log_max_mib << 20, echo_json)
     decisions.open()
 
     def note(message: str) -> None:
@@ -239,17 +246,19 @@ async def run_daemon(
     actuator = make_actuator(source, config.state_dir / "journal.json", config.dry_run)
     for line in actuator.restore_all() if actuator.pending else []:
         note(f"recovery: {line}")
+    # a dry run builds the same setters with dry_run: they return what they would write
     weights: WeightSetter | None = None
     if isinstance(source, LibvirtVmSource):
         # libvirt owns its domains' cgroups: credit goes through its scheduler parameters
         note("OBS-C weights: each libvirt domain's cpu_shares (virsh schedinfo --live)")
-        if not config.dry_run:
-            weights = LibvirtWeights(source, config.state_dir / "libvirt-shares.json")
+        weights = LibvirtWeights(source, config.state_dir / "libvirt-shares.json",
+                                 dry_run=config.dry_run)
     else:
         support = probe_cpu_weight()
         note(support.why)
-        if support.root is not None and not config.dry_run:
-            weights = CgroupWeights(support.root, config.state_dir / "cgroups.json")
+        if support.root is not None:
+            weights = CgroupWeights(support.root, config.state_dir / "cgroups.json",
+                                    dry_run=config.dry_run)
     for line in weights.restore_all() if weights is not None else []:
         note(f"recovery: {line}")
 

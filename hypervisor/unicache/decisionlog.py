@@ -68,13 +68,16 @@ class DecisionLog:
     ``errors`` and is reported once; the next round tries again.
 
     :param path: the log file.
-    :param echo: also print a human line per record (``None`` = silent).
+    :param echo: also print a human line per record of :data:`ECHO_KINDS` (``None`` =
+        silent).
     :param max_bytes: rotate at this size.
+    :param echo_json: echo every record as the log's own JSON line instead.
     """
 
     path: Path
     echo: IO[str] | None = None
     max_bytes: int = 64 << 20
+    echo_json: bool = False
     errors: int = 0
     _out: IO[str] | None = field(default=None, init=False)
     _size: int = field(default=0, init=False)
@@ -101,7 +104,9 @@ class DecisionLog:
                 self._size += len(line)
             except OSError as err:
                 self._failed(err)
-        if self.echo is not None and record["kind"] in ECHO_KINDS:
+        if self.echo is not None and self.echo_json:
+            self.echo.write(line)
+        elif self.echo is not None and record["kind"] in ECHO_KINDS:
             target = record.get("target") or record.get("vm") or ""
             self.echo.write(
                 f"[{record.get('tick', '-')}] {record['kind']} {target}: "

@@ -48,13 +48,17 @@ def record_round(
     :param metrics: the Prometheus metrics.
     :param errors: per VM, its channel's error counts.
     :param state_dir: where the status and the round state go.
-    :param dry_run: mark every action ``dry_run`` and leave the round state unwritten.
+    :param dry_run: mark every action ``dry_run``, with the ``would_write`` lines the
+        setters returned, and leave the round state unwritten.
     :param log_chunks: every chunk of every report and every chunk decision, not summaries.
     """
     obs, decision, state, result = rnd.observation, rnd.decision, rnd.state, rnd.result
     dry = {"dry_run": True} if dry_run else {}
-    for action in result.applied:
-        decisions.write({**action_record(obs.tick, action), **dry})
+    for action, would_write in result.applied_with_writes():
+        record = {**action_record(obs.tick, action), **dry}
+        if dry_run:  # what the setter's dry-run path returned: the writes it would make
+            record["would_write"] = list(would_write)
+        decisions.write(record)
     for action, failure in result.failed:
         record = action_record(obs.tick, action)
         decisions.write({**record, "kind": "failed", "error": failure, **dry})

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from unicache.channel import ChannelParams, ChannelServer
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
 from unicache_agent.shm import TableWriter
@@ -85,15 +86,56 @@ def test_agent_without_host_waits_and_retries(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
-def test_agent_bad_table_path_is_one_line_error(tmp_path: Path) -> None:
+def _agent(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
+    """Run the agent over stdio (no host) with ``args``; ``code`` runs first, in-process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "guest-agent")}
-    res = subprocess.run(
-        [sys.executable, "-m", "unicache_agent", "--stdio", "--table",
-         str(tmp_path / "no" / "dir" / "t"), "--duration", "1"],
-        env=env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    assert res.returncode == 1
-    assert res.stderr.startswith("unicache-agent: cannot open")
+    script = f"import sys\nimport unicache_agent.__main__ as m\n{code}\nsys.exit(m.main())"
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--duration", "soon"), "unicache-agent: argument --duration: invalid float value"),
+    (("--duration", "-1"), "unicache-agent: argument --duration: must be 0 or more, not -1"),
+    (("--stdio", "--socket", "/x"), "unicache-agent: argument --socket: not allowed with"),
+    (("--no-such-flag",), "unicache-agent: unrecognized arguments: --no-such-flag"),
+], ids=["bad-value", "negative-duration", "exclusive-flags", "unknown-flag"])
+def test_agent_bad_flag_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
+    res = _agent(*args)
+    assert res.returncode == 2
+    assert res.stderr.startswith(message), res.stderr
+    assert res.stderr.rstrip().endswith("(see unicache-agent --help)")
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_agent_unusable_table_or_counters_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    table = str(tmp_path / "no" / "dir" / "t")
+    res = _agent("--stdio", "--table", table, "--counters", str(tmp_path / "c"),
+                 "--duration", "1")
+    assert res.returncode == 2
+    assert res.stderr.startswith(f"unicache-agent: --table {table}: cannot open {table}: ")
+    assert len(res.stderr.strip().splitlines()) == 1
+    counters = str(tmp_path / "file" / "c")  # under a regular file
+    res = _agent("--stdio", "--table", str(tmp_path / "t"), "--counters", counters,
+                 "--duration", "1")
+    assert res.returncode == 2
+    assert res.stderr.startswith(f"unicache-agent: --counters {counters}: ")
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_agent_failure_while_running_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    # the shared memory fails for a reason that is not the path the user gave (a full
+    # /dev/shm): a runtime failure, exit 1
+    code = ("import errno\n"
+            "from unicache_agent.errors import ShmError\n"
+            "def full(*a, **k):\n"
+            "    raise ShmError('cannot map the table') from OSError(errno.ENOSPC, 'full')\n"
+            "m.TableWriter = full")
+    res = _agent("--stdio", "--table", str(tmp_path / "t"), "--counters", str(tmp_path / "c"),
+                 "--duration", "1", code=code)
+    assert res.returncode == 1
+    assert res.stderr == "unicache-agent: cannot map the table: [Errno 28] full\n"
 
 
 def test_agent_reconnects_after_the_host_restarts(tmp_path: Path) -> None:

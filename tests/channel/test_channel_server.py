@@ -71,6 +71,39 @@ def test_handshake_report_and_table(tmp_path: Path) -> None:
     run(body, tmp_path, on_report=got.append)
 
 
+def test_a_dry_run_publish_returns_the_lines_it_would_send_and_sends_and_keeps_nothing(
+    tmp_path: Path,
+) -> None:
+    async def body(server: ChannelServer, sock: Path) -> None:
+        table = PlacementTable("vm1", 3, 262144, 65536,
+                               (PlacementEntry(ChunkId(0xAB, 3), frozenset({1}), True, 2),))
+        action = PublishPlacement("vm1", table, "test")
+        assert server.publish(action, dry_run=True) == ()  # no agent: nothing would go
+        r, w = await asyncio.open_unix_connection(str(sock))
+        assert (await read_msgs(r, 1))[0]["type"] == "sync"
+        w.write(HELLO)
+        assert (await read_msgs(r, 1))[0]["type"] == "welcome"
+        lines = server.publish(action, dry_run=True)
+        assert [json.loads(line)["entries"] for line in lines] == [[["ab", 3, [1], True, 2]]]
+        # nothing was sent, and the session keeps no table to send after a reconnect
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r.readline(), 0.3)
+        w.close()
+        await asyncio.sleep(0.05)
+        r2, w2 = await asyncio.open_unix_connection(str(sock))
+        assert (await read_msgs(r2, 1))[0]["type"] == "sync"
+        w2.write(HELLO)
+        assert (await read_msgs(r2, 1))[0]["type"] == "welcome"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r2.readline(), 0.3)
+        # the real path sends exactly the lines the dry run returned
+        assert server.publish(action) == lines
+        assert await r2.readline() == lines[0]
+        w2.close()
+
+    run(body, tmp_path)
+
+
 def test_numa_guest_gets_color_and_replica_fields_and_its_report_reaches_the_model(
         tmp_path: Path) -> None:
     got: list[GuestReport] = []

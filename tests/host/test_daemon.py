@@ -24,25 +24,29 @@ from unicache.statefile import Checkpoint
 UNICACHE = str(Path(sys.executable).parent / "unicache")
 ALL = frozenset(os.sched_getaffinity(0))
 
+#: argv: the number of vCPU threads (2), and "free" to spin outside the GIL (hashing a MiB
+#: releases it), so that every thread runs as a vCPU does, not a share of one CPU
 FAKE_QEMU = r"""
-import ctypes, threading, time
+import ctypes, hashlib, sys, threading, time
 libc = ctypes.CDLL(None)
+free = sys.argv[2:] == ["free"]
 def vcpu(n):
     libc.prctl(15, f"CPU {n}/TCG".encode(), 0, 0, 0)  # PR_SET_NAME, as QEMU names vCPUs
+    data = bytes(1 << 20)
     end = time.time() + 120
     while time.time() < end:
-        sum(range(1000))
-for n in range(2):
+        hashlib.sha256(data).digest() if free else sum(range(1000))
+for n in range(int(sys.argv[1]) if len(sys.argv) > 1 else 2):
     threading.Thread(target=vcpu, args=(n,), daemon=True).start()
 time.sleep(120)
 """
 
 
-@pytest.fixture
-def guest() -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_QEMU])
+@contextlib.contextmanager
+def fake_qemu(vcpus: int, *mode: str) -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_QEMU, str(vcpus), *mode])
     for _ in range(100):
-        if len(vcpu_threads_of(proc.pid)) == 2:
+        if len(vcpu_threads_of(proc.pid)) == vcpus:
             break
         time.sleep(0.05)
     try:
@@ -50,6 +54,12 @@ def guest() -> Iterator[int]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture
+def guest() -> Iterator[int]:
+    with fake_qemu(2) as pid:
+        yield pid
 
 
 def affinities(pid: int) -> dict[int, frozenset[int]]:
@@ -211,56 +221,104 @@ def test_status_explain_and_metrics_describe_what_the_daemon_did(
 
 
 def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
-    tmp_path: Path, guest: int
+    tmp_path: Path,
 ) -> None:
     import socket
 
+    from unicache.host.linux.cgroup import probe_cpu_weight
+    from unicache.topology import Unify
+    from unicache.topology.sysfs import discover_topology
+
+    # one vCPU more than this host has units: two of them share a unit, whatever its size
+    vcpus = len(discover_topology().units(Unify.L2)) + 1
     agent = tmp_path / "agent.sock"
-    daemon = subprocess.Popen(
-        [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir", str(tmp_path),
-         "--attach", f"vm1={guest}:{agent}", "--dry-run", "--always-place", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    received = b""
-    try:
+    with contextlib.ExitStack() as stack:
+        guest = stack.enter_context(fake_qemu(vcpus, "free"))
+        before, tids = affinities(guest), vcpu_threads_of(guest)
+        daemon = subprocess.Popen(
+            [UNICACHE, "run", "--unify", "l2", "--interval", "0.2", "--state-dir",
+             str(tmp_path), "--attach", f"vm1={guest}:{agent}", "--dry-run", "--always-place",
+             "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        stack.callback(daemon.kill)
+        received = b""
         for _ in range(100):
             if agent.exists():
                 break
             time.sleep(0.1)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
         sock.connect(str(agent))
         sock.settimeout(0.3)
         sock.sendall(b'{"v":1,"type":"hello","seq":0,"agent":"t","versions":[1],'
-                     b'"caps":["report"],"vcpus":2,"nodes":[0]}\n')
-        end = time.time() + 4
-        seq = 1
-        while time.time() < end:
-            sock.sendall(b'{"v":1,"type":"report","seq":%d,"interval_s":1,"vcpus":2,'
-                         b'"nodes":[0],"chunks":[["ab",%d,262144,1,0,[[0,262144]]]]}\n'
-                         % (seq, seq))
+                     b'"caps":["report"],"vcpus":%d,"nodes":[0]}\n' % vcpus)
+        # the first round's (dry-run) pins say which two vCPUs share a unit; the guest
+        # reports reads on those two, 44 and 20 MiB a report: one heavier than the other by
+        # more than OBS-L's heavy margin (x1.67), the other light enough for a credit over
+        # OBS-C's hysteresis while they overlap a sixth of the time or more: OBS-C credits
+        # CPU time between them, so weights are decided. Every other vCPU reports 128 MiB,
+        # so that OBS-X's rebalance never moves one of the two away (their unit is the
+        # lightest; moving a lone vCPU into it would not lower the heaviest load)
+        shared: list[int] = []
+        for _ in range(100):
+            units: dict[int, list[int]] = {}
+            if (tmp_path / "decisions.jsonl").exists():
+                for r in log_records(tmp_path):
+                    if r["kind"] == "pin-vcpu" and r["tick"] == 1:
+                        units.setdefault(r["unit"], []).append(r["vcpu"])
+            shared = next((sorted(v)[:2] for v in units.values() if len(v) > 1), [])
+            if shared:
+                break
+            time.sleep(0.1)
+        assert shared, "no two vCPUs pinned in one unit in the first round"
+        heavy, light = shared
+        reads = {v: 128 << 20 for v in range(vcpus)} | {heavy: 44 << 20, light: 20 << 20}
+        start, seq = time.time(), 1
+        # 4 s, and on a machine too busy for the two to overlap, until OBS-C decided (20 s)
+        while time.time() < start + 4 or (time.time() < start + 20 and not [
+                r for r in log_records(tmp_path) if "cpu.weight/" in r.get("target", "")]):
+            report = {"v": 1, "type": "report", "seq": seq, "interval_s": 1, "vcpus": vcpus,
+                      "nodes": [0], "chunks": [["ab", seq, sum(reads.values()), 1, 0,
+                                                sorted(reads.items())]]}
+            sock.sendall(json.dumps(report).encode() + b"\n")
             seq += 1
             with contextlib.suppress(TimeoutError):
                 received += sock.recv(65536)
-        assert affinities(guest) == {0: ALL, 1: ALL}  # never pinned
+        assert affinities(guest) == before  # never pinned
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=20) == 0
-        sock.close()
-    finally:
-        daemon.kill()
     records = log_records(tmp_path)
+    assert all(r.get("dry_run") is True for r in records if r["kind"] != "note"
+               and r.get("target"))  # every action record says it was not carried out
+    # decided and logged, each with what its setter's dry-run path would have written
     pins = [r for r in records if r["kind"] == "pin-vcpu"]
-    assert pins and all(r.get("dry_run") is True for r in pins)  # decided and logged
+    assert pins and all(r["would_write"] == [f"thread {tids[r['vcpu']]} affinity = {r['cpus']}"]
+                        for r in pins)
+    tables = [r for r in records if r["kind"] == "publish-placement"]
+    assert tables and all(len(r["would_write"]) == 1 and r["would_write"][0].startswith(
+        f"vm vm1 agent: placement table version {r['version']}, {len(r['entries'])} entries, "
+    ) for r in tables)
     assert b'"placement"' not in received  # no table reached the guest
     assert b'"welcome"' in received  # the channel itself works: reports are observed
+    weights = [r for r in records if r.get("target", "").startswith("cpu.weight/")]
+    assert weights, "no OBS-C weight was decided"
+    if probe_cpu_weight().root is None:
+        # a host without cgroup v2's cpu controller (this project's CI machine): a real
+        # run would fail each weight, so the dry run says the same
+        assert all(r["kind"] == "failed" and r["dry_run"] is True
+                   and r["error"].startswith("cpu.weight not available") for r in weights)
+    else:
+        assert all(r["kind"] == "set-cpu-weight" and r["dry_run"] is True
+                   and r["would_write"][-1].endswith(f"/cpu.weight = {r['weight']}")
+                   for r in weights)
+    # nothing written: no affinity journaled, no cgroup journaled or made
     journal = Checkpoint(tmp_path / "journal.json", "affinity-journal", 1).load()
     assert journal is None or not journal["affinity"]
-    # no cgroup touched: nothing journaled, no cgroup of unicache's under any cgroup v2 root
     cgroups = Checkpoint(tmp_path / "cgroups.json", "cgroup-journal", 1).load()
     assert cgroups is None or cgroups["moved"] == {}
     for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
         assert not (root / "unicache" / "vm1").exists()
-    weights = [r for r in records if r["kind"] == "set-cpu-weight"]
-    assert all(r.get("dry_run") is True for r in weights)
+    assert not (tmp_path / "round-state.json").exists()
 
 
 def test_a_restarted_daemon_goes_on_from_what_it_learned_and_pins_again(

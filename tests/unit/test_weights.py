@@ -105,3 +105,64 @@ def test_unicache_cgroups_journal_the_move_first_and_never_rewrite_a_weight(
     assert lines == [f"restore: process {pid} back in cgroup {original}"]
     assert (cgroupfs / original.lstrip("/") / "cgroup.procs").read_text() == str(pid)
     assert json.loads(journal.read_text())["payload"] == {"moved": {}}
+
+
+def test_a_dry_run_of_unicache_cgroups_returns_the_writes_and_makes_none(
+    cgroupfs: Path, tmp_path: Path
+) -> None:
+    pid = os.getpid()
+    original = next(x[3:] for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                    if x.startswith("0::"))
+    journal = tmp_path / "cgroups.json"
+    before = sorted(cgroupfs.rglob("*"))
+    dry = CgroupWeights(cgroupfs, journal, dry_run=True)
+    domain, leaf = cgroupfs / "unicache" / "vm1", cgroupfs / "unicache" / "vm1" / "vcpu0"
+    wanted = (
+        f"{domain}/",
+        f"{cgroupfs}/cgroup.subtree_control = +cpu",
+        f"{cgroupfs}/unicache/cgroup.subtree_control = +cpu",
+        f"{domain}/cgroup.procs = {pid}",
+        f"{domain}/cgroup.subtree_control = +cpu",
+        f"{leaf}/",
+        f"{leaf}/cgroup.type = threaded",
+        f"{leaf}/cgroup.threads = 4242",
+        f"{leaf}/cpu.weight = 1020",
+    )
+    assert dry.set_weight("vm1", pid, 0, 4242, 1020) == wanted
+    assert dry.set_weight("vm1", pid, 0, 4242, 1020) == wanted  # nothing applied: again
+    assert sorted(cgroupfs.rglob("*")) == before and not journal.exists()
+    assert dry.restore_all() == [] and not journal.exists()
+    # the same plan is what a real run writes, in that order
+    real = CgroupWeights(cgroupfs, journal)
+    assert real.set_weight("vm1", pid, 0, 4242, 1020) == wanted
+    assert (leaf / "cpu.weight").read_text() == "1020"
+    assert real.set_weight("vm1", pid, 0, 4242, 1020) == ()  # unchanged: no write
+    assert real.set_weight("vm1", pid, 0, 4242, 990) == (f"{leaf}/cgroup.threads = 4242",
+                                                         f"{leaf}/cpu.weight = 990")
+    # a dry run after a crash says what the recovery would put back, and puts back nothing
+    assert CgroupWeights(cgroupfs, journal, dry_run=True).restore_all() == [
+        f"restore: process {pid} would go back in cgroup {original}"]
+    assert (cgroupfs / "unicache" / "vm1" / "cgroup.procs").read_text() == str(pid)
+    real.restore_all()
+
+
+def test_a_dry_run_of_libvirt_shares_returns_the_shares_and_sets_none(tmp_path: Path) -> None:
+    libvirt = FakeLibvirt({"web": 1024, "db": 100})
+    journal = tmp_path / "libvirt-shares.json"
+    dry = LibvirtWeights(libvirt, journal, dry_run=True)
+    assert dry.set_weight("web", 0, 0, 0, 1020) == ("domain web cpu_shares = 1044",)
+    assert dry.set_weight("web", 0, 1, 0, 1020) == ("domain web cpu_shares = 1044",)
+    assert dry.set_weight("db", 0, 0, 0, 980) == ("domain db cpu_shares = 98",)
+    assert libvirt.writes == [] and libvirt.shares == {"web": 1024, "db": 100}
+    assert not journal.exists()  # nothing journaled: nothing to restore
+    assert dry.restore_all() == [] and libvirt.writes == []
+    with pytest.raises(OSError, match="domain not found"):  # the same failure as a real run
+        dry.set_weight("gone", 0, 0, 0, 1020)
+    # after a crash, a dry run reads the journal and says what it would put back
+    crashed = LibvirtWeights(libvirt, journal)
+    assert crashed.set_weight("web", 0, 0, 0, 1500) == ("domain web cpu_shares = 1536",)
+    dry = LibvirtWeights(libvirt, journal, dry_run=True)
+    assert dry.restore_all() == ["restore: domain web cpu_shares would go back to 1024"]
+    assert libvirt.shares["web"] == 1536
+    # its weights are worked out from the journaled original, not the changed shares
+    assert dry.set_weight("web", 0, 0, 0, 1020) == ("domain web cpu_shares = 1044",)

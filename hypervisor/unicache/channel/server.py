@@ -271,20 +271,31 @@ class ChannelServer:
             for task in pending:
                 task.cancel()
 
-    def publish(self, action: PublishPlacement) -> bool:
+    def publish(self, action: PublishPlacement, dry_run: bool = False) -> tuple[bytes, ...]:
         """Send a placement table (now if the guest is ready, else after its hello).
 
         :param action: the policy's action.
-        :returns: whether it was sent now.
+        :param dry_run: encode the table as it would be sent and return its lines; send
+            nothing, and leave the VM's session as it was (no table kept for its hello).
+        :returns: the lines sent now (with ``dry_run``: that would be); empty when the
+            guest is not connected and ready (the table then goes after its hello).
         :raises StateError: when the VM has no channel.
         :raises ProtocolError: when the table exceeds the protocol's limits.
         """
         slot = self._slot(action.vm)
+        connected = slot.writer is not None
+        if dry_run:
+            ready = connected and slot.session.state is Runstate.READY
+            lines = p.encode_placement(action.table, slot.session.caps) if ready else ()
+            log.info("vm=%s table version=%d entries=%d would send %d lines (dry run) "
+                     "reason=%s", action.vm, action.table.version, len(action.table.entries),
+                     len(lines), action.reason)
+            return tuple(lines)
         lines = slot.session.set_table(action.table)
         self._send(slot, lines)
         log.info("vm=%s table version=%d entries=%d sent=%s reason=%s", action.vm,
                  action.table.version, len(action.table.entries), bool(lines), action.reason)
-        return bool(lines) and slot.writer is not None
+        return tuple(lines) if connected else ()
 
     def publish_all(self, actions: Iterable[Action]
                     ) -> tuple[list[PublishPlacement], list[tuple[PublishPlacement, str]]]:
@@ -393,8 +404,11 @@ class ChannelServer:
                 for report in slot.session.drain():
                     try:
                         self.on_report(report)
-                    except Exception as err:
-                        log.error("vm=%s report callback failed: %s", slot.vm, err)
+                    except Exception as err:  # the caller's callback, any bug: this VM's
+                        # channel goes on (a boundary, as _on_connect's catch)
+                        log.error("vm=%s report callback failed: %s: %s", slot.vm,
+                                  type(err).__name__, err)
+                        log.debug("vm=%s report callback failure", slot.vm, exc_info=True)
 
     def _send(self, slot: _VmSlot, lines: Iterable[bytes]) -> None:
         writer = slot.writer

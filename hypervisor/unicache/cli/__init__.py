@@ -1,20 +1,23 @@
 """The ``unicache`` command line: one module per group of commands (``unicache --help``).
 
-Every command has ``--json``; humans get tables. A user error (bad flag value, unreadable
+Every command has ``--json`` (``run``: the decision log's records on stdout); humans get
+tables. A user error (bad flag value, unreadable
 file, unknown model) is one line on stderr and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import sys
 
+import click
 import typer
 
 from unicache import __version__
 from unicache.cli import bench, libvirt, vm
-from unicache.cli.common import app, err
+from unicache.cli.common import JsonOpt, app, err
 from unicache.errors import UnicacheError
 
 __all__ = ["app", "main"]
@@ -25,9 +28,9 @@ for _group in ("topology", "replay", "run", "inspect"):
 
 
 @app.command()
-def version() -> None:
+def version(json_out: JsonOpt = False) -> None:
     """Print the version."""
-    print(__version__)
+    print(json.dumps({"version": __version__}) if json_out else __version__)
 
 
 app.add_typer(bench.app, name="bench", help="Benchmarks (shim, ...).")
@@ -52,10 +55,11 @@ def main() -> None:
     except typer.Abort:
         err.print("unicache: aborted", highlight=False)
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except click.ClickException as exc:  # usage errors, in standalone_mode=False
+        # one line as every user error, with where the help is (click's own is three)
+        where = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            where = f" (see {exc.ctx.command_path} --help)"
+        message = " ".join(exc.format_message().split())
+        sys.stderr.write(f"unicache: error: {message}{where}\n")
+        sys.exit(exc.exit_code)

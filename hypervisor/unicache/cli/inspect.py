@@ -30,7 +30,8 @@ def status(
         bool, typer.Option("--watch", "-w", help="Refresh every second until Ctrl-C.")
     ] = False,
 ) -> None:
-    """Show units, vCPUs, weights and the last actions of the running daemon."""
+    """Show units, vCPUs and weights of the running daemon (--json: and its last actions)."""
+    from unicache.daemon import default_decision_log
     from unicache.readback import read_log, read_status
 
     def render() -> Table:
@@ -47,7 +48,8 @@ def status(
 
     if json_out:
         data = read_status(state_dir)
-        log_path = state_dir / "decisions.jsonl"
+        # where the daemon writes it: /var/log/unicache for the default state directory
+        log_path = default_decision_log(state_dir)
         data["last_actions"] = [
             r for r in read_log(log_path, 50) if r.get("kind") not in ("chunk-decision",)
         ][-20:] if log_path.exists() else []

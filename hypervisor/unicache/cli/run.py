@@ -80,6 +80,11 @@ def run(
         bool, typer.Option("--dry-run", help="Decide and log, change nothing.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not echo decisions.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Echo every decision-log record as its JSON line (one "
+                     "object per line, as the log holds it) instead of a human line."),
+    ] = False,
     always_place: Annotated[
         bool,
         typer.Option(
@@ -128,7 +133,8 @@ def run(
     if cfg.rounds is not None and cfg.rounds < 1:
         raise ConfigError("--rounds must be at least 1")
     source = ProcessVmSource([parse_attach(a) for a in attach]) if attach else None
-    code = asyncio.run(run_daemon(cfg, source, echo=None if quiet else sys.stdout))
+    code = asyncio.run(run_daemon(cfg, source, echo=None if quiet else sys.stdout,
+                                  echo_json=json_out))
     raise typer.Exit(code)
 
 

@@ -2,9 +2,11 @@
 
 Observing reads each vCPU thread's counters (hardware where they exist, task-clock
 otherwise) and drains the guest reports the channel accepted; acting pins vCPU threads
-through the journaling :class:`~unicache.host.linux.affinity.Actuator`, sets cgroup v2
-weights where the cpu controller exists, and publishes placement tables to guest agents. One VM's
-failure never stops the others: its actions come back as failed and are retried.
+through the journaling :class:`~unicache.host.linux.affinity.Actuator`, sets CPU weights
+(cgroup v2 where the cpu controller exists, libvirt's ``cpu_shares`` for libvirt domains)
+and publishes placement tables to guest agents. One VM's failure never stops the others:
+its actions come back as failed and are retried. A dry run takes every setter's dry-run
+path, which returns what it would write and writes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from unicache.cpulist import format_list
+from unicache.errors import UnicacheError
 from unicache.host.base import ActResult
 from unicache.host.linux.affinity import SavedAffinity, thread_last_cpu
 from unicache.host.linux.perf import PerfPort, ThreadCounts
@@ -125,10 +129,15 @@ class AffinitySetter(Protocol):
 
 class WeightSetter(Protocol):
     """Sets vCPU CPU weights and puts back what it changed (``host/linux/cgroup.py`` for
-    unicache's own QEMU, ``host/libvirt/weights.py`` for libvirt domains)."""
+    unicache's own QEMU, ``host/libvirt/weights.py`` for libvirt domains). Built with
+    ``dry_run``, it writes nothing and returns what it would write."""
 
-    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
-        """Give one vCPU a weight. :raises OSError: when refused."""
+    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> tuple[str, ...]:
+        """Give one vCPU a weight.
+
+        :returns: the writes made (in a dry run: that would be), one line each.
+        :raises OSError: when refused.
+        """
 
     def restore_all(self) -> list[str]:
         """Undo every change; one line each."""
@@ -137,8 +146,12 @@ class WeightSetter(Protocol):
 class Publisher(Protocol):
     """Sends placement tables to guest agents (the channel server)."""
 
-    def publish(self, action: PublishPlacement) -> bool:
-        """Queue a table for a VM's agent; ``False`` if the agent is not connected."""
+    def publish(self, action: PublishPlacement, dry_run: bool = False) -> tuple[bytes, ...]:
+        """Queue a table for a VM's agent (``dry_run``: only encode it).
+
+        :returns: the lines sent (that would be, with ``dry_run``); empty if the agent is
+            not connected.
+        """
 
 
 class LiveHost:
@@ -147,12 +160,15 @@ class LiveHost:
     :param vms: where running VMs come from.
     :param perf: per-thread counters.
     :param actuator: journaled affinity changes.
-    :param weights: cgroup weights, or ``None`` where the cpu controller is missing.
+    :param weights: cgroup or libvirt weights, or ``None`` where the host has no way to
+        set them (cgroup v2 without the cpu controller).
     :param publisher: the guest channel, or ``None`` to skip placement tables.
     :param reports: returns the guest reports accepted since the last call.
     :param clock: monotonic clock (seconds).
-    :param dry_run: change nothing: a pin is computed by the actuator's dry run, a weight
-        and a table are only reported as what would be set and sent.
+    :param dry_run: change nothing: every setter takes its dry-run path (the actuator and
+        ``weights`` built with ``dry_run``, the publisher called with it) and the result
+        carries what each would write (:attr:`ActResult.would_write`); an action that a
+        real run would fail (no weight setter, no agent connected) fails the same way.
     """
 
     name = "live"
@@ -284,52 +300,69 @@ class LiveHost:
         )
 
     def act(self, actions: Sequence[Action]) -> ActResult:
-        """Carry out actions; one failure never stops the rest."""
+        """Carry out actions; one failure never stops the rest.
+
+        A failure is the setter's ``OSError`` (a thread gone, a refused write) or one of
+        unicache's own errors (a VM without a channel, a table over the protocol's limits).
+        """
         applied: list[Action] = []
+        writes: list[tuple[str, ...]] = []
         failed: list[tuple[Action, str]] = []
         for action in actions:
             try:
-                why = self._apply(action)
+                why, wrote = self._apply(action)
             except OSError as err:
-                why = err.strerror or str(err)
+                why, wrote = err.strerror or str(err), ()
+            except UnicacheError as err:
+                why, wrote = str(err), ()
             if why is None:
                 applied.append(action)
+                writes.append(wrote)
             else:
                 failed.append((action, why))
-        return ActResult(tuple(applied), tuple(failed))
+        return ActResult(tuple(applied), tuple(failed), tuple(writes) if self._dry_run else ())
 
-    def _apply(self, action: Action) -> str | None:
+    def _apply(self, action: Action) -> tuple[str | None, tuple[str, ...]]:
+        """Carry out one action.
+
+        :returns: (why it failed, or ``None``; the writes made, or with ``dry_run`` that
+            would be, one line each).
+        """
         if isinstance(action, PublishPlacement):
-            if self._dry_run:
-                return None  # would be sent: the guest's table stays as it is
             if self._publisher is None:
-                return "no guest channel"
-            return None if self._publisher.publish(action) else "agent not connected"
+                return "no guest channel", ()
+            lines = self._publisher.publish(action, dry_run=self._dry_run)
+            if not lines:
+                return "agent not connected", ()
+            nbytes = sum(len(line) for line in lines)
+            return None, (f"vm {action.vm} agent: placement table version "
+                          f"{action.table.version}, {len(action.table.entries)} entries, "
+                          f"{len(lines)} lines, {nbytes} bytes",)
         if isinstance(action, TABLE_ACTIONS):
             # carried out by the PublishPlacement of the same decision (its entries)
-            return None
+            return None, ()
         rvm = self._running.get(action.vcpu.vm)
         index = action.vcpu.index
         if rvm is None or (index not in rvm.vcpu_threads and index not in rvm.vcpu_times):
-            return f"{action.vcpu} is not running"
+            return f"{action.vcpu} is not running", ()
         tid = rvm.vcpu_threads.get(index)
         if isinstance(action, PinVcpu):
             # no host thread (Xen): tid 0 tells the actuator to pin through the hypervisor
-            self._actuator.set_affinity(action.target, tid or 0, action.cpus)
-            return None
+            cpus = format_list(self._actuator.set_affinity(action.target, tid or 0, action.cpus))
+            where = f"thread {tid}" if tid else f"vm {rvm.name} vcpu {index} (vcpupin)"
+            return None, (f"{where} affinity = {cpus}",)
         if isinstance(action, ReleaseVcpu):
-            log.info("%s", self._actuator.restore(action.target))
-            return None
+            line = self._actuator.restore(action.target)
+            log.info("%s", line)
+            return None, (line,)
         if isinstance(action, SetCpuWeight):
             if tid is None:
-                return "cpu.weight needs a host thread; this vCPU has none"
-            if self._dry_run:
-                return None  # would be set
+                return "cpu.weight needs a host thread; this vCPU has none", ()
             if self._weights is None:
-                return "cpu.weight not available (see the startup line)"
-            self._weights.set_weight(rvm.name, rvm.pid, action.vcpu.index, tid, action.weight)
-            return None
-        return f"unknown action {action!r}"
+                return "cpu.weight not available (see the startup line)", ()
+            wrote = self._weights.set_weight(rvm.name, rvm.pid, index, tid, action.weight)
+            return None, wrote
+        return f"unknown action {action!r}", ()
 
 
 if TYPE_CHECKING:  # conformance of the thread backends to the ports, as mypy sees it

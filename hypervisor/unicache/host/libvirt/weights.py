@@ -55,16 +55,20 @@ def domain_shares(original: int, weights: Iterable[int]) -> int:
 class LibvirtWeights:
     """Sets each libvirt domain's ``cpu_shares`` from its vCPUs' OBS-C weights.
 
-    The same interface as :class:`~unicache.host.linux.cgroup.CgroupWeights`.
+    The same interface as :class:`~unicache.host.linux.cgroup.CgroupWeights`, and the same
+    dry run: with ``dry_run`` a weight is worked out from the domain's live shares (read,
+    never written or journaled) and returned as what would be set.
 
     :param source: the libvirt source.
     :param journal: where each domain's original shares are kept until restored.
+    :param dry_run: set and journal nothing; return what would be set.
     :raises OSError: from libvirt, when a domain refuses (the action is then failed).
     """
 
-    def __init__(self, source: SharesPort, journal: Path) -> None:
+    def __init__(self, source: SharesPort, journal: Path, dry_run: bool = False) -> None:
         self.source = source
         self.journal = journal
+        self.dry_run = dry_run
         self._checkpoint = Checkpoint(journal, "libvirt-shares-journal", 1)
         self._original: dict[str, int] = self._load()
         self._weights: dict[str, dict[int, int]] = {}
@@ -77,7 +81,7 @@ class LibvirtWeights:
     def _store(self) -> None:
         self._checkpoint.save({"shares": self._original})
 
-    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
+    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> tuple[str, ...]:
         """Take one vCPU's weight into its domain's shares.
 
         :param vm: the domain.
@@ -85,20 +89,35 @@ class LibvirtWeights:
         :param vcpu: the vCPU index.
         :param tid: unused.
         :param weight: its cpu weight.
+        :returns: the write made, ``domain VM cpu_shares = N`` (with ``dry_run``: that
+            would be made); empty when the domain has those shares from unicache already.
         """
         del pid, tid
         self._weights.setdefault(vm, {})[vcpu] = weight
-        if vm not in self._original:
-            self._original[vm] = self.source.cpu_shares(vm)
-            self._store()  # journaled before the change
-        shares = domain_shares(self._original[vm], self._weights[vm].values())
+        original = self._original.get(vm)
+        if original is None:
+            original = self.source.cpu_shares(vm)
+            if not self.dry_run:
+                self._original[vm] = original
+                self._store()  # journaled before the change
+        shares = domain_shares(original, self._weights[vm].values())
         if self._applied.get(vm) == shares:
-            return
+            return ()
+        line = (f"domain {vm} cpu_shares = {shares}",)
+        if self.dry_run:
+            return line
         self.source.set_cpu_shares(vm, shares)
         self._applied[vm] = shares
+        return line
 
     def restore_all(self) -> list[str]:
-        """Give every changed domain its original shares back; one line each."""
+        """Give every changed domain its original shares back; one line each.
+
+        With ``dry_run``: one line per domain that would get its shares back, none set.
+        """
+        if self.dry_run:
+            return [f"restore: domain {vm} cpu_shares would go back to {shares}"
+                    for vm, shares in sorted(self._original.items())]
         lines = []
         for vm, shares in sorted(self._original.items()):
             try:

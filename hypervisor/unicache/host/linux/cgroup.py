@@ -64,13 +64,18 @@ def _cgroup_of(pid: int) -> str:
 class CgroupWeights:
     """Sets ``cpu.weight`` per vCPU thread, journaling where each process came from.
 
+    Every write goes through one plan, as tuned's setters with ``sim``: :meth:`set_weight`
+    works out the writes, then makes them, or, with ``dry_run``, only returns them.
+
     :param root: the cgroup v2 mount (from :func:`probe_cpu_weight`).
     :param journal: where original memberships are recorded.
+    :param dry_run: write and journal nothing; return what would be written.
     """
 
-    def __init__(self, root: Path, journal: Path) -> None:
+    def __init__(self, root: Path, journal: Path, dry_run: bool = False) -> None:
         self.root = root
         self.journal = journal
+        self.dry_run = dry_run
         self._checkpoint = Checkpoint(journal, "cgroup-journal", 1)
         self._moved: dict[str, str] = self._load()  # "pid" -> original cgroup path
         self._applied: dict[tuple[str, int, int], int] = {}  # (vm, vcpu, tid) -> weight
@@ -82,33 +87,55 @@ class CgroupWeights:
     def _store(self) -> None:
         self._checkpoint.save({"moved": self._moved})
 
-    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> None:
+    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> tuple[str, ...]:
         """Give one vCPU thread a cpu.weight.
 
-        :raises OSError: when the cgroup filesystem refuses.
+        :returns: the writes made, in order, one ``path = value`` line each (``path/`` for a
+            directory made); with ``dry_run`` the writes that would be made, none made.
+            Empty when the weight is already applied.
+        :raises OSError: when the cgroup filesystem refuses (or, also in a dry run, the
+            process has no cgroup v2 membership).
         """
         domain = self.root / "unicache" / vm
+        plan: list[tuple[Path, str | None]] = []  # (path, data); None: make the directory
+        original = None
         if str(pid) not in self._moved:
-            self._moved[str(pid)] = _cgroup_of(pid)
-            self._store()  # journaled before the move
-            domain.mkdir(parents=True, exist_ok=True)
-            (self.root / "cgroup.subtree_control").write_text("+cpu")
-            (self.root / "unicache" / "cgroup.subtree_control").write_text("+cpu")
-            (domain / "cgroup.procs").write_text(str(pid))
-            (domain / "cgroup.subtree_control").write_text("+cpu")
+            original = _cgroup_of(pid)
+            plan += [
+                (domain, None),
+                (self.root / "cgroup.subtree_control", "+cpu"),
+                (self.root / "unicache" / "cgroup.subtree_control", "+cpu"),
+                (domain / "cgroup.procs", str(pid)),
+                (domain / "cgroup.subtree_control", "+cpu"),
+            ]
         value = max(1, min(weight, 10_000))
-        if self._applied.get((vm, vcpu, tid)) == value:
-            return  # unchanged: no write
-        leaf = domain / f"vcpu{vcpu}"
-        if not leaf.is_dir():
-            leaf.mkdir()
-            (leaf / "cgroup.type").write_text("threaded")
-        (leaf / "cgroup.threads").write_text(str(tid))
-        (leaf / "cpu.weight").write_text(str(value))
+        if self._applied.get((vm, vcpu, tid)) != value:
+            leaf = domain / f"vcpu{vcpu}"
+            if not leaf.is_dir():
+                plan += [(leaf, None), (leaf / "cgroup.type", "threaded")]
+            plan += [(leaf / "cgroup.threads", str(tid)), (leaf / "cpu.weight", str(value))]
+        lines = tuple(f"{path}/" if data is None else f"{path} = {data}" for path, data in plan)
+        if self.dry_run or not plan:
+            return lines
+        if original is not None:
+            self._moved[str(pid)] = original
+            self._store()  # journaled before the move
+        for path, data in plan:
+            if data is None:
+                path.mkdir(parents=True, exist_ok=True)
+            else:
+                path.write_text(data)
         self._applied[(vm, vcpu, tid)] = value
+        return lines
 
     def restore_all(self) -> list[str]:
-        """Move every journaled process back to its original cgroup and remove ours."""
+        """Move every journaled process back to its original cgroup and remove ours.
+
+        With ``dry_run``: one line per process that would be moved back, nothing written.
+        """
+        if self.dry_run:
+            return [f"restore: process {pid} would go back in cgroup {original}"
+                    for pid, original in sorted(self._moved.items())]
         lines = []
         for pid, original in sorted(self._moved.items()):
             try:

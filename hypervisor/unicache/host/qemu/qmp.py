@@ -65,7 +65,10 @@ async def execute(vm: str, qmp_socket: str, command: str,
     except (_QMPError, OSError, TimeoutError) as err:
         raise VmError(f"QMP {command} failed", vm) from err
     finally:
-        with contextlib.suppress(Exception):
+        # disconnect() re-raises what ended the session: EOFError when QEMU hangs up,
+        # OSError, or a QMPError (qemu.qmp's AsyncProtocol.disconnect); the command's own
+        # outcome is already decided above
+        with contextlib.suppress(_QMPError, EOFError, OSError):
             await client.disconnect()
 
 
