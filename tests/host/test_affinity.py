@@ -120,3 +120,21 @@ def test_a_vcpu_without_host_thread_is_never_pinned_as_the_calling_thread(
     with pytest.raises(ProcessLookupError, match="no host thread"):
         Actuator(tmp_path / "journal.json").set_affinity("affinity/xen/vcpu0", 0, {0})
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_dry_run_leaves_what_a_crashed_run_changed_and_its_journal(
+    tmp_path: Path, sleeper: int
+) -> None:
+    assert needs_two_cpus, "this test needs 2 CPUs (the project's machines have 2)"
+    crashed = Actuator(tmp_path / "journal.json")
+    crashed.set_affinity("affinity/vm/vcpu0", sleeper, {1})
+    journal = (tmp_path / "journal.json").read_bytes()
+    dry = Actuator(tmp_path / "journal.json", dry_run=True)
+    assert dry.pending
+    lines = dry.restore_all()
+    assert lines == [f"restore: affinity/vm/vcpu0: thread {sleeper} would go back on cpus "
+                     f"{tuple(sorted(ALL))}"]
+    assert affinity_from_proc(sleeper) == "1"  # left as the crashed run left it
+    assert (tmp_path / "journal.json").read_bytes() == journal  # for the next real run
+    assert Actuator(tmp_path / "journal.json").restore_all()
+    assert os.sched_getaffinity(sleeper) == ALL

@@ -187,16 +187,20 @@ class LibvirtActuator(Actuator):
     def restore_all(self) -> list[str]:
         """Put every journaled pin back (through libvirt; by thread when it is gone).
 
+        With ``dry_run``: one line per pin that would go back, nothing set.
+
         :returns: one line per entry.
         """
         lines = super().restore_all()
+        if self.dry_run:
+            return lines + [f"restore: {key}: would go back on cpus {pin.cpus} (libvirt)"
+                            for key, pin in sorted(self._pins.items())]
         for key, pin in sorted(self._pins.items()):
             lines.append(self._restore(key, pin))
         self._pins.clear()
         self._wanted.clear()
         self._emulator.clear()
-        if not self.dry_run:
-            self._store_pins()
+        self._store_pins()
         return lines
 
     def _restore(self, key: str, pin: SavedPin) -> str:

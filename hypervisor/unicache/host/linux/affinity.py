@@ -159,8 +159,14 @@ class Actuator:
     def restore_all(self) -> list[str]:
         """Put every journaled thread back as it was, and empty the journal.
 
+        With ``dry_run``: one line per thread that would go back, nothing set (a journal a
+        crashed run left stays for the next run that may change the host).
+
         :returns: one line per entry saying what was done.
         """
+        if self.dry_run:
+            return [f"restore: {e.key}: thread {e.tid} would go back on cpus {e.cpus}"
+                    for e in sorted(self._saved.values(), key=lambda e: e.key)]
         lines = []
         for entry in sorted(self._saved.values(), key=lambda e: e.key):
             if thread_start_time(entry.tid) != entry.start_time:
@@ -174,6 +180,5 @@ class Actuator:
             lines.append(f"restore: {entry.key}: thread {entry.tid} back on cpus {entry.cpus}")
         self._saved.clear()
         self._last.clear()
-        if not self.dry_run:
-            self._store()
+        self._store()
         return lines
