@@ -50,6 +50,7 @@ lint: setup
 	$(VENV)/bin/ruff check hypervisor tests tools guest-agent
 	$(VENV)/bin/ruff format --check hypervisor/unicache/policy
 	cd hypervisor && $(abspath $(VENV))/bin/lint-imports
+	cd tools/sim && PYTHONPATH=python $(abspath $(VENV))/bin/lint-imports
 
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
