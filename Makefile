@@ -54,7 +54,7 @@ lint: setup
 
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
-	MYPYPATH=hypervisor $(VENV)/bin/mypy --strict tools/sim/python/unicache_sim tests/sim
+	MYPYPATH=hypervisor $(VENV)/bin/mypy --strict tools/sim/python/unicache_sim tests/sim tools/bench
 	# the guest agent as Python 3.9 code (its pyproject: python_version 3.9, strict)
 	cd guest-agent && $(abspath $(VENV))/bin/mypy unicache_agent
 

@@ -39,12 +39,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 from unicache.host.colors import host_page_colors
-from unicache.host.guest_scripts import PAGE_NODES
 from unicache.host.qemu import BACKING_COLORED, QemuVm, VmConfig, list_vms, parse_numa
 from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import discover_topology
 
 ROOT = Path(__file__).resolve().parent.parent
+#: prints the guest node of each resident page-cache page of a file (run in the guest)
+PAGE_NODES = (ROOT / "images" / "scripts" / "page_nodes.py").read_text()
 BUILD = ROOT / "build" / "demo"
 VENV_BIN = Path(sys.executable).parent
 #: the guest's shim; UNICACHE_DEMO_SHIM=/nowhere runs the guest without it (the demo must
