@@ -18,7 +18,7 @@ include tools/sim/sim.mk
 include guest-agent/agent.mk
 include images/images.mk
 include hypervisor/libvirt.mk
-include tools/colormem/colormem.mk
+include qemu-patches/colormem/colormem.mk
 -include qemu-patches/qemu.mk
 
 .PHONY: setup test lint typecheck pytest demo clean apt
