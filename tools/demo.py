@@ -38,8 +38,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from unicache.host.colors import host_page_colors
 from unicache.host.qemu import BACKING_COLORED, QemuVm, VmConfig, list_vms, parse_numa
+from unicache.host.qemu.colored import host_page_colors
 from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import discover_topology
 
