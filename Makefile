@@ -18,7 +18,7 @@ include tools/sim/sim.mk
 include guest-agent/agent.mk
 include images/images.mk
 include hypervisor/libvirt.mk
-include tools/colormem/colormem.mk
+include qemu-patches/colormem/colormem.mk
 -include qemu-patches/qemu.mk
 
 .PHONY: setup test lint typecheck pytest demo clean apt
@@ -50,10 +50,11 @@ lint: setup
 	$(VENV)/bin/ruff check hypervisor tests tools guest-agent
 	$(VENV)/bin/ruff format --check hypervisor/unicache/policy
 	cd hypervisor && $(abspath $(VENV))/bin/lint-imports
+	cd tools/sim && PYTHONPATH=python $(abspath $(VENV))/bin/lint-imports
 
 typecheck: setup
 	$(VENV)/bin/mypy hypervisor/unicache
-	MYPYPATH=hypervisor $(VENV)/bin/mypy --strict tools/sim/python/unicache_sim tests/sim
+	MYPYPATH=hypervisor $(VENV)/bin/mypy --strict tools/sim/python/unicache_sim tests/sim tools/bench
 	# the guest agent as Python 3.9 code (its pyproject: python_version 3.9, strict)
 	cd guest-agent && $(abspath $(VENV))/bin/mypy unicache_agent
 

@@ -52,9 +52,9 @@ $(QEMU_WORK)/.fetch-stamp: | $(QEMU_WORK)/.deps-stamp
 	@touch $@
 
 # Reverse the series applied before (kept in applied/) and apply the current one; then
-# copy colormem from tools/colormem (the one source of truth for the algorithm).
+# copy colormem from qemu-patches/colormem (the one source of truth for the algorithm).
 $(QEMU_WORK)/.patch-stamp: $(QEMU_WORK)/.fetch-stamp $(QEMU_SERIES_DIR)/series \
-		$(wildcard $(QEMU_SERIES_DIR)/*.patch) tools/colormem/colormem.c tools/colormem/colormem.h
+		$(wildcard $(QEMU_SERIES_DIR)/*.patch) qemu-patches/colormem/colormem.c qemu-patches/colormem/colormem.h
 	@set -e; applied=$(CURDIR)/$(QEMU_WORK)/applied; cd $(QEMU_SRC); \
 	if [ -f $$applied/series ]; then \
 	  for p in $$(tac $$applied/series); do patch -p1 -R -s --no-backup-if-mismatch < $$applied/$$p; done; \
@@ -66,7 +66,7 @@ $(QEMU_WORK)/.patch-stamp: $(QEMU_WORK)/.fetch-stamp $(QEMU_SERIES_DIR)/series \
 	  cp $(CURDIR)/$(QEMU_SERIES_DIR)/$$p $$applied.new/; \
 	done; \
 	cp $(CURDIR)/$(QEMU_SERIES_DIR)/series $$applied.new/; mv $$applied.new $$applied
-	@cp tools/colormem/colormem.c tools/colormem/colormem.h $(QEMU_SRC)/backends/
+	@cp qemu-patches/colormem/colormem.c qemu-patches/colormem/colormem.h $(QEMU_SRC)/backends/
 	@touch $@
 
 $(QEMU_WORK)/.configure-stamp: $(QEMU_WORK)/.patch-stamp qemu-patches/qemu.mk

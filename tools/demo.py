@@ -43,8 +43,6 @@ from typing import Any, NamedTuple
 from rich.console import Console
 from rich.table import Table
 from unicache.errors import UnicacheError
-from unicache.host.colors import host_page_colors
-from unicache.host.guest_scripts import PAGE_NODES
 from unicache.host.linux.affinity import thread_start_time
 from unicache.host.linux.perf import hardware_counters_available
 from unicache.host.qemu import (
@@ -55,10 +53,13 @@ from unicache.host.qemu import (
     list_vms,
     parse_numa,
 )
+from unicache.host.qemu.colored import host_page_colors
 from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import discover_topology
 
 ROOT = Path(__file__).resolve().parent.parent
+#: prints the guest node of each resident page-cache page of a file (run in the guest)
+PAGE_NODES = (ROOT / "images" / "scripts" / "page_nodes.py").read_text()
 BUILD = ROOT / "build" / "demo"
 VENV_BIN = Path(sys.executable).parent
 #: the guest's shim; UNICACHE_DEMO_SHIM=/nowhere runs the guest without it (the demo must

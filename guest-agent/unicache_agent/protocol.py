@@ -1,8 +1,11 @@
 """The guest's side of the unicache wire protocol: constants, framing, checks of host messages.
 
-Mirrors ``hypervisor/unicache/channel/protocol.py``; both follow docs/protocol.md, whose
-constants table is checked against both modules by ``tests/channel/test_constants.py``.
-Standard library only; written and type-checked as Python 3.9 code, tested on 3.11.
+Mirrors the host's side in ``hypervisor/unicache/channel/``: the constants of ``wire.py``
+(the ones the guest uses), the line framing of ``framing.py``, and checks of what
+``host_messages.py`` encodes. Both follow docs/protocol.md, whose constants table is
+checked against both by ``tests/channel/test_channel_constants.py``. A copy, not an
+import: the agent ships to guests alone. Standard library only; written and type-checked
+as Python 3.9 code, tested on 3.11.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from unicache import policystate
 from unicache.decisionlog import (
@@ -439,3 +439,14 @@ def _process_uid(pid: int) -> int:
     :raises OSError: if the process is gone.
     """
     return os.stat(f"/proc/{pid}").st_uid
+
+
+if TYPE_CHECKING:  # conformance, as mypy sees it
+    from unicache.channel.server import ChannelServer
+    from unicache.host.live import Publisher
+    from unicache.loop import RoundHost
+
+    # the channel server is the live host's Publisher; host and channel are sibling
+    # layers that must not import each other, so the daemon, which joins them, checks it
+    _publisher: Publisher = ChannelServer(Path())
+    _round_host: RoundHost = _DaemonHost.__new__(_DaemonHost)

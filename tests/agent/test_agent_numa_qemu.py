@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 from unicache.channel import ChannelParams, ChannelServer
-from unicache.host.guest_scripts import PAGE_NODES
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
 
 from tests.agent.test_agent_qemu import _argv, guest_run
 
+#: prints the guest node of each resident page-cache page of a file (run in the guest)
+PAGE_NODES = (Path(__file__).resolve().parents[2] / "images" / "scripts"
+              / "page_nodes.py").read_text()
 SHIM = "/usr/lib/unicache-agent/libunicache.so"
 DATA = "/var/tmp/colored"  # on the ext4 root: /tmp is a tmpfs in the test guest
 SIZE = 8 << 20

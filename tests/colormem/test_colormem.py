@@ -1,4 +1,4 @@
-"""The colormem C library (tools/colormem): colored pages checked through /proc/self/pagemap.
+"""The colormem C library (qemu-patches/colormem): colored pages checked through /proc/self/pagemap.
 
 This machine is a nested VM: its PFNs are guest-physical and say nothing about the
 host's cache sets, so these tests check the mechanism (every page of the region has an
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BINARY = ROOT / "tools" / "colormem" / "test_colormem"
+BINARY = ROOT / "qemu-patches" / "colormem" / "test_colormem"
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="reading PFNs from /proc/self/pagemap needs root"
@@ -28,7 +28,7 @@ def binary() -> Path:
     if shutil.which("gcc") is None:
         pytest.fail("gcc is missing: install build-essential (make setup does)")
     subprocess.run(
-        ["make", "-s", "-f", "tools/colormem/colormem.mk", "colormem-build"],
+        ["make", "-s", "-f", "qemu-patches/colormem/colormem.mk", "colormem-build"],
         cwd=ROOT,
         check=True,
         capture_output=True,

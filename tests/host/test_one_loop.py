@@ -20,7 +20,7 @@ from unicache.model import Action, Decision, Observation
 from unicache.policy.round import RoundState
 from unicache.topology import Unify
 from unicache_sim.config import from_topology
-from unicache_sim.mfc import MIB, MfcSpec, run_baseline
+from unicache_sim.experiments.mfc_read import MIB, MfcSpec, run_baseline
 
 from tests.host.test_daemon import guest  # noqa: F401  (the stand-in QEMU fixture)
 from tests.topologies import TOPO_OPTERON_16

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 from unicache.errors import ConfigError
-from unicache.host import colors as hostcolors
 from unicache.host import qemu
-from unicache.host.colors import QemuBinary, fallback_line, find_qemu, has_colored_backend
 from unicache.host.qemu import (
     BACKING_COLORED,
     BACKING_HUGEPAGE,
@@ -28,7 +26,9 @@ from unicache.host.qemu import (
     parse_numa,
     plan_nodes,
 )
-from unicache.host.qemu_source import QemuRegistrySource
+from unicache.host.qemu import colored as hostcolors
+from unicache.host.qemu.colored import QemuBinary, fallback_line, find_qemu, has_colored_backend
+from unicache.host.qemu.source import QemuRegistrySource
 
 REPO = Path(__file__).resolve().parents[2]
 UNICACHE = str(Path(sys.executable).with_name("unicache"))

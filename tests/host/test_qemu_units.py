@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 from unicache.errors import ConfigError, ProtocolError
-from unicache.host import accel as accel_mod
-from unicache.host.accel import AccelChoice, choose_accel, kvm_usable, probe_kvm
 from unicache.host.qemu import (
     GuestImage,
     GuestNodeSpec,
@@ -28,6 +26,8 @@ from unicache.host.qemu import (
     parse_numa,
     read_record,
 )
+from unicache.host.qemu import accel as accel_mod
+from unicache.host.qemu.accel import AccelChoice, choose_accel, kvm_usable, probe_kvm
 from unicache.host.qemu.registry import write_record
 
 REPO = Path(__file__).resolve().parents[2]

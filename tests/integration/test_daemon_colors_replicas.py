@@ -21,8 +21,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from unicache.host.colors import host_page_colors
 from unicache.host.qemu import GuestImage, QemuVm, VmConfig, ensure_image, parse_numa
+from unicache.host.qemu.colored import host_page_colors
 
 from tests.integration.test_daemon_vm import UNICACHE
 

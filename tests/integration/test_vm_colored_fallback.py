@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unicache.host.colors import HUGEPAGES_2M, fallback_line
 from unicache.host.qemu import (
     BACKING_HUGEPAGE,
     GuestImage,
@@ -24,6 +23,7 @@ from unicache.host.qemu import (
     ensure_image,
     parse_numa,
 )
+from unicache.host.qemu.colored import HUGEPAGES_2M, fallback_line
 
 VM_NAME = "uctest-hugefall"
 NODE_MIB = 64

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unicache.host.colors import PATCHED_QEMU_SUBPATH, find_qemu, host_page_colors
 from unicache.host.qemu import (
     BACKING_COLORED,
     GuestImage,
@@ -29,6 +28,7 @@ from unicache.host.qemu import (
     ensure_image,
     parse_numa,
 )
+from unicache.host.qemu.colored import PATCHED_QEMU_SUBPATH, find_qemu, host_page_colors
 
 REPO = Path(__file__).resolve().parents[2]
 VM_NAME = "uctest-colored"

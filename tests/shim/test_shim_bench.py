@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
+from unicache.cli import bench
 from unicache.cli.bench import app
 
 
@@ -23,3 +26,16 @@ def test_bench_shim_bad_option_is_one_line() -> None:
     assert res.exit_code == 2
     assert res.output.strip().startswith("unicache bench shim: rounds >= 1")
     assert "Traceback" not in res.output
+
+
+def test_bench_outside_a_checkout_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the benchmarks are not in the package: they are loaded from the checkout's tools/bench
+    monkeypatch.setattr(bench, "BENCH_DIR", tmp_path)
+    res = CliRunner().invoke(app, ["shim", "--rounds", "1"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        f"unicache bench shim: {tmp_path / 'shim_bench.py'} not found: the benchmarks run "
+        "from a source checkout"
+    )

@@ -14,6 +14,7 @@ from unicache.errors import ConfigError, UnicacheError
 from unicache.topology.toml import load_model, model_names
 from unicache_sim import cli_grid
 from unicache_sim.cli import app
+from unicache_sim.experiments.mfc_read import BaselineResult, PointResult
 from unicache_sim.grid import (
     QUICK_MAX_CPUS,
     GridPoint,
@@ -34,7 +35,6 @@ from unicache_sim.grid_report import (
     summarize_groups,
     summarize_points,
 )
-from unicache_sim.mfc import BaselineResult, PointResult
 
 from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16, TOPO_OPTERON_242_2NODE, TOPO_XEON_5300
 

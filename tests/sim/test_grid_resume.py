@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 from unicache_sim import cli_grid
 from unicache_sim.cli import app
+from unicache_sim.experiments.mfc_read import BaselineResult, PointResult
 from unicache_sim.grid import GridPoint, GridResult
 from unicache_sim.grid_store import (
     CHECKPOINT_NAME,
@@ -18,7 +19,6 @@ from unicache_sim.grid_store import (
     build_fingerprint,
     load_checkpoint,
 )
-from unicache_sim.mfc import BaselineResult, PointResult
 
 if "mix_stderr" in inspect.signature(CliRunner).parameters:
     runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg,unused-ignore]

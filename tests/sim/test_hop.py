@@ -15,9 +15,14 @@ import pytest
 from typer.testing import CliRunner
 from unicache.errors import UnicacheError
 from unicache.host.qemu import GuestResult
-from unicache_sim import hop
 from unicache_sim.cli import app
-from unicache_sim.hop import HOP_SNIPPET, measure_guest_hop, measure_host_hop, parse_hop
+from unicache_sim.experiments import sched_hop
+from unicache_sim.experiments.sched_hop import (
+    HOP_SNIPPET,
+    measure_guest_hop,
+    measure_host_hop,
+    parse_hop,
+)
 
 if "mix_stderr" in inspect.signature(CliRunner).parameters:
     runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg,unused-ignore]
@@ -158,7 +163,7 @@ def test_calibrate_prints_one_line_per_hop() -> None:
 def test_calibrate_with_a_missing_guest_is_one_line_and_exit_1(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hop, "measure_host_hop", lambda hops: parse_hop(
+    monkeypatch.setattr(sched_hop, "measure_host_hop", lambda hops: parse_hop(
         "host", json.dumps({"cpus": 1, "mhz": None, "hops": hops, "error": "only one CPU"})))
     monkeypatch.setenv("UNICACHE_STATE_DIR", "/nonexistent-unicache-state")
     result = runner.invoke(app, ["calibrate", "--no-tools", "--hops", "20", "--guest", "nosuch"])

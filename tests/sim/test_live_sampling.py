@@ -11,10 +11,16 @@ from dataclasses import replace
 
 import pytest
 from unicache.daemon import DaemonConfig
-from unicache_sim.baselines import UnicacheLive
 from unicache_sim.config import from_topology
+from unicache_sim.experiments.mfc_baselines import UnicacheLive
+from unicache_sim.experiments.mfc_read import (
+    MAX_WARM_ROUNDS,
+    SETTLE_ROUNDS,
+    WARM_ROUNDS,
+    MfcSpec,
+    run_mfc,
+)
 from unicache_sim.livetiming import LoopTiming
-from unicache_sim.mfc import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec, run_mfc
 
 from tests.topologies import TOPO_OPTERON_16
 

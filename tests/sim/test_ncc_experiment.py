@@ -14,7 +14,13 @@ import pytest
 from unicache.errors import ConfigError
 from unicache.policy.ncc import NCC_THRESHOLD
 from unicache_sim.config import from_topology
-from unicache_sim.replicas import NccResult, NccSpec, run_config, run_ncc, tree_sizes
+from unicache_sim.experiments.ncc_replicas import (
+    NccResult,
+    NccSpec,
+    run_config,
+    run_ncc,
+    tree_sizes,
+)
 
 from tests.topologies import TOPO_OPTERON_242_2NODE, TOPO_XEON_X5355
 

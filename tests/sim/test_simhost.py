@@ -15,7 +15,7 @@ from unicache.model import (
 )
 from unicache_sim import shimrule
 from unicache_sim.config import from_topology
-from unicache_sim.mfc import MfcSpec, run_mfc
+from unicache_sim.experiments.mfc_read import MfcSpec, run_mfc
 from unicache_sim.simhost import GuestShim, SimHost
 
 from tests.topologies import TOPO_CORE_I7_860, TOPO_OPTERON_16

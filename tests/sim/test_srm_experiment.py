@@ -15,7 +15,8 @@ from collections.abc import Callable
 import pytest
 from unicache.errors import ConfigError
 from unicache.policy.srm import T_L, page_colors
-from unicache_sim.coloring import (
+from unicache_sim.config import from_topology
+from unicache_sim.experiments.srm_colors import (
     KIB,
     SrmPoint,
     SrmSpec,
@@ -24,7 +25,6 @@ from unicache_sim.coloring import (
     run_sort,
     run_srm,
 )
-from unicache_sim.config import from_topology
 
 from tests.topologies import TOPO_OPTERON_242_2NODE, TOPO_XEON_X5355
 

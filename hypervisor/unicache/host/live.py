@@ -365,11 +365,15 @@ class LiveHost:
         return f"unknown action {action!r}", ()
 
 
-if TYPE_CHECKING:  # conformance of the thread backends to the ports, as mypy sees it
+if TYPE_CHECKING:  # conformance to the ports, as mypy sees it
     from pathlib import Path
 
+    from unicache.host.base import Host
     from unicache.host.linux.affinity import Actuator
     from unicache.host.linux.cgroup import CgroupWeights
 
+    # the thread backends (the libvirt ones check themselves in host/libvirt/, the VM
+    # sources in theirs; the channel server, a Publisher, in daemon.py, which joins the two)
     _affinity: AffinitySetter = Actuator(Path())
     _weights: WeightSetter = CgroupWeights(Path(), Path())
+    _host: Host = LiveHost.__new__(LiveHost)

@@ -45,6 +45,6 @@ def _short(err: UnicacheError) -> str:
 
 
 def _fallback(state_dir: Path, why: str) -> tuple[VmSource, str]:
-    from unicache.host.qemu_source import QemuRegistrySource
+    from unicache.host.qemu.source import QemuRegistrySource
 
     return QemuRegistrySource(state_dir), f"VMs: unicache's own QEMU ({why})"

@@ -16,7 +16,7 @@ import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from unicache.errors import PerfError
 from unicache.model import CounterSource
@@ -206,3 +206,7 @@ class PerfCounters:
     def threads(self) -> Mapping[int, dict[str, int]]:
         """Threads with open counters (read-only view for status output)."""
         return dict(self._fds)
+
+
+if TYPE_CHECKING:  # conformance of the counters to the port, as mypy sees it
+    _check: PerfPort = PerfCounters(hardware=False)

@@ -10,8 +10,12 @@ One module per concern:
 * ``process``: the QEMU process: spawn, wait for QMP, liveness by pid and start time, kill;
 * ``qmp``: one QMP command per connection (``qemu.qmp``), with a sync facade;
 * ``control``: the host end of the guest's demo/test command runner;
+* ``accel``: KVM or TCG, chosen by a short boot probe, cached per host boot;
+* ``colored``: the host side of colored guest memory: the patched QEMU, host page colors,
+  host reservations;
 * ``cmdline``: what a VM is started with (:class:`VmConfig`) and QEMU's argv for it;
-* ``vm``: :class:`QemuVm`, which puts them together: start, talk to, attach to, stop a VM.
+* ``vm``: :class:`QemuVm`, which puts them together: start, talk to, attach to, stop a VM;
+* ``source``: the registry's running VMs as the daemon sees them (a ``VmSource``).
 
 docs/images.md describes the whole; ``from unicache.host.qemu import QemuVm, VmConfig``
 is all most callers need.

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from unicache.cpulist import format_list
 from unicache.errors import ConfigError
-from unicache.host.accel import QEMU_BINARY
-from unicache.host.colors import COLORED_BACKEND, QemuBinary
+from unicache.host.qemu.accel import QEMU_BINARY
+from unicache.host.qemu.colored import COLORED_BACKEND, QemuBinary
 from unicache.host.qemu.image import GuestImage
 from unicache.host.qemu.numa import (
     BACKING_COLORED,

@@ -2,7 +2,7 @@
 
 Guest NUMA nodes may be colored (``--numa 0-1:768/-:256@0-15``): such a node is backed by
 ``memory-backend-colored`` of the patched QEMU (``make qemu``), else by 2 MiB hugepages with
-one line saying so (:mod:`unicache.host.colors`, docs/coloring.md "QEMU memory backend").
+one line saying so (:mod:`.colored`, docs/coloring.md "QEMU memory backend").
 :func:`plan_nodes` decides which, without side effects.
 
 A :class:`GuestNodeSpec` is what unicache's QEMU builds a node from; the daemon's policies

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from unicache.errors import ConfigError, StateError
-from unicache.host import colors as hostcolors
-from unicache.host.accel import QEMU_BINARY
+from unicache.host.qemu import colored as hostcolors
+from unicache.host.qemu.accel import QEMU_BINARY
 from unicache.host.qemu.numa import GuestNodeSpec
 from unicache.host.qemu.process import alive
 from unicache.statefile import Checkpoint

@@ -2,7 +2,7 @@
 
 One :class:`QemuVm` per guest. :meth:`QemuVm.start` plans the guest NUMA nodes
 (:mod:`.numa`), chooses the accelerator, reserves what colored nodes need on the host
-(:mod:`unicache.host.colors`), runs QEMU (:mod:`.cmdline`, :mod:`.process`) and writes the
+(:mod:`.colored`), runs QEMU (:mod:`.cmdline`, :mod:`.process`) and writes the
 VM's registry record (:mod:`.registry`); :meth:`QemuVm.attach` is a handle on a VM another
 process started. QMP goes through :mod:`.qmp`, the guest's command runner through
 :mod:`.control`. :meth:`QemuVm.stop` leaves no process behind and gives back what the start
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from unicache.errors import ConfigError, StateError, VmError
-from unicache.host import colors as hostcolors
-from unicache.host.accel import AccelChoice, cache_dir, choose_accel
-from unicache.host.colors import QemuBinary
+from unicache.host.qemu import colored as hostcolors
 from unicache.host.qemu import control, process, qmp
+from unicache.host.qemu.accel import AccelChoice, cache_dir, choose_accel
 from unicache.host.qemu.cmdline import VmConfig, command_line
+from unicache.host.qemu.colored import QemuBinary
 from unicache.host.qemu.control import ControlMux, GuestResult
 from unicache.host.qemu.image import GuestImage, load_image
 from unicache.host.qemu.numa import BACKING_COLORED, BACKING_HUGEPAGE, plan_nodes

@@ -21,9 +21,7 @@ from unicache_sim.cli_bound import bound
 from unicache_sim.cli_colors_replicas import ncc, srm
 from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.cli_grid import grid
-from unicache_sim.hop import DEFAULT_HOPS
-from unicache_sim.livetiming import LoopTiming
-from unicache_sim.mfc import (
+from unicache_sim.experiments.mfc_read import (
     BASELINES,
     CORUNNERS,
     DISTRIBUTIONS,
@@ -34,6 +32,8 @@ from unicache_sim.mfc import (
     PointResult,
     run_mfc,
 )
+from unicache_sim.experiments.sched_hop import DEFAULT_HOPS
+from unicache_sim.livetiming import LoopTiming
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 def _parse_sizes(text: str) -> list[float]:
@@ -226,7 +226,7 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Speed of the native core, and of pycachesim on the same single-core trace."""
-    from unicache_sim.bench import run_bench
+    from unicache_sim.experiments.sim_speed import run_bench
 
     try:
         if repeats < 1:
@@ -273,7 +273,7 @@ def calibrate(
     """Time grep, wc and md5sum over a cached file (compute cycles per byte) and a thread's
     sched_setaffinity hop between two CPUs, here and optionally in a guest."""
     from unicache_sim.calibration import calibrate as measure
-    from unicache_sim.hop import Hop, measure_guest_hop, measure_host_hop
+    from unicache_sim.experiments.sched_hop import Hop, measure_guest_hop, measure_host_hop
 
     try:
         results = measure(size_mib) if tools else ()

@@ -14,10 +14,10 @@ from unicache.errors import UnicacheError
 from unicache.topology import Unify
 from unicache.topology.toml import load_model
 
-from unicache_sim.bounds import ParallelBound, parallel_bound
 from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.config import from_topology
-from unicache_sim.mfc import MIB, SETUPS, MfcSpec, readers, run_baseline
+from unicache_sim.experiments.mfc_read import MIB, SETUPS, MfcSpec, readers, run_baseline
+from unicache_sim.experiments.parallel_bound import ParallelBound, parallel_bound
 
 
 def bound(

@@ -49,7 +49,7 @@ def srm(
 ) -> None:
     """SRM paper §2: mergesort next to a streaming grep on a shared LLC, with and without
     page coloring by the SRM policy (slowdown and LLC misses per million instructions)."""
-    from unicache_sim.coloring import PLACEMENTS, SrmSpec, run_srm
+    from unicache_sim.experiments.srm_colors import PLACEMENTS, SrmSpec, run_srm
 
     try:
         if vm_pages not in ("srm", "spread"):
@@ -141,7 +141,7 @@ def ncc(
 ) -> None:
     """NCC paper §5: parallel greps over a tree on a cc-NUMA machine, first-touch page cache
     with and without NCC replicas (local page-hit ratio and run time)."""
-    from unicache_sim.replicas import NccSpec, run_ncc
+    from unicache_sim.experiments.ncc_replicas import NccSpec, run_ncc
 
     try:
         spec = NccSpec(tree_mb=tree_mb, file_kb=file_kb, shells=shells, greps=greps, seed=seed)

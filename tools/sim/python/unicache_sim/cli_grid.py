@@ -22,6 +22,7 @@ from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
 from unicache_sim.cli_common import stderr, user_error
+from unicache_sim.experiments.mfc_read import FILE_BYTES
 from unicache_sim.grid import (
     GridPoint,
     GridRequest,
@@ -47,7 +48,6 @@ from unicache_sim.grid_store import (
     build_fingerprint,
     load_checkpoint,
 )
-from unicache_sim.mfc import FILE_BYTES
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:

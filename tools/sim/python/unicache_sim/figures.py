@@ -13,8 +13,8 @@ from typing import Any
 
 from unicache.errors import ConfigError
 
-from unicache_sim.coloring import SrmPoint
-from unicache_sim.replicas import NccResult
+from unicache_sim.experiments.ncc_replicas import NccResult
+from unicache_sim.experiments.srm_colors import SrmPoint
 
 
 def _pyplot() -> Any:

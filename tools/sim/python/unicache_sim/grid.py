@@ -1,16 +1,17 @@
 """The grid: the MFC experiment over every multi-LLC model and axis, run on Dask.
 
 One *point* is (model, workload, popularity, threads, path, working set, seed); its task
-runs all three baselines (linux, unicache, oracle) with :func:`unicache_sim.mfc.run_mfc`
-at that one size and returns a small frozen :class:`GridResult`. The axes come from the
-shipped models, not from a list kept here:
+runs all three baselines (linux, unicache, oracle) with
+:func:`unicache_sim.experiments.mfc_read.run_mfc` at that one size and returns a small
+frozen :class:`GridResult`. The axes come from the shipped models, not from a list kept
+here:
 
 * models: every shipped model with more than one LLC group (one LLC leaves nothing to
   unify), found with :func:`unicache.topology.toml.model_names` / ``load_model``;
 * threads: 1, 4 and all CPUs of the model (counts above its CPUs dropped);
 * working sets: powers of two from half of one LLC group's LLC up to twice the machine's
   aggregate on-chip cache (every instance of every level, as the oracle merges them);
-* workloads, popularity and paths: ``unicache_sim.mfc``'s ``WORKLOADS``,
+* workloads, popularity and paths: ``unicache_sim.experiments.mfc_read``'s ``WORKLOADS``,
   ``DISTRIBUTIONS`` and ``PATHS``; seeds 1..N.
 
 :func:`run_grid` runs the points on a ``dask.distributed`` cluster: a ``LocalCluster`` of
@@ -31,7 +32,7 @@ from unicache.topology import Topology, Unify
 from unicache.topology.toml import load_model, model_names
 
 from unicache_sim.config import from_topology
-from unicache_sim.mfc import (
+from unicache_sim.experiments.mfc_read import (
     DISTRIBUTIONS,
     FILE_BYTES,
     MIB,

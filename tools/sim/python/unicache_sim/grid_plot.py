@@ -8,9 +8,9 @@ from pathlib import Path
 
 from unicache.errors import ConfigError
 
+from unicache_sim.experiments.mfc_read import FILE_BYTES
 from unicache_sim.grid import GridAxes, ModelAxes
 from unicache_sim.grid_report import PointKey, PointSummary, seed_range
-from unicache_sim.mfc import FILE_BYTES
 
 #: the color scale spans at least 1/x..x around 1.0, so that noise stays pale
 MIN_SPAN = 1.1

@@ -25,8 +25,8 @@ from typing import IO, Any
 import unicache
 
 import unicache_sim
+from unicache_sim.experiments.mfc_read import BaselineResult, PointResult
 from unicache_sim.grid import GridPoint, GridResult
-from unicache_sim.mfc import BaselineResult, PointResult
 
 #: the checkpoint's file name inside the grid's output directory
 CHECKPOINT_NAME = "points.jsonl"

@@ -52,7 +52,7 @@ class LoopTiming:
     #: or misses whole, so the weight's relative error is about 1/sqrt(reads): 13 % at
     #: 64, 45 % at the 5 reads each of 16 readers read in a shared 10 ms, where OBS-X moved
     #: vCPUs for an imbalance that was not there, ``--threads 16 --seed 5``: 0.95x)
-    min_window_bytes_per_reader: int = 64 * 256 * 1024
+    min_window_bytes_per_reader: float = 64 * 256 * 1024
 
     @classmethod
     def daemon_defaults(cls, **overrides: float) -> LoopTiming:

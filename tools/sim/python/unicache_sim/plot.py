@@ -6,7 +6,7 @@ from pathlib import Path
 
 from unicache.errors import ConfigError
 
-from unicache_sim.mfc import BASELINES, PointResult
+from unicache_sim.experiments.mfc_read import BASELINES, PointResult
 
 
 def plot_mfc(points: list[PointResult], path: Path, title: str) -> None:

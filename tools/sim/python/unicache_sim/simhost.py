@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from unicache.host.base import ActResult
 from unicache.model import (
@@ -403,3 +403,9 @@ def linux_float(
         busy.discard(cpu)
         busy.add(to)
     return moves
+
+
+if TYPE_CHECKING:  # conformance to the Host port, as mypy sees it
+    from unicache.host.base import Host
+
+    _check: Host = SimHost.__new__(SimHost)

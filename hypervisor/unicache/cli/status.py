@@ -1,4 +1,4 @@
-"""``unicache status`` and ``unicache explain``: what the running daemon did, and why."""
+"""``unicache status`` and ``unicache explain``: the running daemon's status, and why it acted."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Other load on the simulated machine: the observations paper's co-runners, MFC §4.6's
-other users of the caches."""
+"""The MFC experiment's other load on the simulated machine: the observations paper's
+co-runners, MFC §4.6's other users of the caches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from unicache_sim import _native
 from unicache_sim.config import SimConfig
 
 if TYPE_CHECKING:
-    from unicache_sim.mfc import MfcSpec
+    from unicache_sim.experiments.mfc_read import MfcSpec
 
 MIB = 1024 * 1024
 

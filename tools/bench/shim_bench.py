@@ -18,6 +18,10 @@ never needs to migrate):
 
 The figures are medians over rounds (the ratio: the median of per-round ratios); the
 process is pinned to one CPU.
+
+Benchmark code, not the product's: it builds the shim and imports the agent from the
+source checkout, so it lives there too (``tools/bench/``), and ``unicache bench shim``
+(:mod:`unicache.cli.bench`) loads it from the checkout.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 from unicache.errors import BenchError, ConfigError
 
 #: the repository's guest-agent directory (the bench runs from a source checkout)
-GUEST_AGENT = Path(__file__).resolve().parents[3] / "guest-agent"
+GUEST_AGENT = Path(__file__).resolve().parents[2] / "guest-agent"
 SHIM_DIR = GUEST_AGENT / "shim"
 #: chunk size of the bench table (MFC §4.7 chunks; any power of two works)
 CHUNK_SIZE = 256 * 1024

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from unicache.errors import ConfigError, UnicacheError
-from unicache.host.accel import QEMU_BINARY
+from unicache.host.qemu.accel import QEMU_BINARY
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ class QemuBinary:
 
 
 def _repo_root() -> Path:
-    # hypervisor/unicache/host/colors.py -> repository root
-    return Path(__file__).resolve().parents[3]
+    # hypervisor/unicache/host/qemu/colored.py -> repository root
+    return Path(__file__).resolve().parents[4]
 
 
 def has_colored_backend(binary: str) -> bool:

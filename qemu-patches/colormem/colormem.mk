@@ -1,7 +1,7 @@
-# tools/colormem/colormem.mk — included by the top Makefile.
-# colormem-build: tools/colormem/libuccolormem.a and its test program test_colormem
+# qemu-patches/colormem/colormem.mk — included by the top Makefile.
+# colormem-build: qemu-patches/colormem/libuccolormem.a and its test program test_colormem
 # (run by tests/colormem/test_colormem.py). Plain gcc, no extra packages.
-COLORMEM_DIR := tools/colormem
+COLORMEM_DIR := qemu-patches/colormem
 COLORMEM_CC ?= gcc
 COLORMEM_CFLAGS ?= -O2 -g -std=gnu11 -Wall -Wextra -Werror -fPIC
 

@@ -29,7 +29,7 @@ from unicache_sim.config import SimConfig
 from unicache_sim.simhost import GuestShim, SimHost, linux_float
 
 if TYPE_CHECKING:
-    from unicache_sim.mfc import MfcSpec
+    from unicache_sim.experiments.mfc_read import MfcSpec
 
 #: the VM the simulated threads belong to
 VM_NAME = "vm0"

@@ -1,12 +1,11 @@
-"""Python scripts the host runs inside a guest (demo, tests): what the guest kernel reports.
-
-They run under the guest's ``python3`` through the image's command runner, so they use the
-standard library only (ctypes for system calls).
-"""
-
-#: prints ``{node: resident pages}`` of the file ``argv[1]``: mincore, then move_pages with
-#: no target nodes (the node of each page-cache page)
-PAGE_NODES = r"""
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Prints {node: resident pages} of the file argv[1], as the guest kernel reports them:
+# mincore, then move_pages with no target nodes (the node of each page-cache page).
+#
+# A script the host runs in the test guest (through the image runner), sent whole as
+# text: by tools/demo.py with python3 -c (so this file holds no single quote) and by
+# tests/agent/test_agent_numa_qemu.py on stdin. Standard library only (ctypes).
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
@@ -32,4 +31,3 @@ nodes = {}
 for s in status:
     nodes[s] = nodes.get(s, 0) + 1
 print(json.dumps({"pages": npages, "resident": len(resident), "nodes": nodes}))
-"""

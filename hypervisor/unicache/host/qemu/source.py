@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unicache.errors import UnicacheError
-from unicache.host import qemu
 from unicache.host.live import RunningVm, VmEvent, VmSource
+from unicache.host.qemu.registry import list_vms
+from unicache.host.qemu.vm import QemuVm
 from unicache.model import GuestNode
 
 log = logging.getLogger(__name__)
@@ -46,13 +47,13 @@ class QemuRegistrySource:
         """The registry's live VMs with their vCPU threads; a VM QMP cannot answer is left out."""
         out = []
         live_keys = set()
-        for rec in qemu.list_vms(self.registry):
+        for rec in list_vms(self.registry):
             key = (rec.name, rec.pid, rec.start_ticks)
             live_keys.add(key)
             threads = self._threads.get(key)
             if threads is None:
                 try:
-                    threads = qemu.QemuVm.attach(rec.name, self.registry).vcpu_threads()
+                    threads = QemuVm.attach(rec.name, self.registry).vcpu_threads()
                 except (UnicacheError, OSError) as err:
                     log.warning("vm=%s: cannot query its vCPU threads: %s", rec.name, err)
                     continue

@@ -29,10 +29,16 @@ from dataclasses import dataclass, field
 
 from unicache.topology import Topology
 
-from unicache_sim.baselines import Baseline, Linux, Oracle, UnicacheLive, UnicacheWhatIf
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig, from_topology, oracle
-from unicache_sim.corunners import Background, CoRunner
+from unicache_sim.experiments.corunners import Background, CoRunner
+from unicache_sim.experiments.mfc_baselines import (
+    Baseline,
+    Linux,
+    Oracle,
+    UnicacheLive,
+    UnicacheWhatIf,
+)
 from unicache_sim.livetiming import LoopTiming
 
 BASELINES = ("linux", "unicache", "oracle")

@@ -20,8 +20,8 @@ throughput any placement of the product's kind can reach, optimistically:
 Two figures come out: the *CPU bound* (every CPU busy with reads and moves, no wait),
 and the *queue bound*, the same closed network simulated with its waits (readers of one
 unit queue for its CPUs while other units idle). Each reads ``file_bytes`` per read; the
-ratio to Linux uses the ``linux`` baseline of ``unicache_sim.mfc`` at the same point.
-docs/simulator.md ("The parallel set-up") shows both for ``opteron-16``.
+ratio to Linux uses the ``linux`` baseline of ``unicache_sim.experiments.mfc_read`` at the
+same point. docs/simulator.md ("The parallel set-up") shows both for ``opteron-16``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from unicache.errors import ConfigError
 from unicache.topology import Topology, Unify
 
-from unicache_sim.mfc import FILE_BYTES
+from unicache_sim.experiments.mfc_read import FILE_BYTES
 
 
 @dataclass(frozen=True, slots=True)

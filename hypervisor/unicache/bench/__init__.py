@@ -1,1 +1,0 @@
-"""Benchmarks of unicache's own components (``unicache bench ...``)."""
