@@ -15,6 +15,7 @@ import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0,
 
 
 def _demo() -> ModuleType:
+    # the demo imports its own modules beside it, as `python tools/demo.py` finds them
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
     spec = importlib.util.spec_from_file_location("unicache_demo", ROOT / "tools" / "demo.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,5 +1,5 @@
-"""The pure helpers of ``make demo`` (tools/demo.py): the checks it makes and the note it
-derives from the host. The demo itself boots a guest and runs as ``make demo``."""
+"""The pure helpers of ``make demo`` (tools/demo_checks.py): the checks it makes and the
+note it derives from the host. The demo itself boots a guest and runs as ``make demo``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def demo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("unicache_demo", ROOT / "tools" / "demo.py")
+    spec = importlib.util.spec_from_file_location("unicache_demo_checks",
+                                                  ROOT / "tools" / "demo_checks.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
