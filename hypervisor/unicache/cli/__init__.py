@@ -20,7 +20,7 @@ from unicache.errors import UnicacheError
 __all__ = ["app", "main"]
 
 # the commands' modules, in the order --help lists them
-for _group in ("topology", "replay", "run", "inspect"):
+for _group in ("topology", "replay", "run", "place", "inspect"):
     importlib.import_module(f"unicache.cli.{_group}")
 
 
