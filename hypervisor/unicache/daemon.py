@@ -16,7 +16,7 @@ import os
 import signal
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from unicache.loop import run_rounds
 from unicache.metrics import DaemonMetrics
 from unicache.model import Action, Decision, Observation
 from unicache.policy.obs import ObsOptions
+from unicache.policy.placeoptions import PlaceOptions, place_options_from
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
 from unicache.roundrecord import record_round
@@ -69,6 +70,7 @@ CONFIG_KEYS = frozenset(
         "dry_run",
         "metrics_port",
         "connect",
+        "place",
     }
 )
 
@@ -94,6 +96,8 @@ class DaemonConfig:
     :param always_place: SCU places every VM, SRM colors every stream and OBS pins every
         vCPU, without their cost models, watches and step-asides (checks the mechanisms
         where they cannot gain; "never slower" no longer holds).
+    :param place: the ``[place]`` table: capacity and profile of VM placement
+        (``unicache place`` and the libvirt hook; docs/placement.md "Capacity").
     """
 
     interval_s: float = 1.0
@@ -109,6 +113,7 @@ class DaemonConfig:
     metrics_port: int | None = None
     connect: str | None = None
     always_place: bool = False
+    place: PlaceOptions = field(default_factory=PlaceOptions)
 
     @property
     def log_path(self) -> Path:
@@ -154,6 +159,7 @@ def load_config(path: Path | None) -> DaemonConfig:
             metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
             connect=str(data["connect"]) if "connect" in data else None,
             always_place=bool(data.get("always_place", False)),
+            place=_place_options(data.get("place", {}), path),
         )
     except (TypeError, ValueError) as err:
         raise ConfigError(f"config {path}: bad value ({err})") from err
@@ -161,6 +167,12 @@ def load_config(path: Path | None) -> DaemonConfig:
         if not low <= getattr(config, key) <= high:
             raise ConfigError(f"config {path}: {key} must be within {low}..{high}")
     return config
+
+
+def _place_options(raw: Any, path: Path) -> PlaceOptions:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path}: 'place' must be a table ([place])")
+    return place_options_from(raw, f"config {path} [place]")
 
 
 #: bounded settings: (command-line flag, lowest, highest)

@@ -101,6 +101,10 @@ class PolicyRefusal(UnicacheError):
     LLC_EXHAUSTED = "LLC_EXHAUSTED"
     #: the request asks for more vCPUs than there are CPUs to place them on
     CPUS_EXHAUSTED = "CPUS_EXHAUSTED"
+    #: the request asks for more memory than the NUMA nodes have left
+    MEMORY_EXHAUSTED = "MEMORY_EXHAUSTED"
+    #: CPUs and memory are free, but no LLC groups can hold the vCPUs as the guest's dies
+    LLC_FRAGMENTED = "LLC_FRAGMENTED"
 
     def __init__(self, error_message: str, kind: str) -> None:
         super().__init__(error_message)

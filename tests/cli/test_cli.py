@@ -157,20 +157,23 @@ def test_topology_save_writes_a_loadable_model(tmp_path: Path) -> None:
     ]
 
 
-def test_place_on_epyc_model_gives_lightest_units_and_xml() -> None:
-    out = run("place", "--vcpus", "4", "--model", "epyc-2s", "--json")
+def test_place_on_epyc_model_gives_one_node_and_xml() -> None:
+    out = run("place", "--vcpus", "4", "--model", "epyc-2s", "--profile", "spread", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert len({v["unit"] for v in data["vcpus"]}) == 4
-    assert data["libvirt_xml"].startswith("<cputune>")
+    assert len({v["unit"] for v in data["vcpus"]}) == 4  # OBS-X: four lightest CCXs
+    assert data["node"] == 0 and data["nodes"] == [0]
+    assert data["libvirt_xml"].startswith("<vcpu placement='static'>4</vcpu>\n<cputune>")
 
 
 def test_place_on_this_host_works_against_sysfs(tmp_path: Path) -> None:
-    out = run("place", "--vcpus", "2", "--unify", "l2", "--state-dir", str(tmp_path), "--json")
+    out = run("place", "--vcpus", "2", "--unify", "l2", "--state-dir", str(tmp_path),
+              "--connect", "none", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["machine"] == "host"
     assert {v["cpus"] for v in data["vcpus"]} == {"0", "1"}
+    assert data["basis"] == "this host (no daemon status, no libvirt)"
 
 
 def test_help_works_for_every_command() -> None:

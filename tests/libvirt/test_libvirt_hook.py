@@ -1,4 +1,5 @@
-"""The libvirt qemu hook: install/remove keep a previous hook; a started domain gets placed."""
+"""The libvirt qemu hook: install/remove keep a previous hook; a started domain gets placed,
+live and in its definition, and keeps its placement when it starts again."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import shutil
 import stat
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from unicache.cpulist import parse_list
 from unicache.errors import ConfigError
+from unicache.host.libvirt.domain_xml import parse_domain
 from unicache.host.libvirt.hook import (
     BACKUP_NAME,
     DEFAULT_HOOKS_DIR,
@@ -23,6 +27,7 @@ from unicache.host.libvirt.hook import (
     install_hook,
     remove_hook,
 )
+from unicache.host.libvirt.placement import read_metadata
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
 
@@ -113,8 +118,12 @@ def _hooked_domain(libvirtd: Libvirtd, make_domain: Any, socket_dir: Path, calls
                    units: Any) -> str:
     previous = DEFAULT_HOOKS_DIR / "qemu"
     state = socket_dir / "state"
+    config = socket_dir / "unicache.toml"
+    # other engineers' domains may run on the same 2 CPUs: room for all of them
+    config.write_text("[place]\ncpu_overcommit = 16.0\n")
     try:
-        install_hook(HookConfig(URI, Unify("l2"), state), DEFAULT_HOOKS_DIR, sys.executable)
+        install_hook(HookConfig(URI, Unify("l2"), state, config), DEFAULT_HOOKS_DIR,
+                     sys.executable)
         libvirtd.restart()  # libvirtd looks for hooks when it starts
         missing = socket_dir / "agent" / "hooked.sock"  # 'prepare' creates the placeholder
         dom = make_domain("hooked", vcpus=2, channel=missing)
@@ -129,12 +138,26 @@ def _hooked_domain(libvirtd: Libvirtd, make_domain: Any, socket_dir: Path, calls
         pins = live.vcpuPinInfo(1)  # VIR_DOMAIN_AFFECT_LIVE
         wanted = [tuple(c in u.cpus for c in range(len(pins[0]))) for u in units[:2]]
         assert sorted(pins) == sorted(wanted)
-        assert pins[0] != pins[1]  # OBS-X spreads the two vCPUs over two units
+        assert pins[0] != pins[1]  # one vCPU on each core: a die each
         record = json.loads((state / "hook.jsonl").read_text().splitlines()[-1])
-        assert record["kind"] == "hook-placement" and record["vm"] == dom.name()
+        print(f"hook.jsonl: {json.dumps(record)}")  # shown with -rA (docs/placement.md)
+        assert record["kind"] == "hook-placement" and record["vm"] == dom.name(), record
         assert [v["vcpu"] for v in record["vcpus"]] == [0, 1]
+        assert record["memory"].startswith("nodes 0")
+        assert "guest topology and cells unchanged" in record["guest"]
+        # the definition says what was pinned: vCPUs, emulator and memory nodes
+        _consistent(live, record)
         lines = calls.read_text().splitlines()
         assert f"{dom.name()} prepare" in lines and f"{dom.name()} started" in lines
+        # started again, it keeps its placement (no oscillation)
+        live.destroy()
+        live.create()
+        wait_for(lambda: len(log.read_text().splitlines()) == 2, timeout=30,
+                 what="the hook's second record")
+        again = json.loads(log.read_text().splitlines()[-1])
+        print(f"hook.jsonl: {json.dumps(again)}")
+        assert again["kind"] == "hook-placement" and "kept" in again["reason"], again
+        assert live.vcpuPinInfo(1) == pins
         live.destroy()
         conn.close()
     finally:
@@ -145,6 +168,18 @@ def _hooked_domain(libvirtd: Libvirtd, make_domain: Any, socket_dir: Path, calls
         libvirtd.restart()  # forget the hook
     assert not os.path.exists(DEFAULT_HOOKS_DIR / "qemu")
     return str(dom.name())
+
+
+def _consistent(live: Any, record: dict[str, Any]) -> None:
+    """The live and the persistent XML both carry the pins and memory nodes the hook set."""
+    wanted = {v["vcpu"]: parse_list(v["cpus"]) for v in record["vcpus"]}
+    for flags in (0, 2):  # live, VIR_DOMAIN_XML_INACTIVE
+        text = live.XMLDesc(flags)
+        xml = parse_domain(text)
+        assert dict(xml.vcpupin) == wanted
+        assert xml.emulatorpin == parse_list(record["emulator_cpus"])
+        assert xml.numatune is not None and xml.numatune.nodeset == frozenset({0})
+        assert read_metadata(ET.fromstring(text)) is not None
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

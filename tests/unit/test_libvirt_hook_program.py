@@ -42,3 +42,21 @@ def test_the_installed_script_runs_the_hook_program(tmp_path: Path, previous: bo
     assert run.returncode == 0
     # the program ran: only it says why it left the XML alone
     assert run.stderr.startswith("unicache hook: vm1 prepare: domain XML does not parse")
+
+
+def test_install_hook_takes_the_place_table_of_a_config(tmp_path: Path) -> None:
+    unicache = [sys.executable, "-c", "from unicache.cli import main; main()"]
+    config = tmp_path / "unicache.toml"
+    config.write_text("[place]\ncpu_overcommit = 2.0\n")
+    ok = subprocess.run([*unicache, "install-hook", "--hooks-dir", str(tmp_path / "h"),
+                         "--config", str(config), "--json"],
+                        capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    script = (tmp_path / "h" / "qemu").read_text()
+    assert f"UNICACHE_HOOK_CONFIG={config}\n" in script
+    assert HookConfig.from_env().config is None  # not exported here: the defaults
+    config.write_text("[place]\ncpu_overcommit = 99\n")  # refused at install, not at start
+    bad = subprocess.run([*unicache, "install-hook", "--hooks-dir", str(tmp_path / "h2"),
+                          "--config", str(config)], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "cpu_overcommit must be within 1..16" in bad.stderr
+    assert not (tmp_path / "h2" / "qemu").exists()

@@ -1,6 +1,6 @@
 """What every ``unicache`` command shares: the app, its consoles and common options.
 
-Each command module (:mod:`unicache.cli.topology`, ``.replay``, ``.run``, ``.status``,
+Each command module (:mod:`unicache.cli.topology`, ``.replay``, ``.run``, ``.place``, ``.status``,
 ``.vm``, ``.libvirt``, ``.bench``) adds its commands to :data:`app`; ``unicache.cli``
 imports them in the order ``--help`` lists them.
 """

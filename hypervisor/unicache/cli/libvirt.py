@@ -71,16 +71,27 @@ def install_hook(
         Path, typer.Option("--state-dir", help="The daemon's state directory.")
     ] = Path("/run/unicache"),
     hooks_dir: HooksDirOpt = Path("/etc/libvirt/hooks"),
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="The daemon's TOML config: its [place] table "
+                     "(capacity, profile) is what the hook places with."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Install the libvirt qemu hook that places each domain when it starts.
 
-    A hook already there is kept (HOOKS_DIR/qemu.unicache-orig) and still runs first.
+    It places as `unicache place` does (docs/placement.md): pins and memory nodes, live
+    and in the domain's definition. A hook already there is kept
+    (HOOKS_DIR/qemu.unicache-orig) and still runs first.
     """
+    from unicache.daemon import load_config
     from unicache.host.libvirt.hook import HookConfig
     from unicache.host.libvirt.hook import install_hook as install
 
-    change = install(HookConfig(connect, Unify(unify), state_dir), hooks_dir)
+    if config is not None:
+        load_config(config)  # a bad file is an error now, not at every domain start
+        config = config.resolve()
+    change = install(HookConfig(connect, Unify(unify), state_dir, config), hooks_dir)
     _report(change, json_out)
 
 

@@ -1,29 +1,16 @@
-"""``unicache run`` (the daemon) and ``unicache place`` (where a new VM would go)."""
+"""``unicache run``: the daemon (``unicache place`` is :mod:`unicache.cli.place`)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from unicache.cli.common import (
-    UNIFY_CHOICE,
-    FileOpt,
-    JsonOpt,
-    ModelOpt,
-    UnifyOpt,
-    app,
-    out,
-)
-from unicache.cpulist import format_list
-from unicache.errors import ConfigError, StateError
-from unicache.statefile import status_checkpoint
+from unicache.cli.common import UNIFY_CHOICE, app
+from unicache.errors import ConfigError
 from unicache.topology import Unify
-from unicache.topology.sysfs import load_topology
 
 
 @app.command()
@@ -136,76 +123,3 @@ def run(
     code = asyncio.run(run_daemon(cfg, source, echo=None if quiet else sys.stdout,
                                   echo_json=json_out))
     raise typer.Exit(code)
-
-
-@app.command()
-def place(
-    vcpus: Annotated[int, typer.Option("--vcpus", help="vCPUs of the new VM.")],
-    memory: Annotated[
-        int, typer.Option("--memory", help="Its memory in MiB (0: no NUMA advice).")
-    ] = 0,
-    model: ModelOpt = None,
-    file: FileOpt = None,
-    unify: UnifyOpt = "llc",
-    state_dir: Annotated[
-        Path, typer.Option("--state-dir", help="Where a running daemon writes status.json.")
-    ] = Path("/run/unicache"),
-    json_out: JsonOpt = False,
-) -> None:
-    """Propose cache units and cpusets for a new VM, with the libvirt XML fragment.
-
-    On this host it uses the running daemon's cache loads (STATE_DIR/status.json); with
-    --model, or without a daemon, every unit starts idle.
-    """
-    from unicache.policy.place import UnitLoad, libvirt_fragment, place_vm
-
-    if vcpus < 1 or vcpus > 4096:
-        raise ConfigError("--vcpus must be within 1..4096")
-    if memory < 0:
-        raise ConfigError("--memory must not be negative")
-    topo = load_topology(model, file)
-    level = Unify(unify)
-    units = topo.units(level)
-    loads = {u.id: UnitLoad(u) for u in units}
-    basis = "an idle machine model" if model or file else "an idle host (no daemon status)"
-    checkpoint = status_checkpoint(state_dir)
-    status = None
-    if model is None and file is None:
-        try:
-            status = checkpoint.load()
-        except StateError as err:
-            raise ConfigError(f"cannot read daemon status: {err.error_message}") from err
-    if status is not None and status.get("unify") == str(level):
-        for entry in status.get("units", []):
-            unit_id = entry.get("id")
-            if unit_id in loads:
-                loads[unit_id] = UnitLoad(
-                    loads[unit_id].unit, float(entry.get("cache_load", 0.0)),
-                    int(entry.get("vcpus", 0)),
-                )
-        basis = f"the daemon's loads at tick {status.get('tick')}"
-    proposal = place_vm(
-        tuple(loads.values()), vcpus, memory * 1024 * 1024, nodes=topo.nodes
-    )
-    fragment = libvirt_fragment(proposal)
-    if json_out:
-        print(json.dumps({
-            "machine": topo.name,
-            "unify": str(level),
-            "basis": basis,
-            "vcpus": [
-                {"vcpu": p.vcpu, "unit": p.unit, "cpus": format_list(p.cpus), "reason": p.reason}
-                for p in proposal.vcpus
-            ],
-            "emulator_cpus": format_list(proposal.emulator_cpus),
-            "node": proposal.node,
-            "reason": proposal.reason,
-            "libvirt_xml": fragment,
-        }, indent=2))
-        return
-    out.print(f"[bold]{topo.name}[/bold] (--unify {level}), from {basis}: {proposal.reason}")
-    table = Table("vCPU", "unit", "cpus", "reason")
-    for p in proposal.vcpus:
-        table.add_row(str(p.vcpu), str(p.unit), format_list(p.cpus), p.reason)
-    out.print(table)
-    out.print(fragment, highlight=False, markup=False)

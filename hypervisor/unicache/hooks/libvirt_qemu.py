@@ -7,8 +7,9 @@ operations (see :mod:`unicache.host.libvirt.hook`):
 * ``prepare``: reads the domain XML on stdin and creates the agent channel's placeholder
   socket if it is missing, so the domain can start while the daemon is down;
 * ``started``: spawns ``python -m unicache.hooks.libvirt_qemu --apply DOMAIN`` detached (new
-  session, output to ``STATE_DIR/hook.log``) and returns at once: that process pins the
-  domain through the libvirt API once libvirtd has finished starting it.
+  session, output to ``STATE_DIR/hook.log``) and returns at once: that process places the
+  domain through the libvirt API once libvirtd has finished starting it (capacity and
+  profile from the ``[place]`` table of the config the hook was installed with).
 
 It always exits 0: unicache never stops a domain from starting. Problems go to stderr
 (libvirtd logs them) and to ``STATE_DIR/hook.jsonl``.
@@ -45,12 +46,14 @@ def _started(domain: str) -> None:
 
 
 def _apply(domain: str) -> int:
+    from unicache.daemon import load_config
     from unicache.errors import UnicacheError
     from unicache.host.libvirt.hook import HookConfig, apply_placement, log_record
 
     config = HookConfig.from_env()
     try:
-        record = apply_placement(domain, config)
+        options = load_config(config.config).place
+        record = apply_placement(domain, config, options)
     except UnicacheError as err:
         record = {"time": round(time.time(), 3), "kind": "hook-failed", "vm": domain,
                   "error": str(err)}

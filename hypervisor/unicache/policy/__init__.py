@@ -21,7 +21,10 @@ OBS (observations paper), vCPU placement by cache weight:
 * :mod:`unicache.policy.obs` — OBS-X/L/C over cache units; :mod:`unicache.policy.obslocal`
   OBS-L, :mod:`unicache.policy.obscredit` OBS-C, :mod:`unicache.policy.obsgain` its
   step-aside, :mod:`unicache.policy.cluster` sharing-aware OBS-X;
-* :mod:`unicache.policy.place` — where a new VM's vCPUs and memory start.
+* :mod:`unicache.policy.place` — where a new VM goes (NUMA nodes, LLC groups, guest
+  topology; OBS-X and the Kubernetes CPU manager's uncore-cache alignment), with its
+  values (:mod:`~unicache.policy.placetypes`), options (:mod:`~unicache.policy.placeoptions`)
+  and fleets of arrivals (:mod:`~unicache.policy.placefleet`).
 
 SRM-buffer (SRM paper), page colors for streaming page caches:
 

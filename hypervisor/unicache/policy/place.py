@@ -1,142 +1,595 @@
-"""Placement of a new VM: which cache units and CPUs its vCPUs should start on.
+"""Placement of a new VM: its NUMA nodes, LLC groups, vCPU pins, memory and guest topology.
 
-OBS-X's rule for a new task ("Policy: Migrating across caches": "When a new task is
-created, OBS-X looks for the LLC group with the smallest cache load") applied vCPU by
-vCPU, so a VM's vCPUs spread over the lightest units — which is also what SCU needs
-(MFC §3: a VM whose vCPUs sit in several units can use all their caches). Memory goes to
-the NUMA node holding most of the chosen units that has room for it. Pure.
+The rules, in the order they decide (docs/placement.md says the same for operators):
+
+1. **NUMA-aligned.** A VM that fits one node — its vCPUs on the node's CPUs and its
+   memory in the node's free memory — stays in that node (CPUs and memory).
+2. **Fewest nodes.** A VM larger than every node (or than what any node has left) gets
+   the fewest nodes that hold it, on the fewest sockets at the smallest SLIT distance,
+   with one guest NUMA cell per host node and its vCPUs and memory split evenly.
+3. **Inside a node, by profile:**
+
+   * *compact* fills whole LLC groups, lowest-loaded free groups first, and puts the
+     remainder on the group it fits most exactly: the Kubernetes CPU manager's uncore-cache
+     alignment (``prefer-align-cpus-by-uncorecache``, ``cpu_assignment.go``
+     ``takeFullUncoreCaches`` then the exact-size partial group "to avoid excessive
+     fragmentation"), for VMs whose vCPUs share data;
+   * *spread* puts the vCPUs on the node's lightest LLC groups by cache load, OBS-X's rule
+     for a new task (os-observations-multicore.md, "Policy: Migrating across caches": "When
+     a new task is created, OBS-X looks for the LLC group with the smallest cache load"),
+     for cache-heavy independent vCPUs;
+   * *auto* is spread when the observed cache weights of the VMs of the same flavor (or
+     name) are above the host's average — OBS-X's "overweight" test ("a task is overweight
+     if its cache weight is greater than the average weight"), at the flavor's level —
+     and compact otherwise; without observed weights of the flavor, the configured default.
+
+4. **The guest sees its LLC groups.** The vCPUs fill a regular grid, cells x dies x
+   cores: every die (one LLC group) holds the same number of vCPUs except the last one,
+   so ``<topology sockets=cells dies=groups cores=per-group>`` describes the placement
+   exactly; a short last die leaves trailing offline vCPU slots (``<vcpu current=N>``).
+5. **Capacity.** An LLC group holds at most ``cpu_overcommit`` vCPUs per CPU, all VMs
+   together, and one VM never puts more of its vCPUs on a group than it has CPUs (a VM
+   does not overcommit itself); a node gives VMs its memory (or ``memory_per_node_mib``)
+   less ``memory_reserve_mib``. A VM that does not fit is refused
+   (:class:`~unicache.errors.PolicyRefusal`), never placed badly.
+6. **No oscillation.** A VM placed again with the same size and profile keeps the
+   placement it has (the Kubernetes static policy's ``Allocate`` returns a container's
+   existing assignment); its own load never pushes it elsewhere.
+
+Pure: no I/O, no clock; the same inputs give the same placement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from unicache.cpulist import format_list
 from unicache.errors import PolicyRefusal
-from unicache.topology import CacheUnit, NumaNode
+from unicache.policy.placeoptions import PlaceOptions, Profile
+from unicache.policy.placetypes import (
+    CellPlacement,
+    DiePlacement,
+    GuestTopology,
+    PlacedVm,
+    Placement,
+    VcpuPin,
+    VmRequest,
+)
+from unicache.topology import CacheUnit, Topology, Unify
+
+#: the most node sets of one size tried (a 16-node host has 12,870 sets of 8); they are
+#: tried best first (fewest sockets, shortest distance), so the cut drops only poor ones
+MAX_NODE_SETS = 512
+#: the weight a vCPU is expected to have when nothing is observed (OBS-X needs a number)
+DEFAULT_WEIGHT = 1.0
+#: how a reason says that a VM kept its placement (rule 6)
+KEPT = "kept (no oscillation)"
+#: the largest VM placed (libvirt's own limit for a QEMU domain is 4096 vCPUs)
+MAX_VCPUS = 4096
+
+
+@dataclass(slots=True)
+class HostRoom:
+    """What the host has and what is taken: the working state of one placement.
+
+    :param units: every cache unit by id.
+    :param slots: vCPUs a unit may hold (its CPUs x overcommit).
+    :param used: vCPUs on a unit (shares of unpinned vCPUs count as fractions).
+    :param load: cache load of a unit (sum of its vCPUs' weights: OBS-X "cache load").
+    :param memory: MiB VMs may use on each node.
+    :param memory_used: MiB used on each node.
+    :param node_units: the units of each node that has CPUs, by id.
+    :param socket: the socket of each node.
+    :param distances: SLIT distances between nodes.
+    """
+
+    units: dict[int, CacheUnit]
+    slots: dict[int, float]
+    used: dict[int, float]
+    load: dict[int, float]
+    memory: dict[int, float]
+    memory_used: dict[int, float]
+    node_units: dict[int, tuple[int, ...]]
+    socket: dict[int, int]
+    distances: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def room(self, unit: int) -> float:
+        """vCPU slots left on a unit."""
+        return self.slots[unit] - self.used[unit]
+
+    def free_memory(self, node: int) -> float:
+        """MiB left on a node."""
+        return self.memory[node] - self.memory_used[node]
+
+    def node_cpus(self, node: int) -> int:
+        """CPUs of a node."""
+        return sum(len(self.units[u].cpus) for u in self.node_units[node])
+
+    def node_room(self, node: int) -> float:
+        """vCPU slots left on a node."""
+        return sum(self.room(u) for u in self.node_units[node])
+
+    def node_load(self, node: int) -> float:
+        """Cache load per CPU of a node."""
+        return sum(self.load[u] for u in self.node_units[node]) / max(1, self.node_cpus(node))
+
+
+def host_room(
+    topology: Topology, unify: Unify, placed: Iterable[PlacedVm], options: PlaceOptions
+) -> HostRoom:
+    """The host's room for VMs once ``placed`` are on it.
+
+    :param topology: the machine.
+    :param unify: what one LLC group is (``llc``: an L3; ``l2``: a core).
+    :param placed: the VMs on it.
+    :param options: capacity.
+    """
+    units = {u.id: u for u in topology.units(unify)}
+    node_units: dict[int, list[int]] = {}
+    for u in units.values():
+        node_units.setdefault(u.node, []).append(u.id)
+    socket = {
+        n.id: min((topology.cpu(c).socket for c in n.cpus), default=0) for n in topology.nodes
+    }
+    memory = {}
+    for n in topology.nodes:
+        mib = options.memory_per_node_mib or n.memory_bytes // (1 << 20)
+        memory[n.id] = float(max(0, mib - options.memory_reserve_mib))
+    room = HostRoom(
+        units=units,
+        slots={u.id: len(u.cpus) * options.cpu_overcommit for u in units.values()},
+        used=dict.fromkeys(units, 0.0),
+        load=dict.fromkeys(units, 0.0),
+        memory=memory,
+        memory_used=dict.fromkeys(memory, 0.0),
+        node_units={n: tuple(sorted(us)) for n, us in sorted(node_units.items())},
+        socket=socket,
+        distances={n.id: n.distances for n in topology.nodes},
+    )
+    vms = tuple(placed)
+    host = _host_weight(vms)
+    for vm in vms:
+        # a vCPU not observed is expected to weigh what its flavor's observed vCPUs weigh,
+        # else what the host's do (OBS-X needs a number for every task)
+        mine = flavor_weight(vms, VmRequest(vm.name, 1, flavor=vm.flavor))
+        fallback = host if mine is None else mine
+        for index, covered in enumerate(vm.vcpu_units):
+            known = [unit for unit in covered if unit in units]
+            if not known:
+                continue
+            weight = vm.weights[index] if index < len(vm.weights) else None
+            for unit in known:
+                room.used[unit] += 1.0 / len(known)
+                room.load[unit] += (fallback if weight is None else weight) / len(known)
+        for node_id, amount in vm.memory_mib:
+            if node_id in room.memory_used:
+                room.memory_used[node_id] += amount
+    return room
+
+
+def _host_weight(vms: Sequence[PlacedVm]) -> float:
+    """The mean observed vCPU weight of the host, or :data:`DEFAULT_WEIGHT` without one."""
+    known = [w for vm in vms for w in vm.weights if w is not None]
+    mean = sum(known) / len(known) if known else 0.0
+    return mean or DEFAULT_WEIGHT
+
+
+def flavor_weight(vms: Sequence[PlacedVm], request: VmRequest) -> float | None:
+    """The mean observed weight of the vCPUs of VMs of the request's flavor or name."""
+    known = [
+        w
+        for vm in vms
+        if vm.flavor == request.kind or vm.name == request.name
+        for w in vm.weights
+        if w is not None
+    ]
+    return sum(known) / len(known) if known else None
+
+
+def resolve_profile(
+    request: VmRequest, placed: Sequence[PlacedVm], options: PlaceOptions
+) -> tuple[Profile, str]:
+    """The profile for a request, with its reason (``auto``: module docstring, rule 3).
+
+    :param request: the VM.
+    :param placed: the VMs on the host, with their observed weights.
+    :param options: the default profile and what ``auto`` falls back to.
+    """
+    asked = request.profile or options.profile
+    if asked is not Profile.AUTO:
+        origin = "asked" if request.profile else "the configured default"
+        return asked, f"profile {asked} ({origin})"
+    mine = flavor_weight(placed, request)
+    known = [w for vm in placed if vm.name != request.name for w in vm.weights if w is not None]
+    host = sum(known) / len(known) if known else 0.0
+    if mine is None or host <= 0.0:
+        return options.auto_default, (
+            f"auto: no observed cache weights of flavor {request.kind!r}: "
+            f"{options.auto_default} (auto_default)"
+        )
+    if mine > host:
+        return Profile.SPREAD, (
+            f"auto: flavor {request.kind!r} vCPUs weigh {mine:.3g} on average, above the "
+            f"host's {host:.3g} (OBS-X 'overweight', Policy: Migrating across caches): spread"
+        )
+    return Profile.COMPACT, (
+        f"auto: flavor {request.kind!r} vCPUs weigh {mine:.3g} on average, not above the "
+        f"host's {host:.3g}: compact (they gain more from a shared L3 than they evict)"
+    )
+
+
+# Section: the layout of one node set -------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class UnitLoad:
-    """What is on a unit now.
-
-    :param unit: the unit.
-    :param cache_load: sum of its vCPUs' cache weights (OBS-X "cache load").
-    :param vcpus: vCPUs placed there.
-    """
-
-    unit: CacheUnit
-    cache_load: float = 0.0
-    vcpus: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class VcpuPlacement:
-    """Where one vCPU of the new VM goes.
-
-    :param vcpu: its index.
-    :param unit: the unit.
-    :param cpus: the unit's CPUs (the vCPU floats inside its unit).
-    :param reason: why.
-    """
-
-    vcpu: int
+class _Die:
+    cell: int
+    die: int
     unit: int
-    cpus: frozenset[int]
+    count: int
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class VmPlacement:
-    """A proposal for a new VM.
+class _Layout:
+    nodes: tuple[int, ...]
+    dies_per_cell: int
+    per_die: int
+    shares: tuple[int, ...]
+    dies: tuple[_Die, ...]
+    memory: tuple[int, ...]
+    score: tuple[Any, ...]
 
-    :param vcpus: per-vCPU placement.
-    :param emulator_cpus: where QEMU's other threads go: the lightest unit's CPUs.
-    :param node: the NUMA node for its memory, if memory was asked for.
-    :param reason: one line for the whole proposal.
-    """
 
-    vcpus: tuple[VcpuPlacement, ...]
-    emulator_cpus: frozenset[int]
-    node: int | None
-    reason: str
+def _pick(
+    room: HostRoom, node: int, needs: Sequence[int], profile: Profile
+) -> list[tuple[int, int, str]] | None:
+    """Units of one node for dies of ``needs`` vCPUs each (full dies first, the short one
+    last), each with its reason; ``None`` when the node cannot hold them."""
+    taken: set[int] = set()
+    out: list[tuple[int, int, str]] = []
+    for need in needs:
+        fits = [
+            u
+            for u in room.node_units[node]
+            if u not in taken and len(room.units[u].cpus) >= need and room.room(u) >= need - 1e-9
+        ]
+        if not fits:
+            return None
+        whole = [u for u in fits if len(room.units[u].cpus) == need and room.used[u] < 1e-9]
+        if profile is Profile.SPREAD:
+            # sort keys: cache load (OBS-X: the smallest), vCPUs per CPU there, unit id
+            unit = min(
+                fits,
+                key=lambda u: (round(room.load[u], 9), room.used[u] / len(room.units[u].cpus), u),
+            )
+            why = (
+                f"spread (OBS-X, Policy: Migrating across caches): lightest LLC group "
+                f"{unit} of node {node} for {_n(need, 'vCPU')} "
+                f"(cache load {room.load[unit]:.3g}, {room.used[unit]:g} vCPUs on "
+                f"{len(room.units[unit].cpus)} cpus)"
+            )
+        elif whole:
+            # sort keys: cache load, unit id (k8s takeFullUncoreCaches: free uncore caches)
+            unit = min(whole, key=lambda u: (round(room.load[u], 9), u))
+            why = (
+                f"compact (k8s uncore-cache alignment, takeFullUncoreCaches): whole free "
+                f"LLC group {unit} of node {node} for {_n(need, 'vCPU')}"
+            )
+        else:
+            # sort keys: room left after it (k8s: the exact-size uncore cache "to avoid
+            # excessive fragmentation"), cache load, unit id
+            unit = min(
+                fits, key=lambda u: (round(room.room(u) - need, 9), round(room.load[u], 9), u)
+            )
+            why = (
+                f"compact (k8s uncore-cache alignment): {_n(need, 'vCPU')} on LLC group {unit} "
+                f"of node {node}, the closest fit ({room.room(unit) - need:g} of "
+                f"{room.slots[unit]:g} slots left after them)"
+            )
+        taken.add(unit)
+        out.append((unit, need, why))
+    return out
+
+
+def _layout(
+    room: HostRoom, nodes: tuple[int, ...], n: int, memory_mib: int, profile: Profile
+) -> _Layout | None:
+    """The regular grid (module docstring, rule 4) of ``n`` vCPUs on ``nodes``, if any."""
+    k = len(nodes)
+    q = math.ceil(n / k)
+    largest = max(len(room.units[u].cpus) for node in nodes for u in room.node_units[node])
+    top = min(largest, q)
+    if profile is Profile.SPREAD:
+        groups = min(
+            sum(1 for u in room.node_units[node] if room.room(u) >= 1 - 1e-9) for node in nodes
+        )
+        first = min(top, math.ceil(q / max(1, groups)))
+        sizes: Iterable[int] = range(first, top + 1)
+    else:
+        sizes = range(top, 0, -1)
+    for m in sizes:
+        d = math.ceil(q / m)
+        full = d * m
+        shares = tuple([full] * (k - 1) + [n - (k - 1) * full])
+        if shares[-1] <= 0:
+            continue
+        dies: list[_Die] = []
+        for cell, (node, share) in enumerate(zip(nodes, shares, strict=True)):
+            if share > room.node_cpus(node) or share > room.node_room(node) + 1e-9:
+                break
+            needs = [m] * (share // m) + ([share % m] if share % m else [])
+            picked = _pick(room, node, needs, profile)
+            if picked is None:
+                break
+            # guest die order: the full dies by unit id, the short one last
+            ordered = sorted(picked[: share // m], key=lambda p: p[0]) + picked[share // m :]
+            dies += [_Die(cell, i, u, c, why) for i, (u, c, why) in enumerate(ordered)]
+        else:
+            split = _split_memory(room, nodes, shares, memory_mib)
+            if split is None:
+                return None
+            return _Layout(nodes, d, m, shares, tuple(dies), split, ())
+    return None
+
+
+def _split_memory(
+    room: HostRoom, nodes: tuple[int, ...], shares: tuple[int, ...], memory_mib: int
+) -> tuple[int, ...] | None:
+    """MiB per cell: in proportion to its vCPUs, topped up where a node has room."""
+    if memory_mib <= 0:
+        return tuple(0 for _ in nodes)
+    n = sum(shares)
+    want = [memory_mib * s // n for s in shares]
+    want[0] += memory_mib - sum(want)
+    free = [math.floor(room.free_memory(node)) for node in nodes]
+    give = [min(w, f) for w, f in zip(want, free, strict=True)]
+    short = memory_mib - sum(give)
+    # water-filling: what a full node cannot take goes to the others, in cell order
+    for i in range(len(nodes)):
+        extra = min(short, free[i] - give[i])
+        give[i] += extra
+        short -= extra
+    return None if short > 0 else tuple(give)
+
+
+def _score(room: HostRoom, layout: _Layout, profile: Profile) -> tuple[Any, ...]:
+    nodes = layout.nodes
+    sockets = len({room.socket[n] for n in nodes})
+    distance = sum(
+        room.distances[a][b] if b < len(room.distances[a]) else 0
+        for a, b in itertools.combinations(nodes, 2)
+    )
+    load = round(sum(room.node_load(n) for n in nodes), 9)
+    if profile is Profile.SPREAD:
+        # sort keys: sockets, distance, cache load per CPU (OBS-X), more groups, node ids
+        return (sockets, distance, load, -len(layout.dies), nodes)
+    # sort keys: sockets, distance, fewest groups, cache load per CPU, node ids
+    return (sockets, distance, len(layout.dies), load, nodes)
+
+
+# Section: the placement ----------------------------------------------------------------------
 
 
 def place_vm(
-    loads: tuple[UnitLoad, ...],
-    vcpus: int,
-    memory_bytes: int = 0,
-    free_memory: Mapping[int, int] | None = None,
-    nodes: tuple[NumaNode, ...] = (),
-) -> VmPlacement:
-    """Propose units and CPUs for a new VM of ``vcpus`` vCPUs.
+    topology: Topology,
+    request: VmRequest,
+    placed: Sequence[PlacedVm] = (),
+    options: PlaceOptions | None = None,
+    unify: Unify = Unify.LLC,
+) -> Placement:
+    """Place a VM (module docstring: the rules).
 
-    :param loads: every unit with its current load.
-    :param vcpus: how many vCPUs.
-    :param memory_bytes: its memory (0: no NUMA advice).
-    :param free_memory: node -> free bytes (default: each node's size).
-    :param nodes: the NUMA nodes.
-    :raises PolicyRefusal: ``CPUS_EXHAUSTED`` when asked for no vCPU or no unit exists.
+    :param topology: the machine.
+    :param request: the VM: name, vCPUs, memory, profile, flavor.
+    :param placed: the VMs already on the machine, with their observed cache weights.
+    :param options: capacity and defaults (``None``: :class:`PlaceOptions` defaults).
+    :param unify: what one LLC group is: ``llc`` (an L3) or ``l2`` (a core: the only way
+        to have more than one group on a single-L3 machine).
+    :returns: the placement, every decision with its reason.
+    :raises PolicyRefusal: ``CPUS_EXHAUSTED``, ``MEMORY_EXHAUSTED`` or ``LLC_FRAGMENTED``
+        when the VM does not fit; the message is one line with what is free.
     """
-    if vcpus < 1 or not loads:
+    options = options or PlaceOptions()
+    if not 1 <= request.vcpus <= MAX_VCPUS or request.memory_mib < 0:
         raise PolicyRefusal(
-            f"cannot place {vcpus} vCPUs on {len(loads)} units", PolicyRefusal.CPUS_EXHAUSTED
+            f"cannot place {request.name}: {request.vcpus} vCPUs and {request.memory_mib} MiB "
+            f"(vCPUs must be within 1..{MAX_VCPUS}, memory not negative)",
+            PolicyRefusal.CPUS_EXHAUSTED,
         )
-    state = {u.unit.id: [u.cache_load, u.vcpus] for u in loads}
-    units = {u.unit.id: u.unit for u in loads}
-    # a new vCPU's weight is unknown until it runs: expect the average of the vCPUs there
-    # are (or 1 on an empty host), so the VM's own vCPUs do not all stack on one unit
-    placed = sum(u.vcpus for u in loads)
-    expected = sum(u.cache_load for u in loads) / placed if placed else 1.0
-    expected = expected or 1.0
-    out: list[VcpuPlacement] = []
-    for index in range(vcpus):
-        # sort keys: cache load, vCPUs per CPU already there, unit id
-        unit_id = min(state, key=lambda u: (state[u][0], state[u][1] / len(units[u].cpus), u))
-        state[unit_id][0] += expected
-        state[unit_id][1] += 1
-        unit = units[unit_id]
-        out.append(
-            VcpuPlacement(
-                index,
-                unit_id,
-                unit.cpus,
-                f"OBS-X: lightest unit {unit_id} (cache load {state[unit_id][0]:.3g}, "
-                f"{state[unit_id][1]} vCPUs on {len(unit.cpus)} cpus)",
+    profile, profile_reason = resolve_profile(request, placed, options)
+    for vm in placed:
+        kept = vm.placement
+        if vm.name == request.name and kept is not None and _same(kept.request, request):
+            return replace(
+                kept,
+                reasons=(
+                    f"{request.name} is placed already with this size and profile: {KEPT}",
+                    *(r for r in kept.reasons if not r.endswith(KEPT)),
+                ),
+            )
+    others = [vm for vm in placed if vm.name != request.name]
+    room = host_room(topology, unify, others, options)
+    layout, k = _best_layout(room, request, profile)
+    if layout is None:
+        raise _refusal(room, request)
+    return _assemble(room, request, profile, profile_reason, layout, k, options)
+
+
+def _same(a: VmRequest, b: VmRequest) -> bool:
+    return (a.vcpus, a.memory_mib, a.profile, a.kind) == (b.vcpus, b.memory_mib, b.profile, b.kind)
+
+
+def _best_layout(
+    room: HostRoom, request: VmRequest, profile: Profile
+) -> tuple[_Layout | None, int]:
+    nodes = tuple(room.node_units)
+    for k in range(1, len(nodes) + 1):
+        sets = [
+            s
+            for s in itertools.combinations(nodes, k)
+            if sum(room.node_cpus(n) for n in s) >= request.vcpus
+            and sum(room.node_room(n) for n in s) >= request.vcpus - 1e-9
+            and sum(room.free_memory(n) for n in s) >= request.memory_mib
+        ]
+        # sort keys: sockets spanned, SLIT distance, cache load, node ids
+        sets.sort(
+            key=lambda s: (
+                len({room.socket[n] for n in s}),
+                sum(
+                    room.distances[a][b] if b < len(room.distances[a]) else 0
+                    for a, b in itertools.combinations(s, 2)
+                ),
+                round(sum(room.node_load(n) for n in s), 9),
+                s,
             )
         )
-    # emulator threads go to the lightest unit not given to a vCPU, else the lightest
-    used = {p.unit for p in out}
-    spare = [u for u in state if u not in used] or list(state)
-    emulator = min(spare, key=lambda u: (state[u][0], state[u][1], u))
-    node = None
-    if memory_bytes > 0 and nodes:
-        free = dict(free_memory or {n.id: n.memory_bytes for n in nodes})
-        votes = {n.id: sum(1 for p in out if units[p.unit].node == n.id) for n in nodes}
-        fitting = [n.id for n in nodes if free.get(n.id, 0) >= memory_bytes]
-        if fitting:
-            # sort keys: most of the VM's units on the node, most free memory, node id
-            node = max(fitting, key=lambda n: (votes[n], free.get(n, 0), -n))
-    spread = len(used)
-    reason = (
-        f"{vcpus} vCPUs over {spread} unit{'s' if spread > 1 else ''} "
-        f"(lightest first, OBS-X){'' if node is None else f'; memory on node {node}'}"
+        best: _Layout | None = None
+        for s in sets[:MAX_NODE_SETS]:
+            found = _layout(room, s, request.vcpus, request.memory_mib, profile)
+            if found is None:
+                continue
+            found = replace(found, score=_score(room, found, profile))
+            if best is None or found.score < best.score:
+                best = found
+        if best is not None:
+            return best, k
+    return None, 0
+
+
+def _refusal(room: HostRoom, request: VmRequest) -> PolicyRefusal:
+    nodes = tuple(room.node_units)
+    slots = sum(max(0.0, room.node_room(n)) for n in nodes)
+    memory = sum(max(0.0, room.free_memory(n)) for n in nodes)
+    cpus = sum(room.node_cpus(n) for n in nodes)
+    what = (
+        f"cannot place {request.name} ({request.vcpus} vCPUs, {request.memory_mib} MiB): "
+        f"the host has {slots:g} vCPU slots and {memory:g} MiB free "
+        f"({cpus} CPUs on {len(nodes)} nodes)"
     )
-    return VmPlacement(tuple(out), units[emulator].cpus, node, reason)
+    if slots < request.vcpus - 1e-9 or cpus < request.vcpus:
+        return PolicyRefusal(what, PolicyRefusal.CPUS_EXHAUSTED)
+    if memory < request.memory_mib:
+        return PolicyRefusal(what, PolicyRefusal.MEMORY_EXHAUSTED)
+    return PolicyRefusal(
+        f"{what}, but no LLC groups with room for equal dies", PolicyRefusal.LLC_FRAGMENTED
+    )
 
 
-def libvirt_fragment(placement: VmPlacement) -> str:
-    """The ``<cputune>``/``<numatune>`` XML a libvirt domain needs for the proposal."""
-    lines = ["<cputune>"]
-    for vcpu in placement.vcpus:
-        lines.append(f"  <vcpupin vcpu='{vcpu.vcpu}' cpuset='{format_list(vcpu.cpus)}'/>")
-    lines.append(f"  <emulatorpin cpuset='{format_list(placement.emulator_cpus)}'/>")
-    lines.append("</cputune>")
-    if placement.node is not None:
-        lines += [
-            "<numatune>",
-            f"  <memory mode='preferred' nodeset='{placement.node}'/>",
-            "</numatune>",
-        ]
-    return "\n".join(lines)
+def _assemble(
+    room: HostRoom,
+    request: VmRequest,
+    profile: Profile,
+    profile_reason: str,
+    layout: _Layout,
+    k: int,
+    options: PlaceOptions,
+) -> Placement:
+    n = request.vcpus
+    d, m = layout.dies_per_cell, layout.per_die
+    topo = GuestTopology(sockets=k, dies=d, cores=m)
+    per_cell = d * m
+    # the die of each slot; slots of a die with no unit (a short last cell) go with the
+    # last die of their cell
+    by_slot = {(die.cell, die.die): die for die in layout.dies}
+    pins: list[VcpuPin] = []
+    online: dict[tuple[int, int], list[int]] = {}
+    for v in range(topo.max_vcpus):
+        cell, die = v // per_cell, (v % per_cell) // m
+        place = by_slot.get((cell, die)) or max(
+            (x for x in layout.dies if x.cell == cell), key=lambda x: x.die
+        )
+        if v < n:
+            online.setdefault((place.cell, place.die), []).append(v)
+        reason = (
+            place.reason
+            if v < n
+            else (
+                f"offline slot of the guest topology, pinned with die {place.die} of cell {cell} "
+                "for a later hot-plug"
+            )
+        )
+        pins.append(VcpuPin(v, place.unit, room.units[place.unit].cpus, v < n, reason))
+    dies = tuple(
+        DiePlacement(
+            x.cell,
+            x.die,
+            x.unit,
+            room.units[x.unit].cpus,
+            tuple(online.get((x.cell, x.die), ())),
+            x.reason,
+        )
+        for x in layout.dies
+    )
+    if k == 1:
+        node = layout.nodes[0]
+        node_reason = (
+            f"NUMA-aligned: node {node} holds all {n} vCPUs and {request.memory_mib} MiB "
+            f"({room.node_room(node):g} vCPU slots on {room.node_cpus(node)} cpus, "
+            f"{room.free_memory(node):g} MiB free)"
+        )
+    else:
+        node_reason = (
+            f"no single node holds {n} vCPUs and {request.memory_mib} MiB: the fewest nodes, "
+            f"{k} ({format_list(layout.nodes)}, on "
+            f"{len({room.socket[x] for x in layout.nodes})} socket(s)), one guest cell each"
+        )
+    cells = tuple(
+        CellPlacement(
+            i,
+            node,
+            frozenset(range(i * per_cell, min((i + 1) * per_cell, topo.max_vcpus))),
+            layout.memory[i],
+            f"cell {i}: {layout.shares[i]} vCPUs and {layout.memory[i]} MiB on node {node} "
+            f"({options.memory_mode})",
+        )
+        for i, node in enumerate(layout.nodes)
+    )
+    emulator = frozenset().union(*(room.units[x.unit].cpus for x in layout.dies if x.cell == 0))
+    guest = (
+        f"guest topology {_n(k, 'socket')} x {_n(d, 'die')} x {_n(m, 'core')} x 1 thread: "
+        "one die per LLC group, so the guest's L3 groups are the host's"
+        + (
+            ""
+            if topo.max_vcpus == n
+            else f" ({topo.max_vcpus - n} trailing vCPU slots offline: <vcpu current='{n}'>)"
+        )
+    )
+    emulator_reason = (
+        f"emulator threads on cpus {format_list(emulator)}: the LLC groups of cell 0, beside "
+        "the vCPUs whose data they move"
+    )
+    reasons = (
+        node_reason,
+        profile_reason,
+        *(x.reason for x in layout.dies),
+        *(c.reason for c in cells),
+        emulator_reason,
+        guest,
+    )
+    units = ",".join(str(x.unit) for x in layout.dies)
+    summary = (
+        f"{n} vCPUs and {request.memory_mib} MiB on node{'s' if k > 1 else ''} "
+        f"{format_list(layout.nodes)}, {profile} over LLC group{'s' if len(dies) > 1 else ''} "
+        f"{units}; guest {k}x{d}x{m}"
+    )
+    return Placement(
+        request=replace(request, flavor=request.kind),
+        profile=profile,
+        cells=cells,
+        dies=dies,
+        vcpus=tuple(pins),
+        emulator_cpus=emulator,
+        topology=topo,
+        memory_mode=options.memory_mode,
+        reasons=reasons,
+        reason=summary,
+    )
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"

@@ -6,8 +6,11 @@ domain XML on stdin (https://libvirt.org/hooks.html). Two constraints shape the 
 * a hook must not call back into libvirt (libvirtd waits for it: deadlock), and only
   the ``migrate``/``restore`` operations may hand back a rewritten XML. So the hook
   cannot pin during ``prepare``/``start``; at ``started`` it spawns a detached process
-  that waits for the start job to end and then pins through the libvirt API
-  (``vcpupin``/``emulatorpin``, live only), from ``unicache place``'s proposal;
+  that waits for the start job to end and then applies ``unicache place``'s placement
+  through the libvirt API (:func:`unicache.host.libvirt.placement.apply_live`): vCPU and
+  emulator pins and the memory nodes, live and in the persistent definition, so that the
+  domain's XML says what was pinned, and the placement in its metadata, so that the next
+  start keeps it (no oscillation);
 * libvirtd looks for hook scripts when it starts: after ``install-hook`` restart it.
 
 At ``prepare`` the hook creates the placeholder socket of the unicache agent channel if
@@ -16,7 +19,9 @@ exist; QEMU then reconnects until the daemon listens).
 
 ``install-hook`` keeps a hook that was there before as ``qemu.unicache-orig`` and calls it
 first (same arguments, same stdin, its exit status wins); ``remove-hook`` puts it back.
-A domain with its own ``<vcpupin>`` is left as configured.
+A domain with its own ``<vcpupin>`` is left as configured; one unicache placed (its
+metadata says so) keeps its placement. A domain that does not fit (capacity) is left
+unpinned, with the refusal in ``hook.jsonl``.
 """
 
 from __future__ import annotations
@@ -28,14 +33,16 @@ import os
 import shlex
 import sys
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from unicache.cpulist import format_list
-from unicache.errors import ConfigError, StateError, UnicacheError
-from unicache.policy.place import UnitLoad, VmPlacement, place_vm
-from unicache.statefile import status_checkpoint
+from unicache.errors import ConfigError, PolicyRefusal, UnicacheError
+from unicache.policy.place import place_vm
+from unicache.policy.placeoptions import PlaceOptions
+from unicache.policy.placetypes import VmRequest
 from unicache.topology import Unify
 from unicache.topology.sysfs import load_topology
 
@@ -59,7 +66,8 @@ UNICACHE_PYTHON={python}
 UNICACHE_HOOK_URI={uri}
 UNICACHE_HOOK_UNIFY={unify}
 UNICACHE_HOOK_STATE_DIR={state_dir}
-export UNICACHE_HOOK_URI UNICACHE_HOOK_UNIFY UNICACHE_HOOK_STATE_DIR
+UNICACHE_HOOK_CONFIG={config}
+export UNICACHE_HOOK_URI UNICACHE_HOOK_UNIFY UNICACHE_HOOK_STATE_DIR UNICACHE_HOOK_CONFIG
 ORIG="$(dirname "$0")/{backup}"
 if [ -x "$ORIG" ]; then
     input=$(cat; echo x)
@@ -86,19 +94,24 @@ class HookConfig:
     :param uri: libvirt URI the background process connects to.
     :param unify: the cache unit level for the placement.
     :param state_dir: the daemon's state directory (loads in status.json; hook.jsonl).
+    :param config: the daemon's TOML config, whose ``[place]`` table sets capacity and
+        the profile (``None``: the defaults).
     """
 
     uri: str = "qemu:///system"
     unify: Unify = Unify.LLC
     state_dir: Path = Path("/run/unicache")
+    config: Path | None = None
 
     @classmethod
     def from_env(cls) -> HookConfig:
         """The config the installed script exports."""
+        config = os.environ.get("UNICACHE_HOOK_CONFIG", "")
         return cls(
             os.environ.get("UNICACHE_HOOK_URI", "qemu:///system"),
             Unify(os.environ.get("UNICACHE_HOOK_UNIFY", "llc")),
             Path(os.environ.get("UNICACHE_HOOK_STATE_DIR", "/run/unicache")),
+            Path(config) if config else None,
         )
 
 
@@ -115,6 +128,7 @@ def hook_script(config: HookConfig, python: str = sys.executable) -> str:
         uri=shlex.quote(config.uri),
         unify=shlex.quote(str(config.unify)),
         state_dir=shlex.quote(str(config.state_dir)),
+        config=shlex.quote(str(config.config or "")),
     )
 
 
@@ -201,51 +215,31 @@ def remove_hook(hooks_dir: Path = DEFAULT_HOOKS_DIR) -> HookChange:
 # Section: the placement the hook applies ---------------------------------------------------
 
 
-def hook_placement(vcpus: int, memory_bytes: int, config: HookConfig) -> tuple[VmPlacement, str]:
-    """Propose units and CPUs for a new domain, as ``unicache place`` does on this host.
-
-    :param vcpus: the domain's vCPUs.
-    :param memory_bytes: its memory.
-    :param config: the unit level and the daemon's state directory.
-    :returns: the proposal and what its loads are based on.
-    """
-    topo = load_topology(None, None)
-    units = topo.units(config.unify)
-    loads = {u.id: UnitLoad(u) for u in units}
-    basis = "an idle host (no daemon status)"
-    with contextlib.suppress(OSError, ValueError, TypeError, StateError):
-        status = status_checkpoint(config.state_dir).load() or {}
-        if status.get("unify") == str(config.unify):
-            for entry in status.get("units", []):
-                if entry.get("id") in loads:
-                    loads[entry["id"]] = UnitLoad(
-                        loads[entry["id"]].unit,
-                        float(entry.get("cache_load", 0.0)),
-                        int(entry.get("vcpus", 0)),
-                    )
-            basis = f"the daemon's loads at tick {status.get('tick')}"
-    placement = place_vm(tuple(loads.values()), vcpus, memory_bytes, nodes=topo.nodes)
-    return placement, basis
-
-
 def apply_placement(
-    domain: str, config: HookConfig, wait_s: float = START_WAIT_S
+    domain: str, config: HookConfig, options: PlaceOptions | None = None,
+    wait_s: float = START_WAIT_S,
 ) -> dict[str, Any]:
-    """Pin a just-started domain's vCPUs and emulator (live) where ``place`` proposes.
+    """Place a just-started domain as ``unicache place`` would, live and in its definition.
 
-    Runs in the background process the hook spawns, never inside the hook itself.
+    Runs in the background process the hook spawns, never inside the hook itself. The
+    VMs already on the host are libvirt's running domains (pins, memory, unicache's
+    metadata) with the daemon's observed cache weights (``STATE_DIR/status.json``).
 
     :param domain: the domain name.
     :param config: what to apply.
+    :param options: capacity and the profile (the ``[place]`` table of the config).
     :param wait_s: how long to wait for the domain to be running.
     :returns: the record appended to ``state_dir/hook.jsonl``.
     :raises UnicacheError: when libvirt is unreachable or the domain does not run.
     """
     from unicache.host.libvirt.binding import _quiet_errors, libvirt
     from unicache.host.libvirt.domain_xml import parse_domain
+    from unicache.host.libvirt.placement import apply_live, placed_from_libvirt, read_metadata
+    from unicache.host.placestate import merge_placed, placed_from_status, quiet_status
 
     if libvirt is None:
         raise ConfigError("the hook needs libvirt-python")
+    options = options or PlaceOptions()
     libvirt.registerErrorHandler(_quiet_errors, None)
     try:
         conn = libvirt.open(config.uri)
@@ -258,34 +252,44 @@ def apply_placement(
             if time.monotonic() > deadline:
                 raise UnicacheError(f"domain {domain} did not reach 'running' in {wait_s:.0f} s")
             time.sleep(0.2)
-        xml = parse_domain(dom.XMLDesc(0))
+        text = dom.XMLDesc(0)
+        xml = parse_domain(text)
         record: dict[str, Any] = {"time": round(time.time(), 3), "kind": "hook-placement",
                                   "vm": domain}
+        kept = read_metadata(ET.fromstring(text))
+        if kept is not None:
+            record["reason"] = (f"placed by unicache before ({kept.reason}): kept, its "
+                                "definition carries the pins (no oscillation)")
+            return record
         if xml.vcpupin:
             record["reason"] = "the domain has its own <vcpupin>: left as configured"
             return record
-        placement, basis = hook_placement(xml.vcpus, xml.memory_bytes, config)
-        ncpus = int(conn.getCPUMap()[0])
-
-        def cpumap(cpus: frozenset[int]) -> tuple[bool, ...]:
-            return tuple(i in cpus for i in range(ncpus))
-
-        for vcpu in placement.vcpus:
-            dom.pinVcpuFlags(vcpu.vcpu, cpumap(vcpu.cpus), libvirt.VIR_DOMAIN_AFFECT_LIVE)
-        dom.pinEmulator(cpumap(placement.emulator_cpus), libvirt.VIR_DOMAIN_AFFECT_LIVE)
+        topo = load_topology(None, None)
+        units = topo.units(config.unify)
+        status = quiet_status(config.state_dir)
+        from_status = placed_from_status(status, units, domain) if status else ()
+        placed = merge_placed(from_status, placed_from_libvirt(conn, units, domain))
+        basis = (f"{len(placed)} VMs on the host"
+                 + (f", weights of the daemon at tick {status.get('tick')}" if status else ""))
+        request = VmRequest(domain, xml.vcpus, xml.memory_bytes // (1 << 20))
+        try:
+            placement = place_vm(topo, request, placed, options, config.unify)
+        except PolicyRefusal as refusal:
+            record.update(kind="hook-refused", refusal=refusal.kind,
+                          reason=f"{refusal.error_message}: left unpinned")
+            return record
+        applied = apply_live(dom, placement, xml.vcpus, options.memory_mode)
         record.update(
+            profile=str(placement.profile),
             vcpus=[
                 {"vcpu": p.vcpu, "unit": p.unit, "cpus": format_list(p.cpus), "reason": p.reason}
-                for p in placement.vcpus
+                for p in placement.vcpus if p.vcpu in applied.vcpus
             ],
             emulator_cpus=format_list(placement.emulator_cpus),
+            memory=applied.memory,
+            guest=applied.guest,
             reason=f"{placement.reason}, from {basis}",
         )
-        if placement.node is not None:
-            record["memory"] = (
-                f"node {placement.node} proposed: memory placement needs <numatune> in the "
-                "domain XML (unicache place prints it); not changed live"
-            )
         return record
     except libvirt.libvirtError as err:
         raise UnicacheError(f"libvirt refused to place {domain}: {err}") from err
