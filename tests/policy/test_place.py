@@ -13,8 +13,9 @@ from dataclasses import replace
 
 import pytest
 from unicache.errors import ConfigError, PolicyRefusal
-from unicache.policy.place import place_vm, resolve_profile
+from unicache.policy.place import place_vm
 from unicache.policy.placeoptions import MemoryMode, PlaceOptions, Profile, place_options_from
+from unicache.policy.placeroom import resolve_profile
 from unicache.policy.placetypes import (
     PlacedVm,
     Placement,

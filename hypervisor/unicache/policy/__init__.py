@@ -23,7 +23,8 @@ OBS (observations paper), vCPU placement by cache weight:
   step-aside, :mod:`unicache.policy.cluster` sharing-aware OBS-X;
 * :mod:`unicache.policy.place` — where a new VM goes (NUMA nodes, LLC groups, guest
   topology; OBS-X and the Kubernetes CPU manager's uncore-cache alignment), with its
-  values (:mod:`~unicache.policy.placetypes`), options (:mod:`~unicache.policy.placeoptions`)
+  values (:mod:`~unicache.policy.placetypes`), options (:mod:`~unicache.policy.placeoptions`),
+  the host's room and the profile (:mod:`~unicache.policy.placeroom`)
   and fleets of arrivals (:mod:`~unicache.policy.placefleet`).
 
 SRM-buffer (SRM paper), page colors for streaming page caches:

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from unicache.errors import ConfigError, PolicyRefusal
-from unicache.policy.place import MAX_VCPUS, host_room, place_vm
+from unicache.policy.place import MAX_VCPUS, place_vm
 from unicache.policy.placeoptions import PlaceOptions, Profile
+from unicache.policy.placeroom import host_room
 from unicache.policy.placetypes import PlacedVm, Placement, VmRequest, placed_from
 from unicache.topology import Topology, Unify
 
