@@ -362,6 +362,11 @@ impl PyEngine {
         ToPyResult(self.inner.push(tid, Op::Migrate { cpu, cycles })).into_py(py)
     }
 
+    /// Queue idle time: the thread holds no CPU until time `until` (cycles), then goes on.
+    fn push_sleep(&mut self, py: Python<'_>, tid: usize, until: f64) -> PyResult<()> {
+        ToPyResult(self.inner.push(tid, Op::Sleep { until })).into_py(py)
+    }
+
     /// Move thread `tid` to `cpu` immediately, charging `cycles`.
     fn move_thread(&mut self, py: Python<'_>, tid: usize, cpu: u32, cycles: f64) -> PyResult<()> {
         ToPyResult(self.inner.move_thread(tid, cpu, cycles)).into_py(py)

@@ -21,6 +21,9 @@ pub enum Op {
     Compute { cycles: f64 },
     /// Move to `cpu`, paying `cycles`.
     Migrate { cpu: u32, cycles: f64 },
+    /// Idle until time `until` (cycles), holding no CPU: a thread waiting for its next
+    /// request. It starts when `until` comes, whatever its CPU is doing meanwhile.
+    Sleep { until: f64 },
 }
 
 /// Per-thread accounting (all in cycles except counts).
@@ -93,7 +96,7 @@ impl Engine {
                 }
             }
             Op::Migrate { cpu, .. } => self.check_cpu(cpu)?,
-            Op::Compute { .. } => {}
+            Op::Compute { .. } | Op::Sleep { .. } => {}
         }
         self.thread(tid)?;
         self.threads[tid].ops.push_back(op);
