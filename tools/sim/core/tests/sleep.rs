@@ -61,3 +61,17 @@ fn a_sleep_into_the_past_costs_nothing_and_a_deadline_stops_before_a_wake() {
     assert_eq!(e.run(f64::INFINITY).unwrap(), Stop::NeedOps(t));
     assert_eq!(e.thread_time(t).unwrap(), 900.0);
 }
+
+#[test]
+fn a_sleeping_thread_is_not_runnable() {
+    let mut e = Engine::new(one_cpu(), 1).unwrap();
+    let a = e.add_thread(0, 0.0).unwrap();
+    let b = e.add_thread(0, 0.0).unwrap();
+    e.push(a, Op::Sleep { until: 100.0 }).unwrap();
+    e.push(b, Op::Compute { cycles: 10.0 }).unwrap();
+    assert!(!e.is_runnable(a).unwrap());
+    assert!(e.is_runnable(b).unwrap());
+    assert_eq!(e.runnable_per_cpu(), vec![1]);
+    e.retire(b).unwrap();
+    assert_eq!(e.runnable_per_cpu(), vec![0]);
+}

@@ -367,6 +367,16 @@ impl PyEngine {
         ToPyResult(self.inner.push(tid, Op::Sleep { until })).into_py(py)
     }
 
+    /// Whether thread `tid` is runnable (work queued that is not a sleep).
+    fn is_runnable(&self, py: Python<'_>, tid: usize) -> PyResult<bool> {
+        ToPyResult(self.inner.is_runnable(tid)).into_py(py)
+    }
+
+    /// Per CPU, the number of runnable threads on it.
+    fn runnable_per_cpu(&self) -> Vec<u32> {
+        self.inner.runnable_per_cpu()
+    }
+
     /// Move thread `tid` to `cpu` immediately, charging `cycles`.
     fn move_thread(&mut self, py: Python<'_>, tid: usize, cpu: u32, cycles: f64) -> PyResult<()> {
         ToPyResult(self.inner.move_thread(tid, cpu, cycles)).into_py(py)

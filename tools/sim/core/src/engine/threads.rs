@@ -132,6 +132,24 @@ impl Engine {
         Ok(self.thread(tid)?.stats.clone())
     }
 
+    /// Whether thread `tid` is runnable: not retired, with work queued that is not a
+    /// sleep (what a scheduler sees as a task on a run queue).
+    pub fn is_runnable(&self, tid: usize) -> Result<bool> {
+        let t = self.thread(tid)?;
+        Ok(!self.retired[tid] && !matches!(t.ops.front(), None | Some(Op::Sleep { .. })))
+    }
+
+    /// Per CPU, the runnable threads on it ([`Engine::is_runnable`]).
+    pub fn runnable_per_cpu(&self) -> Vec<u32> {
+        let mut out = vec![0u32; self.cpu_free.len()];
+        for tid in 0..self.threads.len() {
+            if self.is_runnable(tid).unwrap_or(false) {
+                out[self.threads[tid].cpu as usize] += 1;
+            }
+        }
+        out
+    }
+
     /// Number of threads.
     pub fn n_threads(&self) -> usize {
         self.threads.len()
