@@ -287,7 +287,11 @@ class Runner:
         except ImportError as err:
             raise ConfigError("density needs dask[distributed] (tools/sim/requirements.txt)") from err
         import logging
+        import warnings
 
+        # the cluster's own chatter (INFO lines, a busy dashboard port) is not the user's
+        logging.getLogger("distributed").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         self._as_completed = as_completed
         if self.scheduler is not None:
             try:
