@@ -135,7 +135,7 @@ def guess(flavors: Sequence[Flavor], n_cpus: int, cap: int) -> int:
     demand = 0.0
     for n, flavor in enumerate(flavors[:cap], 1):
         demand += cpu_demand(flavor)
-        if demand >= GUESS_FILL * n_cpus:
+        if demand >= GUESS_FILL * n_cpus - 1e-9:
             return n
     return max(1, cap)
 

@@ -249,7 +249,7 @@ def parse_catalogue(text: str, origin: str) -> Catalogue:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise CatalogueError([f"{origin}: not valid TOML ({err})"]) from err
+        raise CatalogueError([f"{origin}: not valid TOML ({err})"]) from None
     extra = sorted(set(data) - {"flavor"})
     for key in extra:
         problems.add(f"table {key!r}", "unknown (a catalogue has only [flavor.NAME] tables)")
@@ -305,7 +305,7 @@ def _flavor(name: str, raw: Any, problems: _Problems) -> Flavor | None:
             problems.add(where, "a latency tenant needs 'utilization' within 0..0.95, above 0")
         if workload is not None and workload.kind is not Kind.FILES:
             problems.add(where, "a latency tenant needs a 'files' workload (its requests)")
-    else:
+    elif slo is not None:
         for key in ("k", "utilization"):
             if key in raw:
                 problems.add(where, f"{key!r} is for latency tenants (slo = \"latency\")")
@@ -314,7 +314,7 @@ def _flavor(name: str, raw: Any, problems: _Problems) -> Flavor | None:
             problems.add(where, "a throughput tenant needs 'floor' within 0..1, above 0")
         if workload is not None and workload.kind not in (Kind.MERGESORT, Kind.STREAM):
             problems.add(where, "a throughput tenant needs a 'mergesort' or 'stream' workload")
-    elif "floor" in raw:
+    elif slo is not None and "floor" in raw:
         problems.add(where, "'floor' is for throughput tenants (slo = \"throughput\")")
     if slo is SloKind.NONE and workload is not None and workload.kind is not Kind.IDLE:
         problems.add(where, "a tenant with slo = \"none\" must be idle (its work is judged)")
@@ -459,7 +459,7 @@ def parse_mixes(text: str, origin: str, catalogue: Catalogue) -> tuple[Mix, ...]
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise CatalogueError([f"{origin}: not valid TOML ({err})"]) from err
+        raise CatalogueError([f"{origin}: not valid TOML ({err})"]) from None
     for key in sorted(set(data) - {"mix"}):
         problems.add(f"table {key!r}", "unknown (a mix file has only [[mix]] tables)")
     raw = data.get("mix")
