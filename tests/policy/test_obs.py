@@ -167,6 +167,20 @@ def test_obs_l_puts_heavy_vcpus_on_one_cpu_so_co_runners_are_light() -> None:
     assert cpus[0] == cpus[2] == frozenset({1})
 
 
+def test_obs_l_shares_no_cpu_while_the_units_vcpus_leave_cpus_idle() -> None:
+    # the same weights, but each vCPU runs 30 % of the time (a latency tenant between its
+    # requests): 1.2 CPUs' worth on 2 CPUs, so a runnable vCPU finds an idle CPU, and a
+    # pin to one CPU would only make it wait behind that CPU's other vCPUs
+    policy = ObsPolicy(UNITS)
+    mix = vm("mix", 4)
+    unit_of = {VcpuId("mix", i): 0 for i in range(4)}
+    samples = [sample("mix", i, 10**7 if i in (1, 3) else 10**3, busy=0.3) for i in range(4)]
+    decision, _ = policy.decide(observation(1, (mix,), samples), ObsState(unit_of=unit_of))
+    pins = [a for a in decision.actions if isinstance(a, PinVcpu)]
+    assert {a.cpus for a in pins} == {UNITS[0].cpus}
+    assert all("OBS-L shares no cpu" in a.reason for a in pins)
+
+
 def test_obs_c_credits_light_co_runners_with_the_papers_formula() -> None:
     policy = ObsPolicy(UNITS)
     pair = vm("p", 2)

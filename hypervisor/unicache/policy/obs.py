@@ -324,7 +324,7 @@ class ObsPolicy:
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id and v not in floating)
             for vcpu, cpus, why in local_sets(
-                unit, members, weights, trusted, opts.heavy_weight_floor, opts.heavy_margin
+                unit, members, weights, trusted, opts.heavy_weight_floor, opts.heavy_margin, busy
             ):
                 if current.get(vcpu) != cpus:
                     reason = reasons.get(vcpu) or why

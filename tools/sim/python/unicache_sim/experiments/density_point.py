@@ -483,7 +483,7 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
         placed = []
         starts_of = linux_start_cpus(cfg, flavors) if not refused else []
         everywhere = frozenset(range(cfg.n_cpus))
-        for f, starts in zip(flavors, starts_of, strict=True):
+        for f, starts in zip(flavors if not refused else (), starts_of, strict=True):
             affinity = dict.fromkeys(range(f.vcpus), everywhere)
             placed.append((affinity, {v: cfg.cpu_node[c] for v, c in starts.items()}))
     if refused:
