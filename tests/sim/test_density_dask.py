@@ -69,7 +69,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
         from distributed import Client
 
         with Client(address, timeout="30s") as client:  # type: ignore[no-untyped-call]
-            client.wait_for_workers(2, timeout=60)  # type: ignore[no-untyped-call]
+            client.wait_for_workers(2, timeout=60)
         yield address
     finally:
         for proc in reversed(procs):

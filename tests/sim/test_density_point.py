@@ -7,18 +7,19 @@ import math
 from pathlib import Path
 
 import pytest
+from unicache_sim.config import from_topology
 from unicache_sim.density import DensityPoint, PointResult
 from unicache_sim.density_store import PointCache, point_key, read_points, write_points
 from unicache_sim.experiments.density_point import (
     DensityTiming,
+    PointOutcome,
     PointSpec,
     admit_linux,
     linux_start_cpus,
     place_unicache,
     run_point,
 )
-from unicache_sim.config import from_topology
-from unicache_sim.tenants import Mix, load_catalogue, mix_vms
+from unicache_sim.tenants import Flavor, Mix, load_catalogue, mix_vms
 
 from tests.topologies import TOPO_OPTERON_16
 
@@ -27,19 +28,23 @@ TINY = DensityTiming(window_s=0.0003, warm_rounds=2, measure_rounds=2)
 RATES = (("kv", 30_000.0), ("web", 10_000.0))
 
 
-def _flavors(n: int, weights: tuple[tuple[str, int], ...] = (("kv", 1), ("web", 1))) -> tuple:
+def _flavors(
+    n: int, weights: tuple[tuple[str, int], ...] = (("kv", 1), ("web", 1))
+) -> tuple[Flavor, ...]:
     cat = load_catalogue()
     return tuple(cat.get(f) for f in mix_vms(Mix("m", weights), n))
 
 
 @pytest.fixture(scope="module")
-def both() -> dict[str, object]:
+def both() -> dict[str, PointOutcome]:
     flavors = _flavors(2)
     return {p: run_point(TOPO_OPTERON_16, PointSpec(flavors, p, 1, RATES, 2.0, TINY))
             for p in ("linux", "unicache")}
 
 
-def test_requests_are_measured_and_arrive_alike_under_both_policies(both: dict) -> None:
+def test_requests_are_measured_and_arrive_alike_under_both_policies(
+    both: dict[str, PointOutcome],
+) -> None:
     linux, uc = both["linux"], both["unicache"]
     assert linux.admitted and uc.admitted
     for flavor in ("kv", "web"):

@@ -9,16 +9,16 @@ import pytest
 from unicache_sim.density_search import (
     DensitySearch,
     Reference,
+    cdf,
     check_point,
     check_slo,
-    cdf,
     density_ratio,
     guess,
     percentile,
     pooled_p95,
     worst_ratio,
 )
-from unicache_sim.tenants import SloKind, load_catalogue, mix_vms, Mix
+from unicache_sim.tenants import Mix, SloKind, load_catalogue, mix_vms
 
 
 def test_percentiles_are_nearest_rank_and_seeds_pool() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from unicache.model import (
+    Action,
     ChunkId,
     PinVcpu,
     PlacementTable,
@@ -43,7 +44,7 @@ def test_a_vm_alone_is_observed_and_acted_on_as_on_its_own_host() -> None:
     bare, inner, multi = _alone()
     a, b = bare.observe(), multi.observe()
     assert (a.vms, a.samples, a.reports) == (b.vms, b.samples, b.reports)
-    actions = [
+    actions: list[Action] = [
         PinVcpu(VcpuId("vm0", 0), frozenset({4, 5, 6, 7}), 1, "t"),
         PinVcpu(VcpuId("vm0", 3), frozenset({4, 5, 6, 7}), 1, "t"),
         ReleaseVcpu(VcpuId("vm0", 9), "t"),
@@ -58,8 +59,8 @@ def test_a_vm_alone_is_observed_and_acted_on_as_on_its_own_host() -> None:
 def _two_vms() -> MultiHost:
     cfg = from_topology(TOPO_OPTERON_16)
     engine = cfg.engine()
-    web = SimHost(cfg, engine, "web-1", 1e6, 2, {0: frozenset({0, 1, 2, 3}), 1: frozenset({0, 1, 2, 3})},
-                  {0: 0, 1: 1})
+    chip0 = frozenset({0, 1, 2, 3})
+    web = SimHost(cfg, engine, "web-1", 1e6, 2, {0: chip0, 1: chip0}, {0: 0, 1: 1})
     kv = SimHost(cfg, engine, "kv-1", 1e6, 1, {0: frozenset({4, 5, 6, 7})}, {0: 4})
     return MultiHost(cfg, engine, [web, kv])
 
@@ -84,7 +85,9 @@ def test_each_vm_takes_the_actions_that_name_it_and_a_release_restores_its_place
     obs = multi.observe()
     assert [vm.name for vm in obs.vms] == ["web-1", "kv-1"]
     assert [r.vm for r in obs.reports] == ["web-1", "kv-1"]
-    assert [s.vcpu for s in obs.samples] == [VcpuId("web-1", 0), VcpuId("web-1", 1), VcpuId("kv-1", 0)]
+    assert [s.vcpu for s in obs.samples] == [
+        VcpuId("web-1", 0), VcpuId("web-1", 1), VcpuId("kv-1", 0)
+    ]
 
 
 def test_a_waking_vcpu_takes_an_idle_cpu_of_its_group_when_its_own_is_busy() -> None:

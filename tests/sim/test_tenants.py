@@ -1,4 +1,5 @@
-"""The density experiment's tenant catalogue and mixes: what ships, what is refused, how mixes grow."""
+"""The density experiment's tenant catalogue and mixes: what ships, what is refused, how mixes
+grow."""
 
 from __future__ import annotations
 
@@ -63,13 +64,19 @@ def test_a_flavor_without_k_gets_two() -> None:
     [
         ("flavor = 3", ["t.toml: [flavor]: no flavors (expected [flavor.NAME] tables)"]),
         ("[other]\n" + GOOD_FLAVOR, ["t.toml: table 'other': unknown"]),
-        (GOOD_FLAVOR.replace("vcpus = 2", "vcpus = 0"), ["'vcpus' must be a whole number within 1..64, not 0"]),
+        (GOOD_FLAVOR.replace("vcpus = 2", "vcpus = 0"),
+         ["'vcpus' must be a whole number within 1..64, not 0"]),
         (GOOD_FLAVOR.replace("vcpus = 2", "vcpus = 2\ncolor = 1"), ["unknown key 'color'"]),
-        (GOOD_FLAVOR.replace('slo = "latency"', 'slo = "fast"'), ["'slo' must be one of latency, throughput, none"]),
-        (GOOD_FLAVOR.replace("utilization = 0.4\n", ""), ["a latency tenant needs 'utilization'"]),
-        (GOOD_FLAVOR.replace('kind = "files"', 'kind = "files"\nsize_mib = 3'), ["unknown key 'size_mib' for kind files"]),
-        (GOOD_FLAVOR.replace('popularity = "zipf"', 'popularity = "pareto"'), ["'popularity' must be zipf or uniform"]),
-        (GOOD_FLAVOR.replace('slo = "latency"\nutilization = 0.4', 'slo = "throughput"\nfloor = 0.5'),
+        (GOOD_FLAVOR.replace('slo = "latency"', 'slo = "fast"'),
+         ["'slo' must be one of latency, throughput, none"]),
+        (GOOD_FLAVOR.replace("utilization = 0.4\n", ""),
+         ["a latency tenant needs 'utilization'"]),
+        (GOOD_FLAVOR.replace('kind = "files"', 'kind = "files"\nsize_mib = 3'),
+         ["unknown key 'size_mib' for kind files"]),
+        (GOOD_FLAVOR.replace('popularity = "zipf"', 'popularity = "pareto"'),
+         ["'popularity' must be zipf or uniform"]),
+        (GOOD_FLAVOR.replace('slo = "latency"\nutilization = 0.4',
+                             'slo = "throughput"\nfloor = 0.5'),
          ["a throughput tenant needs a 'mergesort' or 'stream' workload"]),
         (GOOD_FLAVOR.replace("[flavor.web.workload]", "[flavor.web.load]"),
          ["unknown key 'load'", "workload: missing"]),

@@ -1,4 +1,5 @@
-"""``unicache density``: how many VMs of a tenant mix a host holds at their SLOs, with and without unicache.
+"""``unicache density``: how many VMs of a tenant mix a host holds at their SLOs, with and
+without unicache.
 
 The experiment runs on the simulator (``tools/sim``, the ``unicache_sim`` package), which
 a host install need not have: this module imports it only when the command runs, and says
@@ -44,7 +45,7 @@ def density(
     ] = "epyc-2s",
     mix: Annotated[
         Path | None,
-        typer.Option("--mix", help="A mix file: [[mix]] tables, name and flavors = {web = 3, ...}."),
+        typer.Option("--mix", help="A mix file: [[mix]] tables, a name and flavors = {web = 3}."),
     ] = None,
     random_mixes: Annotated[
         int, typer.Option("--random-mixes", help="Draw N random mixes of 2-4 flavors instead.")

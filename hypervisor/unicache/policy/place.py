@@ -286,7 +286,7 @@ def _pick(
             # stack vCPUs on a group's CPUs while another group has CPUs to spare, as
             # OBS-X keeps to units with a CPU to spare), room left after it (k8s: the
             # exact-size uncore cache "to avoid excessive fragmentation"), cache load, id
-            def fit(u: int) -> tuple[float, float, float, int]:
+            def fit(u: int, need: int = need) -> tuple[float, float, float, int]:
                 cpus = len(room.units[u].cpus)
                 over = max(0.0, room.used[u] + need - cpus) / cpus
                 return (round(over, 9), round(room.room(u) - need, 9), round(room.load[u], 9), u)

@@ -72,6 +72,7 @@ fn a_sleeping_thread_is_not_runnable() {
     assert!(!e.is_runnable(a).unwrap());
     assert!(e.is_runnable(b).unwrap());
     assert_eq!(e.runnable_per_cpu(), vec![1]);
+    assert_eq!(e.runnable_on(0), vec![b]);
     e.retire(b).unwrap();
     assert_eq!(e.runnable_per_cpu(), vec![0]);
 }

@@ -377,6 +377,11 @@ impl PyEngine {
         self.inner.runnable_per_cpu()
     }
 
+    /// The runnable threads on `cpu`, by id.
+    fn runnable_on(&self, cpu: u32) -> Vec<usize> {
+        self.inner.runnable_on(cpu)
+    }
+
     /// Move thread `tid` to `cpu` immediately, charging `cycles`.
     fn move_thread(&mut self, py: Python<'_>, tid: usize, cpu: u32, cycles: f64) -> PyResult<()> {
         ToPyResult(self.inner.move_thread(tid, cpu, cycles)).into_py(py)

@@ -285,7 +285,9 @@ class Runner:
         try:
             from distributed import Client, LocalCluster, as_completed
         except ImportError as err:
-            raise ConfigError("density needs dask[distributed] (tools/sim/requirements.txt)") from err
+            raise ConfigError(
+                "density needs dask[distributed] (tools/sim/requirements.txt)"
+            ) from err
         import logging
         import warnings
 
@@ -397,12 +399,18 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
     service: dict[str, list[PointOutcome]] = {}
     batch1 = [alone("service", f, s, (), req.timing) for f in judged for s in seeds]
 
-    def took(results: Sequence[PointResult], into: dict[str, list[PointOutcome]]) -> None:
-        for r in results:
-            points.append(r)
-            into.setdefault(r.point.flavors[0].name, []).append(r.outcome)
+    def took(
+        into: dict[str, list[PointOutcome]],
+    ) -> Callable[[Sequence[PointResult]], list[Sequence[DensityPoint]]]:
+        def keep(results: Sequence[PointResult]) -> list[Sequence[DensityPoint]]:
+            for r in results:
+                points.append(r)
+                into.setdefault(r.point.flavors[0].name, []).append(r.outcome)
+            return []
 
-    runner.run([batch1], lambda rs: (took(rs, service), ())[1])
+        return keep
+
+    runner.run([batch1], took(service))
     refs: dict[str, Reference] = {}
     for flavor in judged:
         tenants = [o.tenant(flavor.name) for o in service[flavor.name]]
@@ -413,8 +421,8 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
             mean = sum(means) / len(means)
             refs[flavor.name] = Reference(flavor.name, mean, flavor.utilization / mean * 1e6)
         else:
-            rates = [t.mb_per_s for t in tenants if t is not None]
-            refs[flavor.name] = Reference(flavor.name, mb_per_s=sum(rates) / len(rates))
+            moved = [t.mb_per_s for t in tenants if t is not None]
+            refs[flavor.name] = Reference(flavor.name, mb_per_s=sum(moved) / len(moved))
     rates = tuple(sorted((n, r.rate_hz) for n, r in refs.items() if r.rate_hz > 0))
 
     # 2. the latency flavors alone at their rate: the p95 of the SLO
@@ -423,7 +431,7 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
     batch2 = [alone("alone", f, s, rates, longer) for f in judged if f.latency_critical
               for s in seeds]
     if batch2:
-        runner.run([batch2], lambda rs: (took(rs, alone_out), ())[1])
+        runner.run([batch2], took(alone_out))
     for name, outs in alone_out.items():
         runs = [t.latencies_us for o in outs if (t := o.tenant(name)) is not None]
         refs[name] = replace(refs[name], p95_us=pooled_p95(runs))

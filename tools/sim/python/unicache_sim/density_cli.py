@@ -20,11 +20,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
 from unicache.errors import ConfigError
 
 from unicache_sim.density import (
-    POLICIES,
     DensityRequest,
     PointResult,
     Runner,
@@ -74,7 +72,7 @@ class DensityOptions:
     model: str
     mix: Path | None = None
     random_mixes: int = 0
-    policies: str = ",".join(POLICIES)
+    policies: str = "linux,unicache"
     seeds: int = 1
     json_out: bool = False
     out: Path = DEFAULT_OUT
@@ -167,8 +165,7 @@ def run_command(opts: DensityOptions) -> int:
         raise ConfigError(f"cannot write --out {opts.out}") from err
     build = build_fingerprint()
     cache = PointCache(opts.out / CACHE_DIR, build)
-    err = Console(stderr=True)
-    bar = _Bar(req, err)
+    bar = _Bar(req, Console(stderr=True))
     start = time.monotonic()
     workers = opts.workers or default_workers()
     with bar.progress, Runner(workers, opts.scheduler, cache.lookup, cache.store, bar) as runner:

@@ -61,7 +61,7 @@ _TENANT_FIELDS = (
 def _pa() -> Any:
     try:
         import pyarrow as pa
-        import pyarrow.parquet  # noqa: F401  (the submodule pq.* needs)
+        import pyarrow.parquet
     except ImportError as err:
         raise ConfigError("density needs pyarrow (tools/sim/requirements.txt)") from err
     return pa
@@ -194,9 +194,9 @@ def outcome_of(rows: Sequence[dict[str, Any]]) -> PointOutcome:
     first = rows[0]
     tenants = tuple(
         TenantResult(
-            r["flavor"],
-            *(r[f] for f in _TENANT_FIELDS),
-            tuple(r["latencies_us"] or ()),
+            flavor=r["flavor"],
+            **{f: r[f] for f in _TENANT_FIELDS},
+            latencies_us=tuple(r["latencies_us"] or ()),
         )
         for r in rows
         if r["flavor"] is not None

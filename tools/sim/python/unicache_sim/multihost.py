@@ -1,4 +1,5 @@
-"""Several VMs on one simulated machine: the Host port over their own hosts, and the host's scheduler.
+"""Several VMs on one simulated machine: the Host port over their own hosts, and the host's
+scheduler.
 
 ``MultiHost`` composes one :class:`~unicache_sim.simhost.SimHost` per VM, all on one
 native engine, so that every VM keeps its own vCPUs, guest threads, report and placement
@@ -8,18 +9,23 @@ vCPUs, samples and report in one :class:`~unicache.model.Observation`; ``act`` h
 VM the actions that name it, then runs the vCPUs on CPUs host-wide.
 
 The host's scheduler (Linux's CFS, under both baselines: the CPU sets differ, the rules
-do not) is modelled by three rules, each named after what it stands for:
+do not) is modelled by four rules, each named after what it stands for:
 
-1. **Wake-up** (``select_idle_sibling``): a vCPU whose thread wakes for a request runs on
-   its CPU if no other runnable thread is there; else on an idle CPU of its set in the
-   same LLC group; else on an idle CPU anywhere in its set (the newly idle CPU's balance
-   pulls it within microseconds); else it stays and waits. Moving a sleeping thread costs
-   no hop, only the refill the caches charge.
-2. **Churn** (the MFC experiment's ``linux_float``): every balancing period a runnable
+1. **Wake-up** (``select_idle_sibling``, which searches the LLC domain only): a vCPU whose
+   thread wakes for a request runs on its CPU if no other runnable thread is there, else
+   on an idle CPU of its set in the same LLC group, else it waits where it is. Moving a
+   sleeping thread costs no hop, only the refill the caches charge.
+2. **Newly idle** (``newidle_balance``): a CPU whose last runnable thread goes to sleep
+   pulls a waiting vCPU (one of two or more runnable on a CPU, allowed here by its set)
+   from its LLC group first, else from its NUMA node (CFS's newidle balance walks the
+   domains up to the node while the pull is cheaper than the idle time; farther CPUs
+   wait for rule 4). A waiting vCPU moves without a hop.
+3. **Churn** (the MFC experiment's ``linux_float``): every balancing period a runnable
    vCPU moves to an idle CPU of its set with probability ``float_prob``, of its own LLC
    group 4 times out of 5.
-3. **Idle pull** (the periodic load balance): a CPU with two or more runnable vCPUs gives
-   one to an idle CPU of that vCPU's set, of its LLC group first.
+4. **Idle pull** (the periodic load balance, every domain up to the machine): a CPU with
+   two or more runnable vCPUs gives one to an idle CPU of that vCPU's set, of its LLC
+   group first.
 
 A VM alone on the host, with one vCPU per CPU and threads that never sleep, is the MFC
 experiment's host: ``tests/sim/test_multihost.py`` checks that it measures the same.
@@ -149,14 +155,37 @@ class MultiHost:
         runnable = self.engine.runnable_per_cpu()
         if runnable[here] == 0:
             return
-        to = self._idle_cpu(here, host.affinity[vcpu], runnable)
+        to = self._idle_cpu(here, host.affinity[vcpu], runnable, anywhere=False)
         if to is not None:
             # the thread was asleep: no hop, only the refill the caches will charge
             host.move_vcpu(vcpu, to, 0.0)
             self.moves += 1
 
+    def idle(self, cpu: int) -> None:
+        """Rule 2: the last runnable thread of ``cpu`` went to sleep; it pulls a waiting
+        vCPU of its LLC group, else of its node."""
+        runnable = self.engine.runnable_per_cpu()
+        if runnable[cpu] > 0:
+            return
+        group, node = self.cfg.group_of(cpu), self.cfg.cpu_node[cpu]
+        # sort keys: same LLC group first, most runnable, CPU id
+        donors = sorted(
+            (c for c, n in enumerate(runnable) if n >= 2 and self.cfg.cpu_node[c] == node),
+            key=lambda c: (self.cfg.group_of(c) != group, -runnable[c], c),
+        )
+        for donor in donors:
+            for tid in reversed(self.engine.runnable_on(donor)):
+                host = self.host_of.get(tid)
+                if host is None:
+                    continue
+                vcpu = host.thread_vcpu[tid]
+                if cpu in host.affinity[vcpu] and host.vcpu_cpu[vcpu] == donor:
+                    host.move_vcpu(vcpu, cpu, 0.0)
+                    self.moves += 1
+                    return
+
     def balance(self, rng: random.Random, float_prob: float) -> None:
-        """Rules 2 and 3, once per balancing period."""
+        """Rules 3 and 4, once per balancing period."""
         runnable_tids = [t for t in sorted(self.host_of) if self.engine.is_runnable(t)]
         keys: dict[int, tuple[SimHost, int]] = {}
         placed: dict[int, int] = {}
@@ -170,13 +199,13 @@ class MultiHost:
             keys[key] = (host, vcpu)
             placed[key] = host.vcpu_cpu[vcpu]
             allowed[key] = host.affinity[vcpu]
-        # rule 2: churn
+        # rule 3: churn
         for key, cpu in linux_float(rng, float_prob, self.cfg, placed, allowed):
             host, vcpu = keys[key]
             host.move_vcpu(vcpu, cpu)
             placed[key] = cpu
             self.moves += 1
-        # rule 3: idle pull, one vCPU from each CPU that has more than one
+        # rule 4: idle pull, one vCPU from each CPU that has more than one
         per_cpu: dict[int, list[int]] = {}
         for key, cpu in sorted(placed.items()):
             per_cpu.setdefault(cpu, []).append(key)
@@ -197,15 +226,17 @@ class MultiHost:
             host.move_vcpu(vcpu, to)
             self.moves += 1
 
-    def _idle_cpu(self, here: int, cpus: frozenset[int], runnable: Sequence[int]) -> int | None:
+    def _idle_cpu(
+        self, here: int, cpus: frozenset[int], runnable: Sequence[int], anywhere: bool = True
+    ) -> int | None:
         """An idle CPU of ``cpus``: of ``here``'s LLC group first, the next one after
-        ``here`` in CPU order (so that wakers spread), else anywhere in the set."""
+        ``here`` in CPU order (so that wakers spread), else (``anywhere``) any in the set."""
         group = self.cfg.group_of(here)
         idle = sorted(c for c in cpus if runnable[c] == 0)
-        if not idle:
-            return None
         same = [c for c in idle if self.cfg.group_of(c) == group]
-        pool = same or idle
+        pool = same or (idle if anywhere else [])
+        if not pool:
+            return None
         return next((c for c in pool if c > here), pool[0])
 
     def _key(self, host: SimHost, vcpu: int) -> int:

@@ -150,6 +150,13 @@ impl Engine {
         out
     }
 
+    /// The runnable threads on `cpu` ([`Engine::is_runnable`]), by id.
+    pub fn runnable_on(&self, cpu: u32) -> Vec<usize> {
+        (0..self.threads.len())
+            .filter(|&tid| self.threads[tid].cpu == cpu && self.is_runnable(tid).unwrap_or(false))
+            .collect()
+    }
+
     /// Number of threads.
     pub fn n_threads(&self) -> usize {
         self.threads.len()

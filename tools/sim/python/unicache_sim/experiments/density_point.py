@@ -348,6 +348,8 @@ class _Tenants:
         else:
             w.sleeping = True
             self.engine.push_sleep(w.tid, w.next_arrival)
+            # its CPU may have nothing left to run: CFS's newly idle balance
+            self.multihost.idle(self.engine.thread_cpu(w.tid))
 
     def _request(self, w: _Worker, arrival: float) -> None:
         work = w.vm.flavor.workload
@@ -512,7 +514,7 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
         shims = {vm.name: GuestShim(vm.host) for vm in vms}
         policy = UnicachePolicy(topo, Unify.LLC)
         chunk = policy.scu.options.chunk_size
-        rounds = run_rounds_sync(window_host, policy, RoundState())  # type: ignore[arg-type]
+        rounds = run_rounds_sync(window_host, policy, RoundState())
     tenants = _Tenants(engine, multihost, shims, chunk)
     rates = dict(spec.rates)
     workers: dict[int, _Worker] = {}
