@@ -122,3 +122,20 @@ def test_the_idle_pull_moves_one_of_two_runnable_vcpus_inside_its_set() -> None:
     multi.balance(random.Random(1), float_prob=0.0)
     assert web.vcpu_cpu[0] != web.vcpu_cpu[1]
     assert web.vcpu_cpu[1] in web.affinity[1] and multi.moves == 1
+
+
+def test_a_newly_idle_cpu_pulls_a_waiting_vcpu_of_its_group() -> None:
+    multi = _two_vms()
+    web, _ = multi.hosts
+    engine = multi.engine
+    for vcpu in (0, 1):
+        tid = engine.add_thread(0)
+        multi.add_thread("web-1", tid, vcpu)
+        engine.push_compute(tid, 1e6)
+    web.move_vcpu(1, 0)  # both runnable on CPU 0; CPU 3 has nothing to run
+    multi.idle(3)
+    assert web.vcpu_cpu[1] == 3 and multi.moves == 1
+    # a CPU outside the vCPU's set pulls nothing
+    web.move_vcpu(1, 0)
+    multi.idle(5)
+    assert web.vcpu_cpu[1] == 0
