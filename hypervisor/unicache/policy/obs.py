@@ -416,21 +416,43 @@ class ObsPolicy:
     ) -> tuple[CacheUnit, ...]:
         """The units a vCPU may move into: while the host has a CPU for every vCPU, only
         units with a CPU to spare (two vCPUs sharing a CPU while another idles would cost
-        more than any cache gain). On an oversubscribed host, the units whose vCPUs leave
-        CPU time to spare for ``need`` more (``busy``: each vCPU's share of the last
-        interval; vCPUs confined to a unit cannot use another unit's idle CPUs, so cache
-        load must not stack their demand past the unit's CPUs), else every unit (OBS-L
-        pairs heavy and light vCPUs on the shared CPUs). Empty when every CPU has its
-        vCPU."""
+        more than any cache gain). On an oversubscribed host whose vCPUs leave CPU time
+        idle (``busy``: each vCPU's share of the last interval), the units whose CPU time
+        stays within the host's share with ``need`` more (the host's busy CPUs per CPU,
+        plus ``imbalance_margin``): vCPUs confined to a unit cannot use another unit's
+        idle CPUs, so cache load must not stack their demand in one unit while others
+        idle (the least loaded unit when none has room). A saturated host (the paper's
+        always-running tasks): every unit, OBS-L pairs heavy and light vCPUs on the
+        shared CPUs. Empty when every CPU has its vCPU."""
         if len(unit_of) > sum(len(u.cpus) for u in self.units):
-            if busy is None:
+            demand = self._demand(unit_of, busy)
+            if demand is None or need <= 0.0:  # an idle vCPU adds no CPU time anywhere
                 return self.units
-            demand = {u.id: 0.0 for u in self.units}
-            for vcpu, unit in unit_of.items():
-                demand[unit] += busy.get(vcpu, 0.0)
-            roomy = tuple(u for u in self.units if demand[u.id] + need <= len(u.cpus) + 1e-9)
-            return roomy or self.units
+            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
+            roomy = tuple(
+                u for u in self.units if demand[u.id] + need <= share * len(u.cpus) + 1e-9
+            )
+            # sort keys: busy CPUs per CPU, unit id
+            return roomy or (min(self.units, key=lambda u: (demand[u.id] / len(u.cpus), u.id)),)
         return tuple(u for u in self.units if _count(unit_of, u.id) < len(u.cpus))
+
+    def _demand(
+        self, unit_of: Mapping[VcpuId, int], busy: Mapping[VcpuId, float] | None
+    ) -> dict[int, float] | None:
+        """CPUs' worth of time the vCPUs of each unit ran in the last interval; ``None``
+        when not known or when they kept every CPU of the host busy (saturated)."""
+        if busy is None:
+            return None
+        demand = {u.id: 0.0 for u in self.units}
+        for vcpu, unit in unit_of.items():
+            demand[unit] += busy.get(vcpu, 0.0)
+        if sum(demand.values()) >= sum(len(u.cpus) for u in self.units):
+            return None
+        return demand
+
+    def _share(self, demand: Mapping[int, float]) -> float:
+        """The host's busy CPUs per CPU."""
+        return sum(demand.values()) / sum(len(u.cpus) for u in self.units)
 
     def _rebalance(
         self,
@@ -485,6 +507,15 @@ class ObsPolicy:
         ]
         # only moves that lower the heaviest load: light + w < heavy
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
+        # ... and, on an oversubscribed host with CPU time idle, that the lightest unit
+        # has the CPU time for it (_with_room)
+        demand = self._demand(unit_of, busy)
+        if demand is not None and len(unit_of) > sum(len(u.cpus) for u in self.units):
+            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
+            cpus = len(self._unit_by_id[light].cpus)
+            useful = [
+                v for v in useful if demand[light] + (busy or {}).get(v, 0.0) <= share * cpus + 1e-9
+            ]
         if not useful:
             return None
         # sort keys: distance of w from half the gap (best leveller), then vCPU id
