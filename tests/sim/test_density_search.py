@@ -81,6 +81,13 @@ def test_the_search_finds_the_exact_boundary_of_a_monotone_slo(
     assert probes <= math.ceil(math.log2(cap)) + 3
 
 
+def test_an_slo_that_breaks_off_a_cliff_is_found_at_bisections_pace() -> None:
+    # flat, then a cliff: interpolation would creep up from below; the middle is taken
+    search = DensitySearch(90, 90)
+    probes = _run(search, lambda n: 0.6 + n / 1000 if n <= 86 else 2.2)
+    assert search.result == 86 and probes <= 9
+
+
 def test_the_search_stops_at_the_cap_when_every_slo_holds() -> None:
     search = DensitySearch(40, 30)
     assert _run(search, lambda n: 0.1) == 2  # the guess, then the cap

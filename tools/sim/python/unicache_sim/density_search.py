@@ -17,8 +17,9 @@ SLO meets it, between 0 (nothing to meet) and the host's admission cap:
    failed, go down by the same factor (to 1);
 3. then narrow the bracket (largest pass, smallest fail) by *safeguarded interpolation*:
    the N where the worst SLO ratio, interpolated linearly between the bracket's two
-   probes, reaches 1, kept inside the bracket's middle half (so the bracket at least
-   quarters each step, as bisection halves it) and rounded to an integer strictly inside;
+   probes, reaches 1, when that falls inside the bracket's middle half, else its middle
+   (bisection: an SLO that holds and then breaks off a cliff never slows the search
+   below bisection's pace), rounded to an integer strictly inside;
 4. stop when the bracket is at most ``max(1, tolerance x lo)`` wide: the answer is lo.
 
 It assumes what bisection assumes: more VMs never make the worst SLO better. Sampling
@@ -211,7 +212,8 @@ class DensitySearch:
         if r_lo is not None and r_hi is not None and math.isfinite(r_hi) and r_hi > r_lo:
             target = lo + (1.0 - r_lo) / (r_hi - r_lo) * (hi - lo)
         quarter = (hi - lo) / 4
-        target = min(max(target, lo + quarter), hi - quarter)
+        if not lo + quarter <= target <= hi - quarter:
+            target = mid
         n = round(target)
         return min(max(n, lo + 1), hi - 1)
 
