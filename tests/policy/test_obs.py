@@ -167,6 +167,36 @@ def test_obs_l_puts_heavy_vcpus_on_one_cpu_so_co_runners_are_light() -> None:
     assert cpus[0] == cpus[2] == frozenset({1})
 
 
+def test_obs_l_shares_no_cpu_while_the_units_vcpus_leave_cpus_idle() -> None:
+    # the same weights, but each vCPU runs 30 % of the time (a latency tenant between its
+    # requests): 1.2 CPUs' worth on 2 CPUs, so a runnable vCPU finds an idle CPU, and a
+    # pin to one CPU would only make it wait behind that CPU's other vCPUs
+    policy = ObsPolicy(UNITS)
+    mix = vm("mix", 4)
+    unit_of = {VcpuId("mix", i): 0 for i in range(4)}
+    samples = [sample("mix", i, 10**7 if i in (1, 3) else 10**3, busy=0.3) for i in range(4)]
+    decision, _ = policy.decide(observation(1, (mix,), samples), ObsState(unit_of=unit_of))
+    pins = [a for a in decision.actions if isinstance(a, PinVcpu)]
+    assert {a.cpus for a in pins} == {UNITS[0].cpus}
+    assert all("OBS-L shares no cpu" in a.reason for a in pins)
+
+
+def test_on_an_oversubscribed_host_new_vcpus_go_where_cpu_time_is_left() -> None:
+    # 24 vCPUs on opteron-16's 16 CPUs, each busy 60 %: by cache load alone the light
+    # vCPUs would all go to the lightest unit; a unit takes no more than its CPUs can run
+    units = TOPO_OPTERON_16.units()
+    policy = ObsPolicy(units)
+    # three heavy vCPUs take three units; by cache load every light one would follow into
+    # the fourth (21 vCPUs, 12.6 CPUs of demand on 4 CPUs)
+    vms = tuple(vm(f"v{i:02}", 1) for i in range(24))
+    samples = [sample(f"v{i:02}", 0, 10**7 if i < 3 else 10**3, busy=0.6) for i in range(24)]
+    _, state = policy.decide(observation(1, vms, samples), ObsState())
+    assert len(state.unit_of) == 24
+    for unit in units:
+        placed = [v for v, u in state.unit_of.items() if u == unit.id]
+        assert 0.6 * len(placed) <= len(unit.cpus) + 1e-9
+
+
 def test_obs_c_credits_light_co_runners_with_the_papers_formula() -> None:
     policy = ObsPolicy(UNITS)
     pair = vm("p", 2)

@@ -23,7 +23,7 @@ from unicache.errors import UnicacheError
 __all__ = ["app", "main"]
 
 # the commands' modules, in the order --help lists them
-for _group in ("topology", "replay", "run", "place", "status"):
+for _group in ("topology", "replay", "run", "place", "status", "density"):
     importlib.import_module(f"unicache.cli.{_group}")
 
 

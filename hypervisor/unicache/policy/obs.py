@@ -244,7 +244,14 @@ class ObsPolicy:
                     here is not None
                     and vcpu.vm not in spread_again
                     and self._may_stay(
-                        here, unit_of, loads, weights.get(vcpu, 0.0), fair_load, fair_count
+                        here,
+                        unit_of,
+                        loads,
+                        weights.get(vcpu, 0.0),
+                        fair_load,
+                        fair_count,
+                        busy,
+                        busy.get(vcpu, 0.0),
                     )
                 ):
                     unit_of[vcpu] = here.id
@@ -255,7 +262,7 @@ class ObsPolicy:
                     continue
                 # sort keys: cache load, vCPUs already there, unit id (idle: count first)
                 target = min(
-                    self._with_room(unit_of) or self.units,
+                    self._with_room(unit_of, busy, busy.get(vcpu, 0.0)) or self.units,
                     key=lambda u: (
                         (_count(unit_of, u.id), loads[u.id], u.id)
                         if idle
@@ -296,7 +303,7 @@ class ObsPolicy:
         if obs.tick - state.last_rebalance >= opts.rebalance_period and len(self.units) > 1:
             last_rebalance = obs.tick
             kept = frozenset(v for vm in clustered for v in vcpus_of[vm])
-            moved = self._rebalance(unit_of, weights, trusted, kept)
+            moved = self._rebalance(unit_of, weights, trusted, kept, busy)
             if moved is not None:
                 vcpu, src, dst, why = moved
                 unit_of[vcpu] = dst
@@ -324,7 +331,7 @@ class ObsPolicy:
         for unit in self.units:
             members = sorted(v for v, u in unit_of.items() if u == unit.id and v not in floating)
             for vcpu, cpus, why in local_sets(
-                unit, members, weights, trusted, opts.heavy_weight_floor, opts.heavy_margin
+                unit, members, weights, trusted, opts.heavy_weight_floor, opts.heavy_margin, busy
             ):
                 if current.get(vcpu) != cpus:
                     reason = reasons.get(vcpu) or why
@@ -387,26 +394,65 @@ class ObsPolicy:
         weight: float,
         fair_load: float,
         fair_count: int,
+        busy: Mapping[VcpuId, float] | None = None,
+        need: float = 0.0,
     ) -> bool:
         """Whether a new vCPU may stay in the unit it runs in: the unit has a CPU to spare
         (or the host is oversubscribed), stays within its fair share of vCPUs, and is the
         lightest unit it could go to or stays within its fair share of cache load (with
         ``imbalance_margin``)."""
-        room = self._with_room(unit_of)
+        room = self._with_room(unit_of, busy, need)
         if unit not in room or _count(unit_of, unit.id) >= fair_count:
             return False
         if loads[unit.id] <= min(loads[u.id] for u in room):
             return True
         return loads[unit.id] + weight <= fair_load * (1.0 + self.options.imbalance_margin)
 
-    def _with_room(self, unit_of: Mapping[VcpuId, int]) -> tuple[CacheUnit, ...]:
+    def _with_room(
+        self,
+        unit_of: Mapping[VcpuId, int],
+        busy: Mapping[VcpuId, float] | None = None,
+        need: float = 0.0,
+    ) -> tuple[CacheUnit, ...]:
         """The units a vCPU may move into: while the host has a CPU for every vCPU, only
         units with a CPU to spare (two vCPUs sharing a CPU while another idles would cost
-        more than any cache gain); on an oversubscribed host, every unit (OBS-L pairs
-        heavy and light vCPUs on the shared CPUs). Empty when every CPU has its vCPU."""
+        more than any cache gain). On an oversubscribed host whose vCPUs leave CPU time
+        idle (``busy``: each vCPU's share of the last interval), the units whose CPU time
+        stays within the host's share with ``need`` more (the host's busy CPUs per CPU,
+        plus ``imbalance_margin``): vCPUs confined to a unit cannot use another unit's
+        idle CPUs, so cache load must not stack their demand in one unit while others
+        idle (the least loaded unit when none has room). A saturated host (the paper's
+        always-running tasks): every unit, OBS-L pairs heavy and light vCPUs on the
+        shared CPUs. Empty when every CPU has its vCPU."""
         if len(unit_of) > sum(len(u.cpus) for u in self.units):
-            return self.units
+            demand = self._demand(unit_of, busy)
+            if demand is None or need <= 0.0:  # an idle vCPU adds no CPU time anywhere
+                return self.units
+            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
+            roomy = tuple(
+                u for u in self.units if demand[u.id] + need <= share * len(u.cpus) + 1e-9
+            )
+            # sort keys: busy CPUs per CPU, unit id
+            return roomy or (min(self.units, key=lambda u: (demand[u.id] / len(u.cpus), u.id)),)
         return tuple(u for u in self.units if _count(unit_of, u.id) < len(u.cpus))
+
+    def _demand(
+        self, unit_of: Mapping[VcpuId, int], busy: Mapping[VcpuId, float] | None
+    ) -> dict[int, float] | None:
+        """CPUs' worth of time the vCPUs of each unit ran in the last interval; ``None``
+        when not known or when they kept every CPU of the host busy (saturated)."""
+        if busy is None:
+            return None
+        demand = {u.id: 0.0 for u in self.units}
+        for vcpu, unit in unit_of.items():
+            demand[unit] += busy.get(vcpu, 0.0)
+        if sum(demand.values()) >= sum(len(u.cpus) for u in self.units):
+            return None
+        return demand
+
+    def _share(self, demand: Mapping[int, float]) -> float:
+        """The host's busy CPUs per CPU."""
+        return sum(demand.values()) / sum(len(u.cpus) for u in self.units)
 
     def _rebalance(
         self,
@@ -414,6 +460,7 @@ class ObsPolicy:
         weights: Mapping[VcpuId, float],
         trusted: frozenset[VcpuId],
         kept: frozenset[VcpuId] = frozenset(),
+        busy: Mapping[VcpuId, float] | None = None,
     ) -> tuple[VcpuId, int, int, str] | None:
         """The best move of one overweight vCPU, each VM's vCPUs judged by the loads as
         that VM sees them (:meth:`_loads`); one view for all where every weight is the
@@ -423,7 +470,7 @@ class ObsPolicy:
             views = {v.vm for v in unit_of}
         best: tuple[float, VcpuId, int, int, str] | None = None
         for viewer in sorted(views, key=str):
-            move = self._rebalance_view(unit_of, weights, kept, trusted, viewer)
+            move = self._rebalance_view(unit_of, weights, kept, trusted, viewer, busy)
             if move is not None and (best is None or move[:2] < best[:2]):
                 best = move
         return None if best is None else best[1:]
@@ -435,11 +482,12 @@ class ObsPolicy:
         kept: frozenset[VcpuId],
         trusted: frozenset[VcpuId],
         viewer: str | None,
+        busy: Mapping[VcpuId, float] | None = None,
     ) -> tuple[float, VcpuId, int, int, str] | None:
         loads = self._loads(unit_of, weights, trusted, viewer)
         # sort keys: load, then unit id (deterministic ties)
         heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
-        room = self._with_room(unit_of)
+        room = self._with_room(unit_of, busy)
         if not room:
             return None
         light = min(room, key=lambda u: (loads[u.id], u.id)).id
@@ -459,6 +507,15 @@ class ObsPolicy:
         ]
         # only moves that lower the heaviest load: light + w < heavy
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
+        # ... and, on an oversubscribed host with CPU time idle, that the lightest unit
+        # has the CPU time for it (_with_room)
+        demand = self._demand(unit_of, busy)
+        if demand is not None and len(unit_of) > sum(len(u.cpus) for u in self.units):
+            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
+            cpus = len(self._unit_by_id[light].cpus)
+            useful = [
+                v for v in useful if demand[light] + (busy or {}).get(v, 0.0) <= share * cpus + 1e-9
+            ]
         if not useful:
             return None
         # sort keys: distance of w from half the gap (best leveller), then vCPU id

@@ -130,15 +130,23 @@ def _pick(
                 f"LLC group {unit} of node {node} for {_n(need, 'vCPU')}"
             )
         else:
-            # sort keys: room left after it (k8s: the exact-size uncore cache "to avoid
-            # excessive fragmentation"), cache load, unit id
-            unit = min(
-                fits, key=lambda u: (round(room.room(u) - need, 9), round(room.load[u], 9), u)
-            )
+            # sort keys: the vCPUs per CPU above one it would leave there (with
+            # cpu_overcommit > 1 the closest fit by slots is the busiest group: never
+            # stack vCPUs on a group's CPUs while another group has CPUs to spare, as
+            # OBS-X keeps to units with a CPU to spare), room left after it (k8s: the
+            # exact-size uncore cache "to avoid excessive fragmentation"), cache load, id
+            def fit(u: int, need: int = need) -> tuple[float, float, float, int]:
+                cpus = len(room.units[u].cpus)
+                over = max(0.0, room.used[u] + need - cpus) / cpus
+                return (round(over, 9), round(room.room(u) - need, 9), round(room.load[u], 9), u)
+
+            unit = min(fits, key=fit)
+            stacked = fit(unit)[0] > 0
             why = (
                 f"compact (k8s uncore-cache alignment): {_n(need, 'vCPU')} on LLC group {unit} "
                 f"of node {node}, the closest fit ({room.room(unit) - need:g} of "
-                f"{room.slots[unit]:g} slots left after them)"
+                f"{room.slots[unit]:g} slots left after them"
+                + (", the least overcommitted: no group has CPUs to spare)" if stacked else ")")
             )
         taken.add(unit)
         out.append((unit, need, why))

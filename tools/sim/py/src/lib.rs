@@ -362,6 +362,26 @@ impl PyEngine {
         ToPyResult(self.inner.push(tid, Op::Migrate { cpu, cycles })).into_py(py)
     }
 
+    /// Queue idle time: the thread holds no CPU until time `until` (cycles), then goes on.
+    fn push_sleep(&mut self, py: Python<'_>, tid: usize, until: f64) -> PyResult<()> {
+        ToPyResult(self.inner.push(tid, Op::Sleep { until })).into_py(py)
+    }
+
+    /// Whether thread `tid` is runnable (work queued that is not a sleep).
+    fn is_runnable(&self, py: Python<'_>, tid: usize) -> PyResult<bool> {
+        ToPyResult(self.inner.is_runnable(tid)).into_py(py)
+    }
+
+    /// Per CPU, the number of runnable threads on it.
+    fn runnable_per_cpu(&self) -> Vec<u32> {
+        self.inner.runnable_per_cpu()
+    }
+
+    /// The runnable threads on `cpu`, by id.
+    fn runnable_on(&self, cpu: u32) -> Vec<usize> {
+        self.inner.runnable_on(cpu)
+    }
+
     /// Move thread `tid` to `cpu` immediately, charging `cycles`.
     fn move_thread(&mut self, py: Python<'_>, tid: usize, cpu: u32, cycles: f64) -> PyResult<()> {
         ToPyResult(self.inner.move_thread(tid, cpu, cycles)).into_py(py)

@@ -21,7 +21,7 @@ The policy behind it is whatever drives the host: the simulator uses
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -63,28 +63,53 @@ class _ThreadMark:
 
 
 class SimHost:
-    """One VM with one vCPU per host CPU, its reader threads, on the native engine.
+    """One VM, its vCPUs and its reader threads, on the native engine.
+
+    By default the VM has one vCPU per host CPU, vCPU i on CPU i, each free to float over
+    every CPU (the MFC experiment). A VM placed on a host shared with others
+    (:mod:`unicache_sim.multihost`) has its own vCPU count, the CPU sets its placement
+    pinned them to (what ``ReleaseVcpu`` restores: the live actuator's journaled set) and
+    the CPUs they start on.
 
     :param cfg: the simulated machine.
     :param engine: the engine running the threads.
     :param vm: the VM's name.
     :param period_cycles: the round period (the host-guest lag).
+    :param vcpus: the VM's vCPUs (default: one per host CPU).
+    :param affinity: vCPU -> the CPUs it may run on (default: every CPU).
+    :param cpus: vCPU -> the CPU it starts on (default: vCPU i on CPU i).
     """
 
     name = "sim"
 
     def __init__(
-        self, cfg: SimConfig, engine: _native.Engine, vm: str, period_cycles: float
+        self,
+        cfg: SimConfig,
+        engine: _native.Engine,
+        vm: str,
+        period_cycles: float,
+        vcpus: int | None = None,
+        affinity: Mapping[int, frozenset[int]] | None = None,
+        cpus: Mapping[int, int] | None = None,
     ) -> None:
         self.cfg = cfg
         self.engine = engine
         self.vm = vm
         self.period = period_cycles
         n = cfg.n_cpus
+        #: the VM's vCPUs
+        self.n_vcpus = n if vcpus is None else vcpus
+        everywhere = frozenset(range(n))
         #: vCPU index -> the host CPUs it may run on (floating over all at first)
-        self.affinity: dict[int, frozenset[int]] = {i: frozenset(range(n)) for i in range(n)}
+        self.affinity: dict[int, frozenset[int]] = {
+            i: everywhere if affinity is None else affinity[i] for i in range(self.n_vcpus)
+        }
+        #: vCPU index -> the CPU set a release restores (the placement's, or every CPU)
+        self.home = dict(self.affinity)
         #: vCPU index -> the host CPU it runs on
-        self.vcpu_cpu: dict[int, int] = {i: i for i in range(n)}
+        self.vcpu_cpu: dict[int, int] = {
+            i: i if cpus is None else cpus[i] for i in range(self.n_vcpus)
+        }
         #: thread id -> vCPU index it runs on (set by the guest)
         self.thread_vcpu: dict[int, int] = {}
         self.table: PlacementTable | None = None
@@ -127,7 +152,7 @@ class SimHost:
         self.tick += 1
         window = self.period if window_cycles is None else window_cycles
         # every vCPU has a sample, idle or not, as the live host counts every vCPU thread
-        per_vcpu = {vcpu: _ThreadMark() for vcpu in range(self.cfg.n_cpus)}
+        per_vcpu = {vcpu: _ThreadMark() for vcpu in range(self.n_vcpus)}
         for tid, vcpu in self.thread_vcpu.items():
             st = self.engine.thread_stats(tid)
             cycles = st.compute_cycles + st.stall_cycles + st.migration_cycles
@@ -162,15 +187,22 @@ class SimHost:
         self._reads = {}
         self.seq += 1
         seconds = self.period / (self.cfg.clock_ghz * 1e9)
-        report = GuestReport(self.vm, self.seq, seconds, chunks, guest_vcpus=self.cfg.n_cpus)
+        report = GuestReport(self.vm, self.seq, seconds, chunks, guest_vcpus=self.n_vcpus)
         vcpus = tuple(
             Vcpu(VcpuId(self.vm, i), None, self.affinity[i], self.vcpu_cpu[i])
-            for i in range(self.cfg.n_cpus)
+            for i in range(self.n_vcpus)
         )
         return Observation(self.tick, (Vm(self.vm, vcpus),), samples, (report,))
 
     def act(self, actions: Sequence[Action]) -> ActResult:
         """Carry out pinning and placement; never raises for one action."""
+        result = self.apply(actions)
+        self._place_vcpus()
+        return result
+
+    def apply(self, actions: Sequence[Action]) -> ActResult:
+        """Take the actions' CPU sets and table, without running the vCPUs anywhere new
+        yet (:meth:`act` does; a host shared by several VMs places them all at once)."""
         applied: list[Action] = []
         failed: list[tuple[Action, str]] = []
         for action in actions:
@@ -187,13 +219,13 @@ class SimHost:
                 if action.vcpu.vm != self.vm or action.vcpu.index not in self.affinity:
                     failed.append((action, f"{action.vcpu} is not running"))
                     continue
-                # back on every CPU, as it started (the live actuator's journaled set)
-                self.affinity[action.vcpu.index] = frozenset(range(self.cfg.n_cpus))
+                # back where it started (the live actuator's journaled set): every CPU, or
+                # the CPUs its placement pinned it to
+                self.affinity[action.vcpu.index] = self.home[action.vcpu.index]
             elif isinstance(action, PublishPlacement) and action.vm == self.vm:
                 self.table = action.table
                 self.entries = {e.chunk: e for e in action.table.entries}
             applied.append(action)
-        self._place_vcpus()
         return ActResult(tuple(applied), tuple(failed))
 
     def float_vcpus(self, rng: random.Random, float_prob: float, tids: Sequence[int]) -> None:
@@ -242,12 +274,20 @@ class SimHost:
             load[cpu] = load.get(cpu, 0) + 1
             self._move_vcpu(vcpu, cpu)
 
-    def _move_vcpu(self, vcpu: int, cpu: int) -> None:
+    def move_vcpu(self, vcpu: int, cpu: int, cycles: float | None = None) -> None:
+        """Run a vCPU (and the threads on it) on ``cpu``.
+
+        :param cycles: what the move costs each thread (default: the model's migration).
+        """
+        self._move_vcpu(vcpu, cpu, cycles)
+
+    def _move_vcpu(self, vcpu: int, cpu: int, cycles: float | None = None) -> None:
         old = self.vcpu_cpu[vcpu]
         self.vcpu_cpu[vcpu] = cpu
+        cost = self.cfg.migration_cost(old, cpu) if cycles is None else cycles
         for tid, on in self.thread_vcpu.items():
             if on == vcpu:
-                self.engine.move_thread(tid, cpu, self.cfg.migration_cost(old, cpu))
+                self.engine.move_thread(tid, cpu, cost)
 
 
 class GuestShim:
@@ -263,8 +303,8 @@ class GuestShim:
 
     def __init__(self, host: SimHost) -> None:
         self.host = host
-        self.claims = shimrule.ClaimTable(host.cfg.n_cpus)
-        self._allowed = (1 << host.cfg.n_cpus) - 1  # every vCPU
+        self.claims = shimrule.ClaimTable(host.n_vcpus)
+        self._allowed = (1 << host.n_vcpus) - 1  # every vCPU
         self._spent: dict[ChunkId, int] = {}
         self._spent_tick = -1
         #: threads the shim moved: each is pinned to one vCPU (``uc_pinned``)

@@ -33,8 +33,21 @@ impl Engine {
                     }
                     continue;
                 }
-                let free = self.cpu_free[t.cpu as usize];
-                let start = if free > t.time { free } else { t.time };
+                let start = if let Some(Op::Sleep { until }) = t.ops.front() {
+                    // a sleeping thread waits for its time, not for its CPU
+                    if *until > t.time {
+                        *until
+                    } else {
+                        t.time
+                    }
+                } else {
+                    let free = self.cpu_free[t.cpu as usize];
+                    if free > t.time {
+                        free
+                    } else {
+                        t.time
+                    }
+                };
                 // equal starts (threads queued on one CPU): the one that has waited longest
                 // goes first, so a CPU's threads take turns page by page
                 if best
@@ -91,6 +104,13 @@ impl Engine {
 
     /// Execute one chunk (at most one page) of thread `i`'s first operation, starting at `start`.
     fn step(&mut self, i: usize, start: f64) -> Result<()> {
+        if let Some(Op::Sleep { .. }) = self.threads[i].ops.front() {
+            // idle time is neither waiting for the CPU nor using it
+            let t = &mut self.threads[i];
+            t.time = start;
+            t.ops.pop_front();
+            return Ok(());
+        }
         let wait = start - self.threads[i].time;
         self.threads[i].stats.wait_cycles += wait;
         let op = *self.threads[i]
@@ -100,6 +120,7 @@ impl Engine {
         let cpu = self.threads[i].cpu as usize;
         let mut now = start;
         match op {
+            Op::Sleep { .. } => unreachable!("handled above"),
             Op::Compute { cycles } => {
                 now += cycles;
                 self.threads[i].stats.compute_cycles += cycles;

@@ -21,6 +21,9 @@ pub enum Op {
     Compute { cycles: f64 },
     /// Move to `cpu`, paying `cycles`.
     Migrate { cpu: u32, cycles: f64 },
+    /// Idle until time `until` (cycles), holding no CPU: a thread waiting for its next
+    /// request. It starts when `until` comes, whatever its CPU is doing meanwhile.
+    Sleep { until: f64 },
 }
 
 /// Per-thread accounting (all in cycles except counts).
@@ -93,7 +96,7 @@ impl Engine {
                 }
             }
             Op::Migrate { cpu, .. } => self.check_cpu(cpu)?,
-            Op::Compute { .. } => {}
+            Op::Compute { .. } | Op::Sleep { .. } => {}
         }
         self.thread(tid)?;
         self.threads[tid].ops.push_back(op);
@@ -127,6 +130,31 @@ impl Engine {
     /// Accounting of thread `tid`.
     pub fn thread_stats(&self, tid: usize) -> Result<ThreadStats> {
         Ok(self.thread(tid)?.stats.clone())
+    }
+
+    /// Whether thread `tid` is runnable: not retired, with work queued that is not a
+    /// sleep (what a scheduler sees as a task on a run queue).
+    pub fn is_runnable(&self, tid: usize) -> Result<bool> {
+        let t = self.thread(tid)?;
+        Ok(!self.retired[tid] && !matches!(t.ops.front(), None | Some(Op::Sleep { .. })))
+    }
+
+    /// Per CPU, the runnable threads on it ([`Engine::is_runnable`]).
+    pub fn runnable_per_cpu(&self) -> Vec<u32> {
+        let mut out = vec![0u32; self.cpu_free.len()];
+        for tid in 0..self.threads.len() {
+            if self.is_runnable(tid).unwrap_or(false) {
+                out[self.threads[tid].cpu as usize] += 1;
+            }
+        }
+        out
+    }
+
+    /// The runnable threads on `cpu` ([`Engine::is_runnable`]), by id.
+    pub fn runnable_on(&self, cpu: u32) -> Vec<usize> {
+        (0..self.threads.len())
+            .filter(|&tid| self.threads[tid].cpu == cpu && self.is_runnable(tid).unwrap_or(false))
+            .collect()
     }
 
     /// Number of threads.

@@ -1,0 +1,651 @@
+"""One point of the density experiment: N VMs of a mix on one simulated host, one policy, one seed.
+
+The point runs the product's path (docs/density.md "Method"):
+
+1. **Placement.** ``unicache``: the VMs arrive in order and are placed by
+   :func:`unicache.policy.placefleet.place_fleet` (``unicache place``'s function: NUMA
+   node, LLC groups, vCPU pins, memory nodes) with ``cpu_overcommit`` vCPUs per CPU;
+   memory is strict on the placement's nodes. ``linux``: what a libvirt domain without
+   ``<cputune>`` and ``<numatune>`` gets: every vCPU may run on every CPU and starts where
+   fork balancing puts a new thread (the CPU with the fewest vCPUs, of the node and LLC
+   group with the fewest: Linux spreads new tasks over the machine), and guest memory is
+   allocated on first touch (``MPOL_DEFAULT``) by the vCPU that wrote it, so a VM's files
+   live on the nodes its vCPUs started on. Both admit at most ``cpu_overcommit`` vCPUs
+   per CPU and the host's memory; a point beyond that is not run (``admitted`` false).
+2. **Tenants.** Each vCPU of a VM runs one guest thread of its flavor's workload
+   (:mod:`unicache_sim.tenants`). Latency tenants serve requests that arrive as a Poisson
+   process (``rates``, per vCPU); a request's latency is from its arrival to its last
+   byte, queueing included. Batch tenants run without pause; idle ones run nothing.
+3. **The loop.** Under ``unicache`` the daemon's loop (:func:`unicache.loop.run_rounds_sync`
+   over :class:`~unicache_sim.multihost.MultiHost`, :class:`~unicache.policy.round.UnicachePolicy`
+   as ``unicache run`` decides: OBS, SRM, NCC, SCU) runs once per sampled interval, on
+   every VM's report scaled to the daemon's round (``unicache_sim.livetiming``: a window
+   stands for the whole round), and each guest reads through its own
+   :class:`~unicache_sim.simhost.GuestShim`. Under ``linux`` nothing decides. The host's
+   scheduler (``MultiHost``: wake-up, churn, idle pull) is the same under both.
+4. **Measurement.** ``warm_rounds`` intervals of warm-up, then ``measure_rounds``
+   measured: requests that arrive in the measured intervals count (one more interval lets
+   them finish; a request still open at the end counts with the time it has waited, a
+   lower bound). Batch throughput is the bytes its threads moved per measured second.
+
+Every random draw is seeded by (seed, VM, vCPU): the same requests, at the same times,
+ask for the same files under both policies.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from unicache.host.base import ActResult
+from unicache.loop import run_rounds_sync
+from unicache.model import Action, ChunkId, Observation
+from unicache.policy.placefleet import Arrival, place_fleet
+from unicache.policy.placeoptions import PlaceOptions, Profile
+from unicache.policy.placetypes import VmRequest
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.policy.scuoptions import scu_options_for
+from unicache.topology import Topology, Unify
+
+from unicache_sim import _native
+from unicache_sim.config import SimConfig, from_topology
+from unicache_sim.multihost import MultiHost
+from unicache_sim.simhost import GuestShim, SimHost
+from unicache_sim.tenants import Flavor, Kind
+
+#: the policies a point runs under
+POLICIES = ("linux", "unicache")
+MIB = 1024 * 1024
+#: bytes a batch thread moves per step (the simulator's co-runners' step)
+BATCH_STEP = 1 * MIB
+#: mergesort compute per byte (as the mergesort co-runner)
+SORT_CYCLES_PER_BYTE = 0.5
+#: a VM's p95 is reported (``worst_vm_p95_us``) only from this many requests
+MIN_VM_REQUESTS = 20
+#: the odd multiplier that scatters Zipf ranks over a store's slots (Knuth's 2^32 / phi)
+_SCATTER = 2_654_435_761
+
+
+@dataclass(frozen=True, slots=True)
+class DensityTiming:
+    """How long a point runs, in sampled intervals of the daemon's loop.
+
+    :param window_s: simulated seconds of one sampled interval (it stands for the
+        daemon's whole round, ``round_s``: reports are scaled by ``round_s / window_s``).
+    :param round_s: the daemon's round period (``DaemonConfig.interval_s``).
+    :param warm_rounds: intervals before the measurement (caches fill, the policy
+        settles: SCU's watch needs two unplaced and two placed rounds).
+    :param measure_rounds: intervals measured.
+    :param balance_interval_s: the host scheduler's balancing period.
+    :param float_prob: its churn (``linux_float``) per period.
+    """
+
+    window_s: float = 0.001
+    round_s: float = 1.0
+    warm_rounds: int = 4
+    measure_rounds: int = 3
+    balance_interval_s: float = 0.004
+    float_prob: float = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class PointSpec:
+    """One point.
+
+    :param flavors: the VMs' flavors, in arrival order (N = their number).
+    :param policy: ``linux`` or ``unicache``.
+    :param seed: the seed of every draw (page frames, arrivals, files, churn).
+    :param rates: (flavor, requests per second per vCPU) of latency tenants; a latency
+        flavor missing here runs closed-loop, a request as soon as the last ends (the
+        calibration of its service time).
+    :param overcommit: vCPUs per CPU the host admits (``[place] cpu_overcommit``).
+    :param timing: how long it runs.
+    """
+
+    flavors: tuple[Flavor, ...]
+    policy: str
+    seed: int
+    rates: tuple[tuple[str, float], ...] = ()
+    overcommit: float = 2.0
+    timing: DensityTiming = field(default_factory=DensityTiming)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantResult:
+    """One flavor of a point, over all its VMs.
+
+    :param flavor: its name.
+    :param vms: its VMs in the point.
+    :param requests: requests measured (latency tenants).
+    :param mean_us: mean request latency.
+    :param p50_us: median.
+    :param p95_us: 95th percentile (nearest rank), over every measured request of the flavor.
+    :param p99_us: 99th percentile.
+    :param worst_vm_p95_us: the highest p95 of one VM with at least ``MIN_VM_REQUESTS``.
+    :param mb_per_s: bytes moved per measured second per VM (MB = 10^6 bytes).
+    :param latencies_us: every measured request's latency, sorted (to pool seeds).
+    """
+
+    flavor: str
+    vms: int
+    requests: int
+    mean_us: float
+    p50_us: float
+    p95_us: float
+    p99_us: float
+    worst_vm_p95_us: float
+    mb_per_s: float
+    latencies_us: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PointOutcome:
+    """What one point measured.
+
+    :param admitted: whether the host admitted all N VMs (else nothing ran).
+    :param refused: why not (the first refusal), or empty.
+    :param tenants: per flavor present, in name order.
+    :param seconds: simulated seconds measured.
+    :param host_moves: vCPU moves of the host's scheduler.
+    :param guest_migrations: thread migrations of the guests' shims.
+    :param rounds: the daemon's rounds decided (0 under linux).
+    """
+
+    admitted: bool
+    refused: str
+    tenants: tuple[TenantResult, ...]
+    seconds: float
+    host_moves: int
+    guest_migrations: int
+    rounds: int
+
+    def tenant(self, flavor: str) -> TenantResult | None:
+        """The result of one flavor, if present."""
+        return next((t for t in self.tenants if t.flavor == flavor), None)
+
+
+# Section: the host's set-up --------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Vm:
+    """One VM on the simulated host."""
+
+    name: str
+    flavor: Flavor
+    host: SimHost
+    #: per vCPU, the node its memory comes from
+    nodes: dict[int, int]
+    objects: list[int] = field(default_factory=list)
+
+
+def vm_names(flavors: Sequence[Flavor]) -> tuple[str, ...]:
+    """VM names in arrival order: FLAVOR-1, FLAVOR-2, ... per flavor."""
+    seen: dict[str, int] = {}
+    out = []
+    for flavor in flavors:
+        seen[flavor.name] = seen.get(flavor.name, 0) + 1
+        out.append(f"{flavor.name}-{seen[flavor.name]}")
+    return tuple(out)
+
+
+def admit_linux(topo: Topology, flavors: Sequence[Flavor], overcommit: float) -> str:
+    """Why the Linux host cannot take these VMs (empty: it can): more vCPUs than
+    ``overcommit`` per CPU, or more memory than the host's."""
+    vcpus = sum(f.vcpus for f in flavors)
+    slots = int(overcommit * len(topo.cpus))
+    if vcpus > slots:
+        return f"{vcpus} vCPUs over the host's {slots} vCPU slots"
+    memory = sum(f.memory_mib for f in flavors)
+    have = sum(n.memory_bytes for n in topo.nodes) // MIB
+    if memory > have:
+        return f"{memory} MiB over the host's {have} MiB"
+    return ""
+
+
+def place_unicache(
+    topo: Topology, flavors: Sequence[Flavor], overcommit: float
+) -> tuple[list[tuple[dict[int, frozenset[int]], dict[int, int]]], str]:
+    """Place the VMs with ``unicache place``'s function, in arrival order.
+
+    :returns: per VM, (vCPU -> its CPU set, vCPU -> its memory node), and the first
+        refusal's reason (empty: every VM placed).
+    """
+    names = vm_names(flavors)
+    arrivals = [
+        Arrival(VmRequest(name, f.vcpus, f.memory_mib, Profile(f.profile), f.name))
+        for name, f in zip(names, flavors, strict=True)
+    ]
+    fleet = place_fleet(topo, arrivals, PlaceOptions(cpu_overcommit=overcommit), Unify.LLC)
+    if fleet.refused:
+        return [], fleet.refused[0].reason
+    out = []
+    for placement in fleet.placed:
+        affinity = {v.vcpu: v.cpus for v in placement.online()}
+        nodes = {
+            v: cell.node for cell in placement.cells for v in cell.vcpus if v in affinity
+        }
+        out.append((affinity, nodes))
+    return out, ""
+
+
+def linux_start_cpus(cfg: SimConfig, flavors: Sequence[Flavor]) -> list[dict[int, int]]:
+    """Where fork balancing starts each VM's vCPU threads: the CPU with the fewest vCPUs,
+    on the node, then the LLC group, with the fewest (sort keys: CPU load, node load,
+    group load, CPU id)."""
+    cpu_load = [0] * cfg.n_cpus
+    node_load: dict[int, int] = {}
+    group_load: dict[int, int] = {}
+    out = []
+    for flavor in flavors:
+        starts = {}
+        for vcpu in range(flavor.vcpus):
+            cpu = min(
+                range(cfg.n_cpus),
+                key=lambda c: (
+                    cpu_load[c],
+                    node_load.get(cfg.cpu_node[c], 0),
+                    group_load.get(cfg.group_of(c), 0),
+                    c,
+                ),
+            )
+            starts[vcpu] = cpu
+            cpu_load[cpu] += 1
+            node_load[cfg.cpu_node[cpu]] = node_load.get(cfg.cpu_node[cpu], 0) + 1
+            group_load[cfg.group_of(cpu)] = group_load.get(cfg.group_of(cpu), 0) + 1
+        out.append(starts)
+    return out
+
+
+# Section: the tenants' threads -----------------------------------------------------------
+
+
+@cache
+def _zipf_cdf(n: int) -> tuple[float, ...]:
+    acc = 0.0
+    out = []
+    for k in range(1, n + 1):
+        acc += 1.0 / k
+        out.append(acc)
+    return tuple(c / acc for c in out)
+
+
+class _Worker:
+    """One guest thread: a latency tenant's request server, or a batch job."""
+
+    def __init__(
+        self,
+        vm: _Vm,
+        vcpu: int,
+        tid: int,
+        rate_hz: float,
+        hz: float,
+        seed: int,
+    ) -> None:
+        self.vm = vm
+        self.vcpu = vcpu
+        self.tid = tid
+        self.rng = random.Random(f"{seed}:{vm.name}:{vcpu}")
+        #: arrivals per cycle (0: closed loop)
+        self.rate = rate_hz / hz
+        self.next_arrival = self.rng.expovariate(self.rate) if self.rate > 0 else 0.0
+        #: arrival time of the request in service (None: asleep or batch)
+        self.serving: float | None = None
+        #: (arrival, latency) of completed requests, cycles
+        self.done: list[tuple[float, float]] = []
+        self.offset = 0
+        self.sleeping = False
+
+
+class _Tenants:
+    """Issues every thread's work on the engine (requests, batch steps)."""
+
+    def __init__(
+        self,
+        engine: _native.Engine,
+        multihost: MultiHost,
+        shims: dict[str, GuestShim] | None,
+        chunk: int,
+    ) -> None:
+        self.engine = engine
+        self.multihost = multihost
+        self.shims = shims
+        self.chunk = chunk
+
+    def start(self, w: _Worker) -> None:
+        """The thread's first work at time 0."""
+        if w.vm.flavor.workload.kind is not Kind.FILES:
+            self._batch_step(w)
+        elif w.rate > 0:
+            w.sleeping = True
+            self.engine.push_sleep(w.tid, w.next_arrival)
+        else:
+            self._request(w, 0.0)
+
+    def need(self, w: _Worker, now: float) -> None:
+        """The thread finished what it was given at ``now`` (cycles)."""
+        if w.vm.flavor.workload.kind is not Kind.FILES:
+            self._batch_step(w)
+            return
+        if w.sleeping:  # woke for the request it slept for
+            w.sleeping = False
+            self.multihost.wake(w.tid)
+            self._request(w, w.next_arrival)
+            w.next_arrival += w.rng.expovariate(w.rate)
+            return
+        if w.serving is not None:
+            w.done.append((w.serving, now - w.serving))
+            w.serving = None
+        if w.rate <= 0:
+            self._request(w, now)
+        elif w.next_arrival <= now:  # queued while it served the last one
+            self._request(w, w.next_arrival)
+            w.next_arrival += w.rng.expovariate(w.rate)
+        else:
+            w.sleeping = True
+            self.engine.push_sleep(w.tid, w.next_arrival)
+            # its CPU may have nothing left to run: CFS's newly idle balance
+            self.multihost.idle(self.engine.thread_cpu(w.tid))
+
+    def _request(self, w: _Worker, arrival: float) -> None:
+        work = w.vm.flavor.workload
+        w.serving = arrival
+        if work.cycles_per_request > 0:
+            self.engine.push_compute(w.tid, work.cycles_per_request)
+        if work.popularity == "zipf":
+            n = work.files if work.access == "whole" else self._slots(work)
+            rank = min(bisect.bisect_left(_zipf_cdf(n), w.rng.random()), n - 1)
+        else:
+            n = work.files if work.access == "whole" else self._slots(work)
+            rank = w.rng.randrange(n)
+        if work.access == "whole":
+            self._read(w, rank, 0, work.file_bytes)
+            return
+        slot = rank * _SCATTER % n  # hot keys scattered over the store, as a hash does
+        per_file = work.file_bytes // work.read_bytes
+        self._read(w, slot // per_file, (slot % per_file) * work.read_bytes, work.read_bytes)
+
+    @staticmethod
+    def _slots(work: object) -> int:
+        assert hasattr(work, "files")
+        return int(work.files * (work.file_bytes // work.read_bytes))  # type: ignore[attr-defined]
+
+    def _read(self, w: _Worker, file: int, start: int, length: int) -> None:
+        work = w.vm.flavor.workload
+        obj = w.vm.objects[file]
+        shim = self.shims.get(w.vm.name) if self.shims is not None else None
+        buffer = work.read_bytes if work.access == "whole" and work.read_bytes else self.chunk
+        offset = start
+        end = start + length
+        while offset < end:
+            index = offset // self.chunk
+            size = min(buffer, (index + 1) * self.chunk - offset, end - offset)
+            if shim is not None:
+                shim.read_chunk(
+                    w.tid,
+                    obj,
+                    ChunkId(file, index),
+                    offset,
+                    size,
+                    work.cycles_per_byte,
+                    work.file_bytes,
+                )
+            else:
+                self.engine.push_access(w.tid, obj, offset, size, "read", work.cycles_per_byte)
+            offset += size
+
+    def _batch_step(self, w: _Worker) -> None:
+        work = w.vm.flavor.workload
+        if work.kind is Kind.IDLE:
+            return
+        if work.kind is Kind.STREAM:
+            region = w.vm.objects[w.vcpu]
+            size = work.size_bytes // w.vm.flavor.vcpus
+            length = min(BATCH_STEP, size - w.offset)
+            self.engine.push_access(w.tid, region, w.offset, length, "read", 0.0)
+        else:
+            src, dst = w.vm.objects[2 * w.vcpu], w.vm.objects[2 * w.vcpu + 1]
+            if (w.offset // work.size_bytes) % 2:
+                src, dst = dst, src
+            size = work.size_bytes
+            at = w.offset % size
+            length = min(BATCH_STEP, size - at)
+            self.engine.push_access(w.tid, src, at, length, "read", SORT_CYCLES_PER_BYTE)
+            self.engine.push_access(w.tid, dst, at, length, "write", 0.0)
+            w.offset += length
+            return
+        w.offset = (w.offset + length) % size
+
+
+def _add_data(engine: _native.Engine, vm: _Vm) -> None:
+    """The VM's files or buffers, each page on the node of the vCPU that wrote it."""
+    work = vm.flavor.workload
+    vcpus = vm.flavor.vcpus
+    if work.kind is Kind.FILES:
+        # file j written by vCPU j mod vcpus (first touch: on that vCPU's memory node)
+        vm.objects = [
+            engine.add_object(work.file_bytes, "node", vm.nodes[j % vcpus])
+            for j in range(work.files)
+        ]
+    elif work.kind is Kind.STREAM:
+        share = work.size_bytes // vcpus
+        vm.objects = [engine.add_object(share, "node", vm.nodes[v]) for v in range(vcpus)]
+    elif work.kind is Kind.MERGESORT:
+        vm.objects = [
+            engine.add_object(work.size_bytes, "node", vm.nodes[v])
+            for v in range(vcpus)
+            for _ in range(2)
+        ]
+
+
+# Section: the run ------------------------------------------------------------------------
+
+
+class _WindowHost:
+    """The simulated host as the daemon's loop sees it: the observation of the interval
+    that just ended, and actions on the whole host."""
+
+    name = "simulated"
+
+    def __init__(self, multihost: MultiHost) -> None:
+        self.multihost = multihost
+        self.window: Observation | None = None
+
+    def observe(self) -> Observation | None:
+        window, self.window = self.window, None
+        return window
+
+    def act(self, actions: Sequence[Action]) -> ActResult:
+        return self.multihost.act(actions)
+
+
+def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
+    """Simulate one point (module docstring).
+
+    :param topo: the machine model.
+    :param spec: the point.
+    :returns: what it measured.
+    """
+    if spec.policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {spec.policy!r}")
+    cfg = from_topology(topo)
+    flavors = spec.flavors
+    names = vm_names(flavors)
+    timing = spec.timing
+    hz = cfg.clock_ghz * 1e9
+    round_cycles = timing.round_s * hz
+    if spec.policy == "unicache":
+        placed, refused = place_unicache(topo, flavors, spec.overcommit)
+    else:
+        refused = admit_linux(topo, flavors, spec.overcommit)
+        placed = []
+        starts_of = linux_start_cpus(cfg, flavors) if not refused else []
+        everywhere = frozenset(range(cfg.n_cpus))
+        for f, starts in zip(flavors if not refused else (), starts_of, strict=True):
+            affinity = dict.fromkeys(range(f.vcpus), everywhere)
+            placed.append((affinity, {v: cfg.cpu_node[c] for v, c in starts.items()}))
+    if refused:
+        return PointOutcome(False, refused, (), 0.0, 0, 0, 0)
+    engine = cfg.engine(seed=spec.seed)
+    vms: list[_Vm] = []
+    for i, (name, flavor) in enumerate(zip(names, flavors, strict=True)):
+        affinity, nodes = placed[i]
+        if spec.policy == "unicache":
+            # each vCPU starts on the lowest CPU of its set; MultiHost spreads them below
+            cpus = {v: min(s) for v, s in affinity.items()}
+        else:
+            cpus = starts_of[i]
+        host = SimHost(cfg, engine, name, round_cycles, flavor.vcpus, affinity, cpus)
+        vms.append(_Vm(name, flavor, host, nodes))
+    multihost = MultiHost(cfg, engine, [vm.host for vm in vms])
+    if spec.policy == "unicache":
+        multihost.place_vcpus()
+    for vm in vms:
+        _add_data(engine, vm)
+    chunk = scu_options_for(topo, Unify.LLC).chunk_size
+    shims: dict[str, GuestShim] | None = None
+    window_host = _WindowHost(multihost)
+    rounds: Iterator[object] | None = None
+    if spec.policy == "unicache":
+        shims = {vm.name: GuestShim(vm.host) for vm in vms}
+        policy = UnicachePolicy(topo, Unify.LLC)
+        chunk = policy.scu.options.chunk_size
+        rounds = run_rounds_sync(window_host, policy, RoundState())
+    tenants = _Tenants(engine, multihost, shims, chunk)
+    rates = dict(spec.rates)
+    workers: dict[int, _Worker] = {}
+    for vm in vms:
+        if vm.flavor.workload.kind is Kind.IDLE:
+            continue
+        for vcpu in range(vm.flavor.vcpus):
+            tid = engine.add_thread(vm.host.vcpu_cpu[vcpu])
+            multihost.add_thread(vm.name, tid, vcpu)
+            rate = rates.get(vm.flavor.name, 0.0) if vm.flavor.latency_critical else 0.0
+            workers[tid] = _Worker(vm, vcpu, tid, rate, hz, spec.seed)
+    for tid in sorted(workers):
+        tenants.start(workers[tid])
+
+    window = timing.window_s * hz
+    balance = timing.balance_interval_s * hz
+    churn = random.Random(spec.seed * 7919)
+    warm, measured = timing.warm_rounds, timing.measure_rounds
+    t0 = warm * window
+    t1 = (warm + measured) * window
+    t_end = t1 + window
+    marks: dict[int, dict[int, int]] = {}
+    intervals = 0  # sampled intervals ended
+    balances = 0
+    decided = 0
+    while intervals < warm + measured + 1:
+        next_round = (intervals + 1) * window
+        next_balance = (balances + 1) * balance
+        deadline = min(next_round, next_balance)
+        stop, tid = engine.run(deadline)
+        if stop == "need":
+            tenants.need(workers[tid], engine.thread_time(tid))
+            continue
+        # the deadline came (or nothing runs before it)
+        if deadline == next_balance:
+            multihost.balance(churn, timing.float_prob)
+            balances += 1
+        if deadline == next_round:
+            intervals += 1
+            if intervals in (warm, warm + measured):
+                marks[intervals] = {t: engine.thread_stats(t).bytes for t in workers}
+            if rounds is not None and intervals <= warm + measured:
+                window_host.window = multihost.observe(window, round_cycles / window)
+                next(rounds)
+                decided += 1
+    marks = {0: marks[warm], 1: marks[warm + measured]}
+    outcome = _measure(vms, workers, marks, t0, t1, t_end, hz)
+    migrations = sum(engine.thread_stats(t).migrations for t in workers)
+    return PointOutcome(
+        True,
+        "",
+        outcome,
+        (t1 - t0) / hz,
+        multihost.moves,
+        migrations - multihost.moves,
+        decided,
+    )
+
+
+def _measure(
+    vms: Sequence[_Vm],
+    workers: dict[int, _Worker],
+    marks: dict[int, dict[int, int]],
+    t0: float,
+    t1: float,
+    t_end: float,
+    hz: float,
+) -> tuple[TenantResult, ...]:
+    by_flavor: dict[str, list[_Vm]] = {}
+    for vm in vms:
+        by_flavor.setdefault(vm.flavor.name, []).append(vm)
+    workers_of: dict[str, list[_Worker]] = {}
+    for w in workers.values():
+        workers_of.setdefault(w.vm.name, []).append(w)
+    seconds = (t1 - t0) / hz
+    out = []
+    for name in sorted(by_flavor):
+        members = by_flavor[name]
+        lat_all: list[float] = []
+        worst = math.nan
+        moved = 0
+        for vm in members:
+            lat_vm: list[float] = []
+            for w in workers_of.get(vm.name, []):
+                lat_vm += _latencies(w, t0, t1, t_end)
+                moved += marks[1][w.tid] - marks[0][w.tid]
+            if len(lat_vm) >= MIN_VM_REQUESTS:
+                p95 = _percentile(sorted(lat_vm), 0.95) / hz * 1e6
+                worst = p95 if math.isnan(worst) else max(worst, p95)
+            lat_all += lat_vm
+        lat_all.sort()
+        us = 1e6 / hz
+        n = len(lat_all)
+        out.append(
+            TenantResult(
+                name,
+                len(members),
+                n,
+                sum(lat_all) / n * us if n else math.nan,
+                _percentile(lat_all, 0.50) * us if n else math.nan,
+                _percentile(lat_all, 0.95) * us if n else math.nan,
+                _percentile(lat_all, 0.99) * us if n else math.nan,
+                worst,
+                moved / seconds / len(members) / 1e6 if seconds > 0 else math.nan,
+                tuple(lat * us for lat in lat_all),
+            )
+        )
+    return tuple(out)
+
+
+def _latencies(w: _Worker, t0: float, t1: float, t_end: float) -> list[float]:
+    """Latencies (cycles) of the requests that arrived in [t0, t1); one still open at
+    the end counts with what it has waited (a lower bound)."""
+    out = [lat for arrival, lat in w.done if t0 <= arrival < t1]
+    if w.rate <= 0:
+        if w.serving is not None and t0 <= w.serving < t1:
+            out.append(t_end - w.serving)
+        return out
+    pending = []
+    if w.serving is not None:
+        pending.append(w.serving)
+    arrival = w.next_arrival
+    while arrival < t1:  # arrived, not started
+        pending.append(arrival)
+        arrival += w.rng.expovariate(w.rate)
+    out += [t_end - a for a in pending if t0 <= a < t1]
+    return out
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    if not values:
+        return math.nan
+    return values[max(0, math.ceil(q * len(values)) - 1)]
