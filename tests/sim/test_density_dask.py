@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import unicache_sim
-from unicache_sim.density import DensityRequest, Runner, run_density
+from unicache_sim.density import DensityRequest, run_density
+from unicache_sim.density_points import Runner
 from unicache_sim.experiments.density_point import DensityTiming
 from unicache_sim.tenants import Mix, load_catalogue
 

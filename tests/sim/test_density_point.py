@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from unicache_sim.config import from_topology
-from unicache_sim.density import DensityPoint, PointResult
+from unicache_sim.density_points import DensityPoint, PointResult
 from unicache_sim.density_store import PointCache, point_key, read_points, write_points
 from unicache_sim.experiments.density_point import (
     DensityTiming,
@@ -19,7 +19,8 @@ from unicache_sim.experiments.density_point import (
     place_unicache,
     run_point,
 )
-from unicache_sim.tenants import Flavor, Mix, load_catalogue, mix_vms
+from unicache_sim.mixes import mix_vms
+from unicache_sim.tenants import Flavor, Mix, load_catalogue
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -18,7 +18,8 @@ from unicache_sim.density_search import (
     pooled_p95,
     worst_ratio,
 )
-from unicache_sim.tenants import Mix, SloKind, load_catalogue, mix_vms
+from unicache_sim.mixes import mix_vms
+from unicache_sim.tenants import Mix, SloKind, load_catalogue
 
 
 def test_percentiles_are_nearest_rank_and_seeds_pool() -> None:

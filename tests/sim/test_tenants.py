@@ -6,18 +6,15 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from unicache_sim.mixes import file_heavy, mix_vms, parse_mixes, random_mixes
 from unicache_sim.tenants import (
     DEFAULT_K,
     CatalogueError,
     Kind,
     Mix,
     SloKind,
-    file_heavy,
     load_catalogue,
-    mix_vms,
     parse_catalogue,
-    parse_mixes,
-    random_mixes,
 )
 
 GOOD_FLAVOR = """

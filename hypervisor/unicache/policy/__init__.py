@@ -18,7 +18,8 @@ SCU / MFC (MFC paper), software cache unification:
 
 OBS (observations paper), vCPU placement by cache weight:
 
-* :mod:`unicache.policy.obs` — OBS-X/L/C over cache units; :mod:`unicache.policy.obslocal`
+* :mod:`unicache.policy.obs` — OBS-X/L/C over cache units; :mod:`unicache.policy.obsweight`
+  the cache weight, :mod:`unicache.policy.obslocal`
   OBS-L, :mod:`unicache.policy.obscredit` OBS-C, :mod:`unicache.policy.obsgain` its
   step-aside, :mod:`unicache.policy.cluster` sharing-aware OBS-X;
 * :mod:`unicache.policy.place` — where a new VM goes (NUMA nodes, LLC groups, guest

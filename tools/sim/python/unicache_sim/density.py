@@ -23,18 +23,17 @@ bit for bit wherever it runs. Finished points are kept in a cache
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any
 
 from unicache.errors import ConfigError, UnicacheError
 from unicache.topology import Topology
 from unicache.topology.toml import load_model, model_names
 
 from unicache_sim.config import from_topology
+from unicache_sim.density_points import DensityPoint, PointResult, Runner
 from unicache_sim.density_search import (
     DensitySearch,
     Reference,
@@ -49,12 +48,11 @@ from unicache_sim.experiments.density_point import (
     POLICIES,
     DensityTiming,
     PointOutcome,
-    PointSpec,
     admit_linux,
     place_unicache,
-    run_point,
 )
-from unicache_sim.tenants import Catalogue, Flavor, Mix, SloKind, mix_vms
+from unicache_sim.mixes import mix_vms
+from unicache_sim.tenants import Catalogue, Flavor, Mix, SloKind
 
 #: the alone runs measure this many times as many intervals as a point (a reference's
 #: p95 from one VM's requests needs more of them than a host full of VMs gives)
@@ -63,56 +61,6 @@ ALONE_MEASURE = 6
 MAX_VMS = 1024
 #: stages of a point
 STAGES = ("service", "alone", "search")
-
-
-@dataclass(frozen=True, slots=True)
-class DensityPoint:
-    """One task: one seed of one N of one mix under one policy.
-
-    :param stage: service, alone or search.
-    :param model: the machine model.
-    :param mix: the mix's name (``alone`` for the first two stages).
-    :param n: VMs.
-    :param policy: linux or unicache.
-    :param seed: the seed.
-    :param flavors: the VMs' flavor definitions, in arrival order.
-    :param rates: (flavor, requests per second per vCPU) of the latency tenants.
-    :param overcommit: vCPUs per CPU the host admits.
-    :param timing: how long the point runs.
-    """
-
-    stage: str
-    model: str
-    mix: str
-    n: int
-    policy: str
-    seed: int
-    flavors: tuple[Flavor, ...]
-    rates: tuple[tuple[str, float], ...]
-    overcommit: float
-    timing: DensityTiming
-
-    @property
-    def label(self) -> str:
-        """Short human name of the point."""
-        return f"{self.stage} {self.mix} N={self.n} {self.policy} s{self.seed}"
-
-    def spec(self) -> PointSpec:
-        """The simulator's spec of this point."""
-        return PointSpec(self.flavors, self.policy, self.seed, self.rates, self.overcommit,
-                         self.timing)
-
-
-@dataclass(frozen=True, slots=True)
-class PointResult:
-    """What one task returns.
-
-    :param point: the point.
-    :param outcome: what it measured.
-    """
-
-    point: DensityPoint
-    outcome: PointOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,14 +150,6 @@ class DensityReport:
         )
 
 
-def run_task(point: DensityPoint) -> PointResult:
-    """Simulate one point (a Dask task)."""
-    result = PointResult(point, run_point(_model(point.model), point.spec()))
-    # the native engine may only be dropped on the thread that made it (see grid.py)
-    gc.collect()
-    return result
-
-
 def check_request(req: DensityRequest) -> Topology:
     """Check what cannot be checked by the parsers; return the model.
 
@@ -250,134 +190,6 @@ def admission_cap(topo: Topology, flavors: Sequence[Flavor], policy: str,
         else:
             lo = mid
     return lo
-
-
-class Runner:
-    """Runs points on Dask, taking what the cache has.
-
-    :param workers: worker processes of a local cluster.
-    :param scheduler: an existing scheduler's address (``None``: a local cluster).
-    :param lookup: the cache: a point's result, if it has one.
-    :param store: called with each new result (the cache's writer).
-    :param progress: called with each result, and whether it came from the cache.
-    """
-
-    def __init__(
-        self,
-        workers: int,
-        scheduler: str | None = None,
-        lookup: Callable[[DensityPoint], PointResult | None] | None = None,
-        store: Callable[[PointResult], None] | None = None,
-        progress: Callable[[PointResult, bool], None] | None = None,
-    ) -> None:
-        self.workers = workers
-        self.scheduler = scheduler
-        self.lookup = lookup or (lambda _p: None)
-        self.store = store or (lambda _r: None)
-        self.progress = progress or (lambda _r, _c: None)
-        self.cached = 0
-        self.client: Any = None
-        self.cluster: Any = None
-        self._as_completed: Any = None
-        self._point_of: dict[str, tuple[DensityPoint, int]] = {}
-
-    def __enter__(self) -> Runner:
-        try:
-            from distributed import Client, LocalCluster, as_completed
-        except ImportError as err:
-            raise ConfigError(
-                "density needs dask[distributed] (tools/sim/requirements.txt)"
-            ) from err
-        import logging
-        import warnings
-
-        # the cluster's own chatter (INFO lines, a busy dashboard port) is not the user's
-        logging.getLogger("distributed").setLevel(logging.ERROR)
-        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
-        self._as_completed = as_completed
-        if self.scheduler is not None:
-            try:
-                self.client = Client(self.scheduler, timeout="10s")  # type: ignore[no-untyped-call]
-            except (OSError, TimeoutError) as err:
-                raise ConfigError(f"cannot reach the Dask scheduler at {self.scheduler}") from err
-        else:
-            import dask
-
-            # no profiler on the workers: it would drop native engines on its thread
-            with dask.config.set({"distributed.worker.profile.enabled": False}):
-                self.cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                    n_workers=self.workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    silence_logs=logging.ERROR,
-                )
-            self.client = Client(self.cluster)  # type: ignore[no-untyped-call]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
-
-    def run(self, batches: Iterable[Sequence[DensityPoint]],
-            on_batch: Callable[[Sequence[PointResult]], Iterable[Sequence[DensityPoint]]]
-            | None = None) -> None:
-        """Run batches of points; when a batch is whole, ``on_batch`` gets its results
-        (in the batch's order) and may return more batches to run."""
-        ac = self._as_completed()
-        pending: dict[int, tuple[Sequence[DensityPoint], dict[DensityPoint, PointResult]]] = {}
-        ready: list[int] = []
-        next_id = 0
-
-        def submit(batch: Sequence[DensityPoint]) -> None:
-            nonlocal next_id
-            bid = next_id
-            next_id += 1
-            done: dict[DensityPoint, PointResult] = {}
-            pending[bid] = (batch, done)
-            for point in batch:
-                hit = self.lookup(point)
-                if hit is not None:
-                    self.cached += 1
-                    done[point] = hit
-                    self.progress(hit, True)
-                    continue
-                future = self.client.submit(run_task, point, pure=False)
-                self._point_of[future.key] = (point, bid)
-                ac.add(future)
-            if len(done) == len(batch):
-                ready.append(bid)
-
-        def finish(bid: int) -> None:
-            batch, done = pending.pop(bid)
-            if on_batch is not None:
-                for more in on_batch([done[p] for p in batch]):
-                    submit(more)
-
-        for batch in batches:
-            submit(batch)
-        while ready or pending:
-            while ready:
-                finish(ready.pop(0))
-            if not pending:
-                break
-            future = next(ac)
-            point, bid = self._point_of.pop(future.key)
-            try:
-                result: PointResult = future.result()
-            except UnicacheError as err:
-                raise UnicacheError(f"density point {point.label}: {err}") from err
-            except Exception as err:  # a bug: keep the worker's traceback, name the point
-                err.add_note(f"density point: {point.label}")
-                raise
-            self.store(result)
-            self.progress(result, False)
-            batch, done = pending[bid]
-            done[point] = result
-            if len(done) == len(batch):
-                ready.append(bid)
 
 
 def run_density(req: DensityRequest, runner: Runner) -> DensityReport:

@@ -22,14 +22,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from unicache.errors import ConfigError
 
-from unicache_sim.density import (
-    DensityRequest,
-    PointResult,
-    Runner,
-    check_request,
-    run_density,
-)
+from unicache_sim.density import DensityRequest, check_request, run_density
 from unicache_sim.density_plot import plot_all
+from unicache_sim.density_points import PointResult, Runner
 from unicache_sim.density_report import document, rows, summary
 from unicache_sim.density_store import (
     CACHE_DIR,
@@ -40,7 +35,8 @@ from unicache_sim.density_store import (
 )
 from unicache_sim.experiments.density_point import DensityTiming
 from unicache_sim.grid import default_workers
-from unicache_sim.tenants import Catalogue, load_catalogue, load_mixes, random_mixes
+from unicache_sim.mixes import load_mixes, random_mixes
+from unicache_sim.tenants import Catalogue, load_catalogue
 
 #: default output directory
 DEFAULT_OUT = Path("build/density")

@@ -12,7 +12,8 @@ from typing import Any
 
 from unicache_sim.density import DensityReport, Probe, SearchResult
 from unicache_sim.density_search import cdf, density_ratio
-from unicache_sim.tenants import Mix, file_heavy
+from unicache_sim.mixes import file_heavy
+from unicache_sim.tenants import Mix
 
 
 def ratios(report: DensityReport) -> dict[str, float]:

@@ -35,7 +35,7 @@ from typing import Any
 
 from unicache.errors import ConfigError
 
-from unicache_sim.density import DensityPoint, PointResult
+from unicache_sim.density_points import DensityPoint, PointResult
 from unicache_sim.experiments.density_point import PointOutcome, TenantResult
 from unicache_sim.grid_store import build_fingerprint
 

@@ -34,16 +34,14 @@ ask for the same files under both policies.
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 
 from unicache.host.base import ActResult
 from unicache.loop import run_rounds_sync
-from unicache.model import Action, ChunkId, Observation
+from unicache.model import Action, Observation
 from unicache.policy.placefleet import Arrival, place_fleet
 from unicache.policy.placeoptions import PlaceOptions, Profile
 from unicache.policy.placetypes import VmRequest
@@ -51,8 +49,8 @@ from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
 
-from unicache_sim import _native
 from unicache_sim.config import SimConfig, from_topology
+from unicache_sim.experiments.density_tenants import Tenants, TenantVm, Worker, add_data
 from unicache_sim.multihost import MultiHost
 from unicache_sim.simhost import GuestShim, SimHost
 from unicache_sim.tenants import Flavor, Kind
@@ -60,14 +58,8 @@ from unicache_sim.tenants import Flavor, Kind
 #: the policies a point runs under
 POLICIES = ("linux", "unicache")
 MIB = 1024 * 1024
-#: bytes a batch thread moves per step (the simulator's co-runners' step)
-BATCH_STEP = 1 * MIB
-#: mergesort compute per byte (as the mergesort co-runner)
-SORT_CYCLES_PER_BYTE = 0.5
 #: a VM's p95 is reported (``worst_vm_p95_us``) only from this many requests
 MIN_VM_REQUESTS = 20
-#: the odd multiplier that scatters Zipf ranks over a store's slots (Knuth's 2^32 / phi)
-_SCATTER = 2_654_435_761
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,18 +163,6 @@ class PointOutcome:
 # Section: the host's set-up --------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Vm:
-    """One VM on the simulated host."""
-
-    name: str
-    flavor: Flavor
-    host: SimHost
-    #: per vCPU, the node its memory comes from
-    nodes: dict[int, int]
-    objects: list[int] = field(default_factory=list)
-
-
 def vm_names(flavors: Sequence[Flavor]) -> tuple[str, ...]:
     """VM names in arrival order: FLAVOR-1, FLAVOR-2, ... per flavor."""
     seen: dict[str, int] = {}
@@ -261,187 +241,6 @@ def linux_start_cpus(cfg: SimConfig, flavors: Sequence[Flavor]) -> list[dict[int
     return out
 
 
-# Section: the tenants' threads -----------------------------------------------------------
-
-
-@cache
-def _zipf_cdf(n: int) -> tuple[float, ...]:
-    acc = 0.0
-    out = []
-    for k in range(1, n + 1):
-        acc += 1.0 / k
-        out.append(acc)
-    return tuple(c / acc for c in out)
-
-
-class _Worker:
-    """One guest thread: a latency tenant's request server, or a batch job."""
-
-    def __init__(
-        self,
-        vm: _Vm,
-        vcpu: int,
-        tid: int,
-        rate_hz: float,
-        hz: float,
-        seed: int,
-    ) -> None:
-        self.vm = vm
-        self.vcpu = vcpu
-        self.tid = tid
-        self.rng = random.Random(f"{seed}:{vm.name}:{vcpu}")
-        #: arrivals per cycle (0: closed loop)
-        self.rate = rate_hz / hz
-        self.next_arrival = self.rng.expovariate(self.rate) if self.rate > 0 else 0.0
-        #: arrival time of the request in service (None: asleep or batch)
-        self.serving: float | None = None
-        #: (arrival, latency) of completed requests, cycles
-        self.done: list[tuple[float, float]] = []
-        self.offset = 0
-        self.sleeping = False
-
-
-class _Tenants:
-    """Issues every thread's work on the engine (requests, batch steps)."""
-
-    def __init__(
-        self,
-        engine: _native.Engine,
-        multihost: MultiHost,
-        shims: dict[str, GuestShim] | None,
-        chunk: int,
-    ) -> None:
-        self.engine = engine
-        self.multihost = multihost
-        self.shims = shims
-        self.chunk = chunk
-
-    def start(self, w: _Worker) -> None:
-        """The thread's first work at time 0."""
-        if w.vm.flavor.workload.kind is not Kind.FILES:
-            self._batch_step(w)
-        elif w.rate > 0:
-            w.sleeping = True
-            self.engine.push_sleep(w.tid, w.next_arrival)
-        else:
-            self._request(w, 0.0)
-
-    def need(self, w: _Worker, now: float) -> None:
-        """The thread finished what it was given at ``now`` (cycles)."""
-        if w.vm.flavor.workload.kind is not Kind.FILES:
-            self._batch_step(w)
-            return
-        if w.sleeping:  # woke for the request it slept for
-            w.sleeping = False
-            self.multihost.wake(w.tid)
-            self._request(w, w.next_arrival)
-            w.next_arrival += w.rng.expovariate(w.rate)
-            return
-        if w.serving is not None:
-            w.done.append((w.serving, now - w.serving))
-            w.serving = None
-        if w.rate <= 0:
-            self._request(w, now)
-        elif w.next_arrival <= now:  # queued while it served the last one
-            self._request(w, w.next_arrival)
-            w.next_arrival += w.rng.expovariate(w.rate)
-        else:
-            w.sleeping = True
-            self.engine.push_sleep(w.tid, w.next_arrival)
-            # its CPU may have nothing left to run: CFS's newly idle balance
-            self.multihost.idle(self.engine.thread_cpu(w.tid))
-
-    def _request(self, w: _Worker, arrival: float) -> None:
-        work = w.vm.flavor.workload
-        w.serving = arrival
-        if work.cycles_per_request > 0:
-            self.engine.push_compute(w.tid, work.cycles_per_request)
-        if work.popularity == "zipf":
-            n = work.files if work.access == "whole" else self._slots(work)
-            rank = min(bisect.bisect_left(_zipf_cdf(n), w.rng.random()), n - 1)
-        else:
-            n = work.files if work.access == "whole" else self._slots(work)
-            rank = w.rng.randrange(n)
-        if work.access == "whole":
-            self._read(w, rank, 0, work.file_bytes)
-            return
-        slot = rank * _SCATTER % n  # hot keys scattered over the store, as a hash does
-        per_file = work.file_bytes // work.read_bytes
-        self._read(w, slot // per_file, (slot % per_file) * work.read_bytes, work.read_bytes)
-
-    @staticmethod
-    def _slots(work: object) -> int:
-        assert hasattr(work, "files")
-        return int(work.files * (work.file_bytes // work.read_bytes))  # type: ignore[attr-defined]
-
-    def _read(self, w: _Worker, file: int, start: int, length: int) -> None:
-        work = w.vm.flavor.workload
-        obj = w.vm.objects[file]
-        shim = self.shims.get(w.vm.name) if self.shims is not None else None
-        buffer = work.read_bytes if work.access == "whole" and work.read_bytes else self.chunk
-        offset = start
-        end = start + length
-        while offset < end:
-            index = offset // self.chunk
-            size = min(buffer, (index + 1) * self.chunk - offset, end - offset)
-            if shim is not None:
-                shim.read_chunk(
-                    w.tid,
-                    obj,
-                    ChunkId(file, index),
-                    offset,
-                    size,
-                    work.cycles_per_byte,
-                    work.file_bytes,
-                )
-            else:
-                self.engine.push_access(w.tid, obj, offset, size, "read", work.cycles_per_byte)
-            offset += size
-
-    def _batch_step(self, w: _Worker) -> None:
-        work = w.vm.flavor.workload
-        if work.kind is Kind.IDLE:
-            return
-        if work.kind is Kind.STREAM:
-            region = w.vm.objects[w.vcpu]
-            size = work.size_bytes // w.vm.flavor.vcpus
-            length = min(BATCH_STEP, size - w.offset)
-            self.engine.push_access(w.tid, region, w.offset, length, "read", 0.0)
-        else:
-            src, dst = w.vm.objects[2 * w.vcpu], w.vm.objects[2 * w.vcpu + 1]
-            if (w.offset // work.size_bytes) % 2:
-                src, dst = dst, src
-            size = work.size_bytes
-            at = w.offset % size
-            length = min(BATCH_STEP, size - at)
-            self.engine.push_access(w.tid, src, at, length, "read", SORT_CYCLES_PER_BYTE)
-            self.engine.push_access(w.tid, dst, at, length, "write", 0.0)
-            w.offset += length
-            return
-        w.offset = (w.offset + length) % size
-
-
-def _add_data(engine: _native.Engine, vm: _Vm) -> None:
-    """The VM's files or buffers, each page on the node of the vCPU that wrote it."""
-    work = vm.flavor.workload
-    vcpus = vm.flavor.vcpus
-    if work.kind is Kind.FILES:
-        # file j written by vCPU j mod vcpus (first touch: on that vCPU's memory node)
-        vm.objects = [
-            engine.add_object(work.file_bytes, "node", vm.nodes[j % vcpus])
-            for j in range(work.files)
-        ]
-    elif work.kind is Kind.STREAM:
-        share = work.size_bytes // vcpus
-        vm.objects = [engine.add_object(share, "node", vm.nodes[v]) for v in range(vcpus)]
-    elif work.kind is Kind.MERGESORT:
-        vm.objects = [
-            engine.add_object(work.size_bytes, "node", vm.nodes[v])
-            for v in range(vcpus)
-            for _ in range(2)
-        ]
-
-
 # Section: the run ------------------------------------------------------------------------
 
 
@@ -491,7 +290,7 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
     if refused:
         return PointOutcome(False, refused, (), 0.0, 0, 0, 0)
     engine = cfg.engine(seed=spec.seed)
-    vms: list[_Vm] = []
+    vms: list[TenantVm] = []
     for i, (name, flavor) in enumerate(zip(names, flavors, strict=True)):
         affinity, nodes = placed[i]
         if spec.policy == "unicache":
@@ -500,12 +299,12 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
         else:
             cpus = starts_of[i]
         host = SimHost(cfg, engine, name, round_cycles, flavor.vcpus, affinity, cpus)
-        vms.append(_Vm(name, flavor, host, nodes))
+        vms.append(TenantVm(name, flavor, host, nodes))
     multihost = MultiHost(cfg, engine, [vm.host for vm in vms])
     if spec.policy == "unicache":
         multihost.place_vcpus()
     for vm in vms:
-        _add_data(engine, vm)
+        add_data(engine, vm)
     chunk = scu_options_for(topo, Unify.LLC).chunk_size
     shims: dict[str, GuestShim] | None = None
     window_host = _WindowHost(multihost)
@@ -515,9 +314,9 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
         policy = UnicachePolicy(topo, Unify.LLC)
         chunk = policy.scu.options.chunk_size
         rounds = run_rounds_sync(window_host, policy, RoundState())
-    tenants = _Tenants(engine, multihost, shims, chunk)
+    tenants = Tenants(engine, multihost, shims, chunk)
     rates = dict(spec.rates)
-    workers: dict[int, _Worker] = {}
+    workers: dict[int, Worker] = {}
     for vm in vms:
         if vm.flavor.workload.kind is Kind.IDLE:
             continue
@@ -525,7 +324,7 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
             tid = engine.add_thread(vm.host.vcpu_cpu[vcpu])
             multihost.add_thread(vm.name, tid, vcpu)
             rate = rates.get(vm.flavor.name, 0.0) if vm.flavor.latency_critical else 0.0
-            workers[tid] = _Worker(vm, vcpu, tid, rate, hz, spec.seed)
+            workers[tid] = Worker(vm, vcpu, tid, rate, hz, spec.seed)
     for tid in sorted(workers):
         tenants.start(workers[tid])
 
@@ -575,18 +374,18 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
 
 
 def _measure(
-    vms: Sequence[_Vm],
-    workers: dict[int, _Worker],
+    vms: Sequence[TenantVm],
+    workers: dict[int, Worker],
     marks: dict[int, dict[int, int]],
     t0: float,
     t1: float,
     t_end: float,
     hz: float,
 ) -> tuple[TenantResult, ...]:
-    by_flavor: dict[str, list[_Vm]] = {}
+    by_flavor: dict[str, list[TenantVm]] = {}
     for vm in vms:
         by_flavor.setdefault(vm.flavor.name, []).append(vm)
-    workers_of: dict[str, list[_Worker]] = {}
+    workers_of: dict[str, list[Worker]] = {}
     for w in workers.values():
         workers_of.setdefault(w.vm.name, []).append(w)
     seconds = (t1 - t0) / hz
@@ -625,7 +424,7 @@ def _measure(
     return tuple(out)
 
 
-def _latencies(w: _Worker, t0: float, t1: float, t_end: float) -> list[float]:
+def _latencies(w: Worker, t0: float, t1: float, t_end: float) -> list[float]:
     """Latencies (cycles) of the requests that arrived in [t0, t1); one still open at
     the end counts with what it has waited (a lower bound)."""
     out = [lat for arrival, lat in w.done if t0 <= arrival < t1]
