@@ -37,7 +37,7 @@ from unicache.statefile import Checkpoint
 
 #: the checkpoint's kind and format version
 STATE_KIND = "round-state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: SRM's seen chunks carry their bytes
 #: the file under the daemon's state directory
 STATE_FILE = "round-state.json"
 

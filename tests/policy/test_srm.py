@@ -187,6 +187,33 @@ def test_weak_locality_is_streaming_and_rereads_are_strong() -> None:
     assert second.strong == {("a", 3)}  # same chunk again in the next interval
 
 
+
+def test_a_stream_crossing_the_interval_boundary_inside_a_chunk_stays_weak() -> None:
+    # 1 MiB chunks read 512 KiB at a time, two reads an interval: chunk 1's halves fall in
+    # two intervals, chunk 2's too; each byte is read once
+    chunk, half = 1 << 20, 512 * 1024
+    first = detect_weak_locality([_report("a", [(7, 0, chunk), (7, 1, half)])], chunk)
+    second = detect_weak_locality(
+        [_report("a", [(7, 1, half), (7, 2, half)])], chunk, first.seen
+    )
+    third = detect_weak_locality([_report("a", [(7, 2, half), (7, 3, half)])], chunk, second.seen)
+    assert first.weak == second.weak == third.weak == {("a", 7)}
+
+
+def test_a_small_file_read_whole_in_each_interval_is_reuse() -> None:
+    chunk = 1 << 20
+    first = detect_weak_locality([_report("a", [(9, 0, 4096)])], chunk)
+    second = detect_weak_locality([_report("a", [(9, 0, 4096)])], chunk, first.seen)
+    assert first.weak == {("a", 9)}
+    assert second.strong == {("a", 9)}
+
+
+def test_a_chunk_read_again_past_its_size_across_intervals_is_reuse() -> None:
+    chunk = 1 << 20
+    first = detect_weak_locality([_report("a", [(5, 0, chunk), (5, 1, chunk)])], chunk)
+    second = detect_weak_locality([_report("a", [(5, 1, 4096), (5, 2, chunk)])], chunk, first.seen)
+    assert second.strong == {("a", 5)}  # chunk 1 was whole before: 4 KiB more is a re-read
+
 # --- properties ---------------------------------------------------------------------------
 
 events_st = st.lists(

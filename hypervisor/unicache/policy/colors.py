@@ -132,7 +132,7 @@ class VmColors:
 
     vm: str
     srm: srm.SrmState
-    seen: frozenset[tuple[str, int, int]] = frozenset()
+    seen: frozenset[tuple[str, int, int, int]] = frozenset()
     colored: tuple[ColoredChunk, ...] = ()
     gate: GateState = field(default_factory=GateState)
 
