@@ -50,10 +50,12 @@ def run(*args: str, cwd: Path = ROOT,
         (["density", "--live", "--seconds", "0.5"], "--seconds must be within 1..600"),
         (["density", "--live", "--random-mixes", "2"], "--live runs one mix"),
         (["density", "--live", "--model", "nope"], "no machine model 'nope'"),
+        (["density", "--live", "--overcommit", "0.5"], "--overcommit must be"),
     ],
     ids=["no-mix", "two-mixes", "unknown-model", "unknown-policy", "no-seed",
          "overcommit", "missing-mix-file", "live-too-many-guests", "live-no-guest",
-         "live-vcpus", "live-seconds", "live-random-mixes", "live-unknown-model"],
+         "live-vcpus", "live-seconds", "live-random-mixes", "live-unknown-model",
+         "live-overcommit"],
 )
 def test_a_user_error_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     out = run(*args)
@@ -76,6 +78,10 @@ def test_live_runs_only_tenants_that_read_files(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "flavor build runs mergesort" in lines[0], out.stderr
+    mix.write_text('[[mix]]\nname = "a"\nflavors = { web = 1 }\n'
+                   '[[mix]]\nname = "b"\nflavors = { kv = 1 }\n')
+    out = run("density", "--live", "--mix", str(mix))
+    assert out.returncode == 2 and "--live runs one mix" in out.stderr, out.stderr
 
 
 def test_a_bad_catalogue_is_one_line_per_problem(tmp_path: Path) -> None:

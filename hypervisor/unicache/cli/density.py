@@ -103,7 +103,8 @@ def density(
         front = _front_end(LIVE_FRONT_END)
         _run(front.run_live_command, front.LiveOptions(
             model=model, mix=mix, guests=guests, vcpus=vcpus, seconds=seconds,
-            policies=policies, json_out=json_out, out=out, catalogue=catalogue, argv=argv))
+            policies=policies, json_out=json_out, out=out, catalogue=catalogue,
+            overcommit=overcommit, argv=argv))
         return
     front = _front_end()
     opts = front.DensityOptions(

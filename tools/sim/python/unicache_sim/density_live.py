@@ -172,6 +172,7 @@ class LiveRequest:
     :param policies: linux and/or unicache.
     :param image_dir: the guest image (``None``: the project's).
     :param out: where the daemon's decision log is kept (``None``: nowhere).
+    :param overcommit: vCPUs per CPU the prediction's model admits.
     """
 
     model: str
@@ -183,6 +184,7 @@ class LiveRequest:
     policies: tuple[str, ...] = POLICIES
     image_dir: Path | None = None
     out: Path | None = None
+    overcommit: float = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +324,8 @@ def run_live(req: LiveRequest, say: Callable[[str], None]) -> LiveReport:
                     say("unicache: stopping the daemon (SIGTERM)")
                     daemon = _keep_log(d.stop(), req.out)
         say(f"prediction: the simulator on model {req.model}")
-        prediction = predict(req.model, req.catalogue, req.mix, len(guests), req.policies)
+        prediction = predict(req.model, req.catalogue, req.mix, len(guests), req.policies,
+                             req.overcommit)
         return LiveReport(req, guests, host, vms.accel, tuple(refs.values()), tuple(results),
                           daemon, vms.left, prediction, time.monotonic() - start)
     finally:

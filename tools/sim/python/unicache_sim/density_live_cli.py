@@ -39,7 +39,7 @@ class LiveOptions:
     """The options of ``unicache density --live``.
 
     :param model: the model of the simulator's prediction.
-    :param mix: a mix file (its first mix runs), or ``None`` (:data:`DEFAULT_MIX`).
+    :param mix: a mix file of one mix, or ``None`` (:data:`DEFAULT_MIX`).
     :param guests: guests to boot.
     :param vcpus: vCPUs per guest, at most.
     :param seconds: the measured window of each run.
@@ -47,6 +47,7 @@ class LiveOptions:
     :param json_out: print JSON instead of the tables.
     :param out: output directory.
     :param catalogue: a catalogue file, or ``None`` (the shipped one).
+    :param overcommit: vCPUs per CPU the prediction's model admits.
     :param argv: the command line, for the report.
     """
 
@@ -59,6 +60,7 @@ class LiveOptions:
     json_out: bool = False
     out: Path = Path("build/density")
     catalogue: Path | None = None
+    overcommit: float = 4.0
     argv: str = ""
 
 
@@ -69,11 +71,18 @@ def build_live_request(opts: LiveOptions) -> LiveRequest:
         problems: :class:`~unicache_sim.tenants.CatalogueError`, one line each).
     """
     catalogue: Catalogue = load_catalogue(opts.catalogue)
-    mix = DEFAULT_MIX if opts.mix is None else load_mixes(opts.mix, catalogue)[0]
+    mix = DEFAULT_MIX
+    if opts.mix is not None:
+        mixes = load_mixes(opts.mix, catalogue)
+        if len(mixes) > 1:
+            raise ConfigError(f"--live runs one mix; {opts.mix} has {len(mixes)}")
+        mix = mixes[0]
     policies = tuple(p.strip() for p in opts.policies.split(",") if p.strip())
-    check_request(DensityRequest(opts.model, catalogue, (mix,), ("linux",)))  # the model
+    # the model and the overcommit, as the simulated experiment checks them
+    check_request(DensityRequest(opts.model, catalogue, (mix,), ("linux",), 1,
+                                 opts.overcommit))
     return LiveRequest(opts.model, catalogue, mix, opts.guests, opts.vcpus, opts.seconds,
-                       policies, out=opts.out)
+                       policies, out=opts.out, overcommit=opts.overcommit)
 
 
 def run_live_command(opts: LiveOptions) -> int:
