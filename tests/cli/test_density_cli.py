@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 UNICACHE = str(Path(sys.executable).parent / "unicache")
 
 
-def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def run(*args: str, cwd: Path = ROOT,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **(env or {}))
     try:
         import unicache_sim
 
@@ -43,15 +44,44 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         (["density", "--random-mixes", "2", "--seeds", "0"], "--seeds must be at least 1"),
         (["density", "--random-mixes", "2", "--overcommit", "0.5"], "--overcommit must be"),
         (["density", "--mix", "/nonexistent/mix.toml"], "cannot read mix file"),
+        (["density", "--live", "--guests", "4"], "--guests must be within 1..3"),
+        (["density", "--live", "--guests", "0"], "--guests must be within 1..3"),
+        (["density", "--live", "--vcpus", "3"], "--vcpus must be within 1..2"),
+        (["density", "--live", "--seconds", "0.5"], "--seconds must be within 1..600"),
+        (["density", "--live", "--random-mixes", "2"], "--live runs one mix"),
+        (["density", "--live", "--model", "nope"], "no machine model 'nope'"),
+        (["density", "--live", "--overcommit", "0.5"], "--overcommit must be"),
     ],
     ids=["no-mix", "two-mixes", "unknown-model", "unknown-policy", "no-seed",
-         "overcommit", "missing-mix-file"],
+         "overcommit", "missing-mix-file", "live-too-many-guests", "live-no-guest",
+         "live-vcpus", "live-seconds", "live-random-mixes", "live-unknown-model",
+         "live-overcommit"],
 )
 def test_a_user_error_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     out = run(*args)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("unicache: error: ") and message in lines[0]
+
+
+def test_live_without_a_guest_image_says_make_image_in_one_line(tmp_path: Path) -> None:
+    out = run("density", "--live", env={"UNICACHE_IMAGE_DIR": str(tmp_path / "none")})
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "run `make image`" in lines[0], out.stderr
+
+
+def test_live_runs_only_tenants_that_read_files(tmp_path: Path) -> None:
+    mix = tmp_path / "mix.toml"
+    mix.write_text('[[mix]]\nname = "b"\nflavors = { build = 1, web = 1 }\n')
+    out = run("density", "--live", "--mix", str(mix))
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "flavor build runs mergesort" in lines[0], out.stderr
+    mix.write_text('[[mix]]\nname = "a"\nflavors = { web = 1 }\n'
+                   '[[mix]]\nname = "b"\nflavors = { kv = 1 }\n')
+    out = run("density", "--live", "--mix", str(mix))
+    assert out.returncode == 2 and "--live runs one mix" in out.stderr, out.stderr
 
 
 def test_a_bad_catalogue_is_one_line_per_problem(tmp_path: Path) -> None:

@@ -21,15 +21,17 @@ from unicache.errors import ConfigError
 
 #: the simulator's front end of this command
 FRONT_END = "unicache_sim.density_cli"
+#: the front end of ``--live`` (real guests on this host, beside the simulator's prediction)
+LIVE_FRONT_END = "unicache_sim.density_live_cli"
 
 
-def _front_end() -> Any:
+def _front_end(name: str = FRONT_END) -> Any:
     """The simulator's front end, imported now.
 
     :raises ConfigError: when the simulator is not installed.
     """
     try:
-        return importlib.import_module(FRONT_END)
+        return importlib.import_module(name)
     except ModuleNotFoundError as err:
         if err.name is not None and err.name.split(".")[0] == "unicache_sim":
             raise ConfigError(
@@ -81,8 +83,29 @@ def density(
     window_ms: Annotated[
         float, typer.Option("--window-ms", help="Simulated ms of one sampled interval.")
     ] = 1.0,
+    live: Annotated[
+        bool, typer.Option("--live", help="Boot real guests on this host from the project's "
+                           "image, one tenant each, and measure their requests without and "
+                           "with the daemon, beside the simulator's prediction for --model.")
+    ] = False,
+    guests: Annotated[int, typer.Option("--guests", help="--live: guests to boot (1..3).")] = 2,
+    vcpus: Annotated[int, typer.Option("--vcpus", help="--live: vCPUs per guest (1..2).")] = 1,
+    seconds: Annotated[
+        float, typer.Option("--seconds", help="--live: seconds measured per policy.")
+    ] = 10.0,
 ) -> None:
-    """VMs per host at the SLO, with and without unicache, on a simulated host."""
+    """VMs per host at the SLO, with and without unicache, on a simulated host (--live: real
+    guests on this host)."""
+    argv = shlex.join(["unicache", *sys.argv[1:]])
+    if live:
+        if random_mixes:
+            raise ConfigError("--live runs one mix: give --mix FILE or none (web and kv)")
+        front = _front_end(LIVE_FRONT_END)
+        _run(front.run_live_command, front.LiveOptions(
+            model=model, mix=mix, guests=guests, vcpus=vcpus, seconds=seconds,
+            policies=policies, json_out=json_out, out=out, catalogue=catalogue,
+            overcommit=overcommit, argv=argv))
+        return
     front = _front_end()
     opts = front.DensityOptions(
         model=model,
@@ -99,11 +122,17 @@ def density(
         tolerance=tolerance,
         mix_seed=mix_seed,
         window_ms=window_ms,
-        argv=shlex.join(["unicache", *sys.argv[1:]]),
+        argv=argv,
     )
+    _run(front.run_command, opts)
+
+
+def _run(command: Any, opts: Any) -> None:
+    """Run a front end's command: a catalogue's problems one line each, exit 2; its exit
+    code otherwise."""
     catalogue_error = importlib.import_module("unicache_sim.tenants").CatalogueError
     try:
-        code = front.run_command(opts)
+        code = command(opts)
     except catalogue_error as err:
         # one line per problem, every one of them
         for line in err.problems:

@@ -24,7 +24,7 @@ bit for bit wherever it runs. Finished points are kept in a cache
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -192,15 +192,14 @@ def admission_cap(topo: Topology, flavors: Sequence[Flavor], policy: str,
     return lo
 
 
-def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
-    """Run the experiment (module docstring) with ``runner``'s cluster and cache."""
-    topo = check_request(req)
-    cfg = from_topology(topo)
+def measure_references(req: DensityRequest, runner: Runner,
+                       points: list[PointResult]) -> dict[str, Reference]:
+    """Stages 1 and 2 (module docstring): every flavor of the mixes alone under Linux,
+    its service time and rate, then its p95 alone at that rate (batch flavors: their
+    throughput alone); the points run are appended to ``points``."""
     seeds = tuple(range(1, req.seeds + 1))
     used = sorted({f for mix in req.mixes for f, _ in mix.weights})
-    flavors = {name: req.catalogue.get(name) for name in used}
-    judged = references_needed(tuple(flavors.values()))
-    points: list[PointResult] = []
+    judged = references_needed(tuple(req.catalogue.get(name) for name in used))
 
     def alone(stage: str, flavor: Flavor, seed: int, rates: tuple[tuple[str, float], ...],
               timing: DensityTiming) -> DensityPoint:
@@ -235,7 +234,7 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
         else:
             moved = [t.mb_per_s for t in tenants if t is not None]
             refs[flavor.name] = Reference(flavor.name, mb_per_s=sum(moved) / len(moved))
-    rates = tuple(sorted((n, r.rate_hz) for n, r in refs.items() if r.rate_hz > 0))
+    rates = rates_of(refs)
 
     # 2. the latency flavors alone at their rate: the p95 of the SLO
     longer = replace(req.timing, measure_rounds=req.timing.measure_rounds * ALONE_MEASURE)
@@ -247,6 +246,25 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
     for name, outs in alone_out.items():
         runs = [t.latencies_us for o in outs if (t := o.tenant(name)) is not None]
         refs[name] = replace(refs[name], p95_us=pooled_p95(runs))
+    return {f.name: refs[f.name] for f in judged}
+
+
+def rates_of(refs: Mapping[str, Reference]) -> tuple[tuple[str, float], ...]:
+    """(flavor, requests per second per vCPU) of the latency flavors, by name."""
+    return tuple(sorted((n, r.rate_hz) for n, r in refs.items() if r.rate_hz > 0))
+
+
+def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
+    """Run the experiment (module docstring) with ``runner``'s cluster and cache."""
+    topo = check_request(req)
+    cfg = from_topology(topo)
+    seeds = tuple(range(1, req.seeds + 1))
+    used = sorted({f for mix in req.mixes for f, _ in mix.weights})
+    flavors = {name: req.catalogue.get(name) for name in used}
+    judged = references_needed(tuple(flavors.values()))
+    points: list[PointResult] = []
+    refs = measure_references(req, runner, points)
+    rates = rates_of(refs)
 
     # 3. the searches, side by side
     searches: dict[tuple[str, str], DensitySearch] = {}

@@ -216,3 +216,29 @@ class Runner:
             done[point] = result
             if len(done) == len(batch):
                 ready.append(bid)
+
+
+class SerialRunner(Runner):
+    """Runs points one after another in this process, without Dask or a cache (a handful
+    of points: the live run's prediction)."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    def __enter__(self) -> SerialRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, batches: Iterable[Sequence[DensityPoint]],
+            on_batch: Callable[[Sequence[PointResult]], Iterable[Sequence[DensityPoint]]]
+            | None = None) -> None:
+        """As :meth:`Runner.run`, one point at a time."""
+        queue = list(batches)
+        while queue:
+            results = [run_task(point) for point in queue.pop(0)]
+            for result in results:
+                self.progress(result, False)
+            if on_batch is not None:
+                queue.extend(on_batch(results))

@@ -95,14 +95,14 @@ def _probe(p: Probe) -> dict[str, Any]:
     return {
         "n": p.n,
         "admitted": p.admitted,
-        "worst_ratio": _num(p.ratio),
+        "worst_ratio": json_number(p.ratio),
         "checks": [
             {
                 "flavor": c.flavor,
                 "slo": str(c.kind),
-                "measured": _num(c.measured),
-                "target": _num(c.target),
-                "ratio": _num(c.ratio),
+                "measured": json_number(c.measured),
+                "target": json_number(c.target),
+                "ratio": json_number(c.ratio),
                 "meets": c.meets,
             }
             for c in p.checks
@@ -113,9 +113,9 @@ def _probe(p: Probe) -> dict[str, Any]:
                 "seed": seed,
                 "vms": t.vms,
                 "requests": t.requests,
-                "p95_us": _num(t.p95_us),
-                "worst_vm_p95_us": _num(t.worst_vm_p95_us),
-                "mb_per_s": _num(t.mb_per_s),
+                "p95_us": json_number(t.p95_us),
+                "worst_vm_p95_us": json_number(t.worst_vm_p95_us),
+                "mb_per_s": json_number(t.mb_per_s),
             }
             for seed, o in enumerate(p.outcomes, 1)
             for t in o.tenants
@@ -139,7 +139,9 @@ def document(report: DensityReport, seconds: float, argv: str = "") -> dict[str,
         "overcommit": req.overcommit,
         "tolerance": req.tolerance,
         "timing": asdict(req.timing),
-        "references": [{k: _num(v) for k, v in asdict(r).items()} for r in report.references],
+        "references": [
+            {k: json_number(v) for k, v in asdict(r).items()} for r in report.references
+        ],
         "mixes": [
             {
                 **_mix(mix),
@@ -147,7 +149,7 @@ def document(report: DensityReport, seconds: float, argv: str = "") -> dict[str,
                 "vms": {p: row.get(p) for p in req.policies},
                 "cap": {p: row.get(f"{p}_cap") for p in req.policies},
                 "binding": {p: row.get(f"{p}_binding") for p in req.policies},
-                "ratio": _num(row["ratio"]),
+                "ratio": json_number(row["ratio"]),
                 "probes": {
                     s.policy: [_probe(p) for p in s.probes]
                     for s in report.searches
@@ -156,15 +158,16 @@ def document(report: DensityReport, seconds: float, argv: str = "") -> dict[str,
             }
             for mix, row in zip(req.mixes, rows(report), strict=True)
         ],
-        "cdf": [[_num(v), share] for v, share in cdf(list(ratios(report).values()))],
-        "summary": {k: _num(v) for k, v in summary(report).items()},
+        "cdf": [[json_number(v), share] for v, share in cdf(list(ratios(report).values()))],
+        "summary": {k: json_number(v) for k, v in summary(report).items()},
         "points": len(report.points),
         "cached": report.cached,
         "seconds": round(seconds, 1),
     }
 
 
-def _num(value: Any) -> Any:
+def json_number(value: Any) -> Any:
+    """A value for JSON: nan as null, inf as a string."""
     # JSON has no nan or inf: null and a string
     if isinstance(value, float):
         if math.isnan(value):
