@@ -19,6 +19,10 @@ from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
 from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, TableWriter
 
+#: the agent's niceness: on a busy vCPU its round (harvest, report, table) runs in what
+#: the guest's own threads leave, so the agent never adds to their latency
+DEFAULT_NICE = 19
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, with a bad flag reported as every user error is: one line, exit 2."""
@@ -47,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
                          "replicas capabilities only when it enforces them (env UNICACHE_SHIM)")
     ap.add_argument("--fanotify", action="store_true",
                     help="also capture file reads of processes without the shim (needs root)")
+    ap.add_argument("--nice", type=int, default=DEFAULT_NICE, choices=range(0, 20),
+                    metavar="0-19",
+                    help="the agent's CPU niceness (default %(default)s: its reports and tables "
+                         "wait for the guest's own work, never the other way round; 0 keeps "
+                         "the caller's)")
     ap.add_argument("--duration", type=float, default=0.0,
                     help="stop after this many seconds (0: run until signalled)")
     ap.add_argument("--log-level", default="info",
@@ -84,6 +93,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.duration < 0:
         parser.error(f"argument --duration: must be 0 or more, not {args.duration:g}")
+    if args.nice:
+        # before any thread starts: on Linux a thread's nice value is its own, inherited
+        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="unicache-agent: %(levelname)s %(message)s", stream=sys.stderr)
     stop = {"now": False}

@@ -126,11 +126,12 @@ class CounterHarvester:
         nfmt = struct.Struct(f"<{lay.nnodes}Q")
         noff = _SLOT.size + 8 * lay.max_vcpus
         hoff = noff + 8 * lay.nnodes
-        for i in range(lay.nslots):
+        # the used slots first, in C: a Python unpack of every slot costs ~100 ms a harvest
+        # under TCG, on the vCPU the guest's own work runs on
+        keys = memoryview(region).cast("Q")[:: lay.slot_size // 8].tolist()
+        for i in [i for i, k in enumerate(keys) if k]:
             off = i * lay.slot_size
             key, fid, chunk, nbytes, reads, writes, migr, nt = _SLOT.unpack_from(region, off)
-            if key == 0:
-                continue
             per = vfmt.unpack_from(region, off + _SLOT.size)
             pairs = tuple((v, b) for v, b in enumerate(per) if b)
             nodes = tuple((n, r) for n, r in enumerate(nfmt.unpack_from(region, off + noff))

@@ -86,6 +86,17 @@ def test_agent_without_host_waits_and_retries(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
+def test_agent_runs_at_nice_19_so_the_guest_s_work_goes_first(tmp_path: Path) -> None:
+    # the niceness the agent's own process has while it runs (read by the agent itself at
+    # the end of its run, through the code hook below: no race with a second process)
+    probe = ("import atexit, os\n"
+             "atexit.register(lambda: print('nice', os.getpriority(os.PRIO_PROCESS, 0)))")
+    res = _agent("--socket", str(tmp_path / "absent.sock"), "--table", str(tmp_path / "t"),
+                 "--counters", str(tmp_path / "c"), "--duration", "0.2", code=probe)
+    assert res.returncode == 0, res.stderr
+    assert f"nice {max(19, os.getpriority(os.PRIO_PROCESS, 0))}" in res.stdout
+
+
 def _agent(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
     """Run the agent over stdio (no host) with ``args``; ``code`` runs first, in-process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "guest-agent")}
@@ -99,7 +110,8 @@ def _agent(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
     (("--duration", "-1"), "unicache-agent: argument --duration: must be 0 or more, not -1"),
     (("--stdio", "--socket", "/x"), "unicache-agent: argument --socket: not allowed with"),
     (("--no-such-flag",), "unicache-agent: unrecognized arguments: --no-such-flag"),
-], ids=["bad-value", "negative-duration", "exclusive-flags", "unknown-flag"])
+    (("--nice", "20"), "unicache-agent: argument --nice: invalid choice: 20"),
+], ids=["bad-value", "negative-duration", "exclusive-flags", "unknown-flag", "nice-over-19"])
 def test_agent_bad_flag_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
     res = _agent(*args)
     assert res.returncode == 2

@@ -74,6 +74,8 @@ def test_density_live_runs_two_guests_with_and_without_the_daemon(tmp_path: Path
 
     daemon = doc["daemon"]
     assert daemon["exit_code"] == 0
+    # as an operator runs it: its cost models and step-asides on
+    assert daemon["command"] == "unicache run --interval 1 --connect none --quiet"
     seen = {v["vm"]: v for v in daemon["vms"]}
     assert set(seen) == set(guests)
     for name, v in seen.items():

@@ -93,6 +93,11 @@ def density(
     seconds: Annotated[
         float, typer.Option("--seconds", help="--live: seconds measured per policy.")
     ] = 10.0,
+    always_place: Annotated[
+        bool, typer.Option("--always-place", help="--live: run the daemon as make demo does "
+                           "(--unify l2 --always-place: place and pin without weighing the "
+                           "cost) instead of as an operator runs it.")
+    ] = False,
 ) -> None:
     """VMs per host at the SLO, with and without unicache, on a simulated host (--live: real
     guests on this host)."""
@@ -104,7 +109,7 @@ def density(
         _run(front.run_live_command, front.LiveOptions(
             model=model, mix=mix, guests=guests, vcpus=vcpus, seconds=seconds,
             policies=policies, json_out=json_out, out=out, catalogue=catalogue,
-            overcommit=overcommit, argv=argv))
+            overcommit=overcommit, argv=argv, always_place=always_place))
         return
     front = _front_end()
     opts = front.DensityOptions(

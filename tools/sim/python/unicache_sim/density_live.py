@@ -173,6 +173,7 @@ class LiveRequest:
     :param image_dir: the guest image (``None``: the project's).
     :param out: where the daemon's decision log is kept (``None``: nowhere).
     :param overcommit: vCPUs per CPU the prediction's model admits.
+    :param always_place: run the daemon with ``make demo``'s ``--always-place`` flags.
     """
 
     model: str
@@ -185,6 +186,7 @@ class LiveRequest:
     image_dir: Path | None = None
     out: Path | None = None
     overcommit: float = 4.0
+    always_place: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +304,7 @@ def run_live(req: LiveRequest, say: Callable[[str], None]) -> LiveReport:
                 say(f"linux: {len(guests)} guests at once, {req.seconds:g} s, no daemon")
                 results += _measure(vms, guests, refs, "linux", req.seconds, shim=False)
             if "unicache" in req.policies:
-                d = LiveDaemon(state, registry, [g.name for g in guests])
+                d = LiveDaemon(state, registry, [g.name for g in guests], req.always_place)
                 say("unicache: starting the daemon (unicache run)")
                 d.start()
                 try:

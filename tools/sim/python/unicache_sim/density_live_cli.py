@@ -62,6 +62,7 @@ class LiveOptions:
     catalogue: Path | None = None
     overcommit: float = 4.0
     argv: str = ""
+    always_place: bool = False
 
 
 def build_live_request(opts: LiveOptions) -> LiveRequest:
@@ -82,7 +83,8 @@ def build_live_request(opts: LiveOptions) -> LiveRequest:
     check_request(DensityRequest(opts.model, catalogue, (mix,), ("linux",), 1,
                                  opts.overcommit))
     return LiveRequest(opts.model, catalogue, mix, opts.guests, opts.vcpus, opts.seconds,
-                       policies, out=opts.out, overcommit=opts.overcommit)
+                       policies, out=opts.out, overcommit=opts.overcommit,
+                       always_place=opts.always_place)
 
 
 def run_live_command(opts: LiveOptions) -> int:
@@ -161,7 +163,7 @@ def _print(report: LiveReport, out: Path) -> None:
         seen = "; ".join(f"{v.vm}: {v.reports} reports ({v.bytes_read / 1e6:.1f} MB read "
                          f"through the shim), placement tables: {v.tables}" for v in d.vms)
         kinds = ", ".join(f"{k} x{n}" for k, n in d.actions) or "none"
-        console.print(f"daemon (unicache run --unify l2 --always-place): exit {d.exit_code}; "
+        console.print(f"daemon ({d.command}): exit {d.exit_code}; "
                       f"it saw {seen}; other records: {kinds}", highlight=False)
     p = report.prediction
     sim = Table(title=f"{p.label}: the first {p.n} VMs of the mix at the catalogue's sizes; "

@@ -2,10 +2,11 @@
 
 It is started as a subprocess, watched through its decision log, stopped with SIGTERM.
 
-It runs as an operator runs it on a host with one LLC group (``make demo``'s flags):
-``--unify l2`` (each core and its private L2 is a cache unit), ``--always-place`` (place
-and pin without weighing the cost), a round a second, its own ``--state-dir``, and the VM
-registry of the live run in ``UNICACHE_STATE_DIR``. :meth:`LiveDaemon.stop` sends SIGTERM
+It runs as an operator runs it (:data:`DAEMON_FLAGS`: its cost models and step-asides on,
+so on a host with one LLC group it predicts no gain and leaves the guests alone, saying
+so), or with ``make demo``'s :data:`ALWAYS_PLACE_FLAGS` to show the placement itself;
+a round a second, its own ``--state-dir``, and the VM registry of the live run in
+``UNICACHE_STATE_DIR``. :meth:`LiveDaemon.stop` sends SIGTERM
 and returns what the daemon's decision log shows it saw of each guest
 (:class:`DaemonSummary`); the daemon must exit 0.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,8 +29,10 @@ from typing import Any
 from unicache.errors import ConfigError, UnicacheError
 
 #: the daemon's flags (besides --state-dir)
-DAEMON_FLAGS = ("--unify", "l2", "--always-place", "--interval", "1", "--connect", "none",
-                "--quiet")
+DAEMON_FLAGS = ("--interval", "1", "--connect", "none", "--quiet")
+#: added by ``--always-place`` (make demo's): each core with its L2 a unit, placed and
+#: pinned without weighing the cost
+ALWAYS_PLACE_FLAGS = ("--unify", "l2", "--always-place")
 #: seconds the daemon may take to exit after SIGTERM
 STOP_TIMEOUT_S = 30.0
 
@@ -55,12 +59,14 @@ class VmSeen:
 class DaemonSummary:
     """The daemon's run.
 
+    :param command: how it was run (``unicache run`` and its flags, the state dir aside).
     :param exit_code: its exit status after SIGTERM (0: clean, affinities restored).
     :param vms: per guest, what it saw.
     :param actions: records of other kinds (pins, weights, colors...), by kind.
     :param log: its decision log.
     """
 
+    command: str
     exit_code: int
     vms: tuple[VmSeen, ...]
     actions: tuple[tuple[str, int], ...]
@@ -122,9 +128,12 @@ class LiveDaemon:
     :param state: its ``--state-dir`` (the decision log is ``decisions.jsonl`` there).
     :param registry: the VM registry it manages (``UNICACHE_STATE_DIR``).
     :param vms: the guests it should see.
+    :param always_place: with :data:`ALWAYS_PLACE_FLAGS`.
     """
 
-    def __init__(self, state: Path, registry: Path, vms: Sequence[str]) -> None:
+    def __init__(self, state: Path, registry: Path, vms: Sequence[str],
+                 always_place: bool = False) -> None:
+        self.flags = DAEMON_FLAGS + (ALWAYS_PLACE_FLAGS if always_place else ())
         self.state = state
         self.registry = registry
         self.vms = tuple(vms)
@@ -138,7 +147,7 @@ class LiveDaemon:
         self.log.unlink(missing_ok=True)
         with self.stderr.open("wb") as err:
             self.proc = subprocess.Popen(
-                [unicache_binary(), "run", *DAEMON_FLAGS, "--state-dir", str(self.state)],
+                [unicache_binary(), "run", *self.flags, "--state-dir", str(self.state)],
                 env=dict(os.environ, UNICACHE_STATE_DIR=str(self.registry)),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             )
@@ -197,4 +206,5 @@ class LiveDaemon:
                 self.proc.kill()
                 code = self.proc.wait()
         seen, actions = summarize(read_log(self.log), self.vms)
-        return DaemonSummary(code, seen, actions, self.log)
+        return DaemonSummary(shlex.join(["unicache", "run", *self.flags]), code, seen, actions,
+                             self.log)

@@ -107,6 +107,7 @@ def document(report: LiveReport, argv: str = "") -> dict[str, Any]:
         ],
         "results": [_result(r) for r in report.results],
         "daemon": None if daemon is None else {
+            "command": daemon.command,
             "exit_code": daemon.exit_code,
             "vms": [asdict(v) for v in daemon.vms],
             "records": dict(daemon.actions),
