@@ -261,9 +261,8 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
     seeds = tuple(range(1, req.seeds + 1))
     used = sorted({f for mix in req.mixes for f, _ in mix.weights})
     flavors = {name: req.catalogue.get(name) for name in used}
-    judged = references_needed(tuple(flavors.values()))
     points: list[PointResult] = []
-    refs = measure_references(req, runner, points)
+    refs = measure_references(req, runner, points)  # the judged flavors, in order
     rates = rates_of(refs)
 
     # 3. the searches, side by side
@@ -318,7 +317,7 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
     )
     return DensityReport(
         req,
-        tuple(refs[f.name] for f in judged),
+        tuple(refs.values()),
         results,
         tuple(points),
         runner.cached,

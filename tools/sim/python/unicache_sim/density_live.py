@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -267,9 +268,13 @@ def _command(guest: LiveGuest, mode: str, seconds: float = 0.0, rate_hz: float =
     cfg = {"mode": mode, "dir": DATA_DIR, "files": w.files, "file_bytes": w.file_bytes,
            "access": w.access, "read_bytes": w.read_bytes, "popularity": w.popularity,
            "workers": guest.vcpus, "rate_hz": rate_hz, "seconds": seconds, "seed": 1}
-    program = GUEST_PROGRAM.read_text()
-    return GuestCommand(guest.name, ("python3", "-c", program, json.dumps(cfg)),
+    return GuestCommand(guest.name, ("python3", "-c", _program(), json.dumps(cfg)),
                         {"LD_PRELOAD": SHIM} if shim else {}, timeout=seconds * 4 + 120)
+
+
+@cache
+def _program() -> str:
+    return GUEST_PROGRAM.read_text()
 
 
 def host_line() -> str:
@@ -318,7 +323,8 @@ def run_live(req: LiveRequest, say: Callable[[str], None]) -> LiveReport:
                             break
                         except UnicacheError:
                             continue  # not yet: warm up once more
-                    d.wait_reports(timeout=10.0)
+                    else:
+                        d.wait_reports(timeout=10.0)
                     say(f"unicache: {len(guests)} guests at once, {req.seconds:g} s, "
                         "daemon running, shim preloaded")
                     results += _measure(vms, guests, refs, "unicache", req.seconds, shim=True)

@@ -13,7 +13,6 @@ and returns what the daemon's decision log shows it saw of each guest
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -21,11 +20,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from unicache import readback
 from unicache.errors import ConfigError, UnicacheError
 
 #: the daemon's flags (besides --state-dir)
@@ -88,18 +88,9 @@ def unicache_binary() -> str:
 
 
 def read_log(log: Path) -> list[dict[str, Any]]:
-    """The decision log's records (a torn last line is skipped)."""
-    if not log.exists():
-        return []
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    """The decision log's records, none before the daemon has written one (a torn last
+    line is skipped, as ``unicache explain`` skips it)."""
+    return readback.read_log(log) if log.exists() else []
 
 
 def summarize(records: Sequence[dict[str, Any]], vms: Sequence[str]) -> tuple[
@@ -162,36 +153,39 @@ class LiveDaemon:
         text = self.stderr.read_text(errors="replace").strip() if self.stderr.exists() else ""
         return text.splitlines()[-1] if text else "no output"
 
+    def _wait_for(self, done: Callable[[VmSeen], bool], timeout: float) -> list[str]:
+        """Poll the log until ``done`` holds for every guest; the guests it does not hold
+        for at the timeout (empty: it held).
+
+        :raises UnicacheError: when the daemon exits.
+        """
+        end = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            seen, _ = summarize(read_log(self.log), self.vms)
+            missing = [v.vm for v in seen if not done(v)]
+            if not missing or time.monotonic() >= end:
+                return missing
+            time.sleep(0.25)
+
     def wait_channels(self, timeout: float = 60.0) -> None:
         """Wait until the daemon listens for every guest's agent.
 
         :raises UnicacheError: when it exits or does not in time.
         """
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            self._check_alive()
-            seen, _ = summarize(read_log(self.log), self.vms)
-            if all(v.channel for v in seen):
-                return
-            time.sleep(0.25)
-        raise UnicacheError(f"the daemon did not open the guests' agent channels in "
-                            f"{timeout:.0f} s")
+        if self._wait_for(lambda v: v.channel, timeout):
+            raise UnicacheError(f"the daemon did not open the guests' agent channels in "
+                                f"{timeout:.0f} s")
 
     def wait_reports(self, timeout: float = 30.0) -> None:
         """Wait until every guest has reported reads to the daemon (the shim works).
 
         :raises UnicacheError: when the daemon exits or a guest does not report in time.
         """
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            self._check_alive()
-            seen, _ = summarize(read_log(self.log), self.vms)
-            if all(v.bytes_read > 0 for v in seen):
-                return
-            time.sleep(0.25)
-        missing = [v.vm for v in summarize(read_log(self.log), self.vms)[0] if v.bytes_read <= 0]
-        raise UnicacheError(f"no reads reported to the daemon by {', '.join(missing)} in "
-                            f"{timeout:.0f} s (is the shim in the image?)")
+        missing = self._wait_for(lambda v: v.bytes_read > 0, timeout)
+        if missing:
+            raise UnicacheError(f"no reads reported to the daemon by {', '.join(missing)} in "
+                                f"{timeout:.0f} s (is the shim in the image?)")
 
     def stop(self) -> DaemonSummary:
         """SIGTERM the daemon and wait for it (killed after :data:`STOP_TIMEOUT_S`:

@@ -76,8 +76,6 @@ class LiveGuests:
         self.image_dir = image_dir
         self.say = say
         self.vms: dict[str, QemuVm] = {}
-        #: how each guest booted: seconds from start to its runner's answer
-        self.boot_s: dict[str, float] = {}
         #: the accelerator QEMU ran with (kvm or tcg) and why
         self.accel = ""
         #: guests whose QEMU still ran after the stop (empty: none left)
@@ -96,7 +94,7 @@ class LiveGuests:
                     self.accel = vm.accel.line()
             for name, vm in self.vms.items():
                 self.say(f"waiting for guest {name} to boot")
-                self.boot_s[name] = vm.wait_for_boot(BOOT_TIMEOUT_S)
+                vm.wait_for_boot(BOOT_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
