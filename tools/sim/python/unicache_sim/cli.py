@@ -20,6 +20,7 @@ from unicache.topology.toml import load_model
 from unicache_sim.cli_bound import bound
 from unicache_sim.cli_colors_replicas import ncc, srm
 from unicache_sim.cli_common import stderr, user_error
+from unicache_sim.cli_figures import figures
 from unicache_sim.cli_grid import grid
 from unicache_sim.experiments.mfc_read import (
     BASELINES,
@@ -313,6 +314,7 @@ app.command("srm")(srm)
 app.command("ncc")(ncc)
 app.command("grid")(grid)
 app.command("bound")(bound)
+app.command("figures")(figures)
 
 
 def main() -> None:

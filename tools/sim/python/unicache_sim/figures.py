@@ -17,7 +17,7 @@ from unicache_sim.experiments.ncc_replicas import NccResult
 from unicache_sim.experiments.srm_colors import SrmPoint
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
 
@@ -28,7 +28,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(plt: Any, fig: Any, path: Path) -> None:
+def save_figure(plt: Any, fig: Any, path: Path) -> None:
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=100)
@@ -46,7 +46,7 @@ def plot_srm(points: list[tuple[SrmPoint, SrmPoint]], path: Path, title: str) ->
     :param title: figure title.
     :raises ConfigError: if matplotlib is missing or the file cannot be written.
     """
-    plt = _pyplot()
+    plt = pyplot()
     sizes = [p[0].size_kb / 1024 for p in points]
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
     lines = (("no coloring", "-o"), ("SRM (no colors where they would not pay)", ":s"))
@@ -64,7 +64,7 @@ def plot_srm(points: list[tuple[SrmPoint, SrmPoint]], path: Path, title: str) ->
     ax_b.set_title("(b) LLCM of mergesort, grep on the same LLC")
     ax_b.legend()
     fig.suptitle(title)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def plot_ncc(result: NccResult, path: Path, title: str) -> None:
@@ -75,7 +75,7 @@ def plot_ncc(result: NccResult, path: Path, title: str) -> None:
     :param title: figure title.
     :raises ConfigError: if matplotlib is missing or the file cannot be written.
     """
-    plt = _pyplot()
+    plt = pyplot()
     runs = (result.without, result.with_replicas)
     labels = ["first touch", "NCC replicas"]
     colors = ["tab:grey", "tab:blue"]
@@ -92,4 +92,4 @@ def plot_ncc(result: NccResult, path: Path, title: str) -> None:
     ax_b.set_ylabel("mean grep run time (ms)")
     ax_b.set_title("(b) run time of one grep")
     fig.suptitle(title)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)

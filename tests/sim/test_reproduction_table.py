@@ -1,0 +1,134 @@
+"""docs/reproduction.md's table: every evaluating figure of the five papers has a row, the
+verdicts follow their stated rule, and the markdown keeps one row per line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from unicache_sim.repro_catalog import experiments, not_attempted
+from unicache_sim.repro_mfc import NOT_ATTEMPTED, MfcExperiment, _gain_verdict
+from unicache_sim.repro_table import ReproRow, Spread, Verdict, markdown
+
+SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
+PAPER_OF = {
+    "scu-mfc-unifying-multicore-caches.md": "MFC",
+    "os-observations-multicore.md": "OBS",
+    "srm-buffer-llc-thrashing.md": "SRM",
+    "dual-layered-file-cache-ccnuma.md": "NCC",
+    "dmc-data-movement-control-powerpc.md": "DMC",
+}
+#: figures that evaluate no mechanism: diagrams, pseudo-code, data structures
+NOT_EVALUATIONS = {
+    ("MFC", "Figure 1"),
+    ("MFC", "Figure 2"),
+    ("OBS", "Figure 1"),
+    ("OBS", "Figure 7"),
+    ("SRM", "Figure 1"),
+    ("SRM", "Figure 3"),
+    ("SRM", "Figure 4"),
+    ("SRM", "Figure 5"),
+    ("SRM", "Figure 6"),
+    ("SRM", "Figure 7"),
+    ("DMC", "Figure 1"),
+    ("DMC", "Figure 2"),
+    ("NCC", "Figure 1"),
+    ("NCC", "Figure 2"),
+}
+
+
+def _captions(text: str) -> set[str]:
+    """Every "Figure N" / "Table N" that starts a caption line of a seed paper."""
+    found = re.findall(r"^\**\s*(Figure|Table) (\d+)(?:[.:]?\s)", text, flags=re.MULTILINE)
+    return {f"{kind} {n}" for kind, n in found}
+
+
+def _covered(figure: str, rows: list[ReproRow], paper: str) -> bool:
+    kind, n = figure.split()
+    for row in rows:
+        if row.paper != paper:
+            continue
+        # "Figure 3", "Figure 2(a)", "Figures 10-13", "Figures 14, 16", "Tables 3-5"
+        m = re.match(r"(Figure|Table)s? (.*)", row.figure)
+        if not m or m.group(1) != kind:
+            continue
+        for part in re.split(r",\s*", m.group(2)):
+            lo, _, hi = re.sub(r"\(.*\)", "", part).partition("-")
+            if lo.strip().isdigit() and int(lo) <= int(n) <= int(hi or lo):
+                return True
+    return False
+
+
+def _all_rows() -> list[ReproRow]:
+    """The rows figures writes without running anything: the not-attempted ones, and one
+    row per MFC experiment figure (their reports need results; the figures they cover are
+    named by their tasks)."""
+    rows = list(not_attempted()) + list(NOT_ATTEMPTED)
+    for task in MfcExperiment(quick=True).tasks((1,)):
+        rows.append(ReproRow("MFC", task.figure, "", "", "", "", Verdict.SHAPE))
+        if task.figure in ("Figure 3", "Figure 4"):
+            rows.append(ReproRow("MFC", "Figure 5", "", "", "", "", Verdict.SHAPE))
+    rows += [
+        ReproRow("SRM", "Figure 2(a)", "", "", "", "", Verdict.SHAPE),
+        ReproRow("NCC", "Figure 3", "", "", "", "", Verdict.SHAPE),
+        ReproRow("NCC", "Table 1", "", "", "", "", Verdict.SHAPE),
+    ]
+    return rows
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="the seed papers are beside the checkout")
+def test_every_evaluating_figure_and_table_of_the_papers_has_a_row() -> None:
+    rows = _all_rows()
+    missing = []
+    for name, paper in PAPER_OF.items():
+        for figure in sorted(_captions((SEEDS / name).read_text())):
+            if (paper, figure) in NOT_EVALUATIONS:
+                continue
+            if not _covered(figure, rows, paper):
+                missing.append(f"{paper} {figure}")
+    assert not missing, missing
+
+
+def test_a_gain_within_a_quarter_of_the_papers_is_reproduced() -> None:
+    assert _gain_verdict(1.71, 1.60)[0] is Verdict.REPRODUCED
+    assert _gain_verdict(1.71, 1.40)[0] is Verdict.SHAPE
+    assert _gain_verdict(1.07, 1.06)[0] is Verdict.REPRODUCED
+    assert _gain_verdict(190.0, 1000.0)[0] is Verdict.SHAPE
+    assert _gain_verdict(3.81, 1.00)[0] is Verdict.NOT_REPRODUCED
+    assert _gain_verdict(1.07, 0.99)[0] is Verdict.NOT_REPRODUCED
+
+
+def test_a_spread_shows_its_median_range_and_seeds() -> None:
+    spread = Spread.of([1.2, 1.0, 1.5])
+    assert spread.median == 1.2
+    assert spread.text(unit="x") == "1.20x (1.00-1.50x, 3 seeds)"
+    assert Spread.of([2.0]).text() == "2.00 (1 seed)"
+
+
+def test_markdown_keeps_one_row_per_line_and_escapes_pipes() -> None:
+    rows = [
+        ReproRow(
+            "MFC",
+            "Figure 3",
+            "a | b",
+            "unicache-sim mfc",
+            "1.71x",
+            "1.6x\nmore",
+            Verdict.REPRODUCED,
+        ),
+        ReproRow("DMC", "Figure 3", "scan", "", "-17%", "-", Verdict.NOT_ATTEMPTED, "no model"),
+    ]
+    text = markdown(rows, "# T")
+    table_lines = [ln for ln in text.splitlines() if ln.startswith("| Figure 3")]
+    assert len(table_lines) == 2
+    assert "a \\| b" in table_lines[0] and "1.6x more" in table_lines[0]
+    assert "not attempted: no model" in table_lines[1]
+    assert "Rows: 1 reproduced, 1 not attempted (2 in all)." in text
+
+
+def test_only_names_a_known_experiment_in_one_line() -> None:
+    from unicache.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no experiment 'nope'"):
+        experiments(True, ("nope",))

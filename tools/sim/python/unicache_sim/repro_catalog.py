@@ -1,0 +1,148 @@
+"""What ``unicache-sim figures`` runs, and the papers' figures it does not attempt (with why).
+
+:func:`experiments` lists the experiment objects (:mod:`unicache_sim.repro_run`); every
+figure or table of the five papers that evaluates a mechanism and that no experiment covers
+is a row of :func:`not_attempted`, so docs/reproduction.md names all of them.
+"""
+
+from __future__ import annotations
+
+from unicache.errors import ConfigError
+
+from unicache_sim.repro_colors import ColorsReplicasExperiment
+from unicache_sim.repro_mfc import MfcExperiment
+from unicache_sim.repro_run import ReproExperiment
+from unicache_sim.repro_table import ReproRow, Verdict
+
+
+def experiments(quick: bool, only: tuple[str, ...] | None = None) -> list[ReproExperiment]:
+    """The experiments to run, all or those named in ``only``.
+
+    :raises ConfigError: on a name that is not an experiment.
+    """
+    every: list[ReproExperiment] = [MfcExperiment(quick), ColorsReplicasExperiment(quick)]
+    if only is None:
+        return every
+    names = {e.name: e for e in every}
+    for name in only:
+        if name not in names:
+            raise ConfigError(f"--only: no experiment {name!r} (known: {', '.join(names)})")
+    return [names[n] for n in dict.fromkeys(only)]
+
+
+def _row(paper: str, figure: str, what: str, paper_value: str, why: str) -> ReproRow:
+    return ReproRow(paper, figure, what, "", paper_value, "-", Verdict.NOT_ATTEMPTED, why)
+
+
+def not_attempted() -> list[ReproRow]:
+    """The figures and tables no experiment covers (MFC's own are in :mod:`repro_mfc`)."""
+    return [
+        _row(
+            "OBS",
+            "Figure 2",
+            "OBS-L on a SPEC mix (16 threads, 4 cores)",
+            "+3.2% overall",
+            "no OBS experiment in the simulator yet",
+        ),
+        _row(
+            "OBS",
+            "Figure 3",
+            "cachebuster migration between LLC groups under OBS-X",
+            "two cachebusters per LLC group most of the time",
+            "no OBS experiment in the simulator yet",
+        ),
+        _row(
+            "OBS",
+            "Figure 4",
+            "OBS-X on the SPEC mix",
+            "+4.6% overall",
+            "no OBS experiment in the simulator yet",
+        ),
+        _row(
+            "OBS",
+            "Figures 5-6",
+            "OBS-C credit",
+            "light tasks' loss recovered at c_credit 2%",
+            "no OBS experiment in the simulator yet",
+        ),
+        _row(
+            "OBS",
+            "Figure 8",
+            "OBS-F frequency policies",
+            "energy and time per policy",
+            "unicache has no frequency policy (OBS-F is not part of the design)",
+        ),
+        _row(
+            "SRM",
+            "Figures 8-9",
+            "hash-join and TPC-H queries beside scans",
+            "slowdowns cut by SRM",
+            "no database workload in the simulator",
+        ),
+        _row(
+            "SRM",
+            "Figures 10-13",
+            "VM-intensive programs beside greps",
+            "slowdowns and LLC misses cut",
+            "no co-runner set beyond Figure 2 yet",
+        ),
+        _row(
+            "SRM",
+            "Figures 14, 16",
+            "FFT, MM, LU time cut; the T_l sweep",
+            "time reductions per T_l",
+            "no T_l sweep yet",
+        ),
+        _row(
+            "SRM",
+            "Figure 15",
+            "PostMark page-cache hit ratio against memory size",
+            "SRM's buffer keeps the hit ratio",
+            "the simulator has no page-cache reclaim",
+        ),
+        _row(
+            "NCC",
+            "Table 2",
+            "tar, gcc, cscope alone and together",
+            "-0.5% alone, +6.7% together",
+            "no build or indexing workload in the simulator",
+        ),
+        _row(
+            "NCC",
+            "Tables 3-5",
+            "iozone threads 2-10",
+            "up to +14.3% (stride read)",
+            "no iozone-like workload with writes and memory pressure yet",
+        ),
+        _row(
+            "NCC",
+            "Figure 4",
+            "iozone's local page hits",
+            "higher for every access type",
+            "no iozone-like workload with writes and memory pressure yet",
+        ),
+        _row(
+            "NCC",
+            "Table 6",
+            "Apache sendfile of a 40 MB file",
+            "+7.4% bandwidth",
+            "no network path in the simulator",
+        ),
+        _row(
+            "DMC",
+            "Figure 3",
+            "memory scan with cpush",
+            "=, -17%, -52% at 1, 2, 8 lines",
+            "no DMC model yet",
+        ),
+        _row(
+            "DMC",
+            "Figure 4",
+            "thread ping-pong with pushed context",
+            "2202 -> 831 cycles at 6 lines",
+            "no DMC model yet",
+        ),
+        _row(
+            "DMC", "Figure 5", "locked linked list", "-22% with one extra line", "no DMC model yet"
+        ),
+    ]
