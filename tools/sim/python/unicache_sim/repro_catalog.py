@@ -15,6 +15,17 @@ from unicache_sim.repro_run import ReproExperiment
 from unicache_sim.repro_table import ReproRow, Verdict
 
 
+#: every figure and table of the five papers that evaluates a mechanism (the papers'
+#: diagrams, pseudo-code and data-structure figures left out); the table has a row for each
+PAPER_FIGURES: dict[str, tuple[str, ...]] = {
+    "MFC": tuple(f"Figure {n}" for n in range(3, 13)),
+    "OBS": ("Figure 2", "Figure 3", "Figure 4", "Figure 5", "Figure 6", "Figure 8"),
+    "SRM": ("Figure 2",) + tuple(f"Figure {n}" for n in range(8, 17)),
+    "NCC": ("Figure 3", "Figure 4") + tuple(f"Table {n}" for n in range(1, 7)),
+    "DMC": ("Figure 3", "Figure 4", "Figure 5"),
+}
+
+
 def experiments(quick: bool, only: tuple[str, ...] | None = None) -> list[ReproExperiment]:
     """The experiments to run, all or those named in ``only``.
 
