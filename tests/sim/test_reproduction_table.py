@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from unicache_sim.repro_catalog import PAPER_FIGURES, experiments, not_attempted
-from unicache_sim.repro_mfc import NOT_ATTEMPTED, MfcExperiment, _gain_verdict
-from unicache_sim.repro_table import ReproRow, Spread, Verdict, markdown
+from unicache_sim.repro_mfc import NOT_ATTEMPTED
+from unicache_sim.repro_table import ReproRow, Verdict, gain_verdict, markdown, points_verdict
+from unicache_sim.spread import Spread
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
 PAPER_OF = {
@@ -71,19 +72,11 @@ def _covered(figure: str, rows: list[ReproRow], paper: str) -> bool:
 
 
 def _all_rows() -> list[ReproRow]:
-    """The rows figures writes without running anything: the not-attempted ones, and one
-    row per MFC experiment figure (their reports need results; the figures they cover are
-    named by their tasks)."""
+    """The rows figures writes: the not-attempted ones, and those of each experiment's
+    report (named by what it covers; its values need its results)."""
     rows = list(not_attempted()) + list(NOT_ATTEMPTED)
-    for task in MfcExperiment(quick=True).tasks((1,)):
-        rows.append(ReproRow("MFC", task.figure, "", "", "", "", Verdict.SHAPE))
-        if task.figure in ("Figure 3", "Figure 4"):
-            rows.append(ReproRow("MFC", "Figure 5", "", "", "", "", Verdict.SHAPE))
-    rows += [
-        ReproRow("SRM", "Figure 2(a)", "", "", "", "", Verdict.SHAPE),
-        ReproRow("NCC", "Figure 3", "", "", "", "", Verdict.SHAPE),
-        ReproRow("NCC", "Table 1", "", "", "", "", Verdict.SHAPE),
-    ]
+    for exp in experiments(quick=False):
+        rows += [ReproRow(p, f, "", "", "", "", Verdict.SHAPE) for p, f in exp.covers]
     return rows
 
 
@@ -109,12 +102,19 @@ def test_the_list_of_evaluating_figures_is_the_papers_captions() -> None:
 
 
 def test_a_gain_within_a_quarter_of_the_papers_is_reproduced() -> None:
-    assert _gain_verdict(1.71, 1.60)[0] is Verdict.REPRODUCED
-    assert _gain_verdict(1.71, 1.40)[0] is Verdict.SHAPE
-    assert _gain_verdict(1.07, 1.06)[0] is Verdict.REPRODUCED
-    assert _gain_verdict(190.0, 1000.0)[0] is Verdict.SHAPE
-    assert _gain_verdict(3.81, 1.00)[0] is Verdict.NOT_REPRODUCED
-    assert _gain_verdict(1.07, 0.99)[0] is Verdict.NOT_REPRODUCED
+    assert gain_verdict(1.71, 1.60)[0] is Verdict.REPRODUCED
+    assert gain_verdict(1.71, 1.40)[0] is Verdict.SHAPE
+    assert gain_verdict(1.07, 1.06)[0] is Verdict.REPRODUCED
+    assert gain_verdict(190.0, 1000.0)[0] is Verdict.SHAPE
+    assert gain_verdict(3.81, 1.00)[0] is Verdict.NOT_REPRODUCED
+    assert gain_verdict(1.07, 0.99)[0] is Verdict.NOT_REPRODUCED
+
+
+def test_a_percentage_within_ten_points_is_reproduced_and_no_effect_is_not_a_shape() -> None:
+    assert points_verdict(78.0, 70.0)[0] is Verdict.REPRODUCED
+    assert points_verdict(22.0, 74.0)[0] is Verdict.SHAPE
+    assert points_verdict(0.0, -41.0)[0] is Verdict.NOT_REPRODUCED
+    assert points_verdict(30.0, -5.0)[0] is Verdict.NOT_REPRODUCED
 
 
 def test_a_spread_shows_its_median_range_and_seeds() -> None:

@@ -10,18 +10,18 @@ from __future__ import annotations
 from unicache.errors import ConfigError
 
 from unicache_sim.repro_colors import ColorsReplicasExperiment
+from unicache_sim.repro_dmc import DmcExperiment
 from unicache_sim.repro_mfc import MfcExperiment
 from unicache_sim.repro_run import ReproExperiment
 from unicache_sim.repro_table import ReproRow, Verdict
-
 
 #: every figure and table of the five papers that evaluates a mechanism (the papers'
 #: diagrams, pseudo-code and data-structure figures left out); the table has a row for each
 PAPER_FIGURES: dict[str, tuple[str, ...]] = {
     "MFC": tuple(f"Figure {n}" for n in range(3, 13)),
     "OBS": ("Figure 2", "Figure 3", "Figure 4", "Figure 5", "Figure 6", "Figure 8"),
-    "SRM": ("Figure 2",) + tuple(f"Figure {n}" for n in range(8, 17)),
-    "NCC": ("Figure 3", "Figure 4") + tuple(f"Table {n}" for n in range(1, 7)),
+    "SRM": ("Figure 2", *(f"Figure {n}" for n in range(8, 17))),
+    "NCC": ("Figure 3", "Figure 4", *(f"Table {n}" for n in range(1, 7))),
     "DMC": ("Figure 3", "Figure 4", "Figure 5"),
 }
 
@@ -31,7 +31,11 @@ def experiments(quick: bool, only: tuple[str, ...] | None = None) -> list[ReproE
 
     :raises ConfigError: on a name that is not an experiment.
     """
-    every: list[ReproExperiment] = [MfcExperiment(quick), ColorsReplicasExperiment(quick)]
+    every: list[ReproExperiment] = [
+        MfcExperiment(quick),
+        ColorsReplicasExperiment(quick),
+        DmcExperiment(quick),
+    ]
     if only is None:
         return every
     names = {e.name: e for e in every}
@@ -138,22 +142,5 @@ def not_attempted() -> list[ReproRow]:
             "Apache sendfile of a 40 MB file",
             "+7.4% bandwidth",
             "no network path in the simulator",
-        ),
-        _row(
-            "DMC",
-            "Figure 3",
-            "memory scan with cpush",
-            "=, -17%, -52% at 1, 2, 8 lines",
-            "no DMC model yet",
-        ),
-        _row(
-            "DMC",
-            "Figure 4",
-            "thread ping-pong with pushed context",
-            "2202 -> 831 cycles at 6 lines",
-            "no DMC model yet",
-        ),
-        _row(
-            "DMC", "Figure 5", "locked linked list", "-22% with one extra line", "no DMC model yet"
         ),
     ]

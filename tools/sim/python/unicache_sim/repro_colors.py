@@ -17,7 +17,8 @@ from unicache.topology.toml import load_model
 from unicache_sim.experiments.ncc_replicas import NccResult, NccSpec, run_ncc
 from unicache_sim.experiments.srm_colors import SrmPoint, SrmSpec, run_srm
 from unicache_sim.repro_run import ReproReport
-from unicache_sim.repro_table import ReproRow, Spread, Verdict
+from unicache_sim.repro_table import ReproRow, Verdict, points_verdict
+from unicache_sim.spread import Spread
 
 SRM_MODEL = "xeon-x5355"
 NCC_MODEL = "opteron-242-2node"
@@ -74,6 +75,11 @@ class ColorsReplicasExperiment:
 
     quick: bool = False
     name: str = "srm-ncc"
+    covers: tuple[tuple[str, str], ...] = (
+        ("SRM", "Figure 2"),
+        ("NCC", "Figure 3"),
+        ("NCC", "Table 1"),
+    )
 
     def tasks(self, seeds: tuple[int, ...]) -> Sequence[SrmFig2Task | NccGrepTask]:
         return [SrmFig2Task(s, self.quick) for s in seeds] + [NccGrepTask(s) for s in seeds]
@@ -135,10 +141,7 @@ def _srm_rows(seeds: Sequence[list[tuple[SrmPoint, SrmPoint]]]) -> list[ReproRow
             command + " --json",
             f"{paper_cut:.0f}% fewer",
             f"{miss_cut.text('{:.0f}', '%')} fewer",
-            Verdict.REPRODUCED if abs(miss_cut.median - paper_cut) <= 10 else Verdict.SHAPE,
-            ""
-            if abs(miss_cut.median - paper_cut) <= 10
-            else "the cut differs by more than 10 points",
+            *points_verdict(paper_cut, miss_cut.median),
         ),
     ]
 

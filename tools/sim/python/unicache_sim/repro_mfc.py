@@ -21,7 +21,8 @@ from unicache.topology.toml import load_model
 
 from unicache_sim.experiments.mfc_read import MfcSpec, PointResult, run_mfc
 from unicache_sim.repro_run import ReproReport
-from unicache_sim.repro_table import ReproRow, Spread, Verdict
+from unicache_sim.repro_table import NOISE, ReproRow, Verdict, gain_verdict
+from unicache_sim.spread import Spread
 
 MODEL = "opteron-16"
 WORKLOADS = ("read", "grep", "wc", "md5sum")
@@ -36,10 +37,6 @@ PARALLEL_THREADS = 16
 THROTTLED = 1 / 8
 #: the daemon's --unify of every point: the paper's unit is a core's cache (§3)
 UNIFY = "l2"
-#: a gain within this share of the paper's gain counts as reproduced (on ``x - 1``)
-CLOSE = 0.25
-#: a speedup within this of 1.0 is "no effect" for the shape verdict
-NOISE = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,26 +119,12 @@ def _points(seeds: tuple[int, ...], quick: bool) -> list[MfcTask]:
     return tasks
 
 
-def _key(t: MfcTask) -> tuple[str, str, str, float, float]:
+#: a point without its seed: figure, workload, dist, working set, DRAM bandwidth factor
+Key = tuple[str, str, str, float, float]
+
+
+def _key(t: MfcTask) -> Key:
     return (t.figure, t.workload, t.dist, t.ws_mb, t.dram_bw_scale)
-
-
-def _gain_verdict(paper: float, sim: float) -> tuple[Verdict, str]:
-    """Reproduced: the gain (``x - 1``) points the paper's way and is within :data:`CLOSE`
-    of the paper's gain; shape only: it points the same way; otherwise not reproduced."""
-    paper_gain, sim_gain = paper - 1, sim - 1
-    same_way = (sim_gain > NOISE) == (paper_gain > NOISE) and (sim_gain < -NOISE) == (
-        paper_gain < -NOISE
-    )
-    if same_way and abs(sim_gain - paper_gain) <= CLOSE * abs(paper_gain) + 1e-12:
-        return Verdict.REPRODUCED, ""
-    if same_way:
-        direction = "smaller" if sim < paper else "larger"
-        return Verdict.SHAPE, f"the gain is {direction} than the paper's"
-    return (
-        Verdict.NOT_REPRODUCED,
-        f"the simulator gives {sim:.2f}x where the paper has {paper:.2f}x",
-    )
 
 
 @dataclass
@@ -150,13 +133,14 @@ class MfcExperiment:
 
     quick: bool = False
     name: str = "mfc"
+    covers: tuple[tuple[str, str], ...] = tuple(("MFC", f"Figure {n}") for n in (3, 4, 5, 6, 7, 9))
 
     def tasks(self, seeds: tuple[int, ...]) -> Sequence[MfcTask]:
         return _points(seeds, self.quick)
 
     def report(self, results: Mapping[Any, object], figures: Path) -> ReproReport:
-        by_key: dict[tuple[str, str, str, float, float], list[PointResult]] = {}
-        example: dict[tuple[str, str, str, float, float], MfcTask] = {}
+        by_key: dict[Key, list[PointResult]] = {}
+        example: dict[Key, MfcTask] = {}
         for task, result in results.items():
             if isinstance(task, MfcTask) and isinstance(result, PointResult):
                 by_key.setdefault(_key(task), []).append(result)
@@ -173,7 +157,7 @@ class MfcExperiment:
         paths = (
             plot_one_reader(speed, figures / "mfc-fig3-4.png"),
             plot_dram(by_key, figures / "mfc-fig5.png"),
-            plot_parallel(speed, figures / "mfc-fig6-7-9.png"),
+            plot_parallel(speed, _parallel_paper(speed), figures / "mfc-fig6-7-9.png"),
         )
         return ReproReport(tuple(rows), paths)
 
@@ -204,9 +188,21 @@ FIG5 = {
 }
 
 
+def _parallel_paper(speed: Mapping[Key, Spread]) -> dict[Key, float]:
+    """The paper's value of every parallel point that ran (Figures 6, 7 and 9)."""
+    out: dict[Key, float] = {}
+    for key in speed:
+        figure, w, _dist, ws, bw = key
+        if figure in ("Figure 6", "Figure 7"):
+            out[key] = (FIG6_PEAK if figure == "Figure 6" else FIG7_PEAK)[w]
+        elif figure == "Figure 9" and (w, ws, bw) in FIG9:
+            out[key] = FIG9[(w, ws, bw)]
+    return out
+
+
 def _one_reader_rows(
-    speed: Mapping[tuple[str, str, str, float, float], Spread],
-    example: Mapping[tuple[str, str, str, float, float], MfcTask],
+    speed: Mapping[Key, Spread],
+    example: Mapping[Key, MfcTask],
     figure: str,
     dist: str,
 ) -> list[ReproRow]:
@@ -225,7 +221,7 @@ def _one_reader_rows(
         command = example[(figure, w, dist, peak_ws, 1.0)].command()
         if dist == "uniform":
             paper = f"peak {FIG3_PEAK[w]:.2f}x at 8 MiB; no gain at <= 2 MiB; never worse"
-            verdict, why = _gain_verdict(FIG3_PEAK[w], peak.median)
+            verdict, why = gain_verdict(FIG3_PEAK[w], peak.median)
         else:
             paper = "gains over 4-128 MiB, peak at 8 MiB (plotted only; no number in the text)"
             verdict, why = (
@@ -243,8 +239,8 @@ def _one_reader_rows(
 
 
 def _dram_rows(
-    by_key: Mapping[tuple[str, str, str, float, float], list[PointResult]],
-    example: Mapping[tuple[str, str, str, float, float], MfcTask],
+    by_key: Mapping[Key, list[PointResult]],
+    example: Mapping[Key, MfcTask],
 ) -> list[ReproRow]:
     rows = []
     for (dist, ws), paper in FIG5.items():
@@ -257,7 +253,7 @@ def _dram_rows(
             for r in results
         ]
         spread = Spread.of(ratios)
-        verdict, why = _gain_verdict(paper, spread.median)
+        verdict, why = gain_verdict(paper, spread.median)
         if verdict is Verdict.SHAPE and paper > 10:
             why = "the order of magnitude differs" if spread.median < paper / 10 else why
         rows.append(
@@ -276,8 +272,8 @@ def _dram_rows(
 
 
 def _parallel_rows(
-    speed: Mapping[tuple[str, str, str, float, float], Spread],
-    example: Mapping[tuple[str, str, str, float, float], MfcTask],
+    speed: Mapping[Key, Spread],
+    example: Mapping[Key, MfcTask],
 ) -> list[ReproRow]:
     rows = []
     for figure, dist, peaks in (
@@ -289,7 +285,7 @@ def _parallel_rows(
             if not mine:
                 continue
             best_ws = max(mine, key=lambda ws: mine[ws].median)
-            verdict, why = _gain_verdict(peaks[w], mine[best_ws].median)
+            verdict, why = gain_verdict(peaks[w], mine[best_ws].median)
             if w == "read" and verdict is not Verdict.REPRODUCED:
                 why += "; docs/simulator.md 'The parallel set-up' bounds it (unicache-sim bound)"
             rows.append(
@@ -313,7 +309,7 @@ def _parallel_rows(
         spread = speed.get(("Figure 9", w, "uniform", ws, bw))
         if spread is None:
             continue
-        verdict, why = _gain_verdict(paper, spread.median)
+        verdict, why = gain_verdict(paper, spread.median)
         rows.append(
             ReproRow(
                 "MFC",

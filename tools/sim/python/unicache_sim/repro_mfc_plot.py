@@ -15,7 +15,7 @@ from typing import Any
 
 from unicache_sim.experiments.mfc_read import PointResult
 from unicache_sim.figures import pyplot, save_figure
-from unicache_sim.repro_table import Spread
+from unicache_sim.spread import Spread
 
 Key = tuple[str, str, str, float, float]
 WORKLOADS = ("read", "grep", "wc", "md5sum")
@@ -71,24 +71,23 @@ def plot_dram(by_key: Mapping[Key, Sequence[PointResult]], path: Path) -> Path:
     return _write(plt, fig, path)
 
 
-def plot_parallel(speed: Mapping[Key, Spread], path: Path) -> Path:
-    """Figures 6, 7 and 9: each parallel point's speedup, the paper's value beside it."""
-    from unicache_sim.repro_mfc import FIG6_PEAK, FIG7_PEAK, FIG9
+def plot_parallel(speed: Mapping[Key, Spread], paper: Mapping[Key, float], path: Path) -> Path:
+    """Figures 6, 7 and 9: each parallel point's speedup, the paper's value beside it.
 
+    :param speed: every point's speedup over its seeds (the one-reader points are skipped).
+    :param paper: the paper's value of each parallel point.
+    """
     plt = pyplot()
     labels: list[str] = []
     sims: list[Spread] = []
     papers: list[float] = []
-    for (figure, w, _dist, ws, bw), spread in sorted(speed.items()):
-        if figure == "Figure 6" or figure == "Figure 7":
-            paper = (FIG6_PEAK if figure == "Figure 6" else FIG7_PEAK)[w]
-        elif figure == "Figure 9":
-            paper = FIG9.get((w, ws, bw), float("nan"))
-        else:
+    for key, spread in sorted(speed.items()):
+        if key not in paper:
             continue
+        figure, w, _dist, ws, bw = key
         labels.append(f"{figure[7:]}: {w} {ws:g}M" + (f" bw {bw:g}" if bw != 1 else ""))
         sims.append(spread)
-        papers.append(paper)
+        papers.append(paper[key])
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(labels) + 2), 4))
     xs = range(len(labels))
     ax.bar(

@@ -51,6 +51,8 @@ class ReproExperiment(Protocol):
     """One paper's experiments (or a part of them)."""
 
     name: str
+    #: (paper, figure) pairs its report has rows for
+    covers: tuple[tuple[str, str], ...]
 
     def tasks(self, seeds: tuple[int, ...]) -> Sequence[ReproTask]:
         """Every task, one per seed of each point."""

@@ -9,7 +9,6 @@ table covers every figure and table of the five papers that evaluates a mechanis
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -28,28 +27,41 @@ class Verdict(str, Enum):
 PAPERS = ("MFC", "OBS", "SRM", "NCC", "DMC")
 
 
-@dataclass(frozen=True, slots=True)
-class Spread:
-    """A value over seeds: its median, min and max, and how many seeds."""
+#: a gain within this share of the paper's gain counts as reproduced (on ``x - 1``)
+CLOSE = 0.25
+#: a ratio within this of 1.0 is "no effect"
+NOISE = 0.02
+#: a percentage within this many points of the paper's counts as reproduced
+CLOSE_POINTS = 10.0
 
-    median: float
-    low: float
-    high: float
-    seeds: int
 
-    @staticmethod
-    def of(values: Sequence[float]) -> Spread:
-        """The spread of ``values`` (at least one)."""
-        if not values:
-            raise ValueError("a spread of no values")
-        return Spread(statistics.median(values), min(values), max(values), len(values))
+def gain_verdict(paper: float, sim: float) -> tuple[Verdict, str]:
+    """Reproduced: the gain (``x - 1``) points the paper's way and is within :data:`CLOSE`
+    of the paper's gain; shape only: it points the same way; otherwise not reproduced."""
+    paper_gain, sim_gain = paper - 1, sim - 1
+    same_way = (sim_gain > NOISE) == (paper_gain > NOISE) and (sim_gain < -NOISE) == (
+        paper_gain < -NOISE
+    )
+    if same_way and abs(sim_gain - paper_gain) <= CLOSE * abs(paper_gain) + 1e-12:
+        return Verdict.REPRODUCED, ""
+    if same_way:
+        direction = "smaller" if sim < paper else "larger"
+        return Verdict.SHAPE, f"the gain is {direction} than the paper's"
+    return (
+        Verdict.NOT_REPRODUCED,
+        f"the simulator gives {sim:.2f}x where the paper has {paper:.2f}x",
+    )
 
-    def text(self, fmt: str = "{:.2f}", unit: str = "") -> str:
-        """``median (low-high, N seeds)``; one seed or no spread shows the value alone."""
-        mid = fmt.format(self.median) + unit
-        if self.seeds <= 1 or self.low == self.high:
-            return f"{mid} ({self.seeds} seed{'s' if self.seeds != 1 else ''})"
-        return f"{mid} ({fmt.format(self.low)}-{fmt.format(self.high)}{unit}, {self.seeds} seeds)"
+
+def points_verdict(paper_pct: float, sim_pct: float) -> tuple[Verdict, str]:
+    """Reproduced within :data:`CLOSE_POINTS`; shape only if it has the sign of the paper's
+    effect (and the paper has one); otherwise not reproduced."""
+    if abs(sim_pct - paper_pct) <= CLOSE_POINTS:
+        return Verdict.REPRODUCED, ""
+    # the paper has no effect (within the margin) and the simulator has one: not a shape
+    if abs(paper_pct) > CLOSE_POINTS and (sim_pct > 0) == (paper_pct > 0):
+        return Verdict.SHAPE, f"{sim_pct:.0f}% where the paper has {paper_pct:.0f}%"
+    return Verdict.NOT_REPRODUCED, f"{sim_pct:.0f}% where the paper has {paper_pct:.0f}%"
 
 
 @dataclass(frozen=True, slots=True)

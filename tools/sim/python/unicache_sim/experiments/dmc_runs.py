@@ -9,7 +9,6 @@ does not exist.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from unicache.topology.toml import load_model
 from unicache_sim.experiments.dmc_micro import ScanPoint, linked_list, pingpong, scan
 from unicache_sim.experiments.dmc_whatif import MigrationMode, dmc_migration_cycles
 from unicache_sim.experiments.mfc_read import MfcSpec, run_mfc
+from unicache_sim.spread import Spread
 
 #: Figure 3's segment sizes, Figure 4's pushed lines, Figure 5's extra lines
 SCAN_LINES = (1, 2, 4, 8)
@@ -35,19 +35,6 @@ VARIANTS: tuple[tuple[MigrationMode, bool], ...] = (
 DEFAULT_SCU_POINTS: dict[str, float] = {"opteron-16": 8.0}
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Spread:
-    """The median of several seeds and their range."""
-
-    median: float
-    low: float
-    high: float
-
-    @staticmethod
-    def of(values: list[float]) -> Spread:
-        return Spread(statistics.median(values), min(values), max(values))
 
 
 @dataclass(frozen=True, slots=True)
