@@ -243,10 +243,12 @@ def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
         )
         stack.callback(daemon.kill)
         received = b""
-        for _ in range(100):
-            if agent.exists():
-                break
+        # the daemon's start (imports, topology) takes seconds on a busy machine: wait for
+        # its socket as long as it runs, up to a minute
+        deadline = time.time() + 60
+        while not agent.exists() and daemon.poll() is None and time.time() < deadline:
             time.sleep(0.1)
+        assert agent.exists(), f"no agent socket; daemon exit {daemon.poll()}"
         sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
         sock.connect(str(agent))
         sock.settimeout(0.3)
@@ -260,7 +262,8 @@ def test_dry_run_decides_and_logs_but_changes_nothing_and_sends_no_table(
         # so that OBS-X's rebalance never moves one of the two away (their unit is the
         # lightest; moving a lone vCPU into it would not lower the heaviest load)
         shared: list[int] = []
-        for _ in range(100):
+        deadline = time.time() + 60
+        while time.time() < deadline:
             units: dict[int, list[int]] = {}
             if (tmp_path / "decisions.jsonl").exists():
                 for r in log_records(tmp_path):
