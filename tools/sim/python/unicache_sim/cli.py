@@ -1,4 +1,4 @@
-"""The ``unicache-sim`` command: the MFC, SRM and NCC experiments, the MFC grid, the speed
+"""The ``unicache-sim`` command: the MFC, OBS, SRM and NCC experiments, the MFC grid, the speed
 benchmark, calibration."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from unicache_sim.cli_bound import bound
 from unicache_sim.cli_colors_replicas import ncc, srm
 from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.cli_grid import grid
+from unicache_sim.cli_obs import obs
 from unicache_sim.experiments.mfc_read import (
     BASELINES,
     CORUNNERS,
@@ -313,6 +314,7 @@ app.command("srm")(srm)
 app.command("ncc")(ncc)
 app.command("grid")(grid)
 app.command("bound")(bound)
+app.command("obs")(obs)
 
 
 def main() -> None:

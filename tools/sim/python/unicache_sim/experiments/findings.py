@@ -1,0 +1,40 @@
+"""A reproduced quantity over seeds beside the paper's value: what ``unicache-sim obs`` and
+``unicache-sim srm --case`` report, and what docs/reproduction.md tabulates."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One quantity over seeds, beside the paper's.
+
+    :param scenario: the scenario.
+    :param figure: the paper's figure or section.
+    :param quantity: what is measured.
+    :param paper: the paper's value, as it states it.
+    :param values: one value per seed.
+    """
+
+    scenario: str
+    figure: str
+    quantity: str
+    paper: str
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        """The median over seeds."""
+        return statistics.median(self.values)
+
+    @property
+    def low(self) -> float:
+        """The smallest value."""
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        """The largest value."""
+        return max(self.values)
