@@ -66,7 +66,8 @@ def srm(
     """SRM paper: mergesort next to file readers on a shared LLC, with and without page
     coloring by the product's SRM policy. fig2 (§2): slowdown and LLC misses per million
     instructions against the array size; the §4 cases: medians over seeds with the range."""
-    from unicache_sim.experiments.srm_colors import PLACEMENTS, SrmSpec, run_srm
+    from unicache_sim.experiments.srm_colors import PLACEMENTS, run_srm
+    from unicache_sim.experiments.srm_memory import SrmSpec
 
     if case != "fig2":
         from unicache_sim.cli_srm_cases import srm_case

@@ -56,8 +56,8 @@ from unicache_sim.experiments.srm_memory import (
     KIB,
     TARBALL_ID,
     VM_NAME,
-    SrmSpec as SrmSpec,
-    build_memory as build_memory,
+    SrmSpec,
+    build_memory,
 )
 
 #: §2: mergesort sorts an array of 64-byte records
