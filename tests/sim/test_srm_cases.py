@@ -45,7 +45,7 @@ def test_the_product_does_not_confine_a_file_scanned_again_and_again() -> None:
     # The paper's SRM-buffer (no locality filter) confines it and slows the scans: the
     # what-if shows this test could fail
     for seed in SEEDS:
-        spec = SrmSpec(tarball_mb=RESCAN_MB, seed=seed, scan_passes=100)
+        spec = SrmSpec(tarball_mb=RESCAN_MB, seed=seed, vm_pages="spread", scan_passes=100)
         spread = scan_seconds(TOPO_XEON_X5355, spec, False, scans=4)
         ours = scan_seconds(TOPO_XEON_X5355, spec, True, scans=4)
         paper = scan_seconds(TOPO_XEON_X5355, replace(spec, color_only_weak=False), True, scans=4)

@@ -54,7 +54,7 @@ def print_findings(findings: list[Finding], title: str) -> None:
     """A table of findings: figure, quantity, the paper's value, median [min, max]."""
     table = Table(
         title=title,
-        caption="median over seeds, [min, max]; ratios per seed against the baseline of "
+        caption="median over seeds, \\[min, max]; ratios per seed against the baseline of "
         "that seed",
     )
     for col in ("figure", "quantity", "paper", "unicache-sim"):

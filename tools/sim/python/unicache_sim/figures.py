@@ -98,9 +98,17 @@ def plot_srm_case(result: CaseResult, path: Path, title: str) -> None:
         ax.errorbar(xs, mids, yerr=err, marker="o", capsize=3, label=label)
     if result.name == "sweep-tl":
         ax.set_xscale("log", base=2)
+    ticks = [x for x, _ in next(iter(result.curves.values()))]
+    ax.set_xticks(ticks, labels=[f"{x:g}" for x in ticks])
     ax.axhline(0.0, color="black", linewidth=0.6, linestyle=":")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("%")
+    ylabel = {
+        "sweep-tl": "mergesort's time reduction by SRM (%)",
+        "random": "mergesort's time change with SRM (%)",
+        "rescan": "time per scan over no coloring (%)",
+        "corunners": "mergesort's slowdown over alone (%)",
+    }
+    ax.set_ylabel(ylabel.get(result.name, "%"))
     ax.set_title(result.findings[0].figure)
     ax.legend()
     fig.suptitle(title)

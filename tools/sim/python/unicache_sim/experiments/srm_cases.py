@@ -168,8 +168,9 @@ def rescan(topo: Topology, seeds: Sequence[int], progress: Progress | None = Non
     product, paper_srm = [], []
     for seed in seeds:
         # one interval of re-scans: the file read many times (at ~1 GB/s, hundreds)
-        spec = SrmSpec(tarball_mb=RESCAN_MB, seed=seed, scan_passes=math.ceil(
-            1e9 / (RESCAN_MB * 1024 * KIB)))
+        # (the scanner is the only process: vm_pages spread keeps the other frames equal)
+        spec = SrmSpec(tarball_mb=RESCAN_MB, seed=seed, vm_pages="spread",
+                       scan_passes=math.ceil(1e9 / (RESCAN_MB * 1024 * KIB)))
         spread = scan_seconds(topo, spec, False)
         ours = scan_seconds(topo, spec, True)
         theirs = scan_seconds(topo, replace(spec, color_only_weak=False), True)

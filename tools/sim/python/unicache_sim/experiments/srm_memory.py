@@ -162,6 +162,12 @@ class Memory:
     tar_colors: tuple[int, ...]
 
 
+def _every_file(spec: SrmSpec) -> frozenset[tuple[str, int]]:
+    """The files confined whatever their locality: the paper's SRM-buffer confines every
+    file larger than ``T_l`` (``color_only_weak=False``), the product none."""
+    return frozenset() if spec.color_only_weak else frozenset({(VM_NAME, TARBALL_ID)})
+
+
 def build_memory(
     topo: Topology, cfg: SimConfig, spec: SrmSpec, size: int, coloring: bool
 ) -> Memory:
@@ -170,7 +176,10 @@ def build_memory(
     Without coloring every frame comes from the normal (random) allocator; with coloring
     from the colors :class:`~unicache.policy.srm.SrmPolicy` decided for the events of a
     host: ``PageFault`` for mergesort's pages (or the normal allocator with
-    ``vm_pages="spread"``) and ``BufferMiss`` for the tarball, classified as streaming.
+    ``vm_pages="spread"``) and ``BufferMiss`` for the tarball when the product's filter
+    classifies it as streaming from the guest report of ``scan_passes`` passes (or always,
+    ``color_only_weak=False``: the paper's SRM-buffer); a re-read file keeps the normal
+    allocator's frames, as the per-VM adapter leaves it in the VM's normal memory.
 
     :param topo: the machine model.
     :param cfg: its simulator configuration.
@@ -201,8 +210,12 @@ def build_memory(
     tar_colors: tuple[int, ...] = ()
     if colors is not None:
         colors.classify(TARBALL_ID, tar_bytes, spec.read_bytes, spec.scan_passes)
+    if colors is not None and (VM_NAME, TARBALL_ID) in colors.weak | _every_file(spec):
         tar_colors = colors.buffer_misses(TARBALL_ID, tar_bytes // page)
         place_pages(engine, tar, tar_colors, colors.n_colors)
     else:
+        # no coloring, or a file the product's filter finds re-read: the per-VM adapter
+        # (policy/colors.py) colors only streams, so its pages stay in the VM's normal
+        # memory, the normal allocator's frames
         place_pages(engine, tar, (-1,) * (tar_bytes // page), 0)
     return Memory(engine, tar, src, dst, page_colors(topo), tar_colors)
