@@ -3,11 +3,17 @@ seed lists, and the table and JSON of findings (``obs``, ``srm --case``)."""
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 from unicache.errors import UnicacheError
@@ -62,3 +68,32 @@ def print_findings(findings: list[Finding], title: str) -> None:
     for f in findings:
         table.add_row(f.figure, f.quantity, f.paper, f"{f.median:.3g} [{f.low:.3g}, {f.high:.3g}]")
     Console().print(table)
+
+
+@contextmanager
+def progress_steps(total: int) -> Iterator[Callable[[str], None]]:
+    """A transient progress bar on stderr of ``total`` steps; yields the step callback,
+    which advances it and shows the label of the step just done."""
+    with Progress(console=stderr, transient=True) as progress:
+        task = progress.add_task("simulating", total=total)
+
+        def step(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        yield step
+
+
+def emit_findings(
+    findings: list[Finding],
+    head: Mapping[str, object],
+    title: str,
+    as_json: bool,
+    plot: Path | None,
+) -> None:
+    """Print findings: JSON (``head`` and the findings) or a table, then where the plot went."""
+    if as_json:
+        sys.stdout.write(json.dumps({**head, "findings": findings_doc(findings)}, indent=2) + "\n")
+        return
+    print_findings(findings, title)
+    if plot is not None:
+        Console().print(f"plot written to {plot}")

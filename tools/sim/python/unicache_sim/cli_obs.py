@@ -3,18 +3,14 @@ a Linux-like scheduler), mounted by :mod:`unicache_sim.cli`."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, cast
 
 import typer
-from rich.console import Console
-from rich.progress import Progress
 from unicache.errors import UnicacheError
 from unicache.topology.toml import load_model
 
-from unicache_sim.cli_common import findings_doc, parse_seeds, print_findings, stderr, user_error
+from unicache_sim.cli_common import emit_findings, parse_seeds, progress_steps, user_error
 
 
 def obs(
@@ -57,13 +53,8 @@ def obs(
         seed_list = parse_seeds(seeds)
         topo = load_model(model)
         results = []
-        with Progress(console=stderr, transient=True) as progress:
-            total = sum(runs_per_seed(n) for n in names) * len(seed_list)
-            task = progress.add_task("simulating", total=total)
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
+        total = sum(runs_per_seed(n) for n in names) * len(seed_list)
+        with progress_steps(total) as step:
             for name in names:
                 results.append(run_scenario(name, topo, seed_list, weights, step))
         if plot is not None:
@@ -74,11 +65,6 @@ def obs(
         user_error(err)
         return
     findings = [f for r in results for f in r.findings]
-    if as_json:
-        doc = {"model": model, "backend": backend, "seeds": list(seed_list),
-               "findings": findings_doc(findings)}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return
-    print_findings(findings, f"OBS on {model} ({backend} weights), seeds {seeds}")
-    if plot is not None:
-        Console().print(f"plot written to {plot}")
+    head = {"model": model, "backend": backend, "seeds": list(seed_list)}
+    emit_findings(findings, head, f"OBS on {model} ({backend} weights), seeds {seeds}", as_json,
+                  plot)

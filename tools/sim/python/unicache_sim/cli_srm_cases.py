@@ -3,16 +3,12 @@ random reads and re-scan, Figure 13's co-runners), run by :mod:`.cli_colors_repl
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import Progress
 from unicache.errors import UnicacheError
 from unicache.topology.toml import load_model
 
-from unicache_sim.cli_common import findings_doc, parse_seeds, print_findings, stderr, user_error
+from unicache_sim.cli_common import emit_findings, parse_seeds, progress_steps, user_error
 
 
 def srm_case(case: str, model: str | None, seeds: str, as_json: bool, plot: Path | None) -> None:
@@ -32,12 +28,7 @@ def srm_case(case: str, model: str | None, seeds: str, as_json: bool, plot: Path
         seed_list = parse_seeds(seeds)
         name = model or DEFAULT_MODEL[case]
         topo = load_model(name)
-        with Progress(console=stderr, transient=True) as progress:
-            task = progress.add_task("simulating", total=steps_per_seed(case) * len(seed_list))
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
+        with progress_steps(steps_per_seed(case) * len(seed_list)) as step:
             result = run_case(case, topo, seed_list, step)
         if plot is not None:
             from unicache_sim.figures import plot_srm_case
@@ -46,12 +37,6 @@ def srm_case(case: str, model: str | None, seeds: str, as_json: bool, plot: Path
     except UnicacheError as err:
         user_error(err)
         return
-    findings = list(result.findings)
-    if as_json:
-        doc = {"case": case, "model": name, "seeds": list(seed_list),
-               "findings": findings_doc(findings)}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        return
-    print_findings(findings, f"SRM {case} on {name}, seeds {seeds}")
-    if plot is not None:
-        Console().print(f"plot written to {plot}")
+    head = {"case": case, "model": name, "seeds": list(seed_list)}
+    emit_findings(list(result.findings), head, f"SRM {case} on {name}, seeds {seeds}", as_json,
+                  plot)
