@@ -21,7 +21,7 @@ include hypervisor/libvirt.mk
 include qemu-patches/colormem/colormem.mk
 -include qemu-patches/qemu.mk
 
-.PHONY: setup test lint typecheck pytest demo clean apt
+.PHONY: setup test lint typecheck pytest demo figures clean apt
 
 # apt packages only when root and something is missing (a non-root user gets one line).
 $(VENV)/.apt-stamp: Makefile
@@ -65,6 +65,10 @@ test: lint typecheck sim-test-rust pytest
 
 demo: setup image
 	@bash tools/demo.sh
+
+# every seed paper's experiments in the simulator: docs/figures/*.png and docs/reproduction.md
+figures: setup
+	$(VENV)/bin/unicache-sim figures --out-dir docs/figures --doc docs/reproduction.md
 
 clean:
 	rm -rf $(VENV) build tools/sim/target

@@ -198,8 +198,12 @@ def test_daemon_pins_vcpus_publishes_a_table_and_the_shim_reads_on_the_planned_v
 
 
 def test_daemon_leaves_alone_a_vm_whose_hot_data_fits_one_unit_and_says_why(
-    vm: QemuVm, dirs: tuple[Path, Path]
+    vm: QemuVm, dirs: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    # a state dir of its own: the module's earlier daemon placed this VM over all FILES, and
+    # its restored round state (those chunks' reads, aging out round by round) would make
+    # the refusal wait on how fast they age rather than on what the VM reads now
+    dirs = (dirs[0], tmp_path / "state")
     daemon = start_daemon(dirs)
     try:
         wait_until("the agent channel", lambda: any(

@@ -80,3 +80,78 @@ def shim(
     table.add_row(f"{res.with_mbps:.0f}", f"{res.without_mbps:.0f}", f"{res.ratio:.3f}",
                   f"{res.lookup_ns:.1f}")
     Console().print(table)
+
+
+def _sizes(text: str, flag: str) -> list[int]:
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise BenchError(f"{flag} takes whole numbers separated by commas, not {text!r}") from err
+    if not sizes:
+        raise BenchError(f"{flag} takes at least one size")
+    return sizes
+
+
+@app.command("policy")
+def policy(
+    vms: Annotated[str, typer.Option(
+        help="VMs on the host; several sizes separated by commas (one point each).")] = "1000",
+    chunks: Annotated[str, typer.Option(
+        help="Chunks SCU tracks, over all VMs; several sizes separated by commas.")] = "1000000",
+    rounds: Annotated[int, typer.Option(help="Timed rounds per point (after 3 warm-up).")] = 40,
+    changed_fraction: Annotated[float, typer.Option(
+        help="Chunk records in one round's reports, as a fraction of --chunks (the load: "
+             "docs/PERFORMANCE.md).")] = 0.005,
+    zipf_s: Annotated[float, typer.Option(
+        help="Zipf exponent of activity across VMs and of chunk popularity in a VM.")] = 1.0,
+    vcpus: Annotated[int, typer.Option(help="vCPUs per VM.")] = 2,
+    model: Annotated[str, typer.Option(help="Machine model the policy runs for.")] = "epyc-2s",
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic load.")] = 1,
+    plot: Annotated[Path | None, typer.Option(
+        help="Write a PNG of round time against VMs and chunks here.")] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Time and memory of one policy round (OBS, SRM, NCC, SCU) at fleet scale.
+
+    Feeds the product's round, through the product's loop, a synthetic fleet: every VM
+    reports every round, Zipf-popular VMs and chunks, --changed-fraction of the tracked
+    chunks read per round. Prints p50/p99 round time, the state's bytes per tracked chunk
+    and the peak RSS per point.
+    """
+    from rich.progress import Progress
+
+    try:
+        bench = load_bench("policy_bench")
+        vm_sizes, chunk_sizes = _sizes(vms, "--vms"), _sizes(chunks, "--chunks")
+        total = len(set(vm_sizes)) * len(set(chunk_sizes)) * (rounds + bench.WARMUP_ROUNDS)
+        with Progress(console=_err, transient=True) as progress:
+            task = progress.add_task("policy rounds", total=max(total, 1))
+
+            def tick(what: str) -> None:
+                progress.update(task, advance=1, description=f"policy rounds ({what})")
+
+            res = bench.run_policy_bench(
+                vm_sizes, chunk_sizes, rounds=rounds, changed_fraction=changed_fraction,
+                zipf_s=zipf_s, vcpus=vcpus, seed=seed, model=model, tick=tick,
+            )
+        if plot is not None:
+            bench.plot(res, plot)
+    except UnicacheError as err:
+        _err.print(f"unicache bench policy: {err}", markup=False, highlight=False,
+                   soft_wrap=True)
+        raise typer.Exit(2) from err
+    if json_out:
+        sys.stdout.write(json.dumps(res.as_json()) + "\n")
+        return
+    table = Table(title=f"policy round on {res.model} ({res.units} units), changed fraction "
+                        f"{changed_fraction:g}, {rounds} timed rounds")
+    for col in ("VMs", "chunks", "records/round", "p50 ms", "p99 ms", "CPU p99 ms",
+                "B/chunk", "peak RSS MiB"):
+        table.add_column(col, justify="right")
+    for p in res.points:
+        table.add_row(f"{p.vms:,}", f"{p.tracked_chunks:,}", f"{p.records_per_round:,}",
+                      f"{p.p50_ms:.1f}", f"{p.p99_ms:.1f}", f"{p.cpu_p99_ms:.1f}",
+                      f"{p.bytes_per_chunk:.0f}", f"{p.peak_rss_mib:.0f}")
+    Console().print(table)

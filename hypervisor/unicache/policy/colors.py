@@ -332,6 +332,7 @@ def colors_round(
     for report in reports:
         by_vm.setdefault(report.vm, []).append(report)
     samples = tuple(samples)
+    before = {v.vm: v for v in state.vms}  # one lookup per VM, not a scan (a fleet's VMs)
     round_no = state.round + 1
     out: list[VmColors] = []
     actions: list[AssignColor] = []
@@ -342,7 +343,7 @@ def colors_round(
         if not colored_nodes:
             continue
         vm_state, vm_actions, streamed, bounded = _vm_round(
-            vm, by_vm.get(vm.name, []), state.of(vm.name), options
+            vm, by_vm.get(vm.name, []), before.get(vm.name), options
         )
         if bounded:
             refusals.append(Refusal(SRM_BOUNDED, bounded))

@@ -29,6 +29,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from unicache.policy.mfcchunks import ChunkStore, ChunkView
 from unicache.policy.mfcstate import ChunkKey, ChunkState, MfcParams, UnitView, m_use
 
 __all__ = [
@@ -114,7 +115,9 @@ class MfcTable:
         self.params = params
         self.units: dict[int, UnitView] = {u.id: u for u in units}
         self.tenants: dict[int, frozenset[str]] = dict(tenants or {})
-        self.chunks: dict[ChunkKey, ChunkState] = {}
+        # every chunk's state, per VM, shared with the table this one was copied from
+        # until either changes it (mfcchunks: a round costs what it touches)
+        self._store = ChunkStore()
         # sum over chunks on a unit of S(f): the second term of eq. 2, kept incrementally
         self._assigned: dict[int, int] = dict.fromkeys(self.units, 0)
         # the same per (unit, VM): the second term of eq. 2 within a VM's share
@@ -137,10 +140,24 @@ class MfcTable:
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like Figure 2's tables
 
+    @property
+    def chunks(self) -> ChunkView:
+        """Every chunk's state, read-only (the table changes them through Figure 2)."""
+        return ChunkView(self._store)
+
+    def changed_vms(self) -> frozenset[str]:
+        """The VMs whose chunks this table added, changed or dropped since it was copied."""
+        return frozenset(self._store.changed)
+
+    def chunks_of(self, vm: str) -> list[tuple[ChunkKey, ChunkState]]:
+        """One VM's chunks with their states (read-only)."""
+        return [(ChunkKey(vm, c), st) for c, st in self._store.of_vm(vm).items()]
+
     def copy(self) -> MfcTable:
-        """A deep copy (the policy round decides on a copy and returns it as new state)."""
+        """A copy that changes independently of this table (the policy round decides on a
+        copy and returns it as new state); chunks are shared until either side changes one."""
         other = MfcTable(self.params, self.units.values(), self.tenants)
-        other.chunks = {key: st.copy() for key, st in self.chunks.items()}
+        other._store = self._store.fork()
         other._assigned = dict(self._assigned)
         other._vm_bytes = dict(self._vm_bytes)
         other._on_unit = {u: set(keys) for u, keys in self._on_unit.items()}
@@ -165,7 +182,7 @@ class MfcTable:
 
     def restore_chunk(self, key: ChunkKey, state: ChunkState) -> None:
         """A saved table's chunk back, evicting nothing (``ScuPolicy.start`` checks it)."""
-        self.chunks[key] = state
+        self._store.put(key, state)
         for unit in state.units:
             self._on_unit.setdefault(unit, set()).add(key)
             self._assigned[unit] = self._assigned.get(unit, 0) + state.size
@@ -213,7 +230,7 @@ class MfcTable:
     def _add(self, key: ChunkKey, unit: int) -> list[ChunkKey]:
         """Put ``key`` on ``unit`` (it fits the VM's share); returns the chunks of VMs over
         their share that made physical room for it."""
-        state = self.chunks[key]
+        state = self._store.own(key)
         if unit in state.units:
             return []
         evicted = self._make_physical_room(unit, state.size, key)
@@ -224,8 +241,9 @@ class MfcTable:
         return evicted
 
     def _remove(self, key: ChunkKey, unit: int) -> None:
-        state = self.chunks[key]
-        if unit in state.units:
+        shared = self._store.get(key)
+        if shared is not None and unit in shared.units:
+            state = self._store.own(key)
             state.units.discard(unit)
             self._on_unit[unit].discard(key)
             self._assigned[unit] -= state.size
@@ -252,10 +270,12 @@ class MfcTable:
         return evicted
 
     def _chunk(self, key: ChunkKey, size: int) -> ChunkState:
-        state = self.chunks.get(key)
-        if state is None:
-            state = self.chunks[key] = ChunkState(size)
-        elif state.size != size:
+        if self._store.get(key) is None:
+            state = ChunkState(size)
+            self._store.put(key, state)
+            return state
+        state = self._store.own(key)  # Figure 2 changes the chunk it reads
+        if state.size != size:
             # the guest saw the chunk grow or shrink (last chunk of a file): re-account,
             # and drop the copies on units that the larger chunk would over-commit
             held = sorted(state.units)
@@ -270,6 +290,12 @@ class MfcTable:
     def chunks_on(self, unit: int) -> list[ChunkKey]:
         """Chunks believed cached on a unit, in key order."""
         return sorted(self._on_unit.get(unit, ()))
+
+    def _use(self, key: ChunkKey, unit: int) -> int:
+        """``f.use[unit]`` of a chunk the table holds."""
+        state = self._store.get(key)
+        assert state is not None, key
+        return state.use.get(unit, 0)
 
     def _candidates(self, unit: int, vm: str | None) -> Iterator[ChunkKey]:
         """The chunks on a unit that ``vm`` may evict: its own where the unit has tenants,
@@ -291,7 +317,7 @@ class MfcTable:
         best: tuple[int, ChunkKey] | None = None
         for key in self._candidates(unit, vm):
             if key != exclude:
-                candidate = (self.chunks[key].use.get(unit, 0), key)
+                candidate = (self._use(key, unit), key)
                 if best is None or candidate < best:
                     best = candidate
         return None if best is None else best[1]
@@ -305,7 +331,7 @@ class MfcTable:
             for key in self._candidates(unit, vm):
                 if key == exclude:
                     continue
-                candidate = (self.chunks[key].use.get(unit, 0), unit, key)
+                candidate = (self._use(key, unit), unit, key)
                 if best is None or candidate < best:
                     best = candidate
         return None if best is None else (best[2], best[1])
@@ -338,7 +364,7 @@ class MfcTable:
         found = self._lookup_lfu_any(allowed, exclude=key)
         if found is None or found[0].vm == key.vm:
             return False
-        return self.chunks[found[0]].use.get(found[1], 0) < f.total_use()
+        return self._use(found[0], found[1]) < f.total_use()
 
     # --- Figure 2 -------------------------------------------------------------------------
 
@@ -394,7 +420,7 @@ class MfcTable:
             if found is not None and len(f.units) < copies:
                 lfu1, c = found
                 # line 21: c holds lfu1, less popular than f
-                if self.chunks[lfu1].use.get(c, 0) < f.total_use():
+                if self._use(lfu1, c) < f.total_use():
                     self._remove(lfu1, c)
                     evicted = [lfu1, *self._make_room(c, size, keep=key)]
                     if self._fits(c, size, vm):
@@ -417,7 +443,7 @@ class MfcTable:
         idle = self.units[curunit].runqueue_len < p.idle_threshold
         if busy and idle and curunit not in f.units and len(f.units) < copies:
             lfu2 = self.lookup_lfu(curunit, exclude=key, vm=vm)
-            lfu2_use = 0 if lfu2 is None else self.chunks[lfu2].use.get(curunit, 0)
+            lfu2_use = 0 if lfu2 is None else self._use(lfu2, curunit)
             if f.use.get(newunit, 0) > 2 * lfu2_use:
                 evicted = self._make_room(curunit, size, keep=key)
                 if self._fits(curunit, size, vm):
@@ -463,20 +489,21 @@ class MfcTable:
         :param max_chunks: the most chunks the table may remember.
         :returns: per VM, the chunks forgotten over ``max_chunks`` (not those aged out).
         """
-        for state in self.chunks.values():
-            state.use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
-            state.reads_from.clear()
-            state.migrations //= 2
-        forgotten = [k for k, st in self.chunks.items() if not st.units and not st.use]
-        for key in forgotten:
-            del self.chunks[key]
-        excess = len(self.chunks) - max_chunks
+
+        def aged(state: ChunkState) -> ChunkState | None:
+            use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
+            if not state.units and not use:
+                return None  # forgotten: uncached and no longer used
+            return ChunkState(state.size, set(state.units), use, {}, state.migrations // 2)
+
+        self._store.rebuild(aged)
+        excess = len(self._store) - max_chunks
         dropped: dict[str, int] = {}
         if excess <= 0:
             return dropped
         held: dict[str, int] = {}
         uncached: dict[str, list[tuple[int, ChunkKey]]] = {}
-        for k, st in self.chunks.items():
+        for k, st in self._store.items():
             held[k.vm] = held.get(k.vm, 0) + 1
             if not st.units:
                 uncached.setdefault(k.vm, []).append((st.total_use(), k))
@@ -488,7 +515,7 @@ class MfcTable:
         while excess > 0 and heap:
             count, vm = heapq.heappop(heap)
             _, key = uncached[vm].pop()
-            del self.chunks[key]
+            self._store.delete(key)
             dropped[vm] = dropped.get(vm, 0) + 1
             excess -= 1
             if uncached[vm]:
@@ -497,4 +524,4 @@ class MfcTable:
 
     def holders(self) -> Mapping[ChunkKey, frozenset[int]]:
         """Chunk -> units holding it (read-only copy)."""
-        return {k: frozenset(st.units) for k, st in self.chunks.items() if st.units}
+        return {k: frozenset(st.units) for k, st in self._store.items() if st.units}

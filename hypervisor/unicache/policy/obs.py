@@ -157,16 +157,17 @@ class ObsPolicy:
         """
         opts = self.options
         live = sorted(v.id for vm in obs.vms for v in vm.vcpus)
-        weights = {v: w for v, w in state.weights.items() if v in live}
+        alive = frozenset(live)  # membership in one step: a fleet has thousands of vCPUs
+        weights = {v: w for v, w in state.weights.items() if v in alive}
         busy: dict[VcpuId, float] = {}
         for sample in obs.samples:
-            if sample.vcpu in live:
+            if sample.vcpu in alive:
                 weights[sample.vcpu] = cache_weight(sample, opts.line_size).value
                 busy[sample.vcpu] = sample.busy
         # the host measured these weights; the others are their guests' word, which moves
         # only their own VM's vCPUs (a forged count never steers another VM's pinning)
-        trusted = frozenset(s.vcpu for s in obs.samples if s.vcpu in live and host_measured(s))
-        unit_of = {v: u for v, u in state.unit_of.items() if v in live}
+        trusted = frozenset(s.vcpu for s in obs.samples if s.vcpu in alive and host_measured(s))
+        unit_of = {v: u for v, u in state.unit_of.items() if v in alive}
         reasons: dict[VcpuId, str] = {}
         vcpus_of = {vm.name: [v.id for v in vm.vcpus] for vm in obs.vms}
         # a clustered VM that SCU unifies again needs a vCPU in every unit: OBS-X places
@@ -308,7 +309,7 @@ class ObsPolicy:
                 if abs(cpu_weights.get(vcpu, BASE_CPU_WEIGHT) - value) >= opts.weight_hysteresis:
                     actions.append(SetCpuWeight(vcpu, value, why))
                     cpu_weights[vcpu] = value
-        cpu_weights = {v: w for v, w in cpu_weights.items() if v in live}
+        cpu_weights = {v: w for v, w in cpu_weights.items() if v in alive}
 
         new_state = ObsState(
             unit_of,

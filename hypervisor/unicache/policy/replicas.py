@@ -157,10 +157,11 @@ def replicas_round(
     actions: list[Replicate | DropReplica] = []
     refusals: list[Refusal] = []
     nodes: dict[str, dict[ChunkId, frozenset[int]]] = {}
+    before = {v.vm: v for v in state.vms}  # one lookup per VM, not a scan (a fleet's VMs)
     for vm in sorted(vms, key=lambda v: v.name):
         mine = by_vm.get(vm.name, [])
         guest_nodes = frozenset(n.node for n in vm.nodes)  # the backend's, not the guest's
-        prev = state.of(vm.name) or VmReplicas(vm.name)
+        prev = before.get(vm.name) or VmReplicas(vm.name)
         if len(guest_nodes) < 2 and not prev.ncc.replicas:
             continue
         memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)

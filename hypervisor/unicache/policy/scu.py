@@ -39,7 +39,6 @@ from unicache.policy.cost import GainEstimate, needed_gain
 from unicache.policy.mfc import (
     RULE_NON_CACHING,
     ChunkKey,
-    ChunkState,
     MfcTable,
     UnitView,
     m_use,
@@ -69,6 +68,11 @@ DOUBT_ROUNDS = 3
 TRUST_ROUNDS = 3
 
 
+#: what a VM's table is built on besides its chunks and extras: left alone, and its
+#: ``(vCPU index, unit)`` pairs
+TableBasis = tuple[bool, tuple[tuple[int, int], ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class ScuState:
     """What SCU keeps between rounds.
@@ -82,6 +86,9 @@ class ScuState:
     :param doubts: placed VMs predicted to lose, by consecutive rounds of that doubt.
     :param trusts: VMs a prediction left alone, by the rounds in a row since predicted to
         gain (0: the last prediction was no gain).
+    :param built_on: per VM, what its last table was built on besides its chunks (left
+        alone, its ``(vCPU index, unit)`` pairs): a VM none of whose inputs changed keeps
+        its table without a rebuild.
     """
 
     table: MfcTable | None = None
@@ -92,6 +99,7 @@ class ScuState:
     watched: Mapping[str, ReadRates] = field(default_factory=dict)
     doubts: Mapping[str, int] = field(default_factory=dict)
     trusts: Mapping[str, int] = field(default_factory=dict)
+    built_on: Mapping[str, TableBasis] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -248,17 +256,26 @@ class ScuPolicy:
 
         versions = dict(state.versions)
         published = dict(state.published)
+        built_on = {vm: b for vm, b in state.built_on.items() if vm in live_vms}
         actions = []
-        chunks_of: dict[str, list[tuple[ChunkKey, ChunkState]]] = {}
-        for key, chunk_state in table.chunks.items():  # one pass, not one per VM
-            chunks_of.setdefault(key.vm, []).append((key, chunk_state))
+        changed = table.changed_vms() | touched
         for vm in sorted(live_vms):
+            basis: TableBasis = (vm in left_alone, tuple(sorted(by_vm.get(vm, {}).items())))
+            vm_extras = extras.get(vm, {})
+            if (
+                vm in published
+                and vm not in changed
+                and built_on.get(vm) == basis
+                and _same_extras(published[vm], vm_extras)
+            ):
+                continue  # nothing its table is built on changed: the same table again
+            built_on[vm] = basis
             # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
-            mine = [] if vm in left_alone else chunks_of.get(vm, [])
+            mine = [] if vm in left_alone else table.chunks_of(vm)
             entries = placement_entries(
                 mine,
                 by_vm.get(vm, {}),
-                extras.get(vm, {}),
+                vm_extras,
                 self._budget,
                 opts.params.min_read_size,
                 opts.max_entries,
@@ -281,12 +298,21 @@ class ScuPolicy:
             if vm not in live_vms:
                 del published[vm]
                 versions.pop(vm, None)
+                built_on.pop(vm, None)
 
         # a VM without reads this round keeps its standing: no estimate, no change
         read_now = {r.vm for r in obs.reports if r.chunks}
         still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
-            table, versions, published, next_round, still_aside & live_vms, watched, doubts, trusts
+            table,
+            versions,
+            published,
+            next_round,
+            still_aside & live_vms,
+            watched,
+            doubts,
+            trusts,
+            built_on,
         )
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
@@ -448,6 +474,20 @@ class ScuPolicy:
         # instances of each level inside a unit: one per core for private levels
         cores = self._cores(unit)
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
+
+
+def _same_extras(
+    entries: tuple[PlacementEntry, ...], extras: Mapping[ChunkId, ChunkExtras]
+) -> bool:
+    """Whether a table's entries carry exactly ``extras`` (SRM's colors, NCC's replicas)."""
+    if any(e.color_node < 0 and not e.replica_nodes for e in extras.values()):
+        return False  # an extra that adds nothing cannot be told from its absence: rebuild
+    carried = {
+        e.chunk: ChunkExtras(e.color_node, e.replica_nodes)
+        for e in entries
+        if e.color_node >= 0 or e.replica_nodes
+    }
+    return carried == extras
 
 
 def _reason(

@@ -48,8 +48,9 @@ def placement_entries(
     :returns: the entries, sorted by chunk.
     """
     entries = []
+    vm_units = set(vcpu_units.values())
     for key, state in chunks:
-        units = sorted(state.units & set(vcpu_units.values()))
+        units = sorted(state.units & vm_units)
         if units:
             # every holder may serve the read (Figure 2 line 31: readers go to a holder;
             # replicas exist so that several units serve a popular chunk, §4.4)

@@ -396,6 +396,44 @@ impl PyEngine {
         Ok(m.occupancy(level, instance))
     }
 
+    /// Access the line holding byte `offset` of `obj` from `cpu` at time `now`, charged to
+    /// no thread; returns (source name, cycles). For the DMC microbenchmarks.
+    #[pyo3(signature = (cpu, obj, offset, kind="read", now=0.0))]
+    fn access_line(
+        &mut self,
+        py: Python<'_>,
+        cpu: u32,
+        obj: u32,
+        offset: u64,
+        kind: &str,
+        now: f64,
+    ) -> PyResult<(String, f64)> {
+        let kind = parse_kind(py, kind)?;
+        let (src, cycles) =
+            ToPyResult(self.inner.access_line(cpu, obj, offset, kind, now)).into_py(py)?;
+        let names = self.source_names();
+        Ok((names[self.inner.machine().source_index(src)].clone(), cycles))
+    }
+
+    /// A store by `cpu` takes the lines of `length` bytes of `obj` at `offset` modified:
+    /// every copy outside `cpu`'s private levels is dropped. Returns how many lines had one.
+    fn invalidate(
+        &mut self,
+        py: Python<'_>,
+        cpu: u32,
+        obj: u32,
+        offset: u64,
+        length: u64,
+    ) -> PyResult<u64> {
+        ToPyResult(self.inner.invalidate(cpu, obj, offset, length)).into_py(py)
+    }
+
+    /// Where the line holding byte `offset` of `obj` is: (CPUs whose private levels hold
+    /// it, LLC groups whose caches hold it). DMC's `cllookup` reads this directory.
+    fn locate(&mut self, py: Python<'_>, obj: u32, offset: u64) -> PyResult<(Vec<usize>, Vec<usize>)> {
+        ToPyResult(self.inner.locate(obj, offset)).into_py(py)
+    }
+
     /// Feed a trace straight into the memory system (no time, no queueing) from `cpu`,
     /// or from the trace's own CPUs if it has them. Returns the wall-clock seconds spent.
     #[pyo3(signature = (trace, cpu=0, kind="read"))]

@@ -1,5 +1,5 @@
 """The ``unicache-sim`` command: the MFC, OBS, SRM and NCC experiments, the MFC grid, the speed
-benchmark, calibration."""
+benchmark, calibration, and the DMC what-if."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from unicache.topology.toml import load_model
 from unicache_sim.cli_bound import bound
 from unicache_sim.cli_colors_replicas import ncc, srm
 from unicache_sim.cli_common import stderr, user_error
+from unicache_sim.cli_dmc import dmc as dmc_command
+from unicache_sim.cli_figures import figures
 from unicache_sim.cli_grid import grid
 from unicache_sim.cli_obs import obs
+from unicache_sim.experiments.dmc_whatif import MIGRATION_MODES
 from unicache_sim.experiments.mfc_read import (
     BASELINES,
     CORUNNERS,
@@ -37,6 +40,8 @@ from unicache_sim.experiments.sched_hop import DEFAULT_HOPS
 from unicache_sim.livetiming import LoopTiming
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+
 def _parse_sizes(text: str) -> list[float]:
     try:
         sizes = [float(x) for x in text.split(",") if x.strip()]
@@ -118,9 +123,7 @@ def mfc(
     ] = 4000.0,
     file_kib: Annotated[
         int,
-        typer.Option(
-            help="size of every file, KiB (MFC §6.1: 256); large files make a scan"
-        ),
+        typer.Option(help="size of every file, KiB (MFC §6.1: 256); large files make a scan"),
     ] = 256,
     read_kib: Annotated[
         int,
@@ -130,6 +133,21 @@ def mfc(
             "whole"
         ),
     ] = 0,
+    dmc_migration: Annotated[
+        str,
+        typer.Option(
+            help="WHAT-IF, hardware that does not exist: none (default, the model's own "
+            "cost); push (DMC cpush pushes the working set, the OS hop stays); handoff "
+            "(DMC §6.2's run-queue hand-off with the context pushed)"
+        ),
+    ] = "none",
+    dmc_lookup: Annotated[
+        bool,
+        typer.Option(
+            help="WHAT-IF: the shim finds chunks with DMC's cllookup (hardware that does "
+            "not exist)"
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="random seed")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a Figure 3-style PNG")] = None,
@@ -144,6 +162,8 @@ def mfc(
             raise UnicacheError(f"--corunner must be one of {', '.join(CORUNNERS)}")
         if threads < 1:
             raise UnicacheError("--threads must be at least 1")
+        if dmc_migration not in MIGRATION_MODES:
+            raise UnicacheError(f"--dmc-migration must be one of {', '.join(MIGRATION_MODES)}")
         if path not in PATHS:
             raise UnicacheError(f"--path must be one of {', '.join(PATHS)}")
         if setup not in SETUPS:
@@ -177,6 +197,8 @@ def mfc(
             background_period_s=background_period_us * 1e-6,
             file_bytes=file_kib * 1024,
             read_bytes=read_kib * 1024,
+            dmc_migration=MIGRATION_MODES[MIGRATION_MODES.index(dmc_migration)],
+            dmc_lookup=dmc_lookup,
             seed=seed,
         )
         with Progress(console=stderr, transient=True) as progress:
@@ -197,7 +219,12 @@ def mfc(
         doc = {"model": model, "spec": asdict(spec), "points": _points_json(points)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    table = Table(title=f"MFC {workload} ({dist}) on {model}, {threads} thread(s)")
+    whatif = ""
+    if dmc_migration != "none" or dmc_lookup:
+        whatif = (
+            f" — WHAT-IF DMC (migration {dmc_migration}, cllookup {dmc_lookup}), no such hardware"
+        )
+    table = Table(title=f"MFC {workload} ({dist}) on {model}, {threads} thread(s){whatif}")
     table.add_column("WS MiB", justify="right")
     for b in BASELINES:
         table.add_column(f"{b} MB/s", justify="right")
@@ -314,6 +341,8 @@ app.command("srm")(srm)
 app.command("ncc")(ncc)
 app.command("grid")(grid)
 app.command("bound")(bound)
+app.command("figures")(figures)
+app.command("dmc")(dmc_command)
 app.command("obs")(obs)
 
 

@@ -53,7 +53,10 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 def findings_doc(findings: list[Finding]) -> list[dict[str, object]]:
     """Findings as JSON objects, with their median and range."""
-    return [{**asdict(f), "median": f.median, "low": f.low, "high": f.high} for f in findings]
+    return [
+        {**asdict(f), "median": f.spread.median, "low": f.spread.low, "high": f.spread.high}
+        for f in findings
+    ]
 
 
 def print_findings(findings: list[Finding], title: str) -> None:
@@ -66,7 +69,8 @@ def print_findings(findings: list[Finding], title: str) -> None:
     for col in ("figure", "quantity", "paper", "unicache-sim"):
         table.add_column(col)
     for f in findings:
-        table.add_row(f.figure, f.quantity, f.paper, f"{f.median:.3g} [{f.low:.3g}, {f.high:.3g}]")
+        mid, low, high = f.spread.median, f.spread.low, f.spread.high
+        table.add_row(f.figure, f.quantity, f.paper, f"{mid:.3g} [{low:.3g}, {high:.3g}]")
     Console().print(table)
 
 

@@ -12,8 +12,10 @@
 //! * this one: the engine's state, construction and the memory system's counters;
 //! * `objects`: memory objects and the physical frames behind their pages;
 //! * `threads`: threads, their operation queues and accounting;
-//! * `run`: the scheduler, one step of an operation, and accesses outside any thread.
+//! * `run`: the scheduler, one step of an operation, and accesses outside any thread;
+//! * `coherence`: one line outside any thread, a store's invalidation, where a line is (DMC).
 
+mod coherence;
 mod objects;
 mod run;
 mod threads;

@@ -17,10 +17,12 @@
 //! * `view`: one CPU's caches as the hot path sees them, read from the tables or fixed
 //!   at compile time for a shape;
 //! * `access`: the hot path itself (lookups, fills, the eviction chain);
-//! * `serve`: where a line in none of the CPU's own levels comes from (caches, DRAM).
+//! * `serve`: where a line in none of the CPU's own levels comes from (caches, DRAM);
+//! * `coherence`: a store's invalidation of other copies, and where a line is (DMC).
 
 mod access;
 mod build;
+mod coherence;
 mod paths;
 mod serve;
 mod slots;

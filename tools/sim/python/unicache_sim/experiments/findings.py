@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
+
+from unicache_sim.spread import Spread
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,16 +26,6 @@ class Finding:
     values: tuple[float, ...]
 
     @property
-    def median(self) -> float:
-        """The median over seeds."""
-        return statistics.median(self.values)
-
-    @property
-    def low(self) -> float:
-        """The smallest value."""
-        return min(self.values)
-
-    @property
-    def high(self) -> float:
-        """The largest value."""
-        return max(self.values)
+    def spread(self) -> Spread:
+        """The median over seeds and the range."""
+        return Spread.of(self.values)

@@ -26,6 +26,7 @@ from unicache.topology import Topology, Unify
 from unicache_sim import _native
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig
+from unicache_sim.experiments.dmc_whatif import LookupShim
 from unicache_sim.simhost import GuestShim, SimHost, linux_float
 
 if TYPE_CHECKING:
@@ -188,7 +189,8 @@ class UnicacheLive(Baseline):
         self.host = SimHost(cfg, engine, VM_NAME, self.round_cycles)
         #: the host scheduler's randomness, drawn as ``Linux``'s is
         self.rng = random.Random(spec.seed * 7919)
-        self.shim = GuestShim(self.host)
+        # WHAT-IF (no such hardware): the shim asks DMC's cllookup where a chunk is
+        self.shim = LookupShim(self.host, topo) if spec.dmc_lookup else GuestShim(self.host)
         self.policy = UnicachePolicy(topo, Unify(spec.unify))
         self.state = RoundState()
         #: the observation of the interval that just ended, for the loop's next round

@@ -32,6 +32,7 @@ from unicache.topology import Topology
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig, from_topology, oracle
 from unicache_sim.experiments.corunners import Background, CoRunner
+from unicache_sim.experiments.dmc_whatif import MigrationMode, dmc_topology
 from unicache_sim.experiments.mfc_baselines import (
     Baseline,
     Linux,
@@ -113,6 +114,11 @@ class MfcSpec:
         §6.3's set-up: ``threads`` instances under Linux, twice as many under unicache.
     :param unify: the unification level, the daemon's ``--unify``: ``llc`` (default: a unit
         is an LLC group) or ``l2`` (a unit is one core and its private levels).
+    :param dmc_migration: WHAT-IF, hardware that does not exist: ``none`` (default) keeps
+        the model's migration cost; ``push`` or ``handoff`` gives the machine (and the
+        daemon's cost model) DMC's ``cpush``-assisted cost (``dmc_whatif``).
+    :param dmc_lookup: WHAT-IF: the live path's shim finds chunks with DMC's ``cllookup``
+        before the table's assignment (``dmc_whatif.LookupShim``).
     :param seed: seed of file choice, page placement and floating.
     """
 
@@ -139,6 +145,8 @@ class MfcSpec:
     path: str = "live"
     setup: str = "equal"
     unify: str = "llc"
+    dmc_migration: MigrationMode = "none"
+    dmc_lookup: bool = False
     seed: int = 1
 
 
@@ -290,8 +298,11 @@ def run_baseline(
         if tid == co_tid:
             corunner.step(tid)
             continue
-        if not measuring and issued >= warm and policy.warm(WARM_ROUNDS, SETTLE_ROUNDS,
-                                                            MAX_WARM_ROUNDS):
+        if (
+            not measuring
+            and issued >= warm
+            and policy.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)
+        ):
             measuring = True
             warmed = issued
             engine.reset_stats()
@@ -344,6 +355,7 @@ def run_mfc(
     :param progress: called after each simulated (size, baseline) with a label.
     :returns: one point per size, in the given order.
     """
+    topo = dmc_topology(topo, spec.dmc_migration)
     cfg = from_topology(topo, spec.dram_bw_scale)
     out = []
     for ws in ws_mb:

@@ -222,6 +222,22 @@ def spec_mix(
     return ScenarioResult("spec", tuple(findings), runs)
 
 
+def merge_seeds(parts: Sequence[ScenarioResult]) -> ScenarioResult:
+    """One scenario's results of single seeds (``unicache-sim figures`` runs each seed as a
+    task) as one result over all of them, in the order given.
+
+    :raises ValueError: on no part, or parts of different scenarios.
+    """
+    if not parts or len({p.name for p in parts}) != 1:
+        raise ValueError("merge_seeds needs parts of one scenario")
+    findings = tuple(
+        replace(first, values=tuple(v for p in parts for v in p.findings[i].values))
+        for i, first in enumerate(parts[0].findings)
+    )
+    runs = {label: tuple(r for p in parts for r in p.runs[label]) for label in parts[0].runs}
+    return ScenarioResult(parts[0].name, findings, runs)
+
+
 def run_scenario(
     name: str,
     topo: Topology,

@@ -238,6 +238,29 @@ def corunners(
     return CaseResult("corunners", findings, curves)
 
 
+def merge_seeds(parts: Sequence[CaseResult]) -> CaseResult:
+    """One case's results of single seeds as one result over all of them, in order.
+
+    :raises ValueError: on no part, or parts of different cases.
+    """
+    if not parts or len({p.name for p in parts}) != 1:
+        raise ValueError("merge_seeds needs parts of one case")
+    findings = tuple(
+        replace(first, values=tuple(v for p in parts for v in p.findings[i].values))
+        for i, first in enumerate(parts[0].findings)
+    )
+    curves: dict[str, tuple[tuple[float, tuple[float, ...]], ...]] = {}
+    for label, points in parts[0].curves.items():
+        if parts[0].name in ("random", "rescan"):  # one point per seed
+            curves[label] = tuple(pt for p in parts for pt in p.curves[label])
+        else:
+            curves[label] = tuple(
+                (x, tuple(v for p in parts for v in p.curves[label][i][1]))
+                for i, (x, _) in enumerate(points)
+            )
+    return CaseResult(parts[0].name, findings, curves)
+
+
 #: the machine each case runs on by default (the paper's)
 DEFAULT_MODEL = {
     "sweep-tl": "xeon-x5355",
