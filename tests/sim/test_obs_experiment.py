@@ -17,7 +17,7 @@ from unicache.policy.obscredit import BASE_CPU_WEIGHT
 from unicache_sim.cfs import NICE_0_LOAD, SlicedHost, flat_weights
 from unicache_sim.config import from_topology
 from unicache_sim.experiments.obs_scenarios import kind_rate
-from unicache_sim.experiments.obs_sched import ObsSpec, run_obs
+from unicache_sim.experiments.obs_sched import ObsSpec, run_obs, run_slices
 from unicache_sim.experiments.obs_tasks import KINDS, Program
 from unicache_sim.multihost import MultiHost
 from unicache_sim.simhost import SimHost
@@ -54,26 +54,14 @@ def _two_spinners_on_cpu_0(weights: dict[str, int]) -> dict[str, float]:
     engine = cfg.engine(seed=1)
     hosts = [SimHost(cfg, engine, vm, 1e7, 1, {0: frozenset({0})}, {0: 0}) for vm in weights]
     multi = MultiHost(cfg, engine, hosts)
-    programs = {}
     for h in hosts:
-        tid = engine.add_thread(0)
-        multi.add_thread(h.vm, tid, 0)
-        programs[tid] = Program(KINDS["spinloop"], engine, cfg, random.Random(1))
+        multi.add_thread(h.vm, engine.add_thread(0), 0)
+    programs = {vm: Program(KINDS["spinloop"], engine, cfg, random.Random(1)) for vm in weights}
     host = SlicedHost(multi, "libvirt", 1e6)
     host.act([SetCpuWeight(VcpuId(vm, 0), w, "test") for vm, w in weights.items()])
-    for _ in range(40):
-        running = set(host.begin_slice(host.slice_cycles).values())
-        while True:
-            stop, tid = engine.run(host.slice_end)
-            if stop != "need":
-                break
-            if host.vcpu_of(tid) in running and engine.thread_time(tid) < host.slice_end:
-                programs[tid].step(tid)
-            else:
-                engine.push_sleep(tid, engine.thread_time(tid))
-        host.end_slice()
-    ran = {h.vm: engine.thread_stats(host.thread(VcpuId(h.vm, 0))).compute_cycles for h in hosts}
-    return {vm: r / sum(ran.values()) for vm, r in ran.items()}
+    work = dict.fromkeys(weights, 0.0)
+    run_slices(host, programs, work, 40 * host.slice_cycles)
+    return {vm: w / sum(work.values()) for vm, w in work.items()}
 
 
 def test_equal_weights_share_a_cpu_equally_and_a_credit_shifts_the_share() -> None:

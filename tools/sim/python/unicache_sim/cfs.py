@@ -30,7 +30,6 @@ the queue it leaves (``min_vruntime`` normalisation), as CFS migrates a task.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from unicache.host.base import ActResult
@@ -76,24 +75,13 @@ def flat_weights(
     return out
 
 
-@dataclass(slots=True)
-class SliceRecord:
-    """Who ran on each CPU in one slice.
-
-    :param start: the slice's start, cycles.
-    :param running: per CPU, the vCPU that ran (absent: the CPU idled).
-    """
-
-    start: float
-    running: dict[int, VcpuId]
-
-
 class SlicedHost:
     """A :class:`MultiHost` whose vCPU threads always run, in weighted timeslices.
 
-    The caller gives every thread its work (:meth:`needs`), this host decides who runs
-    when. It is the Host port of the daemon's loop: ``observe`` and ``act`` are
-    :class:`MultiHost`'s, and ``act`` takes the ``SetCpuWeight`` actions too.
+    This host decides who runs when (:meth:`begin_slice`, :meth:`end_slice`); the caller
+    feeds the vCPUs that run their programs in between. It is the Host port of the
+    daemon's loop: ``observe`` and ``act`` are :class:`MultiHost`'s, and ``act`` takes the
+    ``SetCpuWeight`` actions too.
 
     :param multihost: the VMs (one thread per vCPU, registered with ``add_thread``).
     :param backend: how ``SetCpuWeight`` is applied (:data:`WEIGHT_BACKENDS`).
@@ -125,9 +113,8 @@ class SlicedHost:
         #: the cpu.weight OBS-C set per vCPU, as the backend keeps it
         self.cpu_weight: dict[VcpuId, int] = {}
         self._flat = self._weights()
-        #: the last slice's start (cycles) and every slice's runners, in order
+        #: the current slice's start, cycles
         self.now = 0.0
-        self.slices: list[SliceRecord] = []
         self._slice_end = 0.0
         self._ran_from: dict[VcpuId, float] = {}
 
@@ -156,10 +143,6 @@ class SlicedHost:
         return ActResult(tuple(applied), tuple(failed))
 
     # --- the scheduler ----------------------------------------------------------------
-
-    def weight(self, vcpu: VcpuId) -> float:
-        """The vCPU's weight in its run queue (:func:`flat_weights`)."""
-        return self._flat[vcpu]
 
     def run_queues(self) -> dict[int, list[VcpuId]]:
         """Per CPU, the vCPUs whose CPU it is, by id."""
@@ -199,7 +182,6 @@ class SlicedHost:
             elif self.engine.thread_time(tid) < self.now:
                 # it waited for its CPU until now
                 self.engine.push_sleep(tid, self.now)
-        self.slices.append(SliceRecord(self.now, dict(running)))
         self._slice_end = end
         self._ran_from = {v: max(self.now, self.engine.thread_time(self.thread(v))) for v in chosen}
         return running

@@ -246,7 +246,7 @@ def run_obs(topo: Topology, spec: ObsSpec, mode: Mode) -> ObsRun:
             t0 = host.now
             marks = {vm: (work[vm], *_ran(host, vm)) for vm in programs}
         before = {h.vm: cfg.group_of(h.vcpu_cpu[0]) for h in hosts}
-        _simulate(host, programs, work, round_cycles)
+        run_slices(host, programs, work, round_cycles)
         if rounds is not None:
             for action in next(rounds).result.applied:
                 key = type(action).__name__
@@ -293,10 +293,16 @@ def _swap(programs: dict[str, Program], rng: random.Random) -> None:
         programs[a], programs[b] = programs[b], programs[a]
 
 
-def _simulate(
+def run_slices(
     host: SlicedHost, programs: dict[str, Program], work: dict[str, float], cycles: float
 ) -> None:
-    """Run the host's timeslices for ``cycles``, feeding each running vCPU its program."""
+    """Run the host's timeslices for ``cycles``, feeding each running vCPU its program.
+
+    :param host: the host (one one-vCPU VM per program).
+    :param programs: VM -> its program.
+    :param work: VM -> work done so far (added to).
+    :param cycles: how long.
+    """
     end = host.now + cycles
     engine = host.engine
     while host.now < end - 1.0:
