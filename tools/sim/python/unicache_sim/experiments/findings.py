@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from unicache_sim.spread import Spread
 
@@ -29,3 +30,12 @@ class Finding:
     def spread(self) -> Spread:
         """The median over seeds and the range."""
         return Spread.of(self.values)
+
+
+def merge_seed_findings(parts: Sequence[Sequence[Finding]]) -> tuple[Finding, ...]:
+    """The findings of runs of single seeds (the same quantities, in the same order) as
+    findings over all their seeds, in the order given."""
+    return tuple(
+        replace(first, values=tuple(v for part in parts for v in part[i].values))
+        for i, first in enumerate(parts[0])
+    )

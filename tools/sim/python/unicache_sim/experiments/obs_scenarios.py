@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from unicache.topology import Topology
 
 from unicache_sim.cfs import WeightBackend
-from unicache_sim.experiments.findings import Finding
+from unicache_sim.experiments.findings import Finding, merge_seed_findings
 from unicache_sim.experiments.obs_sched import Mode, ObsRun, ObsSpec, run_obs
 from unicache_sim.experiments.obs_tasks import SPEC_MIX
 
@@ -230,10 +230,7 @@ def merge_seeds(parts: Sequence[ScenarioResult]) -> ScenarioResult:
     """
     if not parts or len({p.name for p in parts}) != 1:
         raise ValueError("merge_seeds needs parts of one scenario")
-    findings = tuple(
-        replace(first, values=tuple(v for p in parts for v in p.findings[i].values))
-        for i, first in enumerate(parts[0].findings)
-    )
+    findings = merge_seed_findings([p.findings for p in parts])
     runs = {label: tuple(r for p in parts for r in p.runs[label]) for label in parts[0].runs}
     return ScenarioResult(parts[0].name, findings, runs)
 

@@ -33,7 +33,7 @@ from unicache.topology import Topology
 
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig, from_topology
-from unicache_sim.experiments.findings import Finding
+from unicache_sim.experiments.findings import Finding, merge_seed_findings
 from unicache_sim.experiments.srm_colors import SortRun, run_sort, step_aside
 from unicache_sim.experiments.srm_memory import KIB, SrmSpec, build_memory
 
@@ -245,10 +245,7 @@ def merge_seeds(parts: Sequence[CaseResult]) -> CaseResult:
     """
     if not parts or len({p.name for p in parts}) != 1:
         raise ValueError("merge_seeds needs parts of one case")
-    findings = tuple(
-        replace(first, values=tuple(v for p in parts for v in p.findings[i].values))
-        for i, first in enumerate(parts[0].findings)
-    )
+    findings = merge_seed_findings([p.findings for p in parts])
     curves: dict[str, tuple[tuple[float, tuple[float, ...]], ...]] = {}
     for label, points in parts[0].curves.items():
         if parts[0].name in ("random", "rescan"):  # one point per seed
