@@ -445,3 +445,33 @@ def test_a_guests_reported_bytes_weigh_no_more_than_a_core_can_read() -> None:
     weight = cache_weight(_software("g", 0, 2**63 - 1)).value
     assert weight == pytest.approx(MAX_GUEST_BYTES_PER_NS / 64)
     assert cache_weight(_software("g", 0, 64 * 10**6)).value == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    "demand", [2.0, 1.9999, 1.97], ids=["exactly", "a hair under", "2 % under"]
+)
+def test_obs_l_pairs_always_running_vcpus_whose_task_clocks_sum_a_hair_under_the_cpus(
+    demand: float,
+) -> None:
+    # four always-running vCPUs on the two CPUs of one unit: their task clocks sum to the
+    # CPUs or a hair under (the scheduler's own time); OBS-L pairs them every round, where
+    # it once paired them at 2.0 and let them float at 1.9999 (unicache-sim obs, pairs)
+    from unicache.policy.obslocal import local_sets
+
+    unit = TOPO_XEON_5300.units()[0]  # LLC group 0: CPUs 0 and 1
+    members = [VcpuId(f"v{i}", 0) for i in range(4)]
+    weights = {v: (0.01 if i < 2 else 0.0) for i, v in enumerate(members)}
+    busy = {v: demand / 4 for v in members}
+    sets = local_sets(unit, members, weights, frozenset(members), busy=busy)
+    assert [cpus for _, cpus, _ in sets] == [frozenset({0})] * 2 + [frozenset({1})] * 2
+
+
+def test_obs_l_leaves_a_unit_with_idle_time_unpaired() -> None:
+    from unicache.policy.obslocal import local_sets
+
+    unit = TOPO_XEON_5300.units()[0]  # LLC group 0: CPUs 0 and 1
+    members = [VcpuId(f"v{i}", 0) for i in range(4)]
+    weights = {v: (0.01 if i < 2 else 0.0) for i, v in enumerate(members)}
+    busy = {v: 0.45 for v in members}  # 1.8 of 2 CPUs: a runnable vCPU finds an idle one
+    sets = local_sets(unit, members, weights, frozenset(members), busy=busy)
+    assert all(cpus == unit.cpus for _, cpus, _ in sets)

@@ -102,3 +102,44 @@ def test_bad_bound_options_are_one_line_and_exit_2(args: list[str]) -> None:
     result = runner.invoke(app, ["bound", *args])
     assert result.exit_code == 2, result.stdout
     assert "error:" in result.stderr and "Traceback" not in result.stderr + result.stdout
+
+
+def test_obs_json_gives_each_finding_with_its_seeds_and_the_plot(tmp_path: Path) -> None:
+    png = tmp_path / "obs.png"
+    result = runner.invoke(app, ["obs", "--scenario", "pairs", "--seeds", "1", "--json",
+                                 "--plot", str(png)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model"] == "xeon-5300-quad" and doc["seeds"] == [1]
+    speedup = next(f for f in doc["findings"] if f["quantity"].endswith("OBS over Linux"))
+    assert speedup["paper"] and len(speedup["values"]) == 1 and speedup["median"] > 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["obs", "--scenario", "sort"], "--scenario: unknown"),
+        (["obs", "--backend", "xen"], "--backend must be one of"),
+        (["obs", "--seeds", "one"], "--seeds wants"),
+        (["srm", "--case", "sweep"], "--case: unknown"),
+        (["srm", "--case", "rescan", "--seeds", "3-1"], "--seeds names no seed"),
+    ],
+    ids=["scenario", "backend", "seeds", "case", "empty seeds"],
+)
+def test_bad_obs_and_srm_case_options_are_one_line_and_exit_2(args: list[str], text: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert text in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_srm_case_json_and_plot(tmp_path: Path) -> None:
+    png = tmp_path / "rescan.png"
+    result = runner.invoke(app, ["srm", "--case", "rescan", "--seeds", "1,2", "--json",
+                                 "--plot", str(png)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model"] == "xeon-x5355" and doc["seeds"] == [1, 2]
+    assert {f["quantity"] for f in doc["findings"]} >= {"re-scan slowdown, product's SRM (%)"}
+    assert png.read_bytes()[:4] == b"\x89PNG"

@@ -51,7 +51,7 @@ from unicache.policy.cluster import (
 )
 from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights_by_vm
 from unicache.policy.obsgain import OBS_STEP_ASIDE, PinningGain, pinning_gain
-from unicache.policy.obslocal import local_sets
+from unicache.policy.obslocal import local_sets, saturated
 from unicache.policy.obsweight import MAX_GUEST_BYTES_PER_NS as MAX_GUEST_BYTES_PER_NS
 from unicache.policy.obsweight import CacheWeight as CacheWeight
 from unicache.policy.obsweight import cache_weight, host_measured
@@ -400,7 +400,7 @@ class ObsPolicy:
         demand = {u.id: 0.0 for u in self.units}
         for vcpu, unit in unit_of.items():
             demand[unit] += busy.get(vcpu, 0.0)
-        if sum(demand.values()) >= sum(len(u.cpus) for u in self.units):
+        if saturated(sum(demand.values()), sum(len(u.cpus) for u in self.units)):
             return None
         return demand
 

@@ -1,4 +1,4 @@
-"""The ``unicache-sim`` command: the MFC, SRM and NCC experiments, the MFC grid, the speed
+"""The ``unicache-sim`` command: the MFC, OBS, SRM and NCC experiments, the MFC grid, the speed
 benchmark, calibration, and the DMC what-if."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.cli_dmc import dmc as dmc_command
 from unicache_sim.cli_figures import figures
 from unicache_sim.cli_grid import grid
+from unicache_sim.cli_obs import obs
 from unicache_sim.experiments.dmc_whatif import MIGRATION_MODES
 from unicache_sim.experiments.mfc_read import (
     BASELINES,
@@ -342,6 +343,7 @@ app.command("grid")(grid)
 app.command("bound")(bound)
 app.command("figures")(figures)
 app.command("dmc")(dmc_command)
+app.command("obs")(obs)
 
 
 def main() -> None:

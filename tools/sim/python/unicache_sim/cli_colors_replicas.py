@@ -30,7 +30,23 @@ def _parse_kib(text: str) -> tuple[int, ...]:
 
 
 def srm(
-    model: Annotated[str, typer.Option(help="machine model (unicache.topology)")] = "xeon-x5355",
+    case: Annotated[
+        str,
+        typer.Option(
+            help="fig2 (§2, Figure 2: mergesort array sizes next to grep); sweep-tl "
+            "(Figure 16: T_l 16-512); random (§4.5: random 4 KiB reads, coloring must not "
+            "hurt); rescan (§4.5: a small file scanned again and again); corunners "
+            "(Figure 13: 1-3 greps on a core-i7-860)"
+        ),
+    ] = "fig2",
+    model: Annotated[
+        str | None,
+        typer.Option(help="machine model (default: the paper's for the case, xeon-x5355 or "
+                     "core-i7-860)"),
+    ] = None,
+    seeds: Annotated[
+        str, typer.Option(help="the §4 cases: seeds N (1..N), A-B or a list; fig2: --seed")
+    ] = "5",
     sizes_kb: Annotated[
         str, typer.Option(help="mergesort array sizes, KiB (§2: 256 KiB to 1.5 MiB)")
     ] = "256,512,768,1024,1280,1536",
@@ -47,10 +63,18 @@ def srm(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a Figure 2-style PNG")] = None,
 ) -> None:
-    """SRM paper §2: mergesort next to a streaming grep on a shared LLC, with and without
-    page coloring by the SRM policy (slowdown and LLC misses per million instructions)."""
-    from unicache_sim.experiments.srm_colors import PLACEMENTS, SrmSpec, run_srm
+    """SRM paper: mergesort next to file readers on a shared LLC, with and without page
+    coloring by the product's SRM policy. fig2 (§2): slowdown and LLC misses per million
+    instructions against the array size; the §4 cases: medians over seeds with the range."""
+    from unicache_sim.experiments.srm_colors import PLACEMENTS, run_srm
+    from unicache_sim.experiments.srm_memory import SrmSpec
 
+    if case != "fig2":
+        from unicache_sim.cli_srm_cases import srm_case
+
+        srm_case(case, model, seeds, as_json, plot)
+        return
+    model = model or "xeon-x5355"
     try:
         if vm_pages not in ("srm", "spread"):
             raise UnicacheError("--vm-pages must be srm or spread")

@@ -2,22 +2,30 @@
 
 * SRM paper Figure 2: (a) mergesort's slowdown against its array size, without coloring
   (solid) and with coloring (dotted); (b) its LLC misses per million instructions.
+* SRM paper §4 (``srm --case``): each case's curves, medians over seeds with their range
+  (Figure 16 against ``T_l``, Figure 13 against the number of greps, §4.5 per seed).
 * NCC paper §5 grep: local page-hit ratio (Figure 3) and mean grep run time (Table 1),
   without and with replicas, as bars.
 """
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
 from unicache.errors import ConfigError
 
 from unicache_sim.experiments.ncc_replicas import NccResult
+from unicache_sim.experiments.srm_cases import CaseResult
 from unicache_sim.experiments.srm_colors import SrmPoint
 
 
 def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend.
+
+    :raises ConfigError: if matplotlib is missing.
+    """
     try:
         import matplotlib
 
@@ -29,6 +37,10 @@ def pyplot() -> Any:
 
 
 def save_figure(plt: Any, fig: Any, path: Path) -> None:
+    """Lay out, write and close a figure.
+
+    :raises ConfigError: if the file cannot be written.
+    """
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=100)
@@ -63,6 +75,42 @@ def plot_srm(points: list[tuple[SrmPoint, SrmPoint]], path: Path, title: str) ->
     ax_b.set_ylabel("LLC misses per million instructions")
     ax_b.set_title("(b) LLCM of mergesort, grep on the same LLC")
     ax_b.legend()
+    fig.suptitle(title)
+    save_figure(plt, fig, path)
+
+
+def plot_srm_case(result: CaseResult, path: Path, title: str) -> None:
+    """Write one §4 case's curves as a PNG: per label, the median over seeds with the range.
+
+    :param result: the case.
+    :param path: output file.
+    :param title: figure title.
+    :raises ConfigError: if matplotlib is missing or the file cannot be written.
+    """
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    xlabel = {"sweep-tl": "T_l (pages)", "corunners": "greps on the LLC"}.get(result.name, "seed")
+    for label, points in result.curves.items():
+        xs = [x for x, _ in points]
+        mids = [statistics.median(v) for _, v in points]
+        err = [[m - min(v) for m, (_, v) in zip(mids, points, strict=True)],
+               [max(v) - m for m, (_, v) in zip(mids, points, strict=True)]]
+        ax.errorbar(xs, mids, yerr=err, marker="o", capsize=3, label=label)
+    if result.name == "sweep-tl":
+        ax.set_xscale("log", base=2)
+    ticks = [x for x, _ in next(iter(result.curves.values()))]
+    ax.set_xticks(ticks, labels=[f"{x:g}" for x in ticks])
+    ax.axhline(0.0, color="black", linewidth=0.6, linestyle=":")
+    ax.set_xlabel(xlabel)
+    ylabel = {
+        "sweep-tl": "mergesort's time reduction by SRM (%)",
+        "random": "mergesort's time change with SRM (%)",
+        "rescan": "time per scan over no coloring (%)",
+        "corunners": "mergesort's slowdown over alone (%)",
+    }
+    ax.set_ylabel(ylabel.get(result.name, "%"))
+    ax.set_title(result.findings[0].figure)
+    ax.legend()
     fig.suptitle(title)
     save_figure(plt, fig, path)
 

@@ -15,7 +15,8 @@ from typing import Any
 from unicache.topology.toml import load_model
 
 from unicache_sim.experiments.ncc_replicas import NccResult, NccSpec, run_ncc
-from unicache_sim.experiments.srm_colors import SrmPoint, SrmSpec, run_srm
+from unicache_sim.experiments.srm_colors import SrmPoint, run_srm
+from unicache_sim.experiments.srm_memory import SrmSpec
 from unicache_sim.repro_run import ReproReport
 from unicache_sim.repro_table import ReproRow, Verdict, points_verdict
 from unicache_sim.spread import Spread

@@ -28,6 +28,7 @@ Pages are physical frames of the simulator's allocator; a frame's color is
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,24 +46,20 @@ from unicache.model import (
 )
 from unicache.policy.colorgain import COLOR_STEP_ASIDE
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
-from unicache.policy.locality import detect_weak_locality
-from unicache.policy.srm import (
-    T_L,
-    BufferMiss,
-    PageFault,
-    SrmParams,
-    SrmPolicy,
-    SrmState,
-    page_colors,
-)
+from unicache.policy.srm import page_colors
 from unicache.topology import Topology
 
 from unicache_sim import _native
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig, from_topology
+from unicache_sim.experiments.srm_memory import (
+    KIB,
+    TARBALL_ID,
+    VM_NAME,
+    SrmSpec,
+    build_memory,
+)
 
-KIB = 1024
-MIB = 1024 * KIB
 #: §2: mergesort sorts an array of 64-byte records
 RECORD_BYTES = 64
 #: instructions per record and merge pass (an estimate: two key loads, a compare and a
@@ -70,45 +67,10 @@ RECORD_BYTES = 64
 SORT_INSTRUCTIONS_PER_RECORD = 32
 #: instructions per cycle of the merge loop outside memory stalls (an estimate)
 SORT_IPC = 1.0
-#: §2: "we vary the array size from 256KiB to 1.5MiB"
-SIZES_KB = (256, 512, 768, 1024, 1280, 1536)
+#: §4.5's random reader: "Each time it reads 4096 bytes"
+RANDOM_READ_BYTES = 4 * KIB
 #: the three placements of §2 (grep absent, on another L2, on the same L2)
 PLACEMENTS = ("alone", "apart", "shared")
-#: the VM both processes run in, and their guest pids
-VM_NAME = "vm0"
-GREP_PID = 100
-SORT_PID = 200
-#: guest file id of the tarball
-TARBALL_ID = 1
-
-
-@dataclass(frozen=True, slots=True)
-class SrmSpec:
-    """One SRM experiment.
-
-    :param sizes_kb: mergesort array sizes in KiB (§2: 256 KiB .. 1.5 MiB).
-    :param tarball_mb: size of grep's file in MiB (§2: a Linux source tarball; here only
-        its size matters: far more than the LLC, read again from the start when done).
-    :param read_bytes: bytes per grep ``read`` call.
-    :param measure_lines: mergesort line accesses to measure per run (whole sorts, at
-        least one), after one warm-up sort.
-    :param t_l: §3.2 ``T_l``, pages per color of a sequence.
-    :param vm_pages: with coloring, where mergesort's anonymous pages come from: ``srm``
-        (the policy's Figure 7 ``vm_color`` round-robin, as a host running SRM does) or
-        ``spread`` (the normal allocator, as in §2, where only grep's pages were colored).
-    :param sort_cpu: CPU of mergesort; grep runs on its L2 mate (``shared``) or on the
-        first CPU of another L2 (``apart``).
-    :param seed: seed of the page allocator.
-    """
-
-    sizes_kb: tuple[int, ...] = SIZES_KB
-    tarball_mb: int = 64
-    read_bytes: int = 64 * KIB
-    measure_lines: int = 1_500_000
-    t_l: int = T_L
-    vm_pages: str = "srm"
-    sort_cpu: int = 0
-    seed: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,146 +174,66 @@ class _Sort:
         return True
 
 
-class _Colors:
-    """The host's SRM policy: page colors for buffer misses and page faults."""
-
-    def __init__(self, topo: Topology, spec: SrmSpec) -> None:
-        self.n_colors = page_colors(topo)
-        self.policy = SrmPolicy(SrmParams(self.n_colors, t_l=spec.t_l))
-        self.state = SrmState.initial(self.policy.params)
-        self.policy.start(self.state)
-        #: (vm, file id) of the files the host classified as streaming
-        self.weak: frozenset[tuple[str, int]] = frozenset()
-
-    def classify(self, file_id: int, size: int, chunk: int) -> None:
-        """Classify the file from the guest report of a streaming pass: every chunk read once.
-
-        :param file_id: the guest's file id.
-        :param size: its bytes.
-        :param chunk: the report's chunk size.
-        """
-        chunks = []
-        for i in range(math.ceil(size / chunk)):
-            nbytes = min(chunk, size - i * chunk)
-            chunks.append(ChunkAccess(ChunkId(file_id, i), nbytes, 1, 0, ((1, nbytes),)))
-        report = GuestReport(VM_NAME, 1, 1.0, tuple(chunks))
-        self.weak = detect_weak_locality([report], chunk).weak
-
-    def buffer_misses(self, file_id: int, pages: int) -> tuple[int, ...]:
-        """Colors of a file's pages filled into the page cache in order (grep's first read)."""
-        events = [BufferMiss(VM_NAME, GREP_PID, file_id, b, pages) for b in range(pages)]
-        decision = self.policy.decide(self.state, events, self.weak)
-        self.state = decision.state
-        return decision.pages
-
-    def page_faults(self, pages: int) -> tuple[int, ...]:
-        """Colors of mergesort's anonymous pages, in fault order (Figure 7 vm_color)."""
-        decision = self.policy.decide(self.state, [PageFault(VM_NAME, SORT_PID)] * pages)
-        self.state = decision.state
-        return decision.pages
-
-
-def _place(engine: _native.Engine, obj: int, colors: tuple[int, ...], n_colors: int) -> None:
-    """Back an object's pages on node 0: color ``colors[i]`` of ``n_colors``, or any frame
-    where the color is negative."""
-    for page, color in enumerate(colors):
-        if color < 0:
-            engine.place_page(obj, page, 0)
-        else:
-            engine.place_page(obj, page, 0, n_colors, color)
-
-
-def grep_cpu(cfg: SimConfig, sort_cpu: int, placement: str) -> int | None:
-    """The CPU grep runs on: none, another L2 group's first CPU, or mergesort's L2 mate.
+def reader_cpus(cfg: SimConfig, sort_cpu: int, placement: str, count: int = 1) -> list[int]:
+    """The CPUs the readers run on: none, cores of another LLC group, or cores of
+    mergesort's own LLC group (never a core mergesort or another reader runs on).
 
     :param cfg: the machine.
     :param sort_cpu: mergesort's CPU.
     :param placement: alone, apart or shared.
-    :returns: the CPU, or None when alone.
-    :raises ConfigError: if the machine has no such CPU.
+    :param count: readers.
+    :returns: the CPUs, lowest first (empty when alone).
+    :raises ConfigError: if the machine has too few such cores.
     """
     if placement == "alone":
-        return None
+        return []
+    core = cfg.levels[0].instance_of  # a CPU's first-level cache: its core
     group = cfg.group_of(sort_cpu)
     same = placement == "shared"
+    taken = {core[sort_cpu]}
+    out: list[int] = []
     for cpu in range(cfg.n_cpus):
-        if cpu != sort_cpu and (cfg.group_of(cpu) == group) == same:
-            return cpu
-    where = "sharing" if same else "not sharing"
-    raise ConfigError(f"model {cfg.name} has no CPU {where} the LLC of CPU {sort_cpu}")
+        if len(out) < count and core[cpu] not in taken and (cfg.group_of(cpu) == group) == same:
+            out.append(cpu)
+            taken.add(core[cpu])
+    if len(out) < count:
+        where = "sharing" if same else "not sharing"
+        what = "no CPU" if count == 1 else f"fewer than {count} other cores"
+        raise ConfigError(f"model {cfg.name} has {what} {where} the LLC of CPU {sort_cpu}")
+    return out
 
 
-@dataclass(frozen=True, slots=True)
-class Memory:
-    """The objects of one run, their pages already backed by frames.
-
-    :param engine: the engine.
-    :param tarball: grep's file.
-    :param src: mergesort's first array.
-    :param dst: mergesort's second array.
-    :param n_colors: page colors of the LLC.
-    :param tar_colors: the SRM policy's color of every tarball page (empty without
-        coloring).
-    """
-
-    engine: _native.Engine
-    tarball: int
-    src: int
-    dst: int
-    n_colors: int
-    tar_colors: tuple[int, ...]
+def grep_cpu(cfg: SimConfig, sort_cpu: int, placement: str) -> int | None:
+    """The CPU one grep runs on (:func:`reader_cpus`), or None when alone."""
+    cpus = reader_cpus(cfg, sort_cpu, placement)
+    return cpus[0] if cpus else None
 
 
-def build_memory(
-    topo: Topology, cfg: SimConfig, spec: SrmSpec, size: int, coloring: bool
-) -> Memory:
-    """A cold engine with grep's file in the page cache and mergesort's arrays faulted in.
+class _Reader:
+    """A file-intensive co-runner: grep's stream (§2) or §4.5's random 4 KiB reads."""
 
-    Without coloring every frame comes from the normal (random) allocator; with coloring
-    from the colors :class:`~unicache.policy.srm.SrmPolicy` decided for the events of a
-    host: ``PageFault`` for mergesort's pages (or the normal allocator with
-    ``vm_pages="spread"``) and ``BufferMiss`` for the tarball, classified as streaming.
+    def __init__(self, spec: SrmSpec, index: int, file_bytes: int) -> None:
+        self.spec = spec
+        self.size = file_bytes
+        # each reader starts at its own place in the file
+        self.offset = (index * file_bytes // max(1, spec.readers)) // KIB * KIB
+        self.rng = random.Random(spec.seed * 7919 + index)
 
-    :param topo: the machine model.
-    :param cfg: its simulator configuration.
-    :param spec: the experiment.
-    :param size: array bytes.
-    :param coloring: whether SRM colors the pages.
-    :returns: the engine and its objects.
-    """
-    engine = cfg.engine(seed=spec.seed)
-    page = cfg.page_size
-    tar_bytes = spec.tarball_mb * MIB
-    tar = engine.add_object(tar_bytes, "node", 0)
-    src = engine.add_object(size, "node", 0)
-    dst = engine.add_object(size, "node", 0)
-    sort_pages = 2 * math.ceil(size / page)
-    colors = _Colors(topo, spec) if coloring else None
-    if colors is not None and spec.vm_pages == "srm":
-        # mergesort fills its array, then its first pass writes the other one
-        faults = colors.page_faults(sort_pages)
-    else:
-        # the normal allocator; drawn first in every run, so runs without SRM's page-fault
-        # colors get the same frames for mergesort
-        faults = (-1,) * sort_pages
-    half = sort_pages // 2
-    _place(engine, src, faults[:half], colors.n_colors if colors else 0)
-    _place(engine, dst, faults[half:], colors.n_colors if colors else 0)
-    # the page cache is warmed before the run (§2): grep's first pass fills it
-    tar_colors: tuple[int, ...] = ()
-    if colors is not None:
-        colors.classify(TARBALL_ID, tar_bytes, spec.read_bytes)
-        tar_colors = colors.buffer_misses(TARBALL_ID, tar_bytes // page)
-        _place(engine, tar, tar_colors, colors.n_colors)
-    else:
-        _place(engine, tar, (-1,) * (tar_bytes // page), 0)
-    return Memory(engine, tar, src, dst, page_colors(topo), tar_colors)
+    def step(self, engine: _native.Engine, tid: int, obj: int) -> None:
+        if self.spec.reader == "random":
+            page = self.rng.randrange(self.size // RANDOM_READ_BYTES)
+            engine.push_access(tid, obj, page * RANDOM_READ_BYTES, RANDOM_READ_BYTES, "read", 0.0)
+            return
+        length = min(self.spec.read_bytes, self.size - self.offset)
+        engine.push_access(tid, obj, self.offset, length, "read", CYCLES_PER_BYTE["grep"])
+        self.offset = (self.offset + length) % self.size
 
 
 def run_sort(
     topo: Topology, cfg: SimConfig, spec: SrmSpec, size: int, coloring: bool, placement: str
 ) -> SortRun:
-    """Simulate mergesort of one array size in one placement.
+    """Simulate mergesort of one array size in one placement, next to ``spec.readers``
+    readers of the file (``spec.reader``).
 
     :param topo: the machine model.
     :param cfg: its simulator configuration.
@@ -359,32 +241,28 @@ def run_sort(
     :param size: array bytes.
     :param coloring: whether SRM colors the pages.
     :param placement: alone, apart or shared.
-    :returns: time and LLC misses per sort.
+    :returns: time and LLC misses per sort (the readers' figures summed).
     """
-    gcpu = grep_cpu(cfg, spec.sort_cpu, placement)
+    cpus = reader_cpus(cfg, spec.sort_cpu, placement, spec.readers)
     mem = build_memory(topo, cfg, spec, size, coloring)
     engine, tar, src, dst = mem.engine, mem.tarball, mem.src, mem.dst
-    tar_bytes = spec.tarball_mb * MIB
     sort = _Sort(engine, size, src, dst)
     lines_per_sort = 2 * size / cfg.line_size * sort.passes  # read one array, write the other
     measure_sorts = max(1, math.ceil(spec.measure_lines / lines_per_sort))
     sort_tid = engine.add_thread(spec.sort_cpu)
-    grep_tid = engine.add_thread(gcpu) if gcpu is not None else -1
-    grep_offset = 0
-    compute = CYCLES_PER_BYTE["grep"]
+    readers = {engine.add_thread(c): _Reader(spec, i, spec.file_bytes)
+               for i, c in enumerate(cpus)}
     t0 = -1.0
     t1 = 0.0
     while True:
         stop, tid = engine.run()
         if stop != "need":
             raise ConfigError(f"simulation stopped early ({stop})")
-        if tid == grep_tid:
-            length = min(spec.read_bytes, tar_bytes - grep_offset)
-            engine.push_access(tid, tar, grep_offset, length, "read", compute)
-            grep_offset = (grep_offset + length) % tar_bytes
+        if tid in readers:
+            readers[tid].step(engine, tid, tar)
             continue
         if sort.sorts_done == 1 and t0 < 0:
-            # one warm-up sort: arrays in the LLC, grep streaming
+            # one warm-up sort: arrays in the LLC, the readers reading
             engine.reset_stats()
             t0 = engine.thread_time(tid)
         if sort.sorts_done == 1 + measure_sorts:
@@ -394,11 +272,13 @@ def run_sort(
     st = engine.thread_stats(sort_tid)
     seconds = (t1 - t0) / (cfg.clock_ghz * 1e9)
     grep_mbps = grep_bytes = grep_refs = grep_misses = 0.0
-    if grep_tid >= 0 and seconds > 0:
-        gst = engine.thread_stats(grep_tid)
-        grep_mbps = gst.bytes / seconds / 1e6
-        grep_bytes, grep_refs = gst.bytes / measure_sorts, gst.llc_lines / measure_sorts
-        grep_misses = (gst.dram_lines + gst.c2c_lines) / measure_sorts
+    if readers and seconds > 0:
+        stats = [engine.thread_stats(t) for t in readers]
+        nbytes = sum(g.bytes for g in stats)
+        grep_mbps = nbytes / seconds / 1e6
+        grep_bytes = nbytes / measure_sorts
+        grep_refs = sum(g.llc_lines for g in stats) / measure_sorts
+        grep_misses = sum(g.dram_lines + g.c2c_lines for g in stats) / measure_sorts
     return SortRun(
         placement,
         seconds / measure_sorts,
@@ -427,10 +307,10 @@ def step_aside(topo: Topology, cfg: SimConfig, spec: SrmSpec, shared: SortRun) -
     vm = Vm(
         VM_NAME,
         vcpus,
-        2 * spec.tarball_mb * MIB,
+        2 * spec.file_bytes,
         (
-            GuestNode(0, frozenset({0, 1}), spec.tarball_mb * MIB),
-            GuestNode(1, frozenset(), spec.tarball_mb * MIB, frozenset({0})),
+            GuestNode(0, frozenset({0, 1}), spec.file_bytes),
+            GuestNode(1, frozenset(), spec.file_bytes, frozenset({0})),
         ),
     )
     chunk = spec.read_bytes
@@ -478,7 +358,7 @@ def run_srm(
     """
     cfg = from_topology(topo)
     for placement in PLACEMENTS:
-        grep_cpu(cfg, spec.sort_cpu, placement)
+        reader_cpus(cfg, spec.sort_cpu, placement, spec.readers)
     out = []
     for size_kb in spec.sizes_kb:
         pair: list[SrmPoint] = []
