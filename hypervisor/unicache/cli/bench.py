@@ -158,10 +158,6 @@ def policy(
     Console().print(table)
 
 
-def _ms(value: float | None) -> str:
-    return "missed" if value is None else f"{value:.0f}"
-
-
 @app.command("live")
 def live(
     guests: Annotated[int, typer.Option(help="Busy guests to boot (1-3).")] = 1,
@@ -209,18 +205,14 @@ def live(
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
-    to_publish, to_table = res.split_median()
+    # the table make bench records (tools/bench/record.py), so both read alike
+    head, rows = load_bench("record").bench_named("live").render(res.as_json())
     table = Table(title=f"{res.guests} busy guest(s), daemon interval {res.interval_s:g} s, "
                         f"{res.window_s:.0f} s window, load {res.load[0]:.1f}-{res.load[1]:.1f}")
-    for col in ("daemon CPU %", "RSS MiB", "agent CPU %", "channel in/out B/s",
-                "reaction p50 ms", "p95 ms", "missed", "read->publish / ->table ms"):
+    for col in head:
         table.add_column(col, justify="right")
-    table.add_row(
-        f"{res.daemon_cpu_pct:.2f}", f"{res.daemon_rss_mib:.0f}",
-        " ".join(f"{x:.2f}" for x in res.agent_cpu_pct),
-        f"{res.channel_in_bps:.0f} / {res.channel_out_bps:.0f}",
-        _ms(res.reaction(0.5)), _ms(res.reaction(0.95)), f"{res.missed}/{len(res.trials)}",
-        f"{_ms(to_publish)} / {_ms(to_table)} (+-{res.clock_bound_ms:.0f})")
+    for row in rows:
+        table.add_row(*row)
     Console().print(table)
 
 
