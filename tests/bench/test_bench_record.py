@@ -92,3 +92,10 @@ def test_record_of_an_unknown_benchmark_is_one_line(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert res.output.strip() == ("unicache bench record: no benchmark 'nope' (there are "
                                   "shim, policy, live, sim)")
+
+
+def test_bench_live_out_of_range_is_one_line_before_any_guest_boots() -> None:
+    res = CliRunner().invoke(app, ["live", "--guests", "0"])
+    assert res.exit_code == 2
+    assert res.output.strip() == ("unicache bench live: --guests takes 1 to 3 guests on this "
+                                  "bench, not 0")

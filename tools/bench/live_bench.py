@@ -266,8 +266,7 @@ def run_live_bench(guests: int = 1, seconds: float = 30.0, trials: int = 10,
             specs = [GuestSpec(n, GUEST_VCPUS, GUEST_MEMORY_MIB) for n in names]
             with LiveGuests(specs, Path(tmp) / "vms", image_dir, lambda _: None) as live:
                 tick("boot")
-                live.run_all([_guest_cmd(n, {**base, "mode": "prepare"}, 300)
-                                         for n in names])
+                live.run_all([_guest_cmd(n, {**base, "mode": "prepare"}, 300) for n in names])
                 tick("prepare")
                 offsets = {n: measure.estimate_offset(lambda n=n: live.vms[n].ping())
                            for n in names}

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+from unicache.errors import BenchError
 
 #: seconds between samples of the daemon's /proc files
 SAMPLE_S = 0.5
@@ -142,7 +143,7 @@ def estimate_offset(ping: Callable[[], float | None], pings: int = 15) -> ClockO
     """The offset of the guest's clock, NTP-style, from the tightest of ``pings`` pings.
 
     :param ping: asks the guest for its ``/proc/uptime`` (``None``: no answer).
-    :raises RuntimeError: when no ping is answered.
+    :raises BenchError: when no ping is answered.
     """
     best: ClockOffset | None = None
     for _ in range(pings):
@@ -157,7 +158,7 @@ def estimate_offset(ping: Callable[[], float | None], pings: int = 15) -> ClockO
         if best is None or bound < best.uncertainty_s:
             best = ClockOffset(guest - (t0 + t2) / 2, bound, pings)
     if best is None:
-        raise RuntimeError("the guest answered no ping")
+        raise BenchError("the guest answered no ping")
     return best
 
 
