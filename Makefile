@@ -21,7 +21,7 @@ include hypervisor/libvirt.mk
 include qemu-patches/colormem/colormem.mk
 -include qemu-patches/qemu.mk
 
-.PHONY: setup test lint typecheck pytest demo figures clean apt
+.PHONY: setup test lint typecheck pytest demo figures bench clean apt
 
 # apt packages only when root and something is missing (a non-root user gets one line).
 $(VENV)/.apt-stamp: Makefile
@@ -69,6 +69,11 @@ demo: setup image
 # every seed paper's experiments in the simulator: docs/figures/*.png and docs/reproduction.md
 figures: setup
 	$(VENV)/bin/unicache-sim figures --out-dir docs/figures --doc docs/reproduction.md
+
+# every benchmark (shim, policy round, live daemon with real guests, simulator): JSON under
+# build/bench/, tables into docs/PERFORMANCE.md's generated blocks (unicache bench record)
+bench: setup image
+	$(VENV)/bin/unicache bench record --out build/bench --doc docs/PERFORMANCE.md
 
 clean:
 	rm -rf $(VENV) build tools/sim/target

@@ -328,13 +328,16 @@ async def run_daemon(
             run_rounds(vms, policy, state, config.rounds, decide)
         ) as loop_rounds:
             async for rnd in loop_rounds:
-                errors = [(st.vm, kind, n) for st in channel.status() for kind, n in st.errors]
+                channels = channel.status()
+                errors = [(st.vm, kind, n) for st in channels for kind, n in st.errors]
+                traffic = [(st.vm, st.bytes_in, st.bytes_out) for st in channels]
                 # the records, the status checkpoint and the metrics are written in a worker
                 # thread: a disk that stalls (a journal commit, a full log) never stalls the
                 # channels and signals the loop serves (issue #12)
                 await asyncio.to_thread(
                     record_round, decisions, policy, rnd, metrics, errors, config.state_dir,
                     dry_run=config.dry_run, log_chunks=config.log_chunks,
+                    channel_bytes=traffic,
                 )
                 rounds += 1
                 if config.rounds is not None and rounds >= config.rounds:

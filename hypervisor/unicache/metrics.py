@@ -72,6 +72,13 @@ class DaemonMetrics:
             ["vm", "node"],
             registry=self.registry,
         )
+        self.channel_bytes = Gauge(
+            "unicache_channel_bytes",
+            "Bytes a VM's guest channel carried since the daemon started, by direction "
+            "(in: from the guest; out: queued to it)",
+            ["vm", "direction"],
+            registry=self.registry,
+        )
         self.rounds = Counter("unicache_rounds", "Policy rounds run", registry=self.registry)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
@@ -85,8 +92,13 @@ class DaemonMetrics:
         obs: Observation,
         result: ActResult,
         channel_errors: Iterable[tuple[str, str, int]] = (),
+        channel_bytes: Iterable[tuple[str, int, int]] = (),
     ) -> None:
-        """Refresh every metric after a round."""
+        """Refresh every metric after a round.
+
+        :param channel_errors: per VM, (vm, error kind, count).
+        :param channel_bytes: per VM, (vm, bytes in, bytes out) since start.
+        """
         self.rounds.inc()
         sources = {s.vcpu: str(s.source) for s in obs.samples}
         self.cache_weight.clear()
@@ -120,3 +132,6 @@ class DaemonMetrics:
             self.failed.labels(str(action.kind)).inc()
         for vm, kind, count in channel_errors:
             self.channel_errors.labels(vm, kind).set(count)
+        for vm, bytes_in, bytes_out in channel_bytes:
+            self.channel_bytes.labels(vm, "in").set(bytes_in)
+            self.channel_bytes.labels(vm, "out").set(bytes_out)

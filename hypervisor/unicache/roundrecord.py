@@ -38,6 +38,7 @@ def record_round(
     state_dir: Path,
     dry_run: bool = False,
     log_chunks: bool = False,
+    channel_bytes: list[tuple[str, int, int]] | None = None,
 ) -> None:
     """Log one round's actions, reports, chunk rules and refusals; write the status and the
     round state; update the metrics (the daemon calls it in a worker thread: file I/O).
@@ -51,6 +52,7 @@ def record_round(
     :param dry_run: mark every action ``dry_run``, with the ``would_write`` lines the
         setters returned, and leave the round state unwritten.
     :param log_chunks: every chunk of every report and every chunk decision, not summaries.
+    :param channel_bytes: per VM, its channel's bytes in and out since start (metrics).
     """
     obs, decision, state, result = rnd.observation, rnd.decision, rnd.state, rnd.result
     dry = {"dry_run": True} if dry_run else {}
@@ -81,7 +83,7 @@ def record_round(
             policystate.save(state_dir, state)
     except OSError as err:  # a full disk: the next round tries again, the daemon runs on
         decisions.write({"kind": "note", "message": f"round {obs.tick}: state not saved: {err}"})
-    metrics.update(policy, state, obs, result, errors)
+    metrics.update(policy, state, obs, result, errors, channel_bytes or ())
 
 
 def write_status(

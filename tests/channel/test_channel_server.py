@@ -71,6 +71,29 @@ def test_handshake_report_and_table(tmp_path: Path) -> None:
     run(body, tmp_path, on_report=got.append)
 
 
+def test_status_counts_the_bytes_each_way_as_the_guest_sees_them(tmp_path: Path) -> None:
+    async def body(server: ChannelServer, sock: Path) -> None:
+        r, w = await asyncio.open_unix_connection(str(sock))
+        received = await r.readline()  # sync
+        sent = HELLO + REPORT
+        w.write(sent)
+        received += await r.readline()  # welcome
+        table = PlacementTable("vm1", 3, 262144, 65536,
+                               (PlacementEntry(ChunkId(0xAB, 3), frozenset({1}), True, 2),))
+        server.publish(PublishPlacement("vm1", table, "test"))
+        received += await r.readline()
+        await w.drain()
+        for _ in range(100):
+            if server.status()[0].bytes_in == len(sent):
+                break
+            await asyncio.sleep(0.01)
+        (st,) = server.status()
+        assert (st.bytes_in, st.bytes_out) == (len(sent), len(received))
+        w.close()
+
+    run(body, tmp_path)
+
+
 def test_a_dry_run_publish_returns_the_lines_it_would_send_and_sends_and_keeps_nothing(
     tmp_path: Path,
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from typer.testing import CliRunner
-from unicache.cli.bench import app
+from unicache.cli.bench import app, load_bench
 
 POINT_KEYS = {
     "vms",
@@ -58,6 +58,11 @@ def test_bench_policy_json_has_its_schema(tmp_path) -> None:
         assert 0 < point["tracked_chunks"] <= 40 and point["bytes_per_chunk"] > 0
         assert point["p50_ms"] <= point["p99_ms"] <= point["max_ms"]
     assert png.read_bytes()[:4] == b"\x89PNG"
+    # make bench records this JSON: it holds the recorder's schema and makes its table
+    rec = load_bench("record")
+    bench = rec.bench_named("policy")
+    _, rows = bench.render(rec.check_schema(bench, doc))
+    assert len(rows) == 2
 
 
 def test_bench_policy_bad_size_is_one_line() -> None:

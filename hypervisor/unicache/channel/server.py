@@ -57,6 +57,8 @@ class VmChannelStatus:
     :param errors: problems found since start, by kind.
     :param applied_version: the last table version the guest says it applied (-1: none).
     :param dropped_out: lines not sent because the guest was not reading.
+    :param bytes_in: bytes read from the guest since start (all connections).
+    :param bytes_out: bytes queued to the guest since start (all connections).
     """
 
     vm: str
@@ -68,6 +70,8 @@ class VmChannelStatus:
     errors: tuple[tuple[str, int], ...]
     applied_version: int
     dropped_out: int
+    bytes_in: int = 0
+    bytes_out: int = 0
 
 
 #: error kind counted when a VM's socket gets a second connection while one is live
@@ -151,6 +155,8 @@ class _VmSlot:
         self.writer: asyncio.StreamWriter | None = None
         self.dialer: asyncio.Task[None] | None = None
         self.dropped_out = 0
+        #: bytes queued to the guest since start (the session counts those it read)
+        self.bytes_out = 0
 
 
 class ChannelServer:
@@ -340,7 +346,7 @@ class ChannelServer:
                 slot.vm, str(slot.path), slot.writer is not None, s.state.value,
                 s.hello.agent if s.hello else None, s.stats.reports,
                 tuple(sorted(s.stats.errors_by_kind.items())), s.stats.applied_version,
-                slot.dropped_out))
+                slot.dropped_out, s.stats.bytes_in, slot.bytes_out))
         return out
 
     def is_ready(self, vm: str) -> bool:
@@ -419,3 +425,4 @@ class ChannelServer:
                 slot.dropped_out += 1
                 continue
             writer.write(line)
+            slot.bytes_out += len(line)

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,6 +26,14 @@ BENCH_DIR = Path(__file__).resolve().parents[3] / "tools" / "bench"
 app = typer.Typer(help="Benchmarks of unicache's own components.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
 _err = Console(stderr=True)
+#: every benchmark's --json
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _fail(command: str, err: UnicacheError) -> NoReturn:
+    """One line for the user, exit 2."""
+    _err.print(f"unicache bench {command}: {err}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from err
 
 
 @app.callback()
@@ -56,9 +64,7 @@ def load_bench(name: str) -> ModuleType:
 
 @app.command("shim")
 def shim(
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of a table.")
-    ] = False,
+    json_out: JsonFlag = False,
     rounds: Annotated[int, typer.Option(help="Rounds (each measures both paths).")] = 7,
     seconds: Annotated[float, typer.Option(help="Seconds per run.")] = 1.0,
     read_size: Annotated[int, typer.Option(help="Bytes per read() call.")] = 256 * 1024,
@@ -69,8 +75,7 @@ def shim(
             rounds=rounds, seconds=seconds, read_size=read_size
         )
     except UnicacheError as err:
-        _err.print(f"unicache bench shim: {err}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from err
+        _fail("shim", err)
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
@@ -109,9 +114,7 @@ def policy(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic load.")] = 1,
     plot: Annotated[Path | None, typer.Option(
         help="Write a PNG of round time against VMs and chunks here.")] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print JSON instead of a table.")
-    ] = False,
+    json_out: JsonFlag = False,
 ) -> None:
     """Time and memory of one policy round (OBS, SRM, NCC, SCU) at fleet scale.
 
@@ -139,9 +142,7 @@ def policy(
         if plot is not None:
             bench.plot(res, plot)
     except UnicacheError as err:
-        _err.print(f"unicache bench policy: {err}", markup=False, highlight=False,
-                   soft_wrap=True)
-        raise typer.Exit(2) from err
+        _fail("policy", err)
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
@@ -154,4 +155,116 @@ def policy(
         table.add_row(f"{p.vms:,}", f"{p.tracked_chunks:,}", f"{p.records_per_round:,}",
                       f"{p.p50_ms:.1f}", f"{p.p99_ms:.1f}", f"{p.cpu_p99_ms:.1f}",
                       f"{p.bytes_per_chunk:.0f}", f"{p.peak_rss_mib:.0f}")
+    Console().print(table)
+
+
+@app.command("live")
+def live(
+    guests: Annotated[int, typer.Option(help="Busy guests to boot (1-3).")] = 1,
+    seconds: Annotated[float, typer.Option(
+        help="Seconds of the steady window (the guests' readers busy).")] = 30.0,
+    trials: Annotated[int, typer.Option(
+        help="Reaction trials per guest (each reads a file nobody read before).")] = 10,
+    always_place: Annotated[bool, typer.Option(
+        "--always-place/--cost-models",
+        help="The daemon with make demo's --unify l2 --always-place (it places and "
+             "publishes tables), or as an operator runs it (cost models on: on a host with "
+             "one LLC group it leaves the guests alone and no trial sees an entry).")] = True,
+    plot: Annotated[Path | None, typer.Option(
+        help="Write a PNG of the daemon's CPU and RSS over time here.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Daemon and agent cost, channel traffic and table reaction with real guests.
+
+    Boots guests from the project's image (make image), starts the real daemon at its
+    default interval, lets a reader under the shim keep every guest busy for --seconds
+    while sampling the daemon's /proc (CPU, RSS), the agents' CPU (in the guests) and the
+    channel's bytes (the daemon's metrics); then times --trials reactions: a guest starts
+    reading a new hot file, until its shared table holds the file's entry (on the guest's
+    clock; the daemon's publish is placed on it with an NTP-style offset). See
+    docs/PERFORMANCE.md "Live".
+    """
+    from rich.progress import Progress
+
+    try:
+        bench = load_bench("live_bench")
+        with Progress(console=_err, transient=True) as progress:
+            task = progress.add_task("live bench: boot", total=len(bench.STEPS))
+            steps = list(bench.STEPS)
+
+            def tick(done: str) -> None:
+                nxt = steps[steps.index(done) + 1] if done in steps[:-1] else "done"
+                progress.update(task, advance=1, description=f"live bench: {nxt}")
+
+            res = bench.run_live_bench(guests=guests, seconds=seconds, trials=trials,
+                                       always_place=always_place, tick=tick)
+        if plot is not None:
+            bench.plot(res, plot)
+    except UnicacheError as err:
+        _fail("live", err)
+    if json_out:
+        sys.stdout.write(json.dumps(res.as_json()) + "\n")
+        return
+    # the table make bench records (tools/bench/record.py), so both read alike
+    head, rows = load_bench("record").bench_named("live").render(res.as_json())
+    table = Table(title=f"{res.guests} busy guest(s), daemon interval {res.interval_s:g} s, "
+                        f"{res.window_s:.0f} s window, load {res.load[0]:.1f}-{res.load[1]:.1f}")
+    for col in head:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+@app.command("record")
+def record(
+    out: Annotated[Path, typer.Option(help="Directory for each benchmark's JSON.")] = Path(
+        "build/bench"),
+    doc: Annotated[Path, typer.Option(
+        help="The page whose generated blocks (<!-- bench:NAME -->) get the tables.")] = Path(
+        "docs/PERFORMANCE.md"),
+    only: Annotated[str | None, typer.Option(
+        help="Benchmarks to run, separated by commas (default: all).")] = None,
+    tiny: Annotated[bool, typer.Option(
+        help="Run each at a size of seconds (checks that each runs and emits its schema).")
+    ] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Run every benchmark (make bench): JSON under --out, tables into --doc's blocks.
+
+    The shim's, the policy round's (a moderate size), the live daemon's (real guests: make
+    image) and the simulator's, each with --json; each JSON must hold its schema. The
+    tables replace the blocks between <!-- bench:NAME --> and <!-- /bench:NAME --> with the
+    date, the load and the command; the rest of the page stays.
+    """
+    from rich.progress import Progress
+
+    try:
+        rec = load_bench("record")
+        names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+        for name in names or ():
+            rec.bench_named(name)
+        count = len(names) if names else len(rec.BENCHES)
+        with Progress(console=_err, transient=True) as progress:
+            task = progress.add_task("benchmarks", total=count)
+
+            started: list[str] = []
+
+            def tick(name: str) -> None:  # called as each benchmark starts
+                progress.update(task, completed=len(started),
+                                description=f"bench {name} ({len(started) + 1}/{count})")
+                started.append(name)
+
+            done = rec.record(out, doc, names, tiny=tiny, tick=tick)
+    except UnicacheError as err:
+        _fail("record", err)
+    if json_out:
+        sys.stdout.write(json.dumps([{"bench": r.name, "json": str(r.json_path),
+                                      "seconds": round(r.seconds, 1)} for r in done]) + "\n")
+        return
+    table = Table(title=f"benchmarks recorded in {doc}")
+    for col in ("bench", "JSON", "seconds"):
+        table.add_column(col)
+    for r in done:
+        table.add_row(r.name, str(r.json_path), f"{r.seconds:.0f}")
     Console().print(table)
