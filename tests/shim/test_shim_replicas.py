@@ -58,7 +58,7 @@ def test_replica_is_served_and_a_write_through_the_shim_invalidates_at_once(
         assert s2.replica_rejects == 1
         time.sleep(QUIET_S)
         assert r.pread(0, CHUNK) == want[:CHUNK]  # quiet again: a new replica, served
-        assert shim_env.counters.stats().replica_fills == 2
+        assert shim_env.counters.stats().replica_fills == 2, shim_env.replicas.store.stats
 
 
 def test_a_write_without_the_shim_is_never_served_stale(shim_env: ShimEnv,
@@ -163,4 +163,4 @@ def test_a_new_chunk_size_never_serves_a_replica_of_the_old_one(shim_env: ShimEn
         # chunk 1 is now 128-256 KiB: the same index, other bytes
         assert r.pread(2 * CHUNK + 10, 100) == data[2 * CHUNK + 10:2 * CHUNK + 110]
         assert r.pread(3 * CHUNK + 10, 100) == data[3 * CHUNK + 10:3 * CHUNK + 110]
-    assert shim_env.counters.stats().replica_fills == 2
+    assert shim_env.counters.stats().replica_fills == 2, shim_env.replicas.store.stats

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uc_repclient.c - asking the agent for a replica: one SOCK_SEQPACKET connection per
+ * process to UNICACHE_REPLICAS/socket; a request carries the source file's descriptor (the
+ * proof that this process may read it), the answer a read-only descriptor of the replica.
+ *
+ * Never a wait longer than UNICACHE_REPLICA_WAIT_MS: an agent that does not answer in time
+ * puts the connection in a one-second backoff (every read meanwhile is the real call); a
+ * late answer is recognised by its id and discarded. The connection is one thread's at a
+ * time (a try-lock: a busy connection means the real call).
+ */
+#include "uc_shim.h"
+
+#include <poll.h>
+#include <sys/un.h>
+
+#define UC_RC_BACKOFF_NS 1000000000ll
+
+static int uc_rc_fd = -1;
+static atomic_flag uc_rc_busy = ATOMIC_FLAG_INIT;
+static uint64_t uc_rc_id;
+static long long uc_rc_backoff_until;
+
+/* A fork child shares the parent's connection: answers would go to either. Its own. */
+void uc_rc_atfork_child(void)
+{
+	if (uc_rc_fd >= 0)
+		UC_REAL(close)(uc_rc_fd);
+	uc_rc_fd = -1;
+	atomic_flag_clear(&uc_rc_busy);
+}
+
+static int uc_rc_connect(void)
+{
+	struct sockaddr_un sa;
+	int s;
+
+	if (uc_rc_fd >= 0)
+		return 1;
+	if (!uc.rep_sock[0] || strlen(uc.rep_sock) >= sizeof(sa.sun_path))
+		return 0;
+	s = (int)syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return 0;
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	strcpy(sa.sun_path, uc.rep_sock);
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		UC_REAL(close)(s);
+		return 0;
+	}
+	uc_rc_fd = s;
+	return 1;
+}
+
+static void uc_rc_drop(void)
+{
+	UC_REAL(close)(uc_rc_fd);
+	uc_rc_fd = -1;
+}
+
+/* Send the request with `fd` attached; 1 when sent whole. */
+static int uc_rc_send(const struct uc_rep_req *q, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {(void *)(uintptr_t)q, sizeof(*q)};
+	struct msghdr m;
+	struct cmsghdr *cm;
+
+	memset(&m, 0, sizeof(m));
+	memset(&ctl, 0, sizeof(ctl));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(uc_rc_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof(*q);
+}
+
+/*
+ * Receive one answer: its status and attached descriptor (-1 none). Returns 1 when an
+ * answer came, 0 on timeout, -1 when the connection is broken.
+ */
+static int uc_rc_recv(struct uc_rep_rsp *a, int *rfd, int wait_ms)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {a, sizeof(*a)};
+	struct pollfd p = {uc_rc_fd, POLLIN, 0};
+	struct msghdr m;
+	struct cmsghdr *cm;
+	ssize_t k;
+	int r;
+
+	*rfd = -1;
+	do
+		r = poll(&p, 1, wait_ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return 0;
+	if (r < 0 || !(p.revents & POLLIN))
+		return -1;
+	memset(&m, 0, sizeof(m));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	k = recvmsg(uc_rc_fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (k <= 0)
+		return k < 0 && errno == EAGAIN ? 0 : -1;
+	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			size_t i, nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			for (i = 0; i < nfd; i++) { /* one is expected: any other is closed */
+				int x;
+
+				memcpy(&x, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				if (*rfd < 0)
+					*rfd = x;
+				else
+					UC_REAL(close)(x);
+			}
+		}
+	}
+	if (k != (ssize_t)sizeof(*a) || a->magic != UC_RSP_MAGIC || (m.msg_flags & MSG_CTRUNC)) {
+		if (*rfd >= 0)
+			UC_REAL(close)(*rfd);
+		*rfd = -1;
+		return -1;
+	}
+	return 1;
+}
+
+/*
+ * Ask the agent for the replica of chunk `chunk` (of `cs` bytes) on `node` of the file fd
+ * reads. Returns a read-only descriptor of the replica file (the caller closes it), or -1
+ * with *status: the agent's errno, or EAGAIN when it could not be asked now.
+ */
+int uc_rep_ask(int fd, uint64_t chunk, uint64_t cs, int node, int *status)
+{
+	struct uc_rep_req q;
+	struct uc_rep_rsp a;
+	long long now = uc_now_ns(), deadline;
+	int rfd = -1, got;
+
+	*status = EAGAIN;
+	if (atomic_flag_test_and_set(&uc_rc_busy))
+		return -1;
+	if (now < uc_rc_backoff_until || !uc_rc_connect())
+		goto out;
+	q.magic = UC_REQ_MAGIC;
+	q.node = (uint32_t)node;
+	q.id = ++uc_rc_id;
+	q.chunk = chunk;
+	q.chunk_size = cs;
+	if (!uc_rc_send(&q, fd)) {
+		uc_rc_drop();
+		goto out;
+	}
+	deadline = now + uc.rep_wait_ns;
+	for (;;) {
+		long long left = deadline - uc_now_ns();
+
+		got = uc_rc_recv(&a, &rfd, left > 0 ? (int)(left / 1000000ll) + 1 : 0);
+		if (got < 0) {
+			uc_rc_drop();
+			break;
+		}
+		if (got == 0) { /* no answer in time: the agent is busy, leave it alone a while */
+			uc_rc_backoff_until = uc_now_ns() + UC_RC_BACKOFF_NS;
+			break;
+		}
+		if (a.id == q.id) {
+			*status = a.status;
+			if (a.status != 0 && rfd >= 0) {
+				UC_REAL(close)(rfd);
+				rfd = -1;
+			}
+			break;
+		}
+		if (rfd >= 0) /* a late answer to an earlier request */
+			UC_REAL(close)(rfd);
+		rfd = -1;
+	}
+out:
+	atomic_flag_clear(&uc_rc_busy);
+	return rfd;
+}
