@@ -196,11 +196,18 @@ def drop_replica(path: str) -> None:
         pass
 
 
-def read_header(path: str) -> Optional[tuple]:
-    """The header fields of a replica file (tests and ``status``); None if unreadable."""
+def intact(path: str, key: ChunkKey, source: SourceState, length: int) -> bool:
+    """Whether a replica file still has the size and header the agent wrote (nothing has
+    truncated or overwritten it since; its data is not checked)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_HDR.size)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
-        return None
-    return _HDR.unpack(raw) if len(raw) == _HDR.size else None
+        return False
+    try:
+        if os.fstat(fd).st_size != DATA_OFF + length:
+            return False
+        return os.pread(fd, _HDR.size, 0) == header(key, source, length)[:_HDR.size]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

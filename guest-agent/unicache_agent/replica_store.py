@@ -26,7 +26,7 @@ import errno
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import numa_mem
 from .replica_files import (
@@ -35,6 +35,7 @@ from .replica_files import (
     SourceState,
     charge,
     drop_replica,
+    intact,
     read_chunk,
     write_replica,
 )
@@ -61,6 +62,7 @@ class Replica:
     :param path: the file.
     :param charged: bytes of node memory it holds.
     :param source: the source file it was filled from.
+    :param length: bytes of the chunk it holds.
     :param freq: accesses, aged (>= 1).
     :param last: round of the last access (LRU order).
     """
@@ -69,6 +71,7 @@ class Replica:
     path: str
     charged: int
     source: SourceState
+    length: int
     freq: int = 1
     last: int = 0
 
@@ -121,6 +124,8 @@ class ReplicaStore:
         self.budgets = {n: int(total * budget_ratio) // PAGE * PAGE
                         for n, total in node_totals.items()}
         self.replicas: Dict[ChunkKey, Replica] = {}
+        #: file_id -> its replicas' keys: a write (every FAN_MODIFY) costs what it drops
+        self._by_file: Dict[int, Set[ChunkKey]] = {}
         self.held: Dict[int, int] = {n: 0 for n in node_totals}
         self.tight: FrozenSet[int] = frozenset()
         self.stats = StoreStats()
@@ -187,10 +192,13 @@ class ReplicaStore:
             return self._refuse("bad-source", errno.EINVAL)
         have = self.replicas.get(key)
         if have is not None:
-            if have.source == st and os.path.exists(have.path):
+            if have.source != st:
+                self._drop(key, "changed")
+            elif not intact(have.path, key, have.source, have.length):
+                self._drop(key, "corrupt")  # truncated or overwritten behind the agent
+            else:
                 self.stats.hits += 1
                 return 0, have.path
-            self._drop(key, "changed")
         if node in self.tight:
             return self._refuse("memory-tight", errno.ENOSPC)
         got = read_chunk(src_fd, self.salt, file_id, chunk, chunk_size, self.margin_ns)
@@ -210,7 +218,9 @@ class ReplicaStore:
             drop_replica(path)
             log.warning("replica %s not written: %s", path, err)
             return self._refuse("write-failed", errno.ENOSPC)
-        self.replicas[key] = Replica(key, path, held, got.source, 1, self._round)
+        self.replicas[key] = Replica(key, path, held, got.source, len(got.data), 1,
+                                     self._round)
+        self._by_file.setdefault(file_id, set()).add(key)
         self.held[node] += held
         self.stats.fills += 1
         return 0, path
@@ -237,6 +247,11 @@ class ReplicaStore:
         r = self.replicas.pop(key, None)
         if r is None:
             return
+        keys = self._by_file.get(key.file_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_file[key.file_id]
         drop_replica(r.path)
         self.held[key.node] -= r.charged
         self.stats.dropped[why] = self.stats.dropped.get(why, 0) + 1
@@ -248,7 +263,7 @@ class ReplicaStore:
 
         :returns: replicas dropped.
         """
-        keys = [k for k in self.replicas if k.file_id == file_id]
+        keys = list(self._by_file.get(file_id, ()))
         for k in keys:
             self._drop(k, "write")
         return len(keys)

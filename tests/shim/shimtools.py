@@ -140,6 +140,12 @@ class Reader:
     def pread(self, off: int, n: int) -> bytes:
         return bytes.fromhex(self.ask(f"pread {off} {n}"))
 
+    def call(self, kind: str, off: int, n: int) -> tuple[bytes, int]:
+        """One read of ``kind`` (read, readv, preadv, sendfile): its bytes and the file
+        position after it."""
+        data, pos = self.ask(f"{kind} {off} {n}").split(" ")
+        return bytes.fromhex(data), int(pos)
+
     def pwrite(self, off: int, data: bytes) -> None:
         assert self.ask(f"pwrite {off} {data.hex()}") == "ok"
 
