@@ -92,7 +92,7 @@ def _set_mempolicy(mode: int, node: int) -> bool:
     r = lib.syscall(ctypes.c_long(_SYS_SET_MEMPOLICY), ctypes.c_int(mode),
                     mask if mode != MPOL_DEFAULT else None,
                     ctypes.c_ulong(_MASK_BITS if mode != MPOL_DEFAULT else 0))
-    return r == 0
+    return int(r) == 0
 
 
 @contextmanager

@@ -10,6 +10,7 @@ unlinks it. docs/replicas.md "Coherence" gives the reasoning of :func:`read_chun
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -120,10 +121,9 @@ def read_chunk(src_fd: int, salt: int, file_id: int, chunk: int, chunk_size: int
     except OSError:
         return ReadResult(error=errno.EINVAL)
     try:
-        try:
+        # ENXIO (a file of holes only) still took the lock: the barrier holds
+        with contextlib.suppress(OSError):
             os.lseek(own, 0, os.SEEK_DATA)
-        except OSError:
-            pass  # ENXIO: a file of holes only; the barrier is the lock the call took
         s1 = os.fstat(own)
         start = chunk * chunk_size
         if (not stat.S_ISREG(s1.st_mode) or s1.st_size <= start
@@ -190,10 +190,8 @@ def drop_replica(path: str) -> None:
         pass
     finally:
         os.close(fd)
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def intact(path: str, key: ChunkKey, source: SourceState, length: int) -> bool:

@@ -18,6 +18,7 @@ socket is dropped (its shim times out and takes the real call).
 from __future__ import annotations
 
 import array
+import contextlib
 import errno
 import fcntl
 import logging
@@ -59,10 +60,8 @@ class ReplicaServer:
     def __init__(self, store: ReplicaStore, path: str) -> None:
         self.store = store
         self.path = path
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.listener.bind(path)
         os.chmod(path, 0o666)  # any process may ask; the descriptor it sends decides
@@ -196,10 +195,8 @@ class ReplicaServer:
         for conn in list(self.clients.values()):
             self._close(conn)
         self.listener.close()
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
-        except OSError:
-            pass
 
 
 def _received_fds(anc: List[Tuple[int, int, bytes]]) -> List[int]:
@@ -214,10 +211,8 @@ def _received_fds(anc: List[Tuple[int, int, bytes]]) -> List[int]:
 
 def _close_all(fds: List[int]) -> None:
     for fd in fds:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def _mount_types() -> Dict[int, str]:

@@ -284,8 +284,8 @@ class ReplicaStore:
                 self.drop_file(c.file_id)
         for r in self.replicas.values():
             r.freq = max(1, r.freq - 1)  # aging: one per round
-            c = by_chunk.get((r.key.file_id, r.key.chunk))
-            reads = dict(c.node_reads).get(r.key.node, 0) if c is not None else 0
+            seen = by_chunk.get((r.key.file_id, r.key.chunk))
+            reads = dict(seen.node_reads).get(r.key.node, 0) if seen is not None else 0
             if reads:
                 r.freq += reads
                 r.last = self._round

@@ -8,10 +8,10 @@ import select
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM_DIR = ROOT / "guest-agent" / "shim"

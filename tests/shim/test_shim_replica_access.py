@@ -51,7 +51,7 @@ flags = {"read": os.O_RDONLY, "path": os.O_PATH}[how]
 src = os.open(path, flags)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(sock)
-s.sendmsg([struct.pack("<IIQQQ", 0x51524355, 0, 7, chunk, %d)],
+s.sendmsg([struct.pack("<IIQQQ", 0x51524355, 0, 7, chunk, CHUNK_SIZE)],
           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [src]))])
 data, anc, _f, _a = s.recvmsg(64, socket.CMSG_SPACE(8))
 magic, status, rid = struct.unpack("<IiQ", data)
@@ -70,7 +70,7 @@ for level, kind, raw in anc:
     except OSError as e:
         out["reopen"] = e.errno
 print(json.dumps(out))
-""" % CHUNK
+""".replace("CHUNK_SIZE", str(CHUNK))
 
 #: run as nobody under the shim: pread the public file, print the hex
 PREAD = ("import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "

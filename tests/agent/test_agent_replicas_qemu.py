@@ -1,0 +1,111 @@
+"""Guest-wide NCC replicas in a real two-node guest: one copy per node, served to every
+process and every read call (issue #20).
+
+The guest (QEMU TCG, the image of ``make image``) has two nodes of 256 MiB with one vCPU
+each. The host publishes, through the real channel server, a table replicating every chunk
+of a 1 MiB guest file on both nodes. In the guest (images/scripts/replica_readers.py), for
+each read call (read, pread, readv, preadv, sendfile) three reader processes per node, under
+the shim, pinned to their node's CPU, read inside every chunk twice and compare with the
+plain calls. Checked: every reader read the right bytes; every call kind was served from
+replicas; the agent's store holds one file per chunk on each node, and its tmpfs (mounted
+with ``mpol=bind:N``) exactly one copy's bytes, however many processes read; each reader's
+mappings of a node's replicas have their pages on that node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from unicache.channel import ChannelParams, ChannelServer
+from unicache.model import ChunkId, PlacementEntry, PlacementTable, PublishPlacement
+from unicache.policy.ncc_memory import replica_bytes
+
+from tests.agent.test_agent_numa_qemu import FILE_ID, _guest_run_stdin
+from tests.agent.test_agent_qemu import _argv, guest_run
+
+READERS = (Path(__file__).resolve().parents[2] / "images" / "scripts"
+           / "replica_readers.py").read_text()
+DATA = "/var/tmp/colored"  # FILE_ID's file: on the ext4 root (/tmp is a tmpfs in the guest)
+SIZE = 1 << 20
+CHUNK = 262144
+PROCS = 3
+NUMA = ["-object", "memory-backend-ram,id=m0,size=256M",
+        "-numa", "node,nodeid=0,cpus=0,memdev=m0",
+        "-object", "memory-backend-ram,id=m1,size=256M",
+        "-numa", "node,nodeid=1,cpus=1,memdev=m1"]
+
+
+def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> None:
+    async def run(ctl: Path, argv: list[str], stdin: str | None = None,
+                  timeout: float = 120) -> dict[str, object]:
+        if stdin is None:
+            res = await guest_run(ctl, argv, timeout=timeout)
+        else:
+            res = await _guest_run_stdin(ctl, argv, stdin)
+        assert res["exit"] == 0, res
+        return res
+
+    async def main() -> dict[str, object]:
+        server = ChannelServer(tmp_path, params=ChannelParams(chunk_size=CHUNK,
+                                                              report_interval_s=1.0))
+        sock = await server.add_vm("r")
+        ctl = tmp_path / "ctl.sock"
+        qemu = await asyncio.create_subprocess_exec(
+            *_argv(sock, tmp_path), *NUMA, "-chardev",
+            f"socket,id=ctl0,path={ctl},server=on,wait=off", "-device",
+            "virtserialport,bus=vser0.0,chardev=ctl0,name=org.unicache.control.0",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            t0 = time.monotonic()
+            while not server.is_ready("r") and time.monotonic() - t0 < 180:
+                await asyncio.sleep(0.25)
+            assert server.is_ready("r"), (tmp_path / "console.log").read_text()[-2000:]
+            nodes = await run(ctl, ["cat", "/sys/devices/system/node/online"])
+            assert str(nodes["stdout"]).strip() == "0-1"
+            await run(ctl, ["sh", "-c", f"head -c {SIZE} /dev/urandom > {DATA}; sync"])
+            fid = int(str((await run(ctl, ["python3", "-c", FILE_ID]))["stdout"]))
+            entries = tuple(PlacementEntry(ChunkId(fid, i), frozenset(), True, 0,
+                                           replica_nodes=frozenset({0, 1}))
+                            for i in range(SIZE // CHUNK))
+            server.publish(PublishPlacement("r", PlacementTable("r", 3, CHUNK, 65536,
+                                                                entries), "test"))
+            while (server.status()[0].applied_version != 3
+                   and time.monotonic() - t0 < 400):
+                await asyncio.sleep(0.25)
+            assert server.status()[0].applied_version == 3
+            await run(ctl, ["sh", "-c", "cat > /var/tmp/replica_readers.py"], stdin=READERS)
+            res = await run(ctl, ["python3", "/var/tmp/replica_readers.py", "main", DATA,
+                                  str(CHUNK), str(PROCS)], timeout=900)
+            return dict(json.loads(str(res["stdout"])))
+        finally:
+            qemu.terminate()
+            await qemu.wait()
+            await server.close()
+
+    got = asyncio.run(main())
+    print(json.dumps(got, indent=1))
+    readers = got["readers"]
+    assert isinstance(readers, list) and len(readers) == 5 * 2 * PROCS
+    assert all(r.get("bad") == 0 for r in readers), readers  # byte-identical, no crash
+    kinds = got["kinds"]
+    assert isinstance(kinds, dict)
+    # every call kind served: each process reads 4 chunks twice; most of it from replicas
+    for kind, serves in kinds.items():
+        assert serves >= 2 * PROCS * 4, (kind, serves)
+    # one copy per node, whoever read it: 4 files, 4 replicas' bytes, on each node
+    store = got["store"]
+    assert isinstance(store, dict)
+    for node in ("node0", "node1"):
+        assert store[node] == {"files": SIZE // CHUNK,
+                               "bytes": SIZE // CHUNK * replica_bytes(CHUNK)}, store
+    mounts = got["mounts"]
+    assert isinstance(mounts, list)
+    assert sorted(m.split("mpol=")[1].split(",")[0] for m in mounts) == ["bind:0", "bind:1"]
+    # a reader's mappings of node N's replicas have their pages on node N only
+    for r in readers:
+        for where, pages in r["pages"].items():
+            assert set(pages) == {where[4:]}, r
+    assert {w for r in readers for w in r["pages"]} == {"node0", "node1"}
