@@ -17,6 +17,8 @@
 #define UC_RC_BACKOFF_NS 1000000000ll
 
 static int uc_rc_fd = -1;
+static dev_t uc_rc_dev; /* the socket's identity: the program may close or reuse the fd */
+static ino_t uc_rc_ino;
 static atomic_flag uc_rc_busy = ATOMIC_FLAG_INIT;
 static uint64_t uc_rc_id;
 static long long uc_rc_backoff_until;
@@ -33,10 +35,17 @@ void uc_rc_atfork_child(void)
 static int uc_rc_connect(void)
 {
 	struct sockaddr_un sa;
+	struct stat st;
 	int s;
 
-	if (uc_rc_fd >= 0)
-		return 1;
+	if (uc_rc_fd >= 0) {
+		/* a program that closes every fd (closefrom, close_range) may have closed ours,
+		 * and the number may be one of its files now: never use or close that */
+		if (fstat(uc_rc_fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == uc_rc_dev &&
+		    st.st_ino == uc_rc_ino)
+			return 1;
+		uc_rc_fd = -1;
+	}
 	if (!uc.rep_sock[0] || strlen(uc.rep_sock) >= sizeof(sa.sun_path))
 		return 0;
 	s = (int)syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -45,10 +54,12 @@ static int uc_rc_connect(void)
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	strcpy(sa.sun_path, uc.rep_sock);
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fstat(s, &st) < 0) {
 		UC_REAL(close)(s);
 		return 0;
 	}
+	uc_rc_dev = st.st_dev;
+	uc_rc_ino = st.st_ino;
 	uc_rc_fd = s;
 	return 1;
 }

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 MPOL_DEFAULT = 0
 MPOL_BIND = 2
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
 #: bits of the node mask passed to set_mempolicy
 _MASK_BITS = 1024
 #: set_mempolicy's number, per architecture (none elsewhere: writes are not bound)
@@ -58,11 +61,12 @@ def mount_node_tmpfs(path: str, node: int, size_bytes: int) -> bool:
     """
     if is_mounted(path):
         return True
-    opts = f"mpol=bind:{node},size={max(size_bytes, 4096)},mode=0700,nosuid,nodev,noexec"
+    opts = f"mpol=bind:{node},size={max(size_bytes, 4096)},mode=0700"
     lib = _lib()
     lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
                           ctypes.c_char_p]
-    if lib.mount(b"unicache-replicas", path.encode(), b"tmpfs", 0, opts.encode()) != 0:
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if lib.mount(b"unicache-replicas", path.encode(), b"tmpfs", flags, opts.encode()) != 0:
         e = ctypes.get_errno()
         log.warning("cannot mount a tmpfs bound to node %d at %s (%s): replicas are written "
                     "under the agent's memory policy instead", node, path, os.strerror(e))

@@ -90,9 +90,12 @@ def serves():
         hdr = f.read(64)
     nslots, max_vcpus, nnodes, ngens = struct.unpack_from("<IIII", hdr, 40)
     lay = CounterLayout(nslots, max_vcpus, nnodes, ngens)
-    with open("/dev/shm/unicache-counters/0", "rb") as f:
-        f.seek(lay.gen_base)
-        return struct.unpack("<Q", f.read(8))[0]
+    try:
+        with open("/dev/shm/unicache-counters/0", "rb") as f:
+            f.seek(lay.gen_base)
+            return struct.unpack("<Q", f.read(8))[0]
+    except FileNotFoundError:  # no shim of root's has run yet
+        return 0
 
 
 def node_cpus():

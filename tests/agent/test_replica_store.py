@@ -178,3 +178,24 @@ def test_a_dropped_replica_is_marked_and_truncated_under_its_readers(
     finally:
         os.close(reader)
     assert not os.path.exists(path)
+
+
+def test_each_node_gets_a_tmpfs_bound_to_it_with_the_budget_as_its_size(
+        tmp_path: Path, files: list[tuple[int, int]]) -> None:
+    store = ReplicaStore(str(tmp_path / "rep"), {0: NODE}, SALT, mount=True)
+    try:
+        assert store.mounted == {0: True}
+        node0 = os.path.realpath(tmp_path / "rep" / "node0")
+        with open("/proc/self/mounts") as f:
+            (line,) = [ln for ln in f if ln.split()[1] == node0]
+        fstype, opts = line.split()[2], line.split()[3].split(",")
+        assert fstype == "tmpfs" and "mpol=bind:0" in opts and "nosuid" in opts
+        assert f"size={store.budgets[0] // 1024}k" in opts
+        store.set_table(CHUNK, {(files[0][1], 0): frozenset({0})})
+        assert store.request(files[0][0], files[0][1], 0, CHUNK, 0)[0] == 0
+        st = os.statvfs(node0)
+        assert (st.f_blocks - st.f_bfree) * st.f_frsize == charge(CHUNK)
+    finally:
+        store.close(unmount=True)
+    with open("/proc/self/mounts") as f:
+        assert node0 not in f.read()
