@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_repclient.c - asking the agent for a replica: one SOCK_SEQPACKET connection per
+ * uc_repclient.c - talking to the agent about replicas: one SOCK_SEQPACKET connection per
  * process to UNICACHE_REPLICAS/socket; a request carries the source file's descriptor (the
- * proof that this process may read it), the answer a read-only descriptor of the replica.
+ * proof that this process may read it), its answer a read-only descriptor of the replica.
  *
- * Never a wait longer than UNICACHE_REPLICA_WAIT_MS: an agent that does not answer in time
- * puts the connection in a one-second backoff (every read meanwhile is the real call); a
- * late answer is recognised by its id and discarded. The connection is one thread's at a
- * time (a try-lock: a busy connection means the real call).
+ * Requests and answers are decoupled: a request is sent without waiting, and answers are
+ * collected whenever the shim looks for one (uc_replicas.c), each naming its request by id.
+ * So a process never waits on the agent longer than UNICACHE_REPLICA_WAIT_MS, whatever the
+ * agent is doing. The connection is one thread's at a time (a try-lock: a busy connection
+ * means the real call); no agent means no attempt for a second.
  */
 #include "uc_shim.h"
 
@@ -20,8 +21,9 @@ static int uc_rc_fd = -1;
 static dev_t uc_rc_dev; /* the socket's identity: the program may close or reuse the fd */
 static ino_t uc_rc_ino;
 static atomic_flag uc_rc_busy = ATOMIC_FLAG_INIT;
-static uint64_t uc_rc_id;
 static long long uc_rc_backoff_until;
+/* answers the agent still owes this process (a hint: a lost answer leaves it high) */
+static _Atomic int uc_rc_owed;
 
 /* A fork child shares the parent's connection: answers would go to either. Its own. */
 void uc_rc_atfork_child(void)
@@ -29,6 +31,7 @@ void uc_rc_atfork_child(void)
 	if (uc_rc_fd >= 0)
 		UC_REAL(close)(uc_rc_fd);
 	uc_rc_fd = -1;
+	atomic_store(&uc_rc_owed, 0);
 	atomic_flag_clear(&uc_rc_busy);
 }
 
@@ -68,10 +71,11 @@ static void uc_rc_drop(void)
 {
 	UC_REAL(close)(uc_rc_fd);
 	uc_rc_fd = -1;
+	atomic_store(&uc_rc_owed, 0);
 }
 
 /* Send the request with `fd` attached; 1 when sent whole. */
-static int uc_rc_send(const struct uc_rep_req *q, int fd)
+static int uc_rc_send_msg(const struct uc_rep_req *q, int fd)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -99,7 +103,7 @@ static int uc_rc_send(const struct uc_rep_req *q, int fd)
  * Receive one answer: its status and attached descriptor (-1 none). Returns 1 when an
  * answer came, 0 on timeout, -1 when the connection is broken.
  */
-static int uc_rc_recv(struct uc_rep_rsp *a, int *rfd, int wait_ms)
+static int uc_rc_recv_msg(struct uc_rep_rsp *a, int *rfd, int wait_ms)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -154,57 +158,52 @@ static int uc_rc_recv(struct uc_rep_rsp *a, int *rfd, int wait_ms)
 }
 
 /*
- * Ask the agent for the replica of chunk `chunk` (of `cs` bytes) on `node` of the file fd
- * reads. Returns a read-only descriptor of the replica file (the caller closes it), or -1
- * with *status: the agent's errno, or EAGAIN when it could not be asked now.
+ * Send a request with `fd` attached, without waiting. Returns 1 when sent; 0 when the agent
+ * cannot be asked now (another thread is talking to it, no agent: then not again for a
+ * second, a full socket).
  */
-int uc_rep_ask(int fd, uint64_t chunk, uint64_t cs, int node, int *status)
+int uc_rc_send(int fd, const struct uc_rep_req *q)
 {
-	struct uc_rep_req q;
-	struct uc_rep_rsp a;
-	long long now = uc_now_ns(), deadline;
-	int rfd = -1, got;
+	int ok = 0;
 
-	*status = EAGAIN;
 	if (atomic_flag_test_and_set(&uc_rc_busy))
-		return -1;
-	if (now < uc_rc_backoff_until || !uc_rc_connect())
+		return 0;
+	if (uc_now_ns() < uc_rc_backoff_until)
 		goto out;
-	q.magic = UC_REQ_MAGIC;
-	q.node = (uint32_t)node;
-	q.id = ++uc_rc_id;
-	q.chunk = chunk;
-	q.chunk_size = cs;
-	if (!uc_rc_send(&q, fd)) {
+	if (!uc_rc_connect()) {
+		uc_rc_backoff_until = uc_now_ns() + UC_RC_BACKOFF_NS;
+		goto out;
+	}
+	ok = uc_rc_send_msg(q, fd);
+	if (ok)
+		atomic_fetch_add(&uc_rc_owed, 1);
+	else if (errno != EAGAIN)
 		uc_rc_drop();
-		goto out;
-	}
-	deadline = now + uc.rep_wait_ns;
-	for (;;) {
-		long long left = deadline - uc_now_ns();
-
-		got = uc_rc_recv(&a, &rfd, left > 0 ? (int)(left / 1000000ll) + 1 : 0);
-		if (got < 0) {
-			uc_rc_drop();
-			break;
-		}
-		if (got == 0) { /* no answer in time: the agent is busy, leave it alone a while */
-			uc_rc_backoff_until = uc_now_ns() + UC_RC_BACKOFF_NS;
-			break;
-		}
-		if (a.id == q.id) {
-			*status = a.status;
-			if (a.status != 0 && rfd >= 0) {
-				UC_REAL(close)(rfd);
-				rfd = -1;
-			}
-			break;
-		}
-		if (rfd >= 0) /* a late answer to an earlier request */
-			UC_REAL(close)(rfd);
-		rfd = -1;
-	}
 out:
 	atomic_flag_clear(&uc_rc_busy);
-	return rfd;
+	return ok;
+}
+
+/*
+ * Receive one answer the agent owes, waiting at most wait_ms. Returns 1 with *a and *rfd
+ * (the attached descriptor, -1 none: the caller closes it), 0 when none came.
+ */
+int uc_rc_recv(struct uc_rep_rsp *a, int *rfd, int wait_ms)
+{
+	int got = 0;
+
+	*rfd = -1;
+	if (atomic_load(&uc_rc_owed) <= 0 || atomic_flag_test_and_set(&uc_rc_busy))
+		return 0;
+	if (uc_rc_fd >= 0) {
+		got = uc_rc_recv_msg(a, rfd, wait_ms);
+		if (got < 0) {
+			uc_rc_drop();
+			got = 0;
+		} else if (got > 0) {
+			atomic_fetch_sub(&uc_rc_owed, 1);
+		}
+	}
+	atomic_flag_clear(&uc_rc_busy);
+	return got;
 }

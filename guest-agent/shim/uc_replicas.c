@@ -6,7 +6,10 @@
  */
 #include "uc_shim.h"
 
-enum { UC_RM_EMPTY = 0, UC_RM_MAPPED = 1, UC_RM_REFUSED = 2 };
+enum { UC_RM_EMPTY = 0, UC_RM_MAPPED = 1, UC_RM_REFUSED = 2, UC_RM_PENDING = 3 };
+
+/* an answer not come within this is taken as lost: the replica is asked for again */
+#define UC_RM_LOST_NS 2000000000ll
 
 /*
  * One mapping of this process. `lock`: >0 readers serving from it, -1 the one thread
@@ -22,20 +25,26 @@ struct uc_rmap {
 	const unsigned char *map;  /* the replica file, PROT_READ, MAP_SHARED */
 	size_t maplen;
 	struct uc_rep_hdr hdr;     /* its header, checked when mapped */
-	uint64_t ugen;             /* this user's generation of the file when mapped */
-	long long retry_ns;        /* UC_RM_REFUSED: ask the agent again from then on */
+	uint64_t ugen;             /* this user's generation of the file when asked for */
+	uint64_t req_id;           /* UC_RM_PENDING: the request's id (its low bits: the slot) */
+	long long retry_ns;        /* REFUSED, PENDING: ask the agent again from then on */
 	long long used_ns;         /* last serve (victim choice) */
 };
 
 static struct uc_rmap uc_rmaps[UC_REPLICA_SLOTS];
+static _Atomic uint64_t uc_rm_seq;
 
-/* A child forked while another thread held a slot's lock would never get it back. */
+/* A child forked while another thread held a slot's lock would never get it back, nor the
+ * answers to its parent's requests. */
 void uc_rep_atfork_child(void)
 {
 	int i;
 
-	for (i = 0; i < (int)UC_REPLICA_SLOTS; i++)
+	for (i = 0; i < (int)UC_REPLICA_SLOTS; i++) {
 		atomic_store_explicit(&uc_rmaps[i].lock, 0, memory_order_relaxed);
+		if (uc_rmaps[i].state == UC_RM_PENDING)
+			uc_rmaps[i].state = UC_RM_EMPTY;
+	}
 	uc_rc_atfork_child();
 }
 
@@ -180,14 +189,15 @@ static int uc_rep_too_fresh(const struct stat *st)
 }
 
 /*
- * Replace the write-locked r with this process's mapping of the replica of `chunk` on `node`
- * (asking the agent), or a refusal remembered until retry_ns. 1 when mapped.
+ * Ask the agent for the replica of `chunk` on `node` in the write-locked r, without waiting
+ * for the answer (uc_rep_collect installs it). r is then PENDING, or REFUSED until retry_ns
+ * when the file changed too recently or the agent cannot be asked now.
  */
-static int uc_rm_fill(struct uc_rmap *r, int fd, const struct stat *st, uint64_t file_id,
+static void uc_rm_ask(struct uc_rmap *r, int fd, const struct stat *st, uint64_t file_id,
 		      uint64_t chunk, uint64_t cs, int node)
 {
+	struct uc_rep_req q;
 	long long now = uc_now_ns();
-	int rfd, status, ok = 0;
 
 	uc_rm_unmap(r);
 	r->file_id = file_id;
@@ -198,24 +208,85 @@ static int uc_rm_fill(struct uc_rmap *r, int fd, const struct stat *st, uint64_t
 	r->retry_ns = now + uc.rep_margin_ns;
 	if (uc_rep_too_fresh(st)) { /* the agent would say EAGAIN: do not ask */
 		UC_STAT(fill_aborts);
-		return 0;
+		return;
 	}
 	r->ugen = uc_gen_of(file_id); /* before the agent reads: a write after it moves it */
-	rfd = uc_rep_ask(fd, chunk, cs, node, &status);
-	if (rfd >= 0) {
-		ok = uc_rm_map(r, rfd);
-		UC_REAL(close)(rfd);
-	}
-	if (ok) {
-		UC_STAT(replica_fills);
-		r->used_ns = now;
-		return 1;
-	}
-	r->state = UC_RM_REFUSED;
-	if (status != EAGAIN) /* no room, not replicated: not before the next table */
+	q.magic = UC_REQ_MAGIC;
+	q.node = (uint32_t)node;
+	q.id = (atomic_fetch_add(&uc_rm_seq, 1) + 1) << 8 | (uint64_t)(r - uc_rmaps);
+	q.chunk = chunk;
+	q.chunk_size = cs;
+	if (!uc_rc_send(fd, &q)) {
 		r->retry_ns = now + UC_REP_RETRY_NS;
-	UC_STAT(fill_aborts);
-	return 0;
+		return;
+	}
+	r->req_id = q.id;
+	r->state = UC_RM_PENDING;
+	r->retry_ns = now + UC_RM_LOST_NS;
+}
+
+/*
+ * Install the answers the agent has sent (waiting at most wait_ms for the first): each
+ * names its slot in its id's low bits; a slot no longer waiting for it (replaced, busy)
+ * lets it go.
+ */
+static void uc_rep_collect(int wait_ms)
+{
+	struct uc_rep_rsp a;
+	int rfd;
+
+	while (uc_rc_recv(&a, &rfd, wait_ms) > 0) {
+		struct uc_rmap *r = &uc_rmaps[(a.id & 0xffu) % UC_REPLICA_SLOTS];
+		long long now = uc_now_ns();
+
+		wait_ms = 0;
+		if (uc_wr_try(&r->lock)) {
+			if (r->state == UC_RM_PENDING && r->req_id == a.id) {
+				r->state = UC_RM_REFUSED;
+				if (a.status == 0 && rfd >= 0 && uc_rm_map(r, rfd)) {
+					UC_STAT(replica_fills);
+					r->used_ns = now;
+				} else {
+					UC_STAT(fill_aborts);
+					/* too fresh: after the margin; no room, not replicated: later */
+					r->retry_ns = now + (a.status == EAGAIN ? uc.rep_margin_ns
+										: UC_REP_RETRY_NS);
+				}
+			}
+			atomic_store_explicit(&r->lock, 0, memory_order_release);
+		}
+		if (rfd >= 0)
+			UC_REAL(close)(rfd);
+	}
+}
+
+/* The way of set `set` holding a usable mapping of the key, read-locked; NULL if none.
+ * *match: the way that holds the key in another state (read-unlocked). */
+static struct uc_rmap *uc_rm_find(size_t set, uint64_t file_id, uint64_t chunk, uint64_t cs,
+				  int node, const struct stat *st, uint64_t end,
+				  struct uc_rmap **match)
+{
+	size_t w;
+
+	*match = NULL;
+	for (w = 0; w < 2; w++) {
+		struct uc_rmap *r = &uc_rmaps[set + w];
+
+		if (!uc_rd_try(&r->lock))
+			continue;
+		if (r->state != UC_RM_EMPTY && r->file_id == file_id && r->chunk == chunk &&
+		    r->cs == cs && r->node == node) {
+			if (uc_rm_valid(r, st, end))
+				return r;
+			if (r->state == UC_RM_MAPPED && end <= r->chunk * r->cs + r->hdr.len)
+				UC_STAT(replica_rejects); /* the file changed since the fill */
+			*match = r;
+		}
+		atomic_fetch_sub_explicit(&r->lock, 1, memory_order_release);
+		if (*match)
+			break;
+	}
+	return NULL;
 }
 
 /*
@@ -229,10 +300,11 @@ static int uc_rm_fill(struct uc_rmap *r, int fd, const struct stat *st, uint64_t
 int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc_rep_span *s)
 {
 	struct stat st;
-	struct uc_rmap *r, *victim = NULL;
+	struct uc_rmap *r, *match;
 	uint64_t chunk, cs = c->chunk_size, end;
-	size_t set, ways = 2, w;
-	int fl;
+	long long now;
+	size_t set;
+	int fl, tries;
 
 	if (uc.rep_off || c->rep_node < 0 || n == 0 || n > (size_t)SSIZE_MAX || off < 0 || !cs)
 		return 0;
@@ -248,65 +320,49 @@ int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc
 	s->len = (size_t)(end - (uint64_t)off);
 	/* two ways per set: two hot chunks that hash alike do not evict each other */
 	set = (size_t)(uc_mix64(uc_bucket_hash(c->file_id, chunk) + (uint64_t)c->rep_node) %
-		       (UC_REPLICA_SLOTS / ways)) * ways;
-	for (w = 0; w < ways; w++) {
-		r = &uc_rmaps[set + w];
-		if (!uc_rd_try(&r->lock))
-			continue;
-		if (r->state != UC_RM_EMPTY && r->file_id == c->file_id && r->chunk == chunk &&
-		    r->cs == cs && r->node == c->rep_node) {
-			if (uc_rm_valid(r, &st, end)) {
-				s->slot = r;
-				s->map = r->map;
-				s->src = r->map + UC_REP_DATA_OFF + ((uint64_t)off - chunk * cs);
-				r->used_ns = uc_now_ns();
-				return 1; /* read-locked */
-			}
-			if (r->state == UC_RM_REFUSED && uc_now_ns() < r->retry_ns) {
-				atomic_fetch_sub_explicit(&r->lock, 1, memory_order_release);
-				return 0;
-			}
-			if (r->state == UC_RM_MAPPED && end <= r->chunk * r->cs + r->hdr.len)
-				UC_STAT(replica_rejects); /* the file changed since the fill */
-			victim = r;
-		}
-		atomic_fetch_sub_explicit(&r->lock, 1, memory_order_release);
-		if (victim)
+		       (UC_REPLICA_SLOTS / 2)) * 2;
+	for (tries = 0; tries < 2; tries++) {
+		r = uc_rm_find(set, c->file_id, chunk, cs, c->rep_node, &st, end, &match);
+		if (r)
+			goto serve;
+		if (tries == 0 && match && match->state == UC_RM_PENDING)
+			uc_rep_collect(0); /* its answer may be in: look again */
+		else
 			break;
 	}
-	if (!victim) { /* the way to replace: an empty one, else the one served longest ago */
-		victim = &uc_rmaps[set];
-		if (victim->state != UC_RM_EMPTY &&
+	now = uc_now_ns();
+	if (match && match->state != UC_RM_MAPPED && now < match->retry_ns)
+		return 0; /* asked, or refused, recently */
+	if (!match) { /* the way to replace: an empty one, else the one served longest ago */
+		match = &uc_rmaps[set];
+		if (match->state != UC_RM_EMPTY &&
 		    (uc_rmaps[set + 1].state == UC_RM_EMPTY ||
-		     uc_rmaps[set + 1].used_ns < victim->used_ns))
-			victim = &uc_rmaps[set + 1];
+		     uc_rmaps[set + 1].used_ns < match->used_ns))
+			match = &uc_rmaps[set + 1];
 	}
-	r = victim;
-	if (!uc_wr_try(&r->lock))
+	if (!uc_wr_try(&match->lock))
 		return 0;
-	if (uc_rm_fill(r, fd, &st, c->file_id, chunk, cs, c->rep_node) &&
-	    uc_rm_valid(r, &st, end)) {
-		s->slot = r;
-		s->map = r->map;
-		s->src = r->map + UC_REP_DATA_OFF + ((uint64_t)off - chunk * cs);
-		return 1; /* write-locked */
-	}
-	atomic_store_explicit(&r->lock, 0, memory_order_release);
-	return 0;
+	uc_rm_ask(match, fd, &st, c->file_id, chunk, cs, c->rep_node);
+	atomic_store_explicit(&match->lock, 0, memory_order_release);
+	if (match->state != UC_RM_PENDING)
+		return 0;
+	uc_rep_collect((int)(uc.rep_wait_ns / 1000000ll)); /* a quick agent serves this call */
+	r = uc_rm_find(set, c->file_id, chunk, cs, c->rep_node, &st, end, &match);
+	if (!r)
+		return 0;
+serve:
+	s->slot = r;
+	s->map = r->map;
+	s->src = r->map + UC_REP_DATA_OFF + ((uint64_t)off - chunk * cs);
+	r->used_ns = uc_now_ns();
+	return 1; /* read-locked */
 }
 
 /* Release a span from uc_rep_get; `bad`: its copy faulted or found it dropped, so unmap it. */
 void uc_rep_put(struct uc_rep_span *s, int bad)
 {
 	struct uc_rmap *r = s->slot;
-	int v = atomic_load_explicit(&r->lock, memory_order_relaxed);
 
-	if (v < 0) { /* we filled it: write-locked */
-		if (bad)
-			uc_rm_unmap(r);
-		atomic_store_explicit(&r->lock, 0, memory_order_release);
-		return;
-	}
 	atomic_fetch_sub_explicit(&r->lock, 1, memory_order_release);
 	if (bad && uc_wr_try(&r->lock)) { /* dropped by the agent: let its memory go */
 		if (r->state == UC_RM_MAPPED && r->map == s->map) /* not refilled meanwhile */

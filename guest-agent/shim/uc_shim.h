@@ -106,7 +106,7 @@
 #define UC_REPLICA_SLOTS 64        /* replica mappings per process */
 #define UC_DEFAULT_REPLICAS "/run/unicache/replicas"
 #define UC_REPLICA_MARGIN_MS 20    /* default UNICACHE_REPLICA_MARGIN_MS (> a jiffy) */
-#define UC_REPLICA_WAIT_MS 50      /* default UNICACHE_REPLICA_WAIT_MS: longest wait for the agent */
+#define UC_REPLICA_WAIT_MS 5       /* default UNICACHE_REPLICA_WAIT_MS: longest wait for the agent */
 #define UC_REP_RETRY_NS 1000000000ll /* a replica the agent refused: asked again after this */
 #define UC_COARSE_FS_MARGIN_NS 2000000000ll /* ctime with zero nanoseconds: a coarse fs */
 #define UC_POLICY_BITS 1024        /* nodemask bits for get/set_mempolicy */
@@ -322,7 +322,8 @@ struct uc_call;
 
 void uc_rep_atfork_child(void);
 void uc_rc_atfork_child(void);
-int uc_rep_ask(int fd, uint64_t chunk, uint64_t cs, int node, int *status);
+int uc_rc_send(int fd, const struct uc_rep_req *q);
+int uc_rc_recv(struct uc_rep_rsp *a, int *rfd, int wait_ms);
 int uc_rep_copyv(const struct iovec *iov, int cnt, const unsigned char *map,
 		 const unsigned char *src, size_t n);
 int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc_rep_span *s);

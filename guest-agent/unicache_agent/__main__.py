@@ -96,9 +96,13 @@ def _raise_if_unusable(err: ShmError, flag: str, path: str) -> None:
 
 def _replica_server(args: argparse.Namespace, salt: int,
                     nodes: Tuple[int, ...]) -> Optional[ReplicaServer]:
-    """The guest-wide replica store and its socket, or None (budget 0, or it cannot be
-    set up: one warning, and every read is served by the page cache)."""
+    """The guest-wide replica store and its socket, or None (budget 0, one NUMA node: NCC
+    never replicates there, or it cannot be set up: one warning, and every read is served
+    by the page cache)."""
     if args.replica_budget <= 0:
+        return None
+    if len(nodes) < 2:
+        logging.getLogger("unicache_agent").info("one NUMA node: no replica store")
         return None
     try:
         store = ReplicaStore(args.replicas, node_totals(node_memory(nodes=nodes), nodes), salt,

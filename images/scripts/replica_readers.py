@@ -5,7 +5,9 @@ default replica store ``/run/unicache/replicas``, every chunk of DATA replicated
 node by the host's table). For each read call (read, pread, readv, preadv, sendfile) it
 starts PROCS reader processes pinned to each node's CPUs, under the shim, at once; each
 reads 4000 bytes inside every chunk of DATA with that call and compares them with what the
-plain calls read (without the shim). Between kinds it reads the shims' statistics (the
+plain calls read (without the shim), pass after pass for READ_S seconds (a shim does not
+wait for the agent: a process's first reads of a chunk may be the real calls, its later
+ones are served once the agent has answered). Between kinds it reads the shims' statistics (the
 replica serves of root's counters file). Prints one JSON object: serves per kind, the
 readers' results, the pages each reader's replica mappings had on each node
 (``/proc/self/numa_maps``) and, per node, the replica files and the bytes their tmpfs
@@ -17,14 +19,17 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, "/usr/lib/unicache-agent")
-from unicache_agent.shm import CounterLayout  # noqa: E402
+from unicache_agent.shm import CounterLayout
 
 SHIM = "/usr/lib/unicache-agent/libunicache.so"
 STORE = "/run/unicache/replicas"
 KINDS = ("read", "pread", "readv", "preadv", "sendfile")
 SPAN = 4000
+#: how long each reader reads (passes over the file, a pause between them)
+READ_S = 3.0
 
 
 def segments(size, chunk):
@@ -75,13 +80,16 @@ def reader(kind, data, chunk, cpus, expected):
     os.sched_setaffinity(0, cpus)
     size = os.path.getsize(data)
     fd = os.open(data, os.O_RDONLY)
-    bad = 0
-    for _pass in range(2):
-        for (off, n), want in zip(segments(size, chunk), expected):
+    bad = passes = 0
+    end = time.monotonic() + READ_S
+    while passes < 2 or time.monotonic() < end:
+        for (off, n), want in zip(segments(size, chunk), expected, strict=True):
             bad += read_with(kind, fd, off, n) != want
+        passes += 1
+        time.sleep(0.05)
     pages = replica_pages()  # while the mappings are alive
     os.close(fd)
-    print(json.dumps({"bad": bad, "pages": pages}))
+    print(json.dumps({"bad": bad, "passes": passes, "pages": pages}))
 
 
 def serves():
@@ -121,7 +129,7 @@ def main(data, chunk, procs):
     os.close(fd)
     with open("/var/tmp/replica-expected.json", "w") as f:
         json.dump([e.hex() for e in expected], f)
-    env = {**os.environ, "LD_PRELOAD": SHIM, "UNICACHE_REPLICA_WAIT_MS": "5000"}
+    env = {**os.environ, "LD_PRELOAD": SHIM}
     result = {"kinds": {}, "readers": []}
     for kind in KINDS:
         before = serves()
@@ -129,7 +137,8 @@ def main(data, chunk, procs):
                                      ",".join(map(str, cpus))], env=env,
                                     stdout=subprocess.PIPE, text=True)
                    for node, cpus in node_cpus().items() for _ in range(procs)]
-        for node_and_proc, p in zip([n for n in node_cpus() for _ in range(procs)], started):
+        nodes = [n for n in node_cpus() for _ in range(procs)]
+        for node_and_proc, p in zip(nodes, started, strict=True):
             out, _ = p.communicate(timeout=300)
             rec = json.loads(out) if p.returncode == 0 else {"exit": p.returncode}
             result["readers"].append({"kind": kind, "node": node_and_proc, **rec})

@@ -31,7 +31,10 @@ def shim_env(shim_build: Path, tmp_path: Path) -> Iterator[ShimEnv]:
     env.update(LD_PRELOAD=str(shim_build / "libunicache.so"),
                UNICACHE_TABLE=str(tmp_path / "table"),
                UNICACHE_COUNTERS=str(tmp_path / "counters"),
-               UNICACHE_REPLICAS=str(tmp_path / "replicas"))
+               UNICACHE_REPLICAS=str(tmp_path / "replicas"),
+               # the agent here is a thread of a busy process: wait for its answers, so a
+               # test's first read of a replicated chunk is served (the default is 5 ms)
+               UNICACHE_REPLICA_WAIT_MS="5000")
     shim = ShimEnv(table, counters, env, shim_build / "uc_selftest", replicas)
     yield shim
     shim.replicas.close()

@@ -65,8 +65,7 @@ def run_coherence(shim_env: ShimEnv, tmp_path: Path, shim: Path) -> CoherenceRun
     :param shim: the libunicache.so to preload (the real one, or a mutant)
     :returns: the run's totals and statistics; nothing is checked here
     """
-    # the agent here is a thread of this busy process: give it time to answer
-    env = {**shim_env.env, "LD_PRELOAD": str(shim), "UNICACHE_REPLICA_WAIT_MS": "2000"}
+    env = {**shim_env.env, "LD_PRELOAD": str(shim)}
     f = tmp_path / "data"
     f.write_bytes(b"".join(make_block(b, 0) for b in range(NBLOCKS)))
     commits = tmp_path / "commits"

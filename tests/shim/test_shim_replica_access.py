@@ -129,7 +129,7 @@ def tree(shim_build: Path) -> Iterator[Tree]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "LD_PRELOAD": str(shim_build / "libunicache.so"),
            "UNICACHE_TABLE": str(root / "table"), "UNICACHE_COUNTERS": str(root / "counters"),
-           "UNICACHE_REPLICAS": str(root / "replicas")}
+           "UNICACHE_REPLICAS": str(root / "replicas"), "UNICACHE_REPLICA_WAIT_MS": "5000"}
     try:
         yield Tree(root, table, counters, replicas, public, secret, env)
     finally:
