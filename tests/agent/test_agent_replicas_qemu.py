@@ -8,9 +8,9 @@ each read call (read, pread, readv, preadv, sendfile) three reader processes per
 the shim (default settings: it never waits for the agent more than 5 ms), pinned to their
 node's CPU, read inside every chunk pass after pass for 3 s and compare with the plain
 calls. Checked: every reader read the right bytes and was served from its node's replicas;
-every call kind was served; the agent's store holds one file per chunk on each node, and its tmpfs (mounted
-with ``mpol=bind:N``) exactly one copy's bytes, however many processes read; each reader's
-mappings of a node's replicas have their pages on that node.
+every call kind was served; the agent's store holds one file per chunk on each node, and
+its tmpfs (mounted with ``mpol=bind:N``) exactly one copy's bytes, however many processes
+read; each reader's mappings of a node's replicas have their pages on that node.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from unicache.channel import ChannelParams, ChannelServer
 from unicache.model import ChunkId, PlacementEntry, PlacementTable, PublishPlacement
 from unicache.policy.ncc_memory import replica_bytes
 
-from tests.agent.test_agent_numa_qemu import FILE_ID, _guest_run_stdin
-from tests.agent.test_agent_qemu import _argv, guest_run
+from tests.agent.test_agent_numa_qemu import _guest_run_stdin, start_numa_guest, write_data
+from tests.agent.test_agent_qemu import guest_run
 
 READERS = (Path(__file__).resolve().parents[2] / "images" / "scripts"
            / "replica_readers.py").read_text()
-DATA = "/var/tmp/colored"  # FILE_ID's file: on the ext4 root (/tmp is a tmpfs in the guest)
+DATA = "/var/tmp/colored"  # write_data's file: on the ext4 root (/tmp is a tmpfs in the guest)
 SIZE = 1 << 20
 CHUNK = 262144
 PROCS = 3
@@ -52,25 +52,10 @@ def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> N
     async def main() -> dict[str, object]:
         server = ChannelServer(tmp_path, params=ChannelParams(chunk_size=CHUNK,
                                                               report_interval_s=1.0))
-        sock = await server.add_vm("r")
-        ctl = tmp_path / "ctl.sock"
-        # no_timer_check: a TCG guest on a busy host may find its timer too slow and panic
-        argv = [a + " no_timer_check" if a.startswith("console=") else a
-                for a in _argv(sock, tmp_path)]
-        qemu = await asyncio.create_subprocess_exec(
-            *argv, *NUMA, "-chardev",
-            f"socket,id=ctl0,path={ctl},server=on,wait=off", "-device",
-            "virtserialport,bus=vser0.0,chardev=ctl0,name=org.unicache.control.0",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        t0 = time.monotonic()
+        qemu, ctl = await start_numa_guest(server, "r", tmp_path, NUMA)
         try:
-            t0 = time.monotonic()
-            while not server.is_ready("r") and time.monotonic() - t0 < 180:
-                await asyncio.sleep(0.25)
-            assert server.is_ready("r"), (tmp_path / "console.log").read_text()[-2000:]
-            nodes = await run(ctl, ["cat", "/sys/devices/system/node/online"])
-            assert str(nodes["stdout"]).strip() == "0-1"
-            await run(ctl, ["sh", "-c", f"head -c {SIZE} /dev/urandom > {DATA}; sync"])
-            fid = int(str((await run(ctl, ["python3", "-c", FILE_ID]))["stdout"]))
+            fid = await write_data(ctl, SIZE)
             entries = tuple(PlacementEntry(ChunkId(fid, i), frozenset(), True, 0,
                                            replica_nodes=frozenset({0, 1}))
                             for i in range(SIZE // CHUNK))
