@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from . import __version__
+from . import numa_mem
 from . import protocol as p
 from .counters import CounterHarvester
 from .errors import AgentError, MessageError, PortError
@@ -450,7 +451,8 @@ class Agent:
         harvest = self.counters.harvest()
         files = self.capture.drain() if self.capture is not None else []
         if self.replicas is not None:  # NCC's round: hits, writes, timer, 2:1 shrink
-            self.replicas.store.round(harvest.chunks, node_memory(self.sys_root, self.nodes))
+            self.replicas.store.round(harvest.chunks,
+                                      numa_mem.node_headroom(self.sys_root, self.nodes))
         line = self.build_report(harvest, files, now - self._last_report_t)
         self._last_report_t = now
         if self._send(line):

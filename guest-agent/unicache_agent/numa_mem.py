@@ -1,4 +1,5 @@
-"""Node memory for replicas: a tmpfs per guest node bound to it, or the agent's memory policy.
+"""Node memory for replicas: a tmpfs per guest node bound to it, or the agent's memory policy;
+and how much memory a node can give without pressure (the memory-tight timer's input).
 
 Each node's replicas live in ``<root>/node<N>``, a tmpfs mounted with ``mpol=bind:N`` and
 ``size=`` the node's replica budget: the kernel puts every page of it on node N, whoever
@@ -16,7 +17,7 @@ import logging
 import os
 import platform
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +110,36 @@ def bound_to(node: int, enabled: bool = True) -> Iterator[None]:
     finally:
         if bound:
             _set_mempolicy(MPOL_DEFAULT, 0)
+
+
+def node_headroom(sys_root: str = "/sys/devices/system",
+                  nodes: Sequence[int] = ()) -> Tuple[Tuple[int, int, int], ...]:
+    """Each node's memory free or cheaply freed, and its total, from ``nodeN/meminfo``.
+
+    Free is ``MemFree`` plus ``Inactive(file)``: the page cache the kernel reclaims first,
+    before it would touch anything else. A guest whose page cache has filled a node (as it
+    does after a while) is not short of memory; counting only ``MemFree`` would call every
+    such node tight and keep it without replicas for good.
+
+    :param sys_root: sysfs ``devices/system`` directory.
+    :param nodes: the node ids to read.
+    :returns: ``(node, free_bytes, total_bytes)`` for each node whose meminfo was readable.
+    """
+    out: List[Tuple[int, int, int]] = []
+    for n in nodes:
+        fields = {}
+        try:
+            with open(os.path.join(sys_root, "node", f"node{n}", "meminfo"),
+                      encoding="ascii") as f:
+                for line in f:
+                    parts = line.split()  # "Node 0 MemFree:  123 kB"
+                    if len(parts) >= 4 and parts[2] in ("MemTotal:", "MemFree:",
+                                                        "Inactive(file):"):
+                        fields[parts[2]] = int(parts[3]) * (1024 if parts[-1] == "kB" else 1)
+        except (OSError, ValueError):
+            continue
+        total = fields.get("MemTotal:", 0)
+        free = fields.get("MemFree:", 0) + fields.get("Inactive(file):", 0)
+        if total > 0:
+            out.append((n, min(free, total), total))
+    return tuple(out)

@@ -12,8 +12,8 @@ node, what the paper's NCC manager does (docs/replicas.md):
   frequency; ``Q_i`` holds frequencies ``2^i .. 2^(i+1)-1`` (8 queues); aging lowers every
   frequency by one per round, never below one; victims go lowest queue first, least
   recently used first;
-* **memory-tight timer**: every round, a node whose free share is below
-  ``min_free_ratio`` makes no new replicas;
+* **memory-tight timer**: every round, a node whose free share (free memory and inactive
+  page cache, ``numa_mem.node_headroom``) is below ``min_free_ratio`` makes no new replicas;
 * **2:1 shrink**: on such a node, for every ``n`` pages it lacks below the floor, replicas
   give back ``ceil(2n/3)`` pages in MQ order (the page cache is left the rest);
 * **coherence**: a write the agent learns of (fanotify, the shims' write counts) drops
@@ -274,7 +274,8 @@ class ReplicaStore:
         the 2:1 shrink.
 
         :param chunks: what the shims counted since the last round.
-        :param memory: (node, free bytes, total bytes) of each node.
+        :param memory: (node, free bytes, total bytes) of each node
+            (``numa_mem.node_headroom``: free and inactive page cache).
         """
         self._round += 1
         by_chunk: Dict[Tuple[int, int], ChunkCounts] = {}
@@ -297,6 +298,9 @@ class ReplicaStore:
             if free < floor:
                 tight.add(node)
                 self._shrink(node, floor - free)
+        if tight != self.tight:
+            log.info("replicas: memory-tight nodes now %s (free below %.0f %%)",
+                     sorted(tight), 100 * self.min_free_ratio)
         self.tight = frozenset(tight)
 
     def _shrink(self, node: int, lacking_bytes: int) -> None:

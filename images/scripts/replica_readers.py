@@ -159,6 +159,11 @@ def main(data, chunk, procs):
                                      "bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
     with open("/proc/mounts") as f:
         result["mounts"] = [line.split()[3] for line in f if STORE in line]
+    result["meminfo"] = {}
+    for node in node_cpus():
+        with open(f"/sys/devices/system/node/node{node}/meminfo") as f:
+            result["meminfo"][node] = [" ".join(line.split()[2:4]) for line in f
+                                       if "MemFree" in line or "Inactive(file)" in line]
     print(json.dumps(result))
 
 
