@@ -134,6 +134,7 @@ class ReplicaStore:
         self.wanted: Dict[Tuple[int, int], FrozenSet[int]] = {}
         self._round = 0
         self._seq = 0
+        self._summary = ""
         os.makedirs(root, mode=0o711, exist_ok=True)
         os.chmod(root, 0o711)  # the socket is reachable, nothing is listed
         self.mounted: Dict[int, bool] = {}
@@ -302,6 +303,12 @@ class ReplicaStore:
             log.info("replicas: memory-tight nodes now %s (free below %.0f %%)",
                      sorted(tight), 100 * self.min_free_ratio)
         self.tight = frozenset(tight)
+        summary = (f"replicas: {len(self.replicas)} held ({sum(self.held.values())} bytes), "
+                   f"{self.stats.fills} filled, {self.stats.hits} handed out again, "
+                   f"refused {self.stats.refused}, dropped {self.stats.dropped}")
+        if summary != self._summary:  # what changed since the last round, once
+            log.info("%s", summary)
+            self._summary = summary
 
     def _shrink(self, node: int, lacking_bytes: int) -> None:
         """2:1: for ``n`` pages the node lacks, replicas give back ``ceil(2n/3)`` pages."""

@@ -99,15 +99,16 @@ def reader(kind, data, chunk, cpus, expected):
     print(json.dumps({"bad": bad, "passes": passes, "pages": pages}))
 
 
-def serves():
-    """Replica serves of root's shims so far (the counters file's statistics)."""
+def serves(field=0):
+    """Replica serves (or another statistic: fills 1, rejects 2, aborts 3) of root's
+    shims so far (the counters file's statistics)."""
     with open("/dev/shm/unicache-table", "rb") as f:
         hdr = f.read(64)
     nslots, max_vcpus, nnodes, ngens = struct.unpack_from("<IIII", hdr, 40)
     lay = CounterLayout(nslots, max_vcpus, nnodes, ngens)
     try:
         with open("/dev/shm/unicache-counters/0", "rb") as f:
-            f.seek(lay.gen_base)
+            f.seek(lay.gen_base + 8 * field)
             return struct.unpack("<Q", f.read(8))[0]
     except FileNotFoundError:  # no shim of root's has run yet
         return 0
@@ -150,6 +151,7 @@ def main(data, chunk, procs):
             rec = json.loads(out) if p.returncode == 0 else {"exit": p.returncode}
             result["readers"].append({"kind": kind, "node": node_and_proc, **rec})
         result["kinds"][kind] = serves() - before
+        result.setdefault("stats", {})[kind] = [serves(i) for i in range(4)]
     result["store"] = {}
     for name in sorted(os.listdir(STORE)):
         path = os.path.join(STORE, name)
