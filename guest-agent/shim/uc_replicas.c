@@ -8,8 +8,9 @@
 
 enum { UC_RM_EMPTY = 0, UC_RM_MAPPED = 1, UC_RM_REFUSED = 2, UC_RM_PENDING = 3 };
 
-/* an answer not come within this is taken as lost: the replica is asked for again */
-#define UC_RM_LOST_NS 2000000000ll
+/* an answer not come within this is taken as lost: the replica is asked for again (a busy,
+ * niced agent may take seconds; a late answer to an earlier request is still taken) */
+#define UC_RM_LOST_NS 10000000000ll
 
 /*
  * One mapping of this process. `lock`: >0 readers serving from it, -1 the one thread
@@ -135,11 +136,13 @@ static void uc_rm_unmap(struct uc_rmap *r)
 	r->map = NULL;
 }
 
-/* Map the replica file rfd for r's key; 1 when its header names exactly that key. */
+/* Map the replica file rfd for r's key; 1 when its header names exactly that key (r is
+ * MAPPED then), else 0 with r unchanged. */
 static int uc_rm_map(struct uc_rmap *r, int rfd)
 {
+	struct uc_rep_hdr h;
 	struct stat st;
-	struct iovec hv;
+	struct iovec hv = {&h, sizeof(h)};
 	void *p;
 
 	if (fstat(rfd, &st) < 0 || !S_ISREG(st.st_mode) ||
@@ -150,20 +153,18 @@ static int uc_rm_map(struct uc_rmap *r, int rfd)
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, rfd, 0);
 	if (p == MAP_FAILED)
 		return 0;
+	if (!uc_rep_copyv(&hv, 1, p, p, sizeof(h)) || h.magic != UC_REP_MAGIC ||
+	    h.layout != UC_REP_LAYOUT || h.file_id != r->file_id || h.chunk != r->chunk ||
+	    h.chunk_size != r->cs || h.node != (uint32_t)r->node || h.len == 0 ||
+	    h.len > r->cs || h.len != (uint64_t)st.st_size - UC_REP_DATA_OFF || h.size < 0 ||
+	    (uint64_t)h.size < r->chunk * r->cs + h.len) {
+		munmap(p, (size_t)st.st_size);
+		return 0;
+	}
+	r->hdr = h;
 	r->map = p;
 	r->maplen = (size_t)st.st_size;
 	r->state = UC_RM_MAPPED;
-	hv.iov_base = &r->hdr;
-	hv.iov_len = sizeof(r->hdr);
-	if (!uc_rep_copyv(&hv, 1, p, p, sizeof(r->hdr)) || r->hdr.magic != UC_REP_MAGIC ||
-	    r->hdr.layout != UC_REP_LAYOUT || r->hdr.file_id != r->file_id ||
-	    r->hdr.chunk != r->chunk || r->hdr.chunk_size != r->cs ||
-	    r->hdr.node != (uint32_t)r->node || r->hdr.len == 0 || r->hdr.len > r->cs ||
-	    r->hdr.len != (uint64_t)st.st_size - UC_REP_DATA_OFF || r->hdr.size < 0 ||
-	    (uint64_t)r->hdr.size < r->chunk * r->cs + r->hdr.len) {
-		uc_rm_unmap(r);
-		return 0;
-	}
 	return 1;
 }
 
@@ -227,8 +228,10 @@ static void uc_rm_ask(struct uc_rmap *r, int fd, const struct stat *st, uint64_t
 
 /*
  * Install the answers the agent has sent (waiting at most wait_ms for the first): each
- * names its slot in its id's low bits; a slot no longer waiting for it (replaced, busy)
- * lets it go.
+ * names its slot in its id's low bits. A slot still waiting takes a replica even from an
+ * answer to an earlier request of its (its header must name the slot's key: uc_rm_map), a
+ * refusal only from the answer to its last request; a slot no longer waiting (replaced,
+ * busy) lets the answer go.
  */
 static void uc_rep_collect(int wait_ms)
 {
@@ -241,17 +244,16 @@ static void uc_rep_collect(int wait_ms)
 
 		wait_ms = 0;
 		if (uc_wr_try(&r->lock)) {
-			if (r->state == UC_RM_PENDING && r->req_id == a.id) {
+			if (r->state == UC_RM_PENDING && a.status == 0 && rfd >= 0 &&
+			    uc_rm_map(r, rfd)) {
+				UC_STAT(replica_fills);
+				r->used_ns = now;
+			} else if (r->state == UC_RM_PENDING && r->req_id == a.id) {
+				UC_STAT(fill_aborts);
+				/* too fresh: after the margin; no room, not replicated: later */
 				r->state = UC_RM_REFUSED;
-				if (a.status == 0 && rfd >= 0 && uc_rm_map(r, rfd)) {
-					UC_STAT(replica_fills);
-					r->used_ns = now;
-				} else {
-					UC_STAT(fill_aborts);
-					/* too fresh: after the margin; no room, not replicated: later */
-					r->retry_ns = now + (a.status == EAGAIN ? uc.rep_margin_ns
-										: UC_REP_RETRY_NS);
-				}
+				r->retry_ns = now + (a.status == EAGAIN ? uc.rep_margin_ns
+									: UC_REP_RETRY_NS);
 			}
 			atomic_store_explicit(&r->lock, 0, memory_order_release);
 		}
