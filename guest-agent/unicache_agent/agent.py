@@ -13,8 +13,7 @@ import select
 import time
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from . import __version__
-from . import numa_mem
+from . import __version__, numa_mem
 from . import protocol as p
 from .counters import CounterHarvester
 from .errors import AgentError, MessageError, PortError

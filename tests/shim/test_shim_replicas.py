@@ -234,22 +234,22 @@ def test_a_process_never_waits_for_the_agent_and_takes_its_answer_later(
         shim_env: ShimEnv, tmp_path: Path) -> None:
     f, data = _data(tmp_path)
     _replicated(shim_env, f)
-    with shim_env.replicas.lock:  # the agent is busy: it answers nothing meanwhile
-        with Reader(shim_env, f, {"UNICACHE_REPLICA_WAIT_MS": "0"}) as r:
-            t0 = time.monotonic()
-            assert r.pread(10, 100) == data[10:110]  # asked, not waited for: the real call
-            assert time.monotonic() - t0 < 2.0
-            assert r.pread(20, 100) == data[20:120]  # still unanswered: the real call
-            assert shim_env.counters.stats().replica_serves == 0
-            shim_env.replicas.lock.release()
-            try:
-                deadline = time.monotonic() + 30
-                while (shim_env.counters.stats().replica_serves == 0
-                       and time.monotonic() < deadline):
-                    assert r.pread(30, 100) == data[30:130]  # collects the answer, served
-                    time.sleep(0.05)
-            finally:
-                shim_env.replicas.lock.acquire()
+    # the agent is busy: it answers nothing meanwhile
+    with shim_env.replicas.lock, Reader(shim_env, f, {"UNICACHE_REPLICA_WAIT_MS": "0"}) as r:
+        t0 = time.monotonic()
+        assert r.pread(10, 100) == data[10:110]  # asked, not waited for: the real call
+        assert time.monotonic() - t0 < 2.0
+        assert r.pread(20, 100) == data[20:120]  # still unanswered: the real call
+        assert shim_env.counters.stats().replica_serves == 0
+        shim_env.replicas.lock.release()
+        try:
+            deadline = time.monotonic() + 30
+            while (shim_env.counters.stats().replica_serves == 0
+                   and time.monotonic() < deadline):
+                assert r.pread(30, 100) == data[30:130]  # collects the answer, served
+                time.sleep(0.05)
+        finally:
+            shim_env.replicas.lock.acquire()
     st = shim_env.counters.stats()
     assert st.replica_serves >= 1 and st.replica_fills == 1
 
