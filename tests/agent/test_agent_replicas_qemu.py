@@ -82,9 +82,10 @@ def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> N
     assert all(r.get("bad") == 0 for r in readers), readers  # byte-identical, no crash
     kinds = got["kinds"]
     assert isinstance(kinds, dict)
-    # every call kind served, at least two passes' worth of its processes' reads
+    # every call kind served (the shims' statistics), and by every process's own count
     for kind, serves in kinds.items():
-        assert serves >= 2 * 2 * PROCS * 4, (kind, serves)
+        assert serves >= 2 * PROCS, (kind, serves)
+        assert sum(r["served"] for r in readers if r["kind"] == kind) >= 2 * PROCS, kind
     # one copy per node, whoever read it: 4 files, 4 replicas' bytes, on each node
     store = got["store"]
     assert isinstance(store, dict)
@@ -94,9 +95,9 @@ def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> N
     mounts = got["mounts"]
     assert isinstance(mounts, list)
     assert sorted(m.split("mpol=")[1].split(",")[0] for m in mounts) == ["bind:0", "bind:1"]
-    # every process was served from its own node's replicas (it maps them), whose pages
-    # are on that node only
+    # every process was served (reads that made no read system call: its own count) from
+    # its own node's replicas (it maps them), whose pages are on that node only
     for r in readers:
-        assert list(r["pages"]) == [f"node{r['node']}"], r
+        assert r["served"] > 0 and list(r["pages"]) == [f"node{r['node']}"], r
         for where, pages in r["pages"].items():
             assert set(pages) == {where[4:]}, r
