@@ -13,8 +13,9 @@
    memory-only nodes; a throttled backup stream gets SRM-buffer colors (at least
    :data:`COLORED_FLOOR` of its page cache lands on the colored nodes, checked with
    move_pages in the guest) and a hot file read
-   from the other node gets an NCC replica the shim serves, dropped again when a writer
-   without the shim changes the file;
+   by two processes on the other node gets NCC replicas, one copy per chunk in the
+   agent's store on that node, served to both (checked: the store's files and bytes, the
+   shims' mappings), dropped again when a writer without the shim changes the file;
 6. prints what the simulator predicts for the same workload on opteron-16 and epyc-2s;
 7. stops everything: the daemon must exit 0 with every vCPU thread's affinity back as it
    was (read from /proc), and no process the demo started may be left, also when a step
@@ -51,8 +52,17 @@ from demo_checks import (
     leftover_processes,
     log_records,
     per_vcpu_reads,
+    shared_replica_failure,
 )
-from demo_guest import HOT_READ, PAGE_NODES, READ_BENCH, SHIM_STATS, STREAM_READ, TOOL_BENCH
+from demo_guest import (
+    HOT_READ,
+    PAGE_NODES,
+    READ_BENCH,
+    SHIM_STATS,
+    STORE_USAGE,
+    STREAM_READ,
+    TOOL_BENCH,
+)
 from rich.console import Console
 from rich.table import Table
 from unicache.errors import UnicacheError
@@ -67,6 +77,7 @@ from unicache.host.qemu import (
     parse_numa,
 )
 from unicache.host.qemu.colored import host_page_colors
+from unicache.policy.ncc_memory import replica_bytes
 from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import discover_topology
 
@@ -77,6 +88,8 @@ VENV_BIN = Path(sys.executable).parent
 #: then fail, naming what did not work)
 SHIM = os.environ.get("UNICACHE_DEMO_SHIM", "/usr/lib/unicache-agent/libunicache.so")
 SECONDS = 4
+#: the hot file two processes read from the node without its page cache (NCC)
+HOT_SIZE = 1 << 20
 #: off/on rounds, alternated; the table shows the medians
 ROUNDS = 3
 console = Console(width=None if sys.stdout.isatty() else 120)
@@ -174,24 +187,39 @@ def colors_and_replicas(vm: QemuVm, log: Path, colored_nodes: tuple[int, ...]) -
     for rec in runs[:4]:
         console.print(f"  tick {rec['tick']}: {rec['reason']}", highlight=False)
 
-    step("Replicas (NCC): a hot file cached on node 0, read again and again from vCPU 1 "
-         "(guest node 1)")
-    guest(vm, f"head -c 1M /dev/urandom > {hot} && sync && echo 3 > /proc/sys/vm/drop_caches "
-              f"&& taskset -c 0 cat {hot} > /dev/null")
+    step("Replicas (NCC): a hot file cached on node 0, read again and again by two processes "
+         "on vCPU 1 (guest node 1), served from one copy in the agent's store")
+    guest(vm, f"head -c {HOT_SIZE} /dev/urandom > {hot} && sync && "
+              f"echo 3 > /proc/sys/vm/drop_caches && taskset -c 0 cat {hot} > /dev/null")
     start = last_tick(log)
-    guest(vm, f"LD_PRELOAD={SHIM} taskset -c 1 python3 -c '{HOT_READ}' 6 {hot}", timeout=120)
+    before = json.loads(guest(vm, f"python3 -c '{SHIM_STATS}'"))
+    reader = f"LD_PRELOAD={SHIM} taskset -c 1 python3 -c '{HOT_READ}' 6 {hot}"
+    guest(vm, f"{reader} & {reader} & wait", timeout=180)
     stats = json.loads(guest(vm, f"python3 -c '{SHIM_STATS}'"))
+    store = json.loads(guest(vm, f"python3 -c '{STORE_USAGE}'"))
     made = log_records(log, "replicate", since=start)
     for rec in made[:4]:
         console.print(f"  tick {rec['tick']}: replicate chunk {rec['file']}:{rec['chunk']} on "
                       f"guest node {rec['node']}: {rec['reason']}", highlight=False)
-    console.print(f"shim: {stats['replica_fills']} replicas filled, {stats['replica_serves']} "
-                  f"reads served from a node-local replica, {stats['replica_rejects']} refused "
-                  f"(file changed since the fill); {stats['color_reads']} colored reads",
-                  highlight=False)
-    if not made or stats["replica_serves"] <= 0:
-        failed.append(f"replicas: {len(made)} replicate decisions, "
-                      f"{stats['replica_serves']} reads served from a replica")
+    serves = stats["replica_serves"] - before["replica_serves"]
+    mappings = stats["replica_fills"] - before["replica_fills"]
+    on_node1 = {(r["file"], r["chunk"]) for r in made if r["node"] == 1}
+    table = Table("guest node", "replica files", "bytes held", title="the agent's replica store")
+    for name, held in sorted(store.items()):
+        table.add_row(name[4:], str(held["files"]), str(held["bytes"]))
+    console.print(table)
+    console.print(f"2 processes: {mappings} replica mappings, {serves} reads served from the "
+                  f"shared node-local copies, {stats['replica_rejects']} refused (file changed "
+                  f"since the fill); {stats['color_reads']} colored reads", highlight=False)
+    if not made or serves <= 0:
+        failed.append(f"replicas: {len(made)} replicate decisions, {serves} reads served "
+                      "from a replica")
+    else:
+        files = store.get("node1", {}).get("files", 0)
+        why = shared_replica_failure(store, 1, len(on_node1), mappings, 2,
+                                     replica_bytes(HOT_SIZE // max(files, 1)))
+        if why is not None:
+            failed.append(why)
     start = last_tick(log)
     guest(vm, f"echo appended-without-the-shim >> {hot} && sync")
     time.sleep(3)  # the agent's fanotify sees the write; the next report carries it

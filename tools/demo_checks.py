@@ -98,6 +98,33 @@ def colored_share(pages: Mapping[int, int], colored_nodes: Sequence[int]) -> flo
     return sum(pages.get(n, 0) for n in colored_nodes) / total if total else 0.0
 
 
+def shared_replica_failure(store: Mapping[str, Mapping[str, int]], node: int,
+                           replicated: int, mappings: int, processes: int,
+                           copy_bytes: int) -> str | None:
+    """Whether ``processes`` readers on guest node ``node`` were served from one copy.
+
+    :param store: the agent's replica store as the guest reports it: ``nodeN`` -> files
+        and bytes its tmpfs holds.
+    :param replicated: chunks the host replicated on that node for the hot file.
+    :param mappings: replica mappings the readers' shims took (the shims' fills).
+    :param processes: reader processes that ran.
+    :param copy_bytes: node memory one replica of a chunk holds.
+    :returns: what did not hold, or None when one copy per chunk served them all.
+    """
+    held = store.get(f"node{node}", {})
+    files, used = held.get("files", 0), held.get("bytes", 0)
+    # a chunk replicated after the readers stopped has no copy: nobody asked for it
+    if not 1 <= files <= replicated:
+        return (f"replicas: {files} replica files on node {node} for {replicated} replicated "
+                "chunks (one copy of each chunk read expected)")
+    if used != files * copy_bytes:
+        return f"replicas: node {node} holds {used} bytes, not {files} copies of {copy_bytes}"
+    if mappings < processes * files:
+        return (f"replicas: {mappings} mappings of {files} copies by {processes} processes: "
+                "not every process was served from the shared copy")
+    return None
+
+
 def always_place_note(host: Topology, accel: str, accel_reason: str,
                       counters: tuple[bool, str]) -> str:
     """Why the demo runs the daemon with --always-place, from what it discovered: the host's

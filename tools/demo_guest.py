@@ -94,3 +94,18 @@ with f:
     base = shm.REGIONS_OFFSET + 2 * head[2] * head[5]  # after the header and the claims
     print(json.dumps(dict(zip(names, shm._GHDR.unpack_from(m, base)))))
 """
+
+
+#: the agent's replica store: files and bytes held by each node's tmpfs
+STORE_USAGE = r"""
+import json, os
+root = "/run/unicache/replicas"
+out = {}
+for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    path = os.path.join(root, name)
+    if name.startswith("node") and os.path.isdir(path):
+        st = os.statvfs(path)
+        out[name] = {"files": len(os.listdir(path)),
+                     "bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
+print(json.dumps(out))
+"""

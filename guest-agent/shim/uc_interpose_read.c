@@ -8,11 +8,12 @@
  */
 #include "uc_shim.h"
 
-/* Sum of iov lengths, read without trusting the caller's pointer (the kernel would say
- * EFAULT, we must not crash). Returns 0 and passes through when it cannot tell. */
-static int uc_iov_total(const struct iovec *iov, int cnt, size_t *total)
+/* Sum of iov lengths, and the vector copied into local[64], read without trusting the
+ * caller's pointer (the kernel would say EFAULT, we must not crash). Returns 0 and passes
+ * through when it cannot tell. */
+static int uc_iov_total(const struct iovec *iov, int cnt, size_t *total, struct iovec *local)
 {
-	struct iovec local[64], self, remote;
+	struct iovec self, remote;
 	size_t sum = 0;
 	int i;
 
@@ -67,20 +68,15 @@ static ssize_t uc_do_read(int fd, void *buf, size_t n)
 		errno = e0;
 		return UC_REAL(read)(fd, buf, n);
 	}
-	if (c.rep_node >= 0 && uc.rep_read) {
-		/* opt-in, as the non-temporal read(): lseek around a replica pread */
-		off_t cur = UC_REAL(lseek)(fd, 0, SEEK_CUR);
+	if (c.rep_node >= 0) {
+		struct iovec v = {buf, n};
 
-		if (cur >= 0 && uc_rep_pread(fd, buf, n, cur, c.file_id, c.chunk_size, c.rep_node,
-					     &r) &&
-		    UC_REAL(lseek)(fd, cur + r, SEEK_SET) == cur + r) {
-			c.off = cur;
+		if (uc_rep_at_pos(fd, &v, 1, n, &c, &r)) {
+			saved = r < 0 ? errno : e0;
 			uc_post(fd, &c, r, 1, 0, 0);
-			errno = e0;
+			errno = saved;
 			return r;
 		}
-		if (cur >= 0)
-			(void)UC_REAL(lseek)(fd, cur, SEEK_SET);
 	}
 	if (c.nt && uc.nt_read) {
 		/* opt-in: read() through the mmap path; see docs/agent.md for the limit */
@@ -123,11 +119,14 @@ static ssize_t uc_do_pread(int fd, void *buf, size_t n, int64_t off)
 		errno = e0;
 		return UC_REAL(pread64)(fd, buf, n, (off64_t)off);
 	}
-	if (c.rep_node >= 0 &&
-	    uc_rep_pread(fd, buf, n, off, c.file_id, c.chunk_size, c.rep_node, &r)) {
-		uc_post(fd, &c, r, 0, 0, 0);
-		errno = e0;
-		return r;
+	if (c.rep_node >= 0) {
+		struct iovec v = {buf, n};
+
+		if (uc_rep_at(fd, &v, 1, n, off, &c, &r)) {
+			uc_post(fd, &c, r, 0, 0, 0);
+			errno = e0;
+			return r;
+		}
 	}
 	if (c.nt && uc_nt_pread_colored(fd, buf, n, off, &c, &r)) {
 		uc_post(fd, &c, r, 0, 0, 1);
@@ -151,11 +150,12 @@ static ssize_t uc_do_pread(int fd, void *buf, size_t n, int64_t off)
 	return r;
 }
 
-/* vectored reads: migration and counting, never the mmap path */
+/* vectored reads: migration, counting and replicas, never the mmap path */
 static ssize_t uc_do_preadv(int fd, const struct iovec *iov, int cnt, int64_t off, int flags,
 			    int which)
 {
 	struct uc_call c;
+	struct iovec local[64];
 	size_t total = 0;
 	ssize_t r;
 	int saved, active, e0 = errno;
@@ -166,7 +166,15 @@ static ssize_t uc_do_preadv(int fd, const struct iovec *iov, int cnt, int64_t of
 	pol.set = 0;
 
 	active = (fd >= 0 && uc_ready() && uc_fd_classify(fd, &c.file_id, &c.off) &&
-		  uc_iov_total(iov, cnt, &total) && uc_pre(fd, off, total, &c));
+		  uc_iov_total(iov, cnt, &total, local) && uc_pre(fd, off, total, &c));
+	if (active && c.rep_node >= 0 && flags == 0 &&
+	    (off >= 0 ? uc_rep_at(fd, local, cnt, total, off, &c, &r)
+		      : uc_rep_at_pos(fd, local, cnt, total, &c, &r))) {
+		saved = r < 0 ? errno : e0;
+		uc_post(fd, &c, r, off < 0, 0, 0);
+		errno = saved;
+		return r;
+	}
 	if (active && c.color >= 0)
 		uc_color_enter(c.color, &pol);
 	errno = e0;
@@ -192,7 +200,7 @@ static ssize_t uc_do_preadv(int fd, const struct iovec *iov, int cnt, int64_t of
 
 /*
  * sendfile from a regular file (a web server serving static files, MFC section 4.1):
- * migration and counting as for read, then the real call.
+ * migration and counting as for read, then the replica or the real call.
  */
 static ssize_t uc_do_sendfile(int out, int in, void *offp, size_t count, int is64)
 {
@@ -211,6 +219,12 @@ static ssize_t uc_do_sendfile(int out, int in, void *offp, size_t count, int is6
 
 	active = in >= 0 && uc_ready() && uc_fd_classify(in, &c.file_id, &c.off) &&
 		 (!offp || off >= 0) && uc_pre(in, offp ? off : -1, count, &c);
+	if (active && c.rep_node >= 0 && uc_rep_sendfile(out, in, offp, is64, count, &c, &r)) {
+		saved = r < 0 ? errno : e0;
+		uc_post(in, &c, r, !offp, 0, 0);
+		errno = saved;
+		return r;
+	}
 	if (active && c.color >= 0)
 		uc_color_enter(c.color, &pol);
 	errno = e0;

@@ -146,12 +146,72 @@ struct uc_ctr_slot {
 	/* followed by uint64_t vcpu_bytes[max_vcpus] */
 };
 
+/*
+ * Guest-wide replicas (NCC, docs/replicas.md). The agent keeps one file per replicated
+ * chunk and node in a directory of that node's memory (UNICACHE_REPLICAS/nodeN), root's,
+ * mode 0400, never listed or opened by path by anyone else. A file:
+ *   [uc_rep_hdr, zero-padded to UC_REP_DATA_OFF][len bytes of the chunk]
+ * written whole before any process learns of it; afterwards the agent changes only `state`
+ * (VALID -> DROPPED, one byte), then truncates the file to its header and unlinks it.
+ * A process gets a replica only from the agent's socket (UNICACHE_REPLICAS/socket,
+ * SOCK_SEQPACKET): it sends a uc_rep_req with a descriptor of the source file it reads
+ * (SCM_RIGHTS: the proof that it may read that file) and gets a uc_rep_rsp, with a
+ * read-only descriptor of the replica file (SCM_RIGHTS) when status is 0.
+ */
+#define UC_REP_MAGIC 0x46524355u     /* "UCRF" */
+#define UC_REP_LAYOUT 1u
+#define UC_REP_DATA_OFF 4096u        /* the chunk's bytes start one page in */
+#define UC_REP_VALID 1u
+#define UC_REP_DROPPED 2u
+#define UC_REQ_MAGIC 0x51524355u     /* "UCRQ" */
+#define UC_RSP_MAGIC 0x50524355u     /* "UCRP" */
+
+struct uc_rep_hdr {
+	uint32_t magic;
+	uint32_t layout;
+	uint32_t state;      /* UC_REP_VALID, then UC_REP_DROPPED */
+	uint32_t node;       /* guest node whose memory holds it */
+	uint64_t file_id;
+	uint64_t chunk;
+	uint64_t chunk_size;
+	uint64_t len;        /* bytes of the chunk held (short at EOF) */
+	/* the source file when the agent read it (fstat): a serve needs all of them equal */
+	uint64_t dev;
+	uint64_t ino;
+	int64_t size;
+	int64_t mtime_sec;
+	int64_t mtime_nsec;
+	int64_t ctime_sec;
+	int64_t ctime_nsec;
+	uint8_t pad[24];
+};
+
+/* a process asks for the replica of `chunk` (of `chunk_size`) of the file it passes */
+struct uc_rep_req {
+	uint32_t magic;
+	uint32_t node;
+	uint64_t id;         /* echoed in the answer */
+	uint64_t chunk;
+	uint64_t chunk_size;
+};
+
+/* status: 0 (descriptor attached), else an errno: EAGAIN the file changed too recently,
+ * ENOSPC no room on the node (budget, memory tight), ENOENT not replicated there, EINVAL */
+struct uc_rep_rsp {
+	uint32_t magic;
+	int32_t status;
+	uint64_t id;
+};
+
 _Static_assert(sizeof(struct uc_table_hdr) == 64, "table header is 64 bytes");
 _Static_assert(sizeof(struct uc_table_buf) == 64, "table buffer header is 64 bytes");
 _Static_assert(sizeof(struct uc_entry) == 64, "entry is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_hdr) == 64, "counter header is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_slot) == 64, "counter slot head is 64 bytes");
 _Static_assert(sizeof(struct uc_gen_hdr) == 64, "generation header is 64 bytes");
+_Static_assert(sizeof(struct uc_rep_hdr) == 128, "replica header is 128 bytes");
+_Static_assert(sizeof(struct uc_rep_req) == 32, "replica request is 32 bytes");
+_Static_assert(sizeof(struct uc_rep_rsp) == 16, "replica answer is 16 bytes");
 _Static_assert(UC_CTR_CLAIMS_OFF == sizeof(struct uc_ctr_hdr), "claims follow the header");
 _Static_assert(UC_CTR_REGIONS_OFF % 64 == 0, "regions start on a cache line");
 

@@ -1,45 +1,52 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_replicas.c - replicas: node-local copies of chunks (NCC), filled and served under
- * the coherence checks of docs/replicas.md; the files' generations are in uc_shim.h.
+ * uc_replicas.c - serving reads from the agent's guest-wide replicas (NCC): this process's
+ * read-only mappings of replica files (got from the agent, uc_repclient.c), and the checks
+ * every serve makes (docs/replicas.md "Coherence"). The files' generations are in uc_shim.h.
  */
 #include "uc_shim.h"
 
+enum { UC_RM_EMPTY = 0, UC_RM_MAPPED = 1, UC_RM_REFUSED = 2, UC_RM_PENDING = 3 };
+
+/* an answer not come within this is taken as lost: the replica is asked for again (a busy,
+ * niced agent may take seconds; a late answer to an earlier request is still taken) */
+#define UC_RM_LOST_NS 10000000000ll
+
 /*
- * One replica buffer of this process. `lock`: >0 readers serving from it, -1 the one thread
- * filling it, 0 free. Every lock is a try: a busy replica means the real call, never a wait.
+ * One mapping of this process. `lock`: >0 readers serving from it, -1 the one thread
+ * replacing it, 0 free. Every lock is a try: a busy slot means the real call, never a wait.
  */
-struct uc_replica {
+struct uc_rmap {
 	_Atomic int lock;
-	int valid;
+	int state;                 /* UC_RM_* */
 	int node;
 	uint64_t file_id;
 	uint64_t chunk;
-	uint64_t cs;         /* chunk size of the table it was filled under */
-	uint64_t gen;        /* file generation the fill started under */
-	unsigned char *buf;  /* mmap'd, mbind'ed to `node` */
-	size_t cap;
-	size_t len;          /* bytes of the chunk held (short at EOF) */
-	dev_t dev;           /* fstat snapshot of the file at the fill */
-	ino_t ino;
-	off_t size;
-	struct timespec mtim;
-	struct timespec ctim;
-	long long filled_ns; /* when it was filled (victim choice) */
+	uint64_t cs;
+	const unsigned char *map;  /* the replica file, PROT_READ, MAP_SHARED */
+	size_t maplen;
+	struct uc_rep_hdr hdr;     /* its header, checked when mapped */
+	uint64_t ugen;             /* this user's generation of the file when asked for */
+	uint64_t req_id;           /* UC_RM_PENDING: the request's id (its low bits: the slot) */
+	long long retry_ns;        /* REFUSED, PENDING: ask the agent again from then on */
+	long long used_ns;         /* last serve (victim choice) */
 };
 
-static struct uc_replica uc_reps[UC_REPLICA_SLOTS];
+static struct uc_rmap uc_rmaps[UC_REPLICA_SLOTS];
+static _Atomic uint64_t uc_rm_seq;
 
-/* A child forked while another thread held a replica lock would never get it back. */
+/* A child forked while another thread held a slot's lock would never get it back, nor the
+ * answers to its parent's requests. */
 void uc_rep_atfork_child(void)
 {
 	int i;
 
 	for (i = 0; i < (int)UC_REPLICA_SLOTS; i++) {
-		if (atomic_load_explicit(&uc_reps[i].lock, memory_order_relaxed) < 0)
-			uc_reps[i].valid = 0; /* a fill was under way: its buffer is partial */
-		atomic_store_explicit(&uc_reps[i].lock, 0, memory_order_relaxed);
+		atomic_store_explicit(&uc_rmaps[i].lock, 0, memory_order_relaxed);
+		if (uc_rmaps[i].state == UC_RM_PENDING)
+			uc_rmaps[i].state = UC_RM_EMPTY;
 	}
+	uc_rc_atfork_child();
 }
 
 static inline int uc_rd_try(_Atomic int *l)
@@ -53,11 +60,6 @@ static inline int uc_rd_try(_Atomic int *l)
 	return 0;
 }
 
-static inline void uc_rd_done(_Atomic int *l)
-{
-	atomic_fetch_sub_explicit(l, 1, memory_order_release);
-}
-
 static inline int uc_wr_try(_Atomic int *l)
 {
 	int zero = 0;
@@ -66,39 +68,15 @@ static inline int uc_wr_try(_Atomic int *l)
 						       memory_order_relaxed);
 }
 
-static inline void uc_wr_done(_Atomic int *l)
-{
-	atomic_store_explicit(l, 0, memory_order_release);
-}
-
-static inline int uc_ts_eq(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-}
-
-/* The file is still what the replica was filled from (no change since the fill's fstat). */
-static inline int uc_same_file(const struct uc_replica *r, const struct stat *st)
-{
-	return r->dev == st->st_dev && r->ino == st->st_ino && r->size == st->st_size &&
-	       uc_ts_eq(&r->ctim, &st->st_ctim) && uc_ts_eq(&r->mtim, &st->st_mtim);
-}
-
 static inline long long uc_ts_ns(const struct timespec *t)
 {
 	return (long long)t->tv_sec * 1000000000ll + t->tv_nsec;
 }
 
-static size_t uc_rep_nslots(uint64_t cs)
-{
-	size_t n = cs ? uc.rep_bytes / cs : 0;
-
-	return n > UC_REPLICA_SLOTS ? UC_REPLICA_SLOTS : n;
-}
-
 /*
- * tests only: a build with -DUC_MUTANT_NO_SERVE_CHECK serves a filled replica without
- * checking that the file is unchanged since the fill (docs/replicas.md "Coherence" step 1);
- * test_shim_coherence.py checks that its run fails against such a build.
+ * tests only: a build with -DUC_MUTANT_NO_SERVE_CHECK serves a mapped replica without
+ * checking that the file is unchanged since the agent filled it (docs/replicas.md
+ * "Coherence" step 1); test_shim_coherence.py checks that its run fails against such a build.
  */
 #ifdef UC_MUTANT_NO_SERVE_CHECK
 #define UC_MUTANT_SERVE_CHECK(x) ((void)(x), 1)
@@ -106,7 +84,100 @@ static size_t uc_rep_nslots(uint64_t cs)
 #define UC_MUTANT_SERVE_CHECK(x) (x)
 #endif
 
-/* The file changed too recently for a fill to be safe (see uc_rep_fill step 3). */
+/* The source file is still what the agent read (fstat at the serve against the header). */
+static inline int uc_same_source(const struct uc_rep_hdr *h, const struct stat *st)
+{
+	return h->dev == (uint64_t)st->st_dev && h->ino == (uint64_t)st->st_ino &&
+	       h->size == (int64_t)st->st_size && h->mtime_sec == (int64_t)st->st_mtim.tv_sec &&
+	       h->mtime_nsec == (int64_t)st->st_mtim.tv_nsec &&
+	       h->ctime_sec == (int64_t)st->st_ctim.tv_sec &&
+	       h->ctime_nsec == (int64_t)st->st_ctim.tv_nsec;
+}
+
+/*
+ * Copy n bytes from a replica mapping into the vector iov (cnt entries, a trusted copy of
+ * the caller's; cnt 0: copy nothing) under the fault guard, after checking that the agent
+ * has not dropped the replica (its state word, read under the same guard: a file truncated
+ * under the mapping raises SIGBUS here, never in the program). 1 when done.
+ */
+int uc_rep_copyv(const struct iovec *iov, int cnt, const unsigned char *map,
+		 const unsigned char *src, size_t n)
+{
+	if (!uc_guard_ready())
+		return 0;
+	if (sigsetjmp(uc_jb, 1) == 0) {
+		int ok, i;
+
+		/* volatile: the stores around a builtin memcpy must not be optimised away */
+		*(volatile int *)&uc_in_copy = 1;
+		__asm__ volatile("" ::: "memory");
+		ok = __atomic_load_n(&((const struct uc_rep_hdr *)(const void *)map)->state,
+				     __ATOMIC_ACQUIRE) == UC_REP_VALID;
+		for (i = 0; ok && i < cnt && n; i++) {
+			size_t k = iov[i].iov_len < n ? iov[i].iov_len : n;
+
+			memcpy(iov[i].iov_base, src, k);
+			src += k;
+			n -= k;
+		}
+		__asm__ volatile("" ::: "memory");
+		*(volatile int *)&uc_in_copy = 0;
+		return ok;
+	}
+	uc_in_copy = 0; /* a truncated replica or a bad caller buffer: the real call decides */
+	return 0;
+}
+
+static void uc_rm_unmap(struct uc_rmap *r)
+{
+	if (r->state == UC_RM_MAPPED)
+		munmap((void *)(uintptr_t)r->map, r->maplen);
+	r->state = UC_RM_EMPTY;
+	r->map = NULL;
+}
+
+/* Map the replica file rfd for r's key; 1 when its header names exactly that key (r is
+ * MAPPED then), else 0 with r unchanged. */
+static int uc_rm_map(struct uc_rmap *r, int rfd)
+{
+	struct uc_rep_hdr h;
+	struct stat st;
+	struct iovec hv = {&h, sizeof(h)};
+	void *p;
+
+	if (fstat(rfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022) ||
+	    st.st_size <= (off_t)UC_REP_DATA_OFF ||
+	    (uint64_t)st.st_size > UC_REP_DATA_OFF + r->cs)
+		return 0;
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, rfd, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	if (!uc_rep_copyv(&hv, 1, p, p, sizeof(h)) || h.magic != UC_REP_MAGIC ||
+	    h.layout != UC_REP_LAYOUT || h.file_id != r->file_id || h.chunk != r->chunk ||
+	    h.chunk_size != r->cs || h.node != (uint32_t)r->node || h.len == 0 ||
+	    h.len > r->cs || h.len != (uint64_t)st.st_size - UC_REP_DATA_OFF || h.size < 0 ||
+	    (uint64_t)h.size < r->chunk * r->cs + h.len) {
+		munmap(p, (size_t)st.st_size);
+		return 0;
+	}
+	r->hdr = h;
+	r->map = p;
+	r->maplen = (size_t)st.st_size;
+	r->state = UC_RM_MAPPED;
+	return 1;
+}
+
+/* Can r serve [off, end) of the file whose fstat is st, now? (It is read- or write-locked.) */
+static int uc_rm_valid(const struct uc_rmap *r, const struct stat *st, uint64_t end)
+{
+	return r->state == UC_RM_MAPPED &&
+	       UC_MUTANT_SERVE_CHECK(uc_same_source(&r->hdr, st) &&
+				     uc_gen_of(r->file_id) == r->ugen) &&
+	       end <= r->chunk * r->cs + r->hdr.len;
+}
+
+/* The file changed too recently for the agent to fill a replica (uc_rep_fill's margin). */
 static int uc_rep_too_fresh(const struct stat *st)
 {
 	struct timespec now;
@@ -118,212 +189,186 @@ static int uc_rep_too_fresh(const struct stat *st)
 	return uc_ts_ns(&now) - uc_ts_ns(&st->st_ctim) <= margin;
 }
 
-/* A buffer of cap bytes whose pages come from `node` only (mbind MPOL_BIND). */
-static int uc_rep_buffer(struct uc_replica *r, int node, size_t cap)
-{
-	unsigned long mask[UC_POLICY_BITS / (8 * sizeof(unsigned long))];
-	void *p;
-
-	if (r->buf && r->cap == cap && r->node == node)
-		return 1;
-	if (r->buf)
-		munmap(r->buf, r->cap);
-	r->buf = NULL;
-	r->cap = 0;
-	p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return 0;
-	memset(mask, 0, sizeof(mask));
-	mask[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
-	if (syscall(SYS_mbind, p, cap, UC_MPOL_BIND, mask, (unsigned long)UC_POLICY_BITS,
-		    (unsigned long)(UC_MPOL_MF_STRICT | UC_MPOL_MF_MOVE)) != 0) {
-		munmap(p, cap);
-		return 0;
-	}
-	r->buf = p;
-	r->cap = cap;
-	r->node = node;
-	return 1;
-}
-
 /*
- * Fill replica r (write-locked by the caller) with chunk `chunk` of fd's file. Coherence
- * (docs/replicas.md "Coherence"), in this order:
- *   1. g0 = the file's generation, t0 = the real-time clock;
- *   2. on a descriptor of our own: lseek(SEEK_DATA) takes the inode lock shared (ext4,
- *      tmpfs), so a buffered write in flight (it holds the lock exclusively from its
- *      ctime update to the end of its copy) has finished before we go on;
- *   3. fstat: the file's ctime must be older than t0 - margin (margin > the kernel's
- *      timestamp granularity), so any write after this point sets another ctime;
- *   4. read the chunk; fstat again and the generation again: both unchanged, or no fill.
+ * Ask the agent for the replica of `chunk` on `node` in the write-locked r, without waiting
+ * for the answer (uc_rep_collect installs it). r is then PENDING, or REFUSED until retry_ns
+ * when the file changed too recently or the agent cannot be asked now.
  */
-static int uc_rep_fill(struct uc_replica *r, int fd, uint64_t file_id, uint64_t chunk,
-		       uint64_t cs, int node)
+static void uc_rm_ask(struct uc_rmap *r, int fd, const struct stat *st, uint64_t file_id,
+		      uint64_t chunk, uint64_t cs, int node)
 {
-	struct stat s1, s2;
-	struct timespec t0;
-	char path[64];
-	uint64_t g0, start = chunk * cs;
-	size_t len, got = 0;
-	long long margin = uc.rep_margin_ns;
-	int fd2, ok = 0;
+	struct uc_rep_req q;
+	long long now = uc_now_ns();
 
-	r->valid = 0;
-	g0 = uc_gen_of(file_id);
-	clock_gettime(CLOCK_REALTIME, &t0);
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	fd2 = UC_REAL(open)(path, O_RDONLY | O_CLOEXEC);
-	if (fd2 < 0)
-		return 0;
-	(void)UC_REAL(lseek)(fd2, 0, SEEK_DATA);
-	if (fstat(fd2, &s1) < 0 || !S_ISREG(s1.st_mode) ||
-	    uc_file_id_of(uc.salt, (uint64_t)s1.st_dev, (uint64_t)s1.st_ino) != file_id ||
-	    s1.st_size <= (off_t)start)
-		goto out;
-	if (s1.st_ctim.tv_nsec == 0) /* a file system with coarse (second) timestamps */
-		margin += UC_COARSE_FS_MARGIN_NS;
-	/* t0 was read before the barrier and this fstat: the margin counts from then */
-	if (uc_ts_ns(&t0) - uc_ts_ns(&s1.st_ctim) <= margin)
-		goto abort;
-	len = (uint64_t)s1.st_size - start < cs ? (size_t)((uint64_t)s1.st_size - start)
-						 : (size_t)cs;
-	if (!uc_rep_buffer(r, node, (size_t)cs))
-		goto out;
-	while (got < len) {
-		ssize_t k = UC_REAL(pread64)(fd2, r->buf + got, len - got, (off64_t)(start + got));
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			goto abort;
-		got += (size_t)k;
-	}
-	if (fstat(fd2, &s2) < 0 || s2.st_size != s1.st_size ||
-	    !uc_ts_eq(&s2.st_ctim, &s1.st_ctim) || !uc_ts_eq(&s2.st_mtim, &s1.st_mtim) ||
-	    uc_gen_of(file_id) != g0)
-		goto abort;
+	uc_rm_unmap(r);
 	r->file_id = file_id;
 	r->chunk = chunk;
 	r->cs = cs;
-	r->gen = g0;
-	r->len = len;
-	r->dev = s1.st_dev;
-	r->ino = s1.st_ino;
-	r->size = s1.st_size;
-	r->mtim = s1.st_mtim;
-	r->ctim = s1.st_ctim;
-	r->filled_ns = uc_ts_ns(&t0);
-	r->valid = 1;
-	ok = 1;
-	UC_STAT(replica_fills);
-	goto out;
-abort:
-	UC_STAT(fill_aborts);
-out:
-	UC_REAL(close)(fd2);
-	return ok;
-}
-
-/* Copy from a replica into the caller's buffer under the fault guard; 1 when done. */
-static int uc_rep_copy(void *dst, const unsigned char *src, size_t n)
-{
-	if (!uc_guard_ready())
-		return 0;
-	if (sigsetjmp(uc_jb, 1) == 0) {
-		/* volatile: the stores around a builtin memcpy must not be optimised away */
-		*(volatile int *)&uc_in_copy = 1;
-		__asm__ volatile("" ::: "memory");
-		memcpy(dst, src, n);
-		__asm__ volatile("" ::: "memory");
-		*(volatile int *)&uc_in_copy = 0;
-		return 1;
+	r->node = node;
+	r->state = UC_RM_REFUSED;
+	r->retry_ns = now + uc.rep_margin_ns;
+	if (uc_rep_too_fresh(st)) { /* the agent would say EAGAIN: do not ask */
+		UC_STAT(fill_aborts);
+		return;
 	}
-	uc_in_copy = 0; /* a bad caller buffer: the real call says EFAULT */
-	return 0;
+	r->ugen = uc_gen_of(file_id); /* before the agent reads: a write after it moves it */
+	q.magic = UC_REQ_MAGIC;
+	q.node = (uint32_t)node;
+	q.id = (atomic_fetch_add(&uc_rm_seq, 1) + 1) << 8 | (uint64_t)(r - uc_rmaps);
+	q.chunk = chunk;
+	q.chunk_size = cs;
+	if (!uc_rc_send(fd, &q)) {
+		r->retry_ns = now + UC_REP_RETRY_NS;
+		return;
+	}
+	r->req_id = q.id;
+	r->state = UC_RM_PENDING;
+	r->retry_ns = now + UC_RM_LOST_NS;
 }
 
 /*
- * Serve pread(fd, buf, n, off) from this process's replica of the chunk on `node`, filling
- * it first when needed. Every serve checks, after the caller's call began: the file's
- * generation and its fstat (size, ctime, mtime, inode) against the fill's snapshot. Returns
- * 1 and *ret when served; 0 when the caller must make the real call (range past the
- * chunk, at or past EOF, not readable, O_DIRECT, a busy or unfillable replica).
+ * Install the answers the agent has sent (waiting at most wait_ms for the first): each
+ * names its slot in its id's low bits. A slot still waiting takes a replica even from an
+ * answer to an earlier request of its (its header must name the slot's key: uc_rm_map), a
+ * refusal only from the answer to its last request; a slot no longer waiting (replaced,
+ * busy) lets the answer go.
  */
-int uc_rep_pread(int fd, void *buf, size_t n, int64_t off, uint64_t file_id, uint64_t cs,
-		 int node, ssize_t *ret)
+static void uc_rep_collect(int wait_ms)
 {
-	struct uc_replica *r;
-	struct stat st;
-	uint64_t chunk, start, end;
-	struct uc_replica *hit = NULL;
-	size_t nslots = uc_rep_nslots(cs), len, set, ways, w;
-	int fl, served = 0, saved = errno;
+	struct uc_rep_rsp a;
+	int rfd;
 
-	if (uc.rep_off || n == 0 || n > (size_t)SSIZE_MAX || off < 0 || !nslots)
-		return 0;
-	chunk = (uint64_t)off / cs;
-	start = chunk * cs;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || off >= st.st_size)
-		goto out;
-	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & (O_DIRECT | O_PATH)))
-		goto out;
-	end = (uint64_t)off + n < (uint64_t)st.st_size ? (uint64_t)off + n : (uint64_t)st.st_size;
-	if (end > start + cs)
-		goto out; /* spans chunks: the real call */
-	len = (size_t)(end - (uint64_t)off);
-	/* two ways per set: two hot chunks that hash alike do not evict each other */
-	ways = nslots >= 2 ? 2 : 1;
-	set = (size_t)(uc_mix64(uc_bucket_hash(file_id, chunk) + (uint64_t)node) %
-		       (nslots / ways)) * ways;
-	for (w = 0; w < ways; w++) {
-		r = &uc_reps[set + w];
+	while (uc_rc_recv(&a, &rfd, wait_ms) > 0) {
+		struct uc_rmap *r = &uc_rmaps[(a.id & 0xffu) % UC_REPLICA_SLOTS];
+		long long now = uc_now_ns();
+
+		wait_ms = 0;
+		if (uc_wr_try(&r->lock)) {
+			if (r->state == UC_RM_PENDING && a.status == 0 && rfd >= 0 &&
+			    uc_rm_map(r, rfd)) {
+				UC_STAT(replica_fills);
+				r->used_ns = now;
+			} else if (r->state == UC_RM_PENDING && r->req_id == a.id) {
+				UC_STAT(fill_aborts);
+				/* too fresh: after the margin; no room, not replicated: later */
+				r->state = UC_RM_REFUSED;
+				r->retry_ns = now + (a.status == EAGAIN ? uc.rep_margin_ns
+									: UC_REP_RETRY_NS);
+			}
+			atomic_store_explicit(&r->lock, 0, memory_order_release);
+		}
+		if (rfd >= 0)
+			UC_REAL(close)(rfd);
+	}
+}
+
+/* The way of set `set` holding a usable mapping of the key, read-locked; NULL if none.
+ * *match: the way that holds the key in another state (read-unlocked). */
+static struct uc_rmap *uc_rm_find(size_t set, uint64_t file_id, uint64_t chunk, uint64_t cs,
+				  int node, const struct stat *st, uint64_t end,
+				  struct uc_rmap **match)
+{
+	size_t w;
+
+	*match = NULL;
+	for (w = 0; w < 2; w++) {
+		struct uc_rmap *r = &uc_rmaps[set + w];
+
 		if (!uc_rd_try(&r->lock))
 			continue;
-		if (r->valid && r->file_id == file_id && r->chunk == chunk && r->cs == cs &&
-		    r->node == node) {
-			if (UC_MUTANT_SERVE_CHECK(uc_same_file(r, &st) && uc_gen_of(file_id) == r->gen) &&
-			    end - start <= r->len) {
-				served = uc_rep_copy(buf, r->buf + (off - (int64_t)start), len);
-				if (served)
-					UC_STAT(replica_serves);
-				uc_rd_done(&r->lock);
-				goto out;
-			}
-			UC_STAT(replica_rejects);
-			hit = r;
+		if (r->state != UC_RM_EMPTY && r->file_id == file_id && r->chunk == chunk &&
+		    r->cs == cs && r->node == node) {
+			if (uc_rm_valid(r, st, end))
+				return r;
+			if (r->state == UC_RM_MAPPED && end <= r->chunk * r->cs + r->hdr.len)
+				UC_STAT(replica_rejects); /* the file changed since the fill */
+			*match = r;
 		}
-		uc_rd_done(&r->lock);
-		if (hit)
+		atomic_fetch_sub_explicit(&r->lock, 1, memory_order_release);
+		if (*match)
 			break;
 	}
-	if (!hit) { /* the way to fill: an empty one, else the one filled longest ago */
-		hit = &uc_reps[set];
-		if (ways == 2 && hit->valid &&
-		    (!uc_reps[set + 1].valid || uc_reps[set + 1].filled_ns < hit->filled_ns))
-			hit = &uc_reps[set + 1];
+	return NULL;
+}
+
+/*
+ * Find a replica that can serve n bytes at `off` of fd's file (clipped at its EOF) for this
+ * call, checking after the call began: the file's fstat against the header the agent wrote,
+ * this user's generation of the file against the one when mapped, the agent's state word.
+ * Returns 1 with *s locked (release with uc_rep_put) and s->src, s->len the bytes to hand
+ * out; 0 when the caller must make the real call (range past the chunk, at or past EOF, fd
+ * not readable, O_DIRECT, a busy slot, no replica). A replica that fails a check is dropped.
+ */
+int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc_rep_span *s)
+{
+	struct stat st;
+	struct uc_rmap *r, *match;
+	uint64_t chunk, cs = c->chunk_size, end;
+	long long now;
+	size_t set;
+	int fl, tries;
+
+	if (uc.rep_off || c->rep_node < 0 || n == 0 || n > (size_t)SSIZE_MAX || off < 0 || !cs)
+		return 0;
+	chunk = (uint64_t)off / cs;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || off >= st.st_size)
+		return 0;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & (O_DIRECT | O_PATH)))
+		return 0;
+	end = (uint64_t)off + n < (uint64_t)st.st_size ? (uint64_t)off + n : (uint64_t)st.st_size;
+	if (end > (chunk + 1) * cs)
+		return 0; /* spans chunks: the real call */
+	s->len = (size_t)(end - (uint64_t)off);
+	/* two ways per set: two hot chunks that hash alike do not evict each other */
+	set = (size_t)(uc_mix64(uc_bucket_hash(c->file_id, chunk) + (uint64_t)c->rep_node) %
+		       (UC_REPLICA_SLOTS / 2)) * 2;
+	for (tries = 0; tries < 2; tries++) {
+		r = uc_rm_find(set, c->file_id, chunk, cs, c->rep_node, &st, end, &match);
+		if (r)
+			goto serve;
+		if (tries == 0 && match && match->state == UC_RM_PENDING)
+			uc_rep_collect(0); /* its answer may be in: look again */
+		else
+			break;
 	}
-	r = hit;
-	if (!uc_wr_try(&r->lock))
-		goto out;
-	if (r->file_id == file_id && r->chunk == chunk && r->cs == cs && r->node == node)
-		r->valid = 0; /* not servable (checked above): dropped now, not rejected again */
-	if (uc_rep_too_fresh(&st)) {
-		UC_STAT(fill_aborts); /* cheaply: no descriptor opened while the file is written */
-		uc_wr_done(&r->lock);
-		goto out;
+	now = uc_now_ns();
+	if (match && match->state != UC_RM_MAPPED && now < match->retry_ns)
+		return 0; /* asked, or refused, recently */
+	if (!match) { /* the way to replace: an empty one, else the one served longest ago */
+		match = &uc_rmaps[set];
+		if (match->state != UC_RM_EMPTY &&
+		    (uc_rmaps[set + 1].state == UC_RM_EMPTY ||
+		     uc_rmaps[set + 1].used_ns < match->used_ns))
+			match = &uc_rmaps[set + 1];
 	}
-	/* fill, then serve under the same lock with the same checks */
-	if (uc_rep_fill(r, fd, file_id, chunk, cs, node) && fstat(fd, &st) == 0 &&
-	    uc_same_file(r, &st) && uc_gen_of(file_id) == r->gen && end - start <= r->len) {
-		served = uc_rep_copy(buf, r->buf + (off - (int64_t)start), len);
-		if (served)
-			UC_STAT(replica_serves);
+	if (!uc_wr_try(&match->lock))
+		return 0;
+	uc_rm_ask(match, fd, &st, c->file_id, chunk, cs, c->rep_node);
+	atomic_store_explicit(&match->lock, 0, memory_order_release);
+	if (match->state != UC_RM_PENDING)
+		return 0;
+	uc_rep_collect((int)(uc.rep_wait_ns / 1000000ll)); /* a quick agent serves this call */
+	r = uc_rm_find(set, c->file_id, chunk, cs, c->rep_node, &st, end, &match);
+	if (!r)
+		return 0;
+serve:
+	s->slot = r;
+	s->map = r->map;
+	s->src = r->map + UC_REP_DATA_OFF + ((uint64_t)off - chunk * cs);
+	r->used_ns = uc_now_ns();
+	return 1; /* read-locked */
+}
+
+/* Release a span from uc_rep_get; `bad`: its copy faulted or found it dropped, so unmap it. */
+void uc_rep_put(struct uc_rep_span *s, int bad)
+{
+	struct uc_rmap *r = s->slot;
+
+	atomic_fetch_sub_explicit(&r->lock, 1, memory_order_release);
+	if (bad && uc_wr_try(&r->lock)) { /* dropped by the agent: let its memory go */
+		if (r->state == UC_RM_MAPPED && r->map == s->map) /* not refilled meanwhile */
+			uc_rm_unmap(r);
+		atomic_store_explicit(&r->lock, 0, memory_order_release);
 	}
-	uc_wr_done(&r->lock);
-out:
-	errno = saved;
-	if (served)
-		*ret = (ssize_t)len;
-	return served;
 }

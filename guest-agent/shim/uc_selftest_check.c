@@ -2,7 +2,8 @@
 /*
  * uc_selftest_check.c - `uc_selftest check SEED ITERS FILE...`: random reads through libc
  * (interposed when run under LD_PRELOAD) against the same reads made with raw syscalls on a
- * second open file description, comparing bytes, return value, errno and file offset; then
+ * second open file description, comparing bytes, return value, errno and file offset (and
+ * for sendfile into a pipe, the bytes sent and the offset it updates); then
  * the error cases (bad fds, write-only and directory fds, O_DIRECT, sendfile, bad vectors,
  * a pipe with EINTR).
  */
@@ -96,13 +97,53 @@ static int make_iov(struct iovec *ia, struct iovec *ib, size_t *total)
 	return cnt;
 }
 
+/* the two pipes sendfile writes into (1 MiB each: a send never blocks) */
+static int pipeA[2] = {-1, -1}, pipeB[2] = {-1, -1};
+
+/* Empty a pipe into buf with raw reads; returns the bytes read. */
+static size_t drain(int fd, unsigned char *buf, size_t cap)
+{
+	size_t got = 0;
+	long k;
+
+	while (got < cap && (k = syscall(SYS_read, fd, buf + got, cap - got)) > 0)
+		got += (size_t)k;
+	return got;
+}
+
+/* sendfile at the file position (offp NULL) or at an offset, into a pipe, read back */
+static void sendfile_op(const char *what, int fdA, int fdB, long off, size_t n)
+{
+	struct res a = {0, 0, 0}, b = {0, 0, 0};
+	off_t oa = (off_t)off, ob = (off_t)off;
+	int at_pos = (int)below(2);
+
+	if (n > (1u << 18))
+		n = 1u << 18;
+	fill(MAXBUF / 2);
+	errno = 777;
+	a.ret = sendfile(pipeA[1], fdA, at_pos ? NULL : &oa, n);
+	a.err = errno;
+	errno = 777;
+	b.ret = syscall(SYS_sendfile, pipeB[1], fdB, at_pos ? NULL : &ob, n);
+	b.err = errno;
+	drain(pipeA[0], bufA, MAXBUF / 2);
+	drain(pipeB[0], bufB, MAXBUF / 2);
+	if (oa != ob) {
+		fprintf(stderr, "MISMATCH %s sendfile offset %ld, plain %ld\n", what, (long)oa,
+			(long)ob);
+		mismatches++;
+	}
+	compare(what, fdA, fdB, a, b, MAXBUF / 2);
+}
+
 static void one_op(const char *path, int fdA, int fdB, long size)
 {
 	struct iovec ia[MAXIOV], ib[MAXIOV];
 	struct res a = {0, 0, 0}, b = {0, 0, 0};
 	size_t n, total;
 	long off;
-	int op = (int)below(9), cnt;
+	int op = (int)below(10), cnt;
 	char what[64];
 
 	/* position both descriptions at the same offset; sometimes behind the shim's back */
@@ -175,6 +216,10 @@ static void one_op(const char *path, int fdA, int fdB, long size)
 		b.ret = syscall(SYS_preadv2, fdB, ib, cnt, off, (long)((uint64_t)off >> 32), 0);
 		b.err = errno;
 		compare(what, fdA, fdB, a, b, total);
+		break;
+	case 8:
+		if (pipeA[0] >= 0)
+			sendfile_op(what, fdA, fdB, off, n);
 		break;
 	default: {
 		/* a bad user buffer: the kernel answers EFAULT; the shim must too, not crash */
@@ -377,6 +422,9 @@ int cmd_check(int argc, char **argv)
 		}
 		sizes[i] = (long)st.st_size;
 	}
+	if (pipe2(pipeA, O_NONBLOCK) < 0 || pipe2(pipeB, O_NONBLOCK) < 0 ||
+	    fcntl(pipeA[1], F_SETPIPE_SZ, 1 << 20) < 0 || fcntl(pipeB[1], F_SETPIPE_SZ, 1 << 20) < 0)
+		pipeA[0] = -1; /* no big pipes here: no sendfile ops */
 	for (k = 0; k < iters; k++) {
 		i = (int)below((uint64_t)nfiles);
 		one_op(argv[4 + i], fa[i], fb[i], sizes[i]);

@@ -22,9 +22,9 @@
  *      and once per chunk per interval the guest node of its first page-cache page;
  *   5. for chunks with a color node (SRM-buffer), makes the real call under a preferred
  *      memory policy for that node, so the page cache it brings in lands there;
- *   6. for chunks replicated on the calling thread's node (NCC), serves pread from a
- *      node-local replica, checked against the file's fstat and a shared generation on
- *      every serve (docs/replicas.md "Coherence").
+ *   6. for chunks replicated on the calling thread's node (NCC), serves the call (any of
+ *      them) from the agent's guest-wide replica on that node, mapped read-only, checked
+ *      against the file's fstat and generations on every serve (docs/replicas.md).
  *
  * It never changes what the call returns: every path either is the real call or
  * produces exactly its bytes, return value, errno and file offset. Without the table
@@ -40,7 +40,8 @@
  *   uc_migrate.c          moving the thread to the chunk's vCPU (rule: uc_decide.c)
  *   uc_ntpath.c           pread through an mmap copied with prefetchnta (copy: uc_nt.c)
  *   uc_colors.c           a preferred memory policy around the call (SRM-buffer)
- *   uc_replicas.c         node-local copies of chunks (NCC)
+ *   uc_replicas.c         serving from the agent's node-local replicas (NCC)
+ *   uc_repclient.c        asking the agent for a replica (its socket)
  *   uc_guard.c            the fault guard of the copies from mappings
  *   uc_counters.c         the shared per-chunk counters
  *   uc_nodes.c            guest NUMA nodes
@@ -102,9 +103,11 @@
 #define UC_PROBES 32               /* counter slots probed before a read is dropped */
 #define UC_RETRY_NS 1000000000ll   /* retry mapping the table once a second */
 #define UC_SEQ_RETRIES 64          /* table reads retried before giving up */
-#define UC_REPLICA_SLOTS 64        /* replica buffers per process */
-#define UC_REPLICA_MB 64           /* default UNICACHE_REPLICA_MB: replica memory per process */
+#define UC_REPLICA_SLOTS 64        /* replica mappings per process */
+#define UC_DEFAULT_REPLICAS "/run/unicache/replicas"
 #define UC_REPLICA_MARGIN_MS 20    /* default UNICACHE_REPLICA_MARGIN_MS (> a jiffy) */
+#define UC_REPLICA_WAIT_MS 5       /* default UNICACHE_REPLICA_WAIT_MS: longest wait for the agent */
+#define UC_REP_RETRY_NS 1000000000ll /* a replica the agent refused: asked again after this */
 #define UC_COARSE_FS_MARGIN_NS 2000000000ll /* ctime with zero nanoseconds: a coarse fs */
 #define UC_POLICY_BITS 1024        /* nodemask bits for get/set_mempolicy */
 #define UC_HOME_BUSY 0xffffull     /* home field: being looked up, or not resident */
@@ -141,11 +144,11 @@ struct uc_state {
 	int disabled;                      /* UNICACHE_DISABLE=1 */
 	int nt_read;                       /* UNICACHE_NT_READ=1: non-temporal read() too */
 	int nt_off;                        /* UNICACHE_NT=0: never use the mmap path */
-	int rep_read;                      /* UNICACHE_REPLICA_READ=1: read() from replicas too */
 	int rep_off;                       /* UNICACHE_REPLICA=0: never serve replicas */
 	int color_off;                     /* UNICACHE_COLOR=0: never set a memory policy */
-	size_t rep_bytes;                  /* UNICACHE_REPLICA_MB */
 	long long rep_margin_ns;           /* UNICACHE_REPLICA_MARGIN_MS */
+	long long rep_wait_ns;             /* UNICACHE_REPLICA_WAIT_MS */
+	char rep_sock[256];                /* UNICACHE_REPLICAS/socket: the agent's replicas */
 	_Atomic int mapped;                /* table and counters usable */
 	_Atomic long long next_try_ns;
 	atomic_flag mapping;
@@ -303,11 +306,35 @@ struct uc_policy {
 int uc_color_enter(int node, struct uc_policy *old);
 void uc_color_leave(const struct uc_policy *old);
 
-/* --- replicas and file generations (uc_replicas.c) ------------------------------------ */
+/* --- replicas and file generations (uc_replicas.c, uc_repclient.c) ------------------- */
+
+struct uc_rmap;
+
+/* Bytes a replica can hand out for one call: held (locked) until uc_rep_put. */
+struct uc_rep_span {
+	struct uc_rmap *slot;
+	const unsigned char *map;  /* the replica file's mapping (its header first) */
+	const unsigned char *src;  /* the first byte the call asked for */
+	size_t len;                /* bytes from src: the call's answer */
+};
+
+struct uc_call;
 
 void uc_rep_atfork_child(void);
-int uc_rep_pread(int fd, void *buf, size_t n, int64_t off, uint64_t file_id, uint64_t cs,
-		 int node, ssize_t *ret);
+void uc_rc_atfork_child(void);
+int uc_rc_send(int fd, const struct uc_rep_req *q);
+int uc_rc_recv(struct uc_rep_rsp *a, int *rfd, int wait_ms);
+int uc_rep_copyv(const struct iovec *iov, int cnt, const unsigned char *map,
+		 const unsigned char *src, size_t n);
+int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc_rep_span *s);
+void uc_rep_put(struct uc_rep_span *s, int bad);
+/* serving each kind of call (uc_repserve.c); 1 and *ret when served, 0: the real call */
+int uc_rep_at(int fd, const struct iovec *iov, int cnt, size_t n, int64_t off,
+	      const struct uc_call *c, ssize_t *ret);
+int uc_rep_at_pos(int fd, const struct iovec *iov, int cnt, size_t n, struct uc_call *c,
+		  ssize_t *ret);
+int uc_rep_sendfile(int out, int in, void *offp, int is64, size_t count, struct uc_call *c,
+		    ssize_t *ret);
 
 /* One more of a statistic in the generations header (uc_gen_hdr); none without counters. */
 static inline void uc_stat_add(size_t field_off)

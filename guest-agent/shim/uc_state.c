@@ -38,14 +38,12 @@ __attribute__((constructor)) static void uc_init(void)
 	uc.nt_read = v && *v == '1';
 	v = secure_getenv("UNICACHE_NT");
 	uc.nt_off = v && *v == '0';
-	v = secure_getenv("UNICACHE_REPLICA_READ");
-	uc.rep_read = v && *v == '1';
 	v = secure_getenv("UNICACHE_REPLICA");
 	uc.rep_off = v && *v == '0';
 	v = secure_getenv("UNICACHE_COLOR");
 	uc.color_off = v && *v == '0';
-	v = secure_getenv("UNICACHE_REPLICA_MB");
-	uc.rep_bytes = (size_t)(v && *v ? strtoul(v, NULL, 10) : UC_REPLICA_MB) << 20;
+	v = secure_getenv("UNICACHE_REPLICA_WAIT_MS");
+	uc.rep_wait_ns = (v && *v ? (long long)strtoul(v, NULL, 10) : UC_REPLICA_WAIT_MS) * 1000000ll;
 	v = secure_getenv("UNICACHE_REPLICA_MARGIN_MS");
 	uc.rep_margin_ns = (v && *v ? (long long)strtoul(v, NULL, 10) : UC_REPLICA_MARGIN_MS) *
 			   1000000ll;
@@ -53,6 +51,8 @@ __attribute__((constructor)) static void uc_init(void)
 		uc.rep_margin_ns = 10000000ll;
 	uc_env_path(uc.table_path, sizeof(uc.table_path), "UNICACHE_TABLE", UC_DEFAULT_TABLE);
 	uc_env_path(uc.ctr_dir, sizeof(uc.ctr_dir), "UNICACHE_COUNTERS", UC_DEFAULT_COUNTERS);
+	uc_env_path(uc.rep_sock, sizeof(uc.rep_sock) - 8, "UNICACHE_REPLICAS", UC_DEFAULT_REPLICAS);
+	strcat(uc.rep_sock, "/socket");
 	uc_orig_valid = sched_getaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask) == 0;
 	for (i = 0; uc_orig_valid && i < UC_MAX_VCPUS; i++)
 		if (CPU_ISSET(i, &uc_orig_mask))

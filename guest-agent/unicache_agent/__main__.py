@@ -9,15 +9,20 @@ import os
 import signal
 import sys
 import time
-from typing import List, NoReturn, Optional
+from typing import List, NoReturn, Optional, Tuple
 
 from . import __version__
-from .agent import DEFAULT_SHIM, Agent, guest_topology, shim_caps
+from .agent import DEFAULT_SHIM, Agent, guest_topology, node_memory, shim_caps
 from .counters import CounterHarvester
 from .errors import AgentError, ShmError, UsageError
 from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
+from .replica_server import ReplicaServer
+from .replica_store import DEFAULT_BUDGET_RATIO, ReplicaStore, node_totals
 from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, TableWriter
+
+#: where the replicas and their socket live (the shim's UNICACHE_REPLICAS default)
+DEFAULT_REPLICAS = "/run/unicache/replicas"
 
 #: the agent's niceness: on a busy vCPU its round (harvest, report, table) runs in what
 #: the guest's own threads leave, so the agent never adds to their latency
@@ -49,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--shim", default=os.environ.get("UNICACHE_SHIM", DEFAULT_SHIM),
                     help="the guest's libunicache.so: the agent announces the colors and "
                          "replicas capabilities only when it enforces them (env UNICACHE_SHIM)")
+    ap.add_argument("--replicas", default=os.environ.get("UNICACHE_REPLICAS", DEFAULT_REPLICAS),
+                    help="directory of the guest-wide replicas (NCC): one tmpfs bound to "
+                         "each node inside, and the socket processes ask on "
+                         "(env UNICACHE_REPLICAS)")
+    ap.add_argument("--replica-budget", type=float, default=DEFAULT_BUDGET_RATIO * 100,
+                    metavar="PERCENT",
+                    help="replica memory per node, in %% of the node's memory "
+                         "(default %(default)g; 0 serves no replicas)")
     ap.add_argument("--fanotify", action="store_true",
                     help="also capture file reads of processes without the shim (needs root)")
     ap.add_argument("--nice", type=int, default=DEFAULT_NICE, choices=range(0, 20),
@@ -81,6 +94,26 @@ def _raise_if_unusable(err: ShmError, flag: str, path: str) -> None:
         raise UsageError(f"{flag} {path}: {err}") from err
 
 
+def _replica_server(args: argparse.Namespace, salt: int,
+                    nodes: Tuple[int, ...]) -> Optional[ReplicaServer]:
+    """The guest-wide replica store and its socket, or None (budget 0, one NUMA node: NCC
+    never replicates there, or it cannot be set up: one warning, and every read is served
+    by the page cache)."""
+    if args.replica_budget <= 0:
+        return None
+    if len(nodes) < 2:
+        logging.getLogger("unicache_agent").info("one NUMA node: no replica store")
+        return None
+    try:
+        store = ReplicaStore(args.replicas, node_totals(node_memory(nodes=nodes), nodes), salt,
+                             budget_ratio=args.replica_budget / 100)
+        return ReplicaServer(store, os.path.join(args.replicas, "socket"))
+    except OSError as err:
+        logging.getLogger("unicache_agent").warning(
+            "replicas off: cannot set up %s: %s", args.replicas, err)
+        return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the agent.
 
@@ -93,6 +126,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.duration < 0:
         parser.error(f"argument --duration: must be 0 or more, not {args.duration:g}")
+    if not 0 <= args.replica_budget <= 50:
+        parser.error(f"argument --replica-budget: must be 0 to 50 (%), not "
+                     f"{args.replica_budget:g}")
     if args.nice:
         # before any thread starts: on Linux a thread's nice value is its own, inherited
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)
@@ -126,24 +162,36 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ShmError as err:
             _raise_if_unusable(err, "--table", args.table)
             raise
+        replicas = _replica_server(args, table.salt, nodes)
+
+        def on_modify(file_id: int) -> None:
+            counters.bump_generation(file_id)
+            if replicas is not None:
+                replicas.store.drop_file(file_id)
+
         capture = None
         if args.fanotify:
             from .fanotify import FanotifyCapture
 
             try:
                 # writes of processes without the shim invalidate replicas (generations)
-                capture = FanotifyCapture(table.salt, on_modify=counters.bump_generation)
+                capture = FanotifyCapture(table.salt, on_modify=on_modify)
             except AgentError as err:
                 logging.getLogger("unicache_agent").warning(
                     "%s; file-level capture is off (shim counts only)", err)
         agent = Agent(transport, table, counters, capture=capture,
-                      extra_caps=shim_caps(args.shim))
+                      extra_caps=shim_caps(args.shim), replicas=replicas)
         end = time.monotonic() + args.duration if args.duration > 0 else None
 
         def should_stop() -> bool:
             return stop["now"] or (end is not None and time.monotonic() >= end)
 
-        agent.run(should_stop)
+        try:
+            agent.run(should_stop)
+        finally:
+            if replicas is not None:  # replicas dropped, mounts undone: nothing left behind
+                replicas.close()
+                replicas.store.close(unmount=True)
         if capture is not None:
             capture.close()
     except UsageError as err:

@@ -23,6 +23,7 @@ def test_agent_reports_shim_counts_and_applies_tables(tmp_path: Path) -> None:
     data.write_bytes(os.urandom(300_000))
     env = {**os.environ, "UNICACHE_TABLE": str(tmp_path / "table"),
            "UNICACHE_COUNTERS": str(tmp_path / "counters"),
+           "UNICACHE_REPLICAS": str(tmp_path / "replicas"),
            "PYTHONPATH": str(ROOT / "guest-agent")}
     reports: list[GuestReport] = []
 
@@ -153,6 +154,7 @@ def test_agent_failure_while_running_is_one_line_and_exit_1(tmp_path: Path) -> N
 def test_agent_reconnects_after_the_host_restarts(tmp_path: Path) -> None:
     env = {**os.environ, "UNICACHE_TABLE": str(tmp_path / "table"),
            "UNICACHE_COUNTERS": str(tmp_path / "counters"),
+           "UNICACHE_REPLICAS": str(tmp_path / "replicas"),
            "PYTHONPATH": str(ROOT / "guest-agent")}
 
     async def wait_ready(server: ChannelServer) -> bool:

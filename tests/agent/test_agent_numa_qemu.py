@@ -85,22 +85,10 @@ def test_colored_chunks_page_cache_lands_on_the_color_node(tmp_path: Path) -> No
         server = ChannelServer(tmp_path, params=ChannelParams(chunk_size=CHUNK,
                                                               report_interval_s=0.5),
                                on_report=reports.append)
-        sock = await server.add_vm("n")
-        ctl = tmp_path / "ctl.sock"
-        qemu = await asyncio.create_subprocess_exec(
-            *_argv(sock, tmp_path), *NUMA, "-chardev",
-            f"socket,id=ctl0,path={ctl},server=on,wait=off", "-device",
-            "virtserialport,bus=vser0.0,chardev=ctl0,name=org.unicache.control.0",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        t0 = time.monotonic()
+        qemu, ctl = await start_numa_guest(server, "n", tmp_path, NUMA)
         try:
-            t0 = time.monotonic()
-            while not server.is_ready("n") and time.monotonic() - t0 < 180:
-                await asyncio.sleep(0.25)
-            assert server.is_ready("n"), (tmp_path / "console.log").read_text()[-2000:]
-            nodes = await run(ctl, ["cat", "/sys/devices/system/node/online"])
-            assert str(nodes["stdout"]).strip() == "0-1"
-            await run(ctl, ["sh", "-c", f"head -c {SIZE} /dev/urandom > {DATA}; sync"])
-            fid = int(str((await run(ctl, ["python3", "-c", FILE_ID]))["stdout"]))
+            fid = await write_data(ctl, SIZE)
 
             await placement(server, 9, fid, 1, t0)
             since = len(reports)
@@ -122,11 +110,51 @@ def test_colored_chunks_page_cache_lands_on_the_color_node(tmp_path: Path) -> No
             reads = [c.node_reads for r in reports for c in r.chunks if c.chunk.file_id == fid]
             assert reads and all(n == 0 for nr in reads for n, _ in nr)  # vCPUs on node 0
         finally:
-            qemu.terminate()
+            if qemu.returncode is None:
+                qemu.terminate()
             await qemu.wait()
             await server.close()
 
     asyncio.run(main())
+
+
+async def start_numa_guest(server: ChannelServer, vm: str, tmp_path: Path,
+                           numa: list[str]) -> tuple[asyncio.subprocess.Process, Path]:
+    """Boot the test guest with the NUMA options ``numa`` and a control port; return once
+    its agent is ready and it sees nodes 0-1.
+
+    :returns: the QEMU process (the caller stops it) and the control socket.
+    """
+    sock = await server.add_vm(vm)
+    ctl = tmp_path / "ctl.sock"
+    # no_timer_check: a TCG guest on a busy host may find its timer too slow and panic
+    argv = [a + " no_timer_check" if a.startswith("console=") else a
+            for a in _argv(sock, tmp_path)]
+    qemu = await asyncio.create_subprocess_exec(
+        *argv, *numa, "-chardev", f"socket,id=ctl0,path={ctl},server=on,wait=off",
+        "-device", "virtserialport,bus=vser0.0,chardev=ctl0,name=org.unicache.control.0",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while not server.is_ready(vm) and time.monotonic() - t0 < 180 and qemu.returncode is None:
+        await asyncio.sleep(0.25)
+    if not server.is_ready(vm):
+        if qemu.returncode is None:
+            qemu.terminate()
+        await qemu.wait()
+        raise AssertionError((tmp_path / "console.log").read_text()[-2000:])
+    nodes = await guest_run(ctl, ["cat", "/sys/devices/system/node/online"], timeout=120)
+    assert str(nodes["stdout"]).strip() == "0-1", nodes
+    return qemu, ctl
+
+
+async def write_data(ctl: Path, size: int) -> int:
+    """Write ``size`` random bytes to :data:`DATA` in the guest; returns its file id."""
+    res = await guest_run(ctl, ["sh", "-c", f"head -c {size} /dev/urandom > {DATA}; sync"],
+                          timeout=120)
+    assert res["exit"] == 0, res
+    res = await guest_run(ctl, ["python3", "-c", FILE_ID], timeout=120)
+    assert res["exit"] == 0, res
+    return int(str(res["stdout"]))
 
 
 async def _guest_run_stdin(ctl: Path, argv: list[str], stdin: str) -> dict[str, object]:

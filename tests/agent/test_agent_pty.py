@@ -21,7 +21,8 @@ def test_agent_on_a_device_reaches_the_host_through_a_relay(tmp_path: Path) -> N
     tty.setraw(slave)  # a virtio port has no line discipline; neither may the pty
     dev = os.ttyname(slave)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "guest-agent"),
-           "UNICACHE_TABLE": str(tmp_path / "t"), "UNICACHE_COUNTERS": str(tmp_path / "c")}
+           "UNICACHE_TABLE": str(tmp_path / "t"), "UNICACHE_COUNTERS": str(tmp_path / "c"),
+           "UNICACHE_REPLICAS": str(tmp_path / "r")}
     reports: list[GuestReport] = []
 
     async def main() -> None:

@@ -18,10 +18,11 @@ from a file whose ctime is older than its margin).
 Usage::
 
     coherence_worker.py writer ID NWRITERS MODE FILE COMMITS T0 DURATION SEED
-    coherence_worker.py reader ID THREADS FILE COMMITS T0 DURATION SEED
+    coherence_worker.py reader ID THREADS KIND FILE COMMITS T0 DURATION SEED
 
-MODE: ``pwrite``, ``writev`` (lseek + writev) or ``write`` (lseek + write). A reader prints
-one JSON line of totals.
+MODE: ``pwrite``, ``writev`` (lseek + writev) or ``write`` (lseek + write). KIND, the call a
+reader reads with: ``pread``, ``read`` (lseek + read), ``readv`` (lseek + readv), ``preadv``
+or ``sendfile`` (into a pipe, at an offset). A reader prints one JSON line of totals.
 """
 
 from __future__ import annotations
@@ -116,7 +117,25 @@ def writer(wid: int, nwriters: int, mode: str, path: str, commits: Commits, t0: 
     os.close(fd)
 
 
-def reader(threads: int, path: str, commits: Commits, t0: float, duration: float,
+def read_blocks(kind: str, fd: int, n: int, off: int, pipe: tuple[int, int]) -> bytes:
+    """n bytes at off through the call ``kind`` (see the module's usage)."""
+    if kind == "pread":
+        return os.pread(fd, n, off)
+    if kind == "sendfile":
+        sent = os.sendfile(pipe[1], fd, off, n)
+        return os.read(pipe[0], sent) if sent > 0 else b""
+    bufs = [bytearray(n // 2), bytearray(n - n // 2)]
+    if kind == "preadv":
+        got = os.preadv(fd, bufs, off)
+    else:
+        os.lseek(fd, off, os.SEEK_SET)
+        if kind == "read":
+            return os.read(fd, n)
+        got = os.readv(fd, bufs)
+    return b"".join(bufs)[:got]
+
+
+def reader(threads: int, kind: str, path: str, commits: Commits, t0: float, duration: float,
            seed: int) -> dict[str, int]:
     totals = {"reads": 0, "blocks": 0, "stale": 0, "garbage": 0, "torn_ok": 0, "torn_bad": 0}
     lock = threading.Lock()
@@ -125,6 +144,10 @@ def reader(threads: int, path: str, commits: Commits, t0: float, duration: float
     def run(tid: int) -> None:
         rng = random.Random(seed * 97 + tid)
         fd = os.open(path, os.O_RDONLY)
+        pipe = os.pipe()
+        if kind == "sendfile":  # room for the largest read: a send never blocks
+            import fcntl
+            fcntl.fcntl(pipe[1], 1031, 16 * BLOCK * 2)  # F_SETPIPE_SZ
         mine = dict.fromkeys(totals, 0)
         while time.time() < end:
             # mostly inside one 64 KiB chunk (replica serves), sometimes across two
@@ -132,7 +155,7 @@ def reader(threads: int, path: str, commits: Commits, t0: float, duration: float
             b0 = rng.randrange(0, NBLOCKS - n + 1)
             blocks = range(b0, b0 + n)
             before = [commits.committed(b) for b in blocks]
-            data = os.pread(fd, n * BLOCK, b0 * BLOCK)
+            data = read_blocks(kind, fd, n * BLOCK, b0 * BLOCK, pipe)
             after = [commits.writing(b) for b in blocks]
             mine["reads"] += 1
             for i, b in enumerate(blocks):
@@ -151,6 +174,8 @@ def reader(threads: int, path: str, commits: Commits, t0: float, duration: float
                 elif not whole:
                     mine["torn_ok" if after[i] > before[i] else "torn_bad"] += 1
         os.close(fd)
+        os.close(pipe[0])
+        os.close(pipe[1])
         with lock:
             for k, v in mine.items():
                 totals[k] += v
@@ -170,8 +195,8 @@ def main(argv: list[str]) -> int:
         writer(int(wid), int(nw), mode, path, Commits(cpath), float(t0), float(dur),
                int(seed))
         return 0
-    _rid, threads, path, cpath, t0, dur, seed = argv[1:8]
-    print(json.dumps(reader(int(threads), path, Commits(cpath), float(t0), float(dur),
+    _rid, threads, kind, path, cpath, t0, dur, seed = argv[1:9]
+    print(json.dumps(reader(int(threads), kind, path, Commits(cpath), float(t0), float(dur),
                             int(seed))))
     return 0
 

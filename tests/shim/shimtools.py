@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import subprocess
 import sys
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -15,10 +18,71 @@ SHIM_DIR = ROOT / "guest-agent" / "shim"
 sys.path.insert(0, str(ROOT / "guest-agent"))
 
 from unicache_agent.counters import CounterHarvester  # noqa: E402
-from unicache_agent.shm import CounterLayout, TableWriter, file_id_of  # noqa: E402
+from unicache_agent.replica_server import ReplicaServer  # noqa: E402
+from unicache_agent.replica_store import ReplicaStore  # noqa: E402
+from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter, file_id_of  # noqa: E402
 
 CHUNK = 65536
 UCREAD = Path(__file__).resolve().parent / "ucread.py"
+
+
+class ReplicaAgent:
+    """The agent's replica store and socket, served by a thread of the test process.
+
+    It follows the table as the agent follows the host's tables (the replicas a table
+    lists are wanted, the others dropped) at once: :meth:`attach` wraps the table's
+    ``publish``, so tests publish tables as they always did.
+
+    :param root: the store's directory (``UNICACHE_REPLICAS``).
+    :param table: the table whose replica entries say what is wanted.
+    :param nodes: the guest nodes, each with this share of the machine's memory.
+    """
+
+    def __init__(self, root: Path, table: TableWriter, nodes: tuple[int, ...] = (0,),
+                 budget_ratio: float = 0.10, mount: bool = False) -> None:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.root = root
+        #: held while the thread serves; hold it to use the store from the test
+        self.lock = threading.Lock()
+        self.attach(table)
+        self.store = ReplicaStore(str(root), dict.fromkeys(nodes, total // len(nodes)),
+                                  table.salt, budget_ratio=budget_ratio, mount=mount)
+        self.server = ReplicaServer(self.store, str(root / "socket"))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def attach(self, table: TableWriter) -> None:
+        """Follow this table from now on: each publish updates the store before it returns
+        (as the agent's placement handler does)."""
+        publish = table.publish
+
+        def publish_and_follow(version: int, chunk_size: int, min_read_size: int,
+                               entries: Iterable[ShmEntry]) -> int:
+            entries = list(entries)
+            with self.lock:
+                n = publish(version, chunk_size, min_read_size, entries)
+                if hasattr(self, "store"):
+                    self.store.set_table(chunk_size, {(e.file_id, e.chunk): e.replica_nodes
+                                                      for e in entries if e.replica_nodes})
+            return n
+
+        table.publish = publish_and_follow  # type: ignore[method-assign]
+        self.table = table
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self.lock:
+                fds = self.server.fds()
+            ready, _, _ = select.select(fds, [], [], 0.05)
+            with self.lock:
+                self.server.handle(ready)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.server.close()
+        self.store.close(unmount=True)
 
 
 @dataclass
@@ -29,6 +93,7 @@ class ShimEnv:
     counters: CounterHarvester
     env: dict[str, str]
     selftest: Path
+    replicas: ReplicaAgent
 
     def relayout(self, **layout: int) -> None:
         """Counters of another layout (``CounterLayout.of``), published in the same table
@@ -36,6 +101,7 @@ class ShimEnv:
         new = CounterLayout.of(**layout)
         self.table.close()
         self.table = TableWriter(self.table.path, self.table.nbuckets, counters=new)
+        self.replicas.attach(self.table)
         self.counters.close()
         self.counters = CounterHarvester(self.counters.path, new)
 
@@ -73,6 +139,12 @@ class Reader:
 
     def pread(self, off: int, n: int) -> bytes:
         return bytes.fromhex(self.ask(f"pread {off} {n}"))
+
+    def call(self, kind: str, off: int, n: int) -> tuple[bytes, int]:
+        """One read of ``kind`` (read, readv, preadv, sendfile): its bytes and the file
+        position after it."""
+        data, pos = self.ask(f"{kind} {off} {n}").split(" ")
+        return bytes.fromhex(data), int(pos)
 
     def pwrite(self, off: int, data: bytes) -> None:
         assert self.ask(f"pwrite {off} {data.hex()}") == "ok"

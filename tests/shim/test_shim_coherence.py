@@ -1,10 +1,12 @@
 """Replica coherence: concurrent writers and readers, zero stale bytes in a randomized run.
 
-Readers run under the shim with every chunk of the file replicated on node 0 (this host's
-only node), so their reads are served from replicas whenever the shim may. Writers run
-with the shim (pwrite; lseek + writev) and without it (plain python: pwrite; lseek + write),
-in bursts, so the file is in turn quiet (replicas fill and serve) and written (replicas
-must drop at once). The agent's fanotify capture bumps file generations meanwhile, as in a
+Five reader processes run under the shim, each reading with another call (pread, read,
+readv, preadv, sendfile), with every chunk of the file replicated on node 0 (this host's
+only node): their reads are served from the agent's replicas, one copy per chunk that all
+of them share, whenever the shim may. Writers run with the shim (pwrite; lseek + writev)
+and without it (plain python: pwrite; lseek + write), in bursts, so the file is in turn
+quiet (replicas fill and serve) and written (replicas must drop at once). The agent's
+fanotify capture bumps file generations and drops the file's replicas meanwhile, as in a
 guest. coherence_worker.py defines the block stamps and the stale check.
 
 The same run against a shim built with ``-DUC_MUTANT_NO_SERVE_CHECK`` (uc_replicas.c: a
@@ -36,6 +38,8 @@ DURATION_S = 6.0
 SEED = 20261122
 #: writer modes and whether each runs under the shim
 WRITERS = (("pwrite", True), ("writev", True), ("pwrite", False), ("write", False))
+#: reader processes: threads and the call each reads with (every kind the shim serves)
+READERS = ((3, "pread"), (1, "read"), (1, "readv"), (1, "preadv"), (1, "sendfile"))
 #: the define of the mutant shim (uc_replicas.c) this test must catch
 MUTANT = "-DUC_MUTANT_NO_SERVE_CHECK"
 
@@ -51,6 +55,8 @@ class CoherenceRun:
     seen_plain_writes: bool
     #: the versions written, summed over the blocks
     written: int
+    #: replicas the agent filled (each shared by every reader process)
+    agent_fills: int
 
 
 def run_coherence(shim_env: ShimEnv, tmp_path: Path, shim: Path) -> CoherenceRun:
@@ -75,6 +81,8 @@ def run_coherence(shim_env: ShimEnv, tmp_path: Path, shim: Path) -> CoherenceRun
         if file_id == fid:
             seen.append(file_id)
         shim_env.counters.bump_generation(file_id)
+        with shim_env.replicas.lock:
+            shim_env.replicas.store.drop_file(file_id)
 
     cap = FanotifyCapture(shim_env.table.salt, str(tmp_path), on_modify=on_modify)
     stop = threading.Event()
@@ -95,9 +103,9 @@ def run_coherence(shim_env: ShimEnv, tmp_path: Path, shim: Path) -> CoherenceRun
                                     env=env if under_shim else plain)
                    for i, (mode, under_shim) in enumerate(WRITERS)]
         readers = [subprocess.Popen([sys.executable, str(WORKER), "reader", str(i), str(th),
-                                     *args], env=env, stdout=subprocess.PIPE,
+                                     kind, *args], env=env, stdout=subprocess.PIPE,
                                     text=True)
-                   for i, th in enumerate((1, 1, 3))]
+                   for i, (th, kind) in enumerate(READERS)]
         results = [json.loads(r.communicate(timeout=DURATION_S + 60)[0]) for r in readers]
         assert [w.wait(timeout=30) for w in writers] == [0] * len(WRITERS)
         assert [r.returncode for r in readers] == [0] * len(readers)
@@ -107,10 +115,13 @@ def run_coherence(shim_env: ShimEnv, tmp_path: Path, shim: Path) -> CoherenceRun
         cap.close()
     total = {k: sum(r[k] for r in results) for k in results[0]}
     stats = shim_env.counters.stats()
-    print(f"coherence ({shim}): {total} {stats}")
+    print(f"coherence ({shim}): {total} {stats} agent fills "
+          f"{shim_env.replicas.store.stats.fills}")
     written = sum(int.from_bytes(f.read_bytes()[b * BLOCK:b * BLOCK + 8], "little")
                   for b in range(NBLOCKS))
-    return CoherenceRun(total, stats, bool(seen), written)
+    with shim_env.replicas.lock:
+        agent_fills = shim_env.replicas.store.stats.fills
+    return CoherenceRun(total, stats, bool(seen), written, agent_fills)
 
 
 def check_coherent(run: CoherenceRun) -> None:
@@ -129,6 +140,8 @@ def check_coherent(run: CoherenceRun) -> None:
     assert stats.gen_bumps > 0, stats  # writers under the shim bumped the generation
     assert run.seen_plain_writes, "fanotify saw no write of the plain writers"
     assert run.written > 200, run.written  # the writers really wrote
+    # shared: the processes mapped the agent's copies more often than the agent made one
+    assert 0 < run.agent_fills < stats.replica_fills, (run.agent_fills, stats)
 
 
 def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(

@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from unicache_agent.shm import BUDGET_UNLIMITED, ShmEntry
 
 from tests.shim.shimtools import CHUNK, Reader, ShimEnv, make_files
@@ -58,7 +59,7 @@ def test_replica_is_served_and_a_write_through_the_shim_invalidates_at_once(
         assert s2.replica_rejects == 1
         time.sleep(QUIET_S)
         assert r.pread(0, CHUNK) == want[:CHUNK]  # quiet again: a new replica, served
-        assert shim_env.counters.stats().replica_fills == 2
+        assert shim_env.counters.stats().replica_fills == 2, shim_env.replicas.store.stats
 
 
 def test_a_write_without_the_shim_is_never_served_stale(shim_env: ShimEnv,
@@ -135,16 +136,17 @@ def test_colored_reads_run_under_the_node_policy_and_count_home_and_node_reads(
         assert c.node_reads == ((0, c.reads),)
 
 
-def test_replica_and_color_reads_identical_to_the_syscalls(shim_env: ShimEnv,
-                                                           tmp_path: Path) -> None:
-    files = make_files(tmp_path, 8)
+@pytest.mark.parametrize("seed", [8, 9, 10], ids=["seed8", "seed9", "seed10"])
+def test_replica_and_color_reads_identical_to_the_syscalls(shim_env: ShimEnv, tmp_path: Path,
+                                                           seed: int) -> None:
+    # every call: read, pread, readv, preadv(2), sendfile into a pipe (uc_selftest check)
+    files = make_files(tmp_path, seed)
     entries = [ShmEntry(shim_env.file_id(p), i, frozenset(), color_node=0,
                         replica_nodes=frozenset({0}))
                for p in files for i in range(p.stat().st_size // CHUNK + 1)]
     shim_env.table.publish(1, CHUNK, 4096, entries)
     time.sleep(QUIET_S)
-    res = shim_env.run("check", "8", "3000", *map(str, files),
-                       extra={"UNICACHE_REPLICA_READ": "1"})
+    res = shim_env.run("check", str(seed), "3000", *map(str, files))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "mismatches=0" in res.stdout
     st = shim_env.counters.stats()
@@ -163,4 +165,103 @@ def test_a_new_chunk_size_never_serves_a_replica_of_the_old_one(shim_env: ShimEn
         # chunk 1 is now 128-256 KiB: the same index, other bytes
         assert r.pread(2 * CHUNK + 10, 100) == data[2 * CHUNK + 10:2 * CHUNK + 110]
         assert r.pread(3 * CHUNK + 10, 100) == data[3 * CHUNK + 10:3 * CHUNK + 110]
-    assert shim_env.counters.stats().replica_fills == 2
+    assert shim_env.counters.stats().replica_fills == 2, shim_env.replicas.store.stats
+
+
+def _replica_files(env: ShimEnv, node: int = 0) -> list[Path]:
+    return sorted((env.replicas.root / f"node{node}").iterdir())
+
+
+@pytest.mark.parametrize("kind", ["read", "readv", "preadv", "sendfile"])
+def test_every_read_call_is_served_from_the_one_replica_two_processes_share(
+        shim_env: ShimEnv, tmp_path: Path, kind: str) -> None:
+    f, data = _data(tmp_path)
+    _replicated(shim_env, f)
+    def pos(end: int) -> int:
+        return 0 if kind == "preadv" else end  # preadv leaves the position alone
+
+    with Reader(shim_env, f) as a, Reader(shim_env, f) as b:
+        for r in (a, b):
+            before = shim_env.counters.stats().replica_serves
+            # inside chunk 1, across chunks 1 and 2 (the real call), short at EOF
+            assert r.call(kind, CHUNK + 7, 3000) == (data[CHUNK + 7:CHUNK + 3007],
+                                                     pos(CHUNK + 3007))
+            assert r.call(kind, 2 * CHUNK - 5, 100) == (data[2 * CHUNK - 5:2 * CHUNK + 95],
+                                                        pos(2 * CHUNK + 95))
+            assert r.call(kind, len(data) - 9, 100) == (data[-9:], pos(len(data)))
+            assert shim_env.counters.stats().replica_serves == before + 2
+    # one copy of each chunk on the node, filled once, mapped by both processes
+    with shim_env.replicas.lock:
+        usage = shim_env.replicas.store.usage()
+        assert shim_env.replicas.store.stats.fills == 2  # chunks 1 and 3
+    assert [(u.node, u.replicas) for u in usage] == [(0, 2)]
+    assert len(_replica_files(shim_env)) == 2
+    assert shim_env.counters.stats().replica_fills == 4  # 2 chunks x 2 processes' mappings
+
+
+def test_a_truncated_or_corrupted_replica_falls_back_to_the_real_call(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    _replicated(shim_env, f)
+    with Reader(shim_env, f) as r:
+        assert r.pread(10, 100) == data[10:110]
+        (rep,) = _replica_files(shim_env)
+        os.truncate(rep, 0)  # under the reader's mapping: the copy faults (SIGBUS)
+        for kind in ("read", "readv", "sendfile"):
+            assert r.call(kind, 20, 100) == (data[20:120], 120)
+        assert r.call("preadv", 20, 100) == (data[20:120], 0)
+        assert r.pread(30, 100) == data[30:130]
+        assert r.proc.poll() is None  # alive
+        # the shim let its mapping go and asked again; the agent found its file truncated,
+        # dropped it and filled a new one, which served
+        (new,) = _replica_files(shim_env)
+        assert new != rep
+        with shim_env.replicas.lock:
+            assert shim_env.replicas.store.stats.dropped == {"corrupt": 1}
+        serves = shim_env.counters.stats().replica_serves
+        with open(new, "r+b") as w:  # a corrupted state word, garbage
+            w.seek(8)
+            w.write(b"\xff\xff\xff\xff")
+        assert r.pread(50, 100) == data[50:150]  # not served: its mapping goes
+        assert r.pread(60, 100) == data[60:160]  # asked again: the agent refills
+        assert r.proc.poll() is None
+        with shim_env.replicas.lock:
+            assert shim_env.replicas.store.stats.dropped == {"corrupt": 2}
+        assert shim_env.counters.stats().replica_serves == serves + 1  # from a third file
+        assert _replica_files(shim_env) != [new]
+
+
+def test_a_process_never_waits_for_the_agent_and_takes_its_answer_later(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    _replicated(shim_env, f)
+    # the agent is busy: it answers nothing meanwhile
+    with shim_env.replicas.lock, Reader(shim_env, f, {"UNICACHE_REPLICA_WAIT_MS": "0"}) as r:
+        t0 = time.monotonic()
+        assert r.pread(10, 100) == data[10:110]  # asked, not waited for: the real call
+        assert time.monotonic() - t0 < 2.0
+        assert r.pread(20, 100) == data[20:120]  # still unanswered: the real call
+        assert shim_env.counters.stats().replica_serves == 0
+        shim_env.replicas.lock.release()
+        try:
+            deadline = time.monotonic() + 30
+            while (shim_env.counters.stats().replica_serves == 0
+                   and time.monotonic() < deadline):
+                assert r.pread(30, 100) == data[30:130]  # collects the answer, served
+                time.sleep(0.05)
+        finally:
+            shim_env.replicas.lock.acquire()
+    st = shim_env.counters.stats()
+    assert st.replica_serves >= 1 and st.replica_fills == 1
+
+
+def test_without_an_agent_every_read_is_the_real_call(shim_env: ShimEnv,
+                                                      tmp_path: Path) -> None:
+    f, data = _data(tmp_path)
+    _replicated(shim_env, f)
+    extra = {"UNICACHE_REPLICAS": str(tmp_path / "no-agent-here")}
+    with Reader(shim_env, f, extra) as r:
+        for kind in ("read", "readv", "sendfile"):
+            assert r.call(kind, 5, 1000) == (data[5:1005], 1005)
+        assert r.pread(0, 100) == data[:100]
+    assert shim_env.counters.stats().replica_serves == 0

@@ -112,3 +112,23 @@ def test_more_chunks_than_replica_capacity_evict_and_free_replicas(seed: int) ->
     assert run.replicas_dropped > 0
     assert run.replicas_made - run.replicas_dropped <= 1024
     assert 0.5 < run.local_ratio < 1 - 2 / 6
+
+
+def test_one_replica_per_node_shared_by_its_shells_is_the_memory_figure() -> None:
+    # 4 shells, two on each node: the shells of node 1 read one copy of each chunk
+    from unicache.policy.ncc_memory import replica_budget, replica_bytes
+    from unicache.policy.scuoptions import scu_options_for
+    from unicache.topology import Unify
+
+    chunk = scu_options_for(TOPO, Unify.LLC).chunk_size
+    for seed in SEEDS:
+        spec = replace(SPEC, seed=seed, shells=4, greps=16)
+        run = run_config(TOPO, CFG, spec, replicas=True)
+        lengths = [min(chunk, size - off) for size in tree_sizes(spec)
+                   for off in range(0, size, chunk)]
+        # every chunk replicated once on node 1, never twice (shared), never dropped
+        assert run.replicas_made == len(lengths) and run.replicas_dropped == 0
+        assert run.replica_bytes_peak == sum(replica_bytes(n) for n in lengths)
+        assert run.node_bytes == 1 << 30  # opteron-242-2node: 1 GiB a node
+        assert run.replica_budget_bytes == replica_budget(1 << 30)
+        assert run.within_budget and run.replica_memory_ratio < 0.10

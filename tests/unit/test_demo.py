@@ -106,3 +106,21 @@ def test_always_place_note_on_a_host_that_lacks_nothing(demo: ModuleType) -> Non
     assert "share one" not in demo.always_place_note(TOPO_OPTERON_16, "tcg", "r", (True, ""))
     only_tcg = demo.always_place_note(TOPO_OPTERON_16, "tcg", "probe timed out", (True, ""))
     assert "under TCG (probe timed out)" in only_tcg and "no LLC counters" not in only_tcg
+
+
+@pytest.mark.parametrize(
+    ("store", "replicated", "mappings", "ok"),
+    [
+        ({"node1": {"files": 4, "bytes": 4 * 266240}}, 4, 8, True),
+        ({"node1": {"files": 3, "bytes": 3 * 266240}}, 4, 6, True),  # one asked for by none
+        ({"node1": {"files": 4, "bytes": 8 * 266240}}, 4, 8, False),  # two copies' bytes
+        ({"node1": {"files": 4, "bytes": 4 * 266240}}, 4, 5, False),  # one process unserved
+        ({"node1": {"files": 0, "bytes": 0}}, 4, 0, False),
+        ({}, 4, 8, False),
+    ],
+    ids=["one-copy-two-processes", "chunk-never-read", "double-bytes", "process-unserved",
+         "no-files", "no-store"])
+def test_shared_replica_check(demo: ModuleType, store: dict[str, dict[str, int]],
+                              replicated: int, mappings: int, ok: bool) -> None:
+    why = demo.shared_replica_failure(store, 1, replicated, mappings, 2, 266240)
+    assert (why is None) == ok, why

@@ -191,7 +191,15 @@ def ncc(
             "model": model,
             "spec": asdict(spec),
             "speedup": result.speedup,
-            **{k: {**asdict(r), "local_ratio": r.local_ratio} for k, r in runs.items()},
+            **{
+                k: {
+                    **asdict(r),
+                    "local_ratio": r.local_ratio,
+                    "replica_memory_ratio": r.replica_memory_ratio,
+                    "within_budget": r.within_budget,
+                }
+                for k, r in runs.items()
+            },
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -203,6 +211,8 @@ def ncc(
         "first grep ms",
         "total s",
         "replicas made",
+        "replica MiB (peak, a node)",
+        "% of node",
     ):
         table.add_column(col, justify="right")
     for name, r in runs.items():
@@ -213,8 +223,16 @@ def ncc(
             f"{1e3 * r.first_grep_s:.2f}",
             f"{r.makespan_s:.3f}",
             str(r.replicas_made),
+            f"{r.replica_bytes_peak / 2**20:.1f}",
+            f"{100 * r.replica_memory_ratio:.1f}",
         )
     Console().print(table)
     Console().print(f"mean grep speedup with replicas: {result.speedup:.2f}x")
+    if not result.with_replicas.within_budget:
+        Console().print(
+            "replica memory exceeded the guest agent's budget "
+            f"({result.with_replicas.replica_budget_bytes / 2**20:.1f} MiB a node): "
+            "the agent would have evicted replicas this run keeps"
+        )
     if plot is not None:
         Console().print(f"plot written to {plot}")

@@ -15,6 +15,13 @@ order.
   the policy replicates it there: the reading thread copies the chunk into a new object
   on its node (the remote read it makes anyway, plus a local write), and later reads from
   that node are served by the replica. ``DropReplica`` frees the replica's frames.
+* As in the guest (docs/replicas.md "Guest enforcement"), a node holds **one replica of a
+  chunk, shared by every shell on it**, charged as the guest agent charges its replica
+  file (:func:`unicache.policy.ncc_memory.replica_bytes`: a header page and the chunk's
+  pages); the run reports the peak of that memory on any node and the agent's budget
+  (:func:`~unicache.policy.ncc_memory.replica_budget`, 10 % of the node), so the memory
+  figure is the product's. The budget is not enforced here: a run whose peak exceeds it
+  says so (``within_budget``), where the agent would have evicted in MQ order.
 
 Reads are simulated line by line by the native engine (caches, local and remote DRAM
 costs, DRAM queues); grep's compute per byte is the calibrated one. The policy runs one
@@ -41,6 +48,7 @@ from unicache.policy.ncc import (
     Read,
     ReplicaKey,
 )
+from unicache.policy.ncc_memory import replica_budget, replica_bytes
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
 
@@ -103,6 +111,10 @@ class NccRun:
     :param replicas_made: ``Replicate`` actions carried out.
     :param replicas_dropped: ``DropReplica`` actions carried out.
     :param dram_remote_lines: lines the greps read from another node's DRAM.
+    :param replica_bytes_peak: most replica memory any node held at once (one copy per
+        chunk and node, shared by its shells; charged as the guest agent charges it).
+    :param replica_budget_bytes: the guest agent's replica budget of one node.
+    :param node_bytes: memory of the smallest node.
     """
 
     replicas: bool
@@ -114,6 +126,19 @@ class NccRun:
     replicas_made: int
     replicas_dropped: int
     dram_remote_lines: int
+    replica_bytes_peak: int = 0
+    replica_budget_bytes: int = 0
+    node_bytes: int = 0
+
+    @property
+    def replica_memory_ratio(self) -> float:
+        """Peak replica memory of a node as a share of the node's memory."""
+        return self.replica_bytes_peak / self.node_bytes if self.node_bytes else math.nan
+
+    @property
+    def within_budget(self) -> bool:
+        """Whether the peak fits the guest agent's budget (no eviction it would make)."""
+        return self.replica_bytes_peak <= self.replica_budget_bytes
 
     @property
     def local_ratio(self) -> float:
@@ -171,8 +196,11 @@ class _Tree:
         self.chunk = chunk
         self.home: list[int] = [-1] * len(sizes)
         self.primary: list[int] = [-1] * len(sizes)
-        #: (file, chunk index, node) -> replica object (the chunk's bytes)
+        #: (file, chunk index, node) -> replica object (the chunk's bytes): one per node,
+        #: whichever shell on the node made it, every shell there reads it
         self.replica: dict[tuple[int, int, int], int] = {}
+        #: replica object -> node memory it holds (the guest agent's charge)
+        self.replica_len: dict[int, int] = {}
 
     def touch(self, f: int, node: int) -> int:
         """The home of file ``f``; the first toucher's node when new."""
@@ -231,6 +259,11 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
         queues[tid].append(sh)
         all_shells.append(sh)
     local = remote = made = dropped = 0
+    node_bytes = min(total for _used, total in map(engine.node_frames, range(len(cfg.nodes))))
+    node_bytes *= page
+    #: replica memory per node now, and the most any node held
+    held = [0] * len(cfg.nodes)
+    peak = 0
     #: replica objects dropped by each engine thread, freed when it next asks for work
     unfree: dict[int, list[int]] = {}
     live = set(queues)
@@ -295,6 +328,7 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
                 if isinstance(act, DropReplica):
                     gone = tree.replica.pop((act.chunk.file_id, act.chunk.index, act.node), None)
                     if gone is not None:
+                        held[act.node] -= tree.replica_len.pop(gone)
                         # freed once the reads queued before it have run
                         unfree.setdefault(tid, []).append(gone)
                         dropped += 1
@@ -306,6 +340,9 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
                 ):
                     # the NCC generator copies the chunk it has just read into a local page
                     tree.replica[key] = engine.add_object(length, "node", sh.node)
+                    tree.replica_len[tree.replica[key]] = replica_bytes(length)
+                    held[sh.node] += replica_bytes(length)
+                    peak = max(peak, held[sh.node])
                     engine.push_access(tid, tree.replica[key], 0, length, "write", 0.0)
                     made += 1
                     next_action += 1
@@ -325,6 +362,9 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
         made,
         dropped,
         engine.counters().served[remote_index],
+        peak,
+        replica_budget(node_bytes),
+        node_bytes,
     )
 
 
