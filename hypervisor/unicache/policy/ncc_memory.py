@@ -1,5 +1,7 @@
 """The guest's replica memory: what one NCC replica costs a node, and a node's budget.
 
+The dual-layered file cache paper keeps one NCC entry per page and node (§3.1), charged to
+the node's memory and shrunk first when memory is tight (§3.2 "Hooks for reclaiming").
 The guest agent keeps one replica file per replicated chunk and node, shared by every
 process on the guest (docs/replicas.md "Guest enforcement"): a header page, then the
 chunk's bytes in whole pages. It caps each node's replicas at ``REPLICA_BUDGET_RATIO`` of
