@@ -151,7 +151,11 @@ class MfcTable:
 
     def chunks_of(self, vm: str) -> list[tuple[ChunkKey, ChunkState]]:
         """One VM's chunks with their states (read-only)."""
-        return [(ChunkKey(vm, c), st) for c, st in self._store.of_vm(vm).items()]
+        return [(ChunkKey(vm, c), st) for c, st in self._store.of_vm(vm)]
+
+    def count_of(self, vm: str) -> int:
+        """How many chunks the table remembers for one VM."""
+        return self._store.count_of(vm)
 
     def copy(self) -> MfcTable:
         """A copy that changes independently of this table (the policy round decides on a
@@ -293,9 +297,7 @@ class MfcTable:
 
     def _use(self, key: ChunkKey, unit: int) -> int:
         """``f.use[unit]`` of a chunk the table holds."""
-        state = self._store.get(key)
-        assert state is not None, key
-        return state.use.get(unit, 0)
+        return self._store.use_on(key, unit)
 
     def _candidates(self, unit: int, vm: str | None) -> Iterator[ChunkKey]:
         """The chunks on a unit that ``vm`` may evict: its own where the unit has tenants,
@@ -485,18 +487,17 @@ class MfcTable:
         whose use reached zero, then uncached ones beyond ``max_chunks``, so the table stays
         bounded whatever the guests read: the least used of the VM remembering the most
         chunks first, so that a VM flooding the table forgets its own chunks, not others'.
+        The halving is lazy (:meth:`ChunkStore.age`): an aging costs the chunks it
+        forgets, not every chunk; only a table over ``max_chunks`` looks at them all.
 
         :param max_chunks: the most chunks the table may remember.
         :returns: per VM, the chunks forgotten over ``max_chunks`` (not those aged out).
         """
+        self._store.age()
+        return self._forget_excess(max_chunks)
 
-        def aged(state: ChunkState) -> ChunkState | None:
-            use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
-            if not state.units and not use:
-                return None  # forgotten: uncached and no longer used
-            return ChunkState(state.size, set(state.units), use, {}, state.migrations // 2)
-
-        self._store.rebuild(aged)
+    def _forget_excess(self, max_chunks: int) -> dict[str, int]:
+        """Forget uncached chunks over ``max_chunks`` (:meth:`update_use`)."""
         excess = len(self._store) - max_chunks
         dropped: dict[str, int] = {}
         if excess <= 0:

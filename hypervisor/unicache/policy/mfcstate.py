@@ -68,6 +68,11 @@ class ChunkState:
     :param use: ``f.use[a]`` — use counts per unit, aged by ``update_use``.
     :param reads_from: reads issued from each unit since the last ``update_use``.
     :param migrations: migrations spent on it since the last ``update_use`` (§4.5).
+    :param aged: the table's agings (``update_use`` calls) these counts are current to:
+        the table halves a chunk's counts when it next reads the chunk
+        (:mod:`unicache.policy.mfcchunks`), not every chunk at every aging. The table
+        sets it; the counts a table hands out are always current, and a saved table
+        leaves it out.
     """
 
     size: int
@@ -75,6 +80,7 @@ class ChunkState:
     use: dict[int, int] = field(default_factory=dict)
     reads_from: dict[int, int] = field(default_factory=dict)
     migrations: int = 0
+    aged: int = field(default=0, compare=False, repr=False)
 
     def total_use(self) -> int:
         """``sum(f.use)``."""
@@ -83,8 +89,30 @@ class ChunkState:
     def copy(self) -> ChunkState:
         """A deep copy."""
         return ChunkState(
-            self.size, set(self.units), dict(self.use), dict(self.reads_from), self.migrations
+            self.size,
+            set(self.units),
+            dict(self.use),
+            dict(self.reads_from),
+            self.migrations,
+            self.aged,
         )
+
+    def aged_to(self, agings: int) -> ChunkState:
+        """These counts after the agings since :attr:`aged` up to ``agings`` (Figure 2
+        lines 45-47, each halving the use counts, dropping those that reach zero, and
+        forgetting the reads since the last aging; the competitive rule's migrations
+        halve too): ``k`` halvings of a count ``n`` are ``n >> k``. A new object."""
+        k = agings - self.aged
+        if k <= 0:
+            return self.copy()
+        use = {u: n >> k for u, n in self.use.items() if n >> k}
+        return ChunkState(self.size, set(self.units), use, {}, self.migrations >> k, agings)
+
+    def empty_at(self) -> int:
+        """The first aging after which no use count is left (``aged`` + the halvings that
+        empty the largest count; at least one: an aging forgets a chunk used zero times)."""
+        largest = max(self.use.values(), default=0)
+        return self.aged + max(1, largest.bit_length())
 
 
 @dataclass(frozen=True, slots=True)

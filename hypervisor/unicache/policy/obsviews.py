@@ -1,6 +1,7 @@
 """The cache load per unit as each VM sees it, for OBS-X's rebalance, from one pass.
 
-OBS weighs a vCPU by a host-measured weight (which every VM's placement may count) or by
+The observations paper's "Policy: Migrating across caches" moves an overweight vCPU from
+the heaviest unit to the lightest by their cache loads. OBS weighs a vCPU by a host-measured weight (which every VM's placement may count) or by
 its own guest's reported bytes (which only that VM's placement counts, so a forged count
 never steers another VM's pinning). So each VM sees its own loads: the host-measured
 weights of every unit plus its own guest-reported ones. Summing every vCPU for every VM
@@ -16,6 +17,7 @@ order. Pure.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 
 from unicache.model import VcpuId
@@ -46,7 +48,10 @@ class LoadViews:
         # per VM, its vCPUs in each unit (all of them), and where its guest-reported ones
         # first appear in each unit's members
         self._own: dict[str, dict[int, list[VcpuId]]] = {}
+        self._own_at: dict[str, dict[int, list[int]]] = {}
         self._first_reported: dict[str, dict[int, int]] = {}
+        # per unit, where its host-measured members are
+        self._measured_at: dict[int, list[int]] = {u: [] for u in unit_ids}
         #: the loads counting every weight (the all-trusted view)
         self.everyone: dict[int, float] = dict.fromkeys(unit_ids, 0.0)
         for vcpu, unit in unit_of.items():
@@ -56,10 +61,12 @@ class LoadViews:
             self.everyone[unit] += weight
             if vcpu in trusted:
                 prefix.append(prefix[-1] + weight)
+                self._measured_at[unit].append(len(seq))
             else:
                 prefix.append(prefix[-1])
                 self._first_reported.setdefault(vcpu.vm, {}).setdefault(unit, len(seq))
             self._own.setdefault(vcpu.vm, {}).setdefault(unit, []).append(vcpu)
+            self._own_at.setdefault(vcpu.vm, {}).setdefault(unit, []).append(len(seq))
             seq.append(vcpu)
         #: the host-measured loads (what a VM without guest-reported weights sees)
         self.measured = {u: prefix[-1] for u, prefix in self._prefix.items()}
@@ -70,10 +77,16 @@ class LoadViews:
             return dict(self.everyone)
         out = dict(self.measured)
         for unit, first in self._first_reported.get(viewer, {}).items():
+            # from the viewer's first guest-reported vCPU on: its own vCPUs and the
+            # host-measured ones, in their places
+            measured = self._measured_at[unit]
+            later = measured[bisect.bisect_left(measured, first) :]
+            places = sorted({*later, *self._own_at[viewer][unit]})
+            members = self.members[unit]
             total = self._prefix[unit][first]
-            for vcpu in self.members[unit][first:]:
-                if vcpu.vm == viewer or vcpu in self._trusted:
-                    total += self._weights.get(vcpu, 0.0)
+            for place in places:
+                if place >= first:
+                    total += self._weights.get(members[place], 0.0)
             out[unit] = total
         return out
 

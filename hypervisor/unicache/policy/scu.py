@@ -243,7 +243,8 @@ class ScuPolicy:
             if n:
                 refusals.append(Refusal(SCU_SHARE, _share_reason(vm, n, table, by_vm[vm])))
         next_round = state.round + 1
-        if next_round % opts.update_period == 0:
+        aging = next_round % opts.update_period == 0
+        if aging:
             forgotten = table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
             refusals += [
                 Refusal(
@@ -259,6 +260,12 @@ class ScuPolicy:
         built_on = {vm: b for vm, b in state.built_on.items() if vm in live_vms}
         actions = []
         changed = table.changed_vms() | touched
+        if aging:
+            # an aging halves every count, which keeps the tables the same (an entry
+            # holds no count; the table store marks the VMs whose chunks it forgot or
+            # whose use it emptied) except where a table is cut to its most used chunks:
+            # halving with rounding down can tie or swap two chunks' total use
+            changed |= {vm for vm in live_vms if table.count_of(vm) > opts.max_entries}
         for vm in sorted(live_vms):
             basis: TableBasis = (vm in left_alone, tuple(sorted(by_vm.get(vm, {}).items())))
             vm_extras = extras.get(vm, {})
