@@ -29,6 +29,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from unicache.model import ChunkId
 from unicache.policy.mfcchunks import ChunkStore, ChunkView
 from unicache.policy.mfcstate import ChunkKey, ChunkState, MfcParams, UnitView, m_use
 
@@ -148,6 +149,15 @@ class MfcTable:
     def changed_vms(self) -> frozenset[str]:
         """The VMs whose chunks this table added, changed or dropped since it was copied."""
         return frozenset(self._store.changed)
+
+    def changed_chunks(self, vm: str) -> frozenset[ChunkId]:
+        """One VM's chunks this table added, changed or dropped since it was copied (or
+        whose use an aging emptied)."""
+        return frozenset(self._store.changed_chunks.get(vm, ()))
+
+    def chunk(self, key: ChunkKey) -> ChunkState | None:
+        """A chunk's state (read-only), or ``None`` if the table does not remember it."""
+        return self._store.get(key)
 
     def chunks_of(self, vm: str) -> list[tuple[ChunkKey, ChunkState]]:
         """One VM's chunks with their states (read-only)."""

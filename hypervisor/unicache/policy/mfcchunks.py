@@ -39,6 +39,9 @@ class ChunkStore:
         #: VMs whose chunks were added, changed or dropped since this store was forked
         #: (or whose chunks an aging may have changed the entries of: :meth:`age`)
         self.changed: set[str] = set()
+        #: per VM, its chunks added, changed or dropped since this store was forked (or
+        #: whose use an aging emptied)
+        self.changed_chunks: dict[str, set[ChunkId]] = {}
         #: agings done (``update_use``)
         self.agings = 0
         # aging -> the chunks whose counts it may empty (tuples: shared between forks)
@@ -106,7 +109,7 @@ class ChunkStore:
             owned.add(key.chunk)
         elif state.aged != self.agings:
             state = chunks[key.chunk] = state.aged_to(self.agings)
-        self.changed.add(key.vm)
+        self._changed(key)
         self._unlisted.add(key)
         return state
 
@@ -118,7 +121,7 @@ class ChunkStore:
         state.aged = self.agings  # its counts are this table's own, as of now
         chunks[key.chunk] = state
         self._own_states.setdefault(key.vm, set()).add(key.chunk)
-        self.changed.add(key.vm)
+        self._changed(key)
         self._unlisted.add(key)
 
     def delete(self, key: ChunkKey) -> None:
@@ -130,7 +133,7 @@ class ChunkStore:
         del chunks[key.chunk]
         self._count -= 1
         self._own_states.get(key.vm, set()).discard(key.chunk)
-        self.changed.add(key.vm)
+        self._changed(key)
         if not chunks:
             del self._vms[key.vm]
             self._own_maps.discard(key.vm)
@@ -152,9 +155,13 @@ class ChunkStore:
                 if state is None or state.empty_at() > self.agings:
                     continue  # forgotten already, or used again since it was listed
                 if state.units:
-                    self.changed.add(key.vm)
+                    self._changed(key)
                 else:
                     self.delete(key)
+
+    def _changed(self, key: ChunkKey) -> None:
+        self.changed.add(key.vm)
+        self.changed_chunks.setdefault(key.vm, set()).add(key.chunk)
 
     def _list_changed(self) -> None:
         """List every chunk changed since it was last listed under the aging that empties

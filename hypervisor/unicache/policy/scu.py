@@ -44,7 +44,7 @@ from unicache.policy.mfc import (
     m_use,
 )
 from unicache.policy.scuoptions import ScuOptions
-from unicache.policy.scutable import ChunkExtras, placement_entries
+from unicache.policy.scutable import ChunkExtras, patched_entries, placement_entries
 from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope
 
@@ -89,6 +89,8 @@ class ScuState:
     :param built_on: per VM, what its last table was built on besides its chunks (left
         alone, its ``(vCPU index, unit)`` pairs): a VM none of whose inputs changed keeps
         its table without a rebuild.
+    :param built_extras: per VM, the colors and replicas its last table was built with
+        (compared in one step, where the table's entries would take a pass).
     """
 
     table: MfcTable | None = None
@@ -100,6 +102,7 @@ class ScuState:
     doubts: Mapping[str, int] = field(default_factory=dict)
     trusts: Mapping[str, int] = field(default_factory=dict)
     built_on: Mapping[str, TableBasis] = field(default_factory=dict)
+    built_extras: Mapping[str, Mapping[ChunkId, ChunkExtras]] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -266,34 +269,57 @@ class ScuPolicy:
             # whose use it emptied) except where a table is cut to its most used chunks:
             # halving with rounding down can tie or swap two chunks' total use
             changed |= {vm for vm in live_vms if table.count_of(vm) > opts.max_entries}
+        built_extras = {vm: e for vm, e in state.built_extras.items() if vm in live_vms}
+        rules_of: dict[str, Counter[str]] = {}
+        for d in decisions:
+            rules_of.setdefault(d.vm, Counter())[d.rule] += 1
         for vm in sorted(live_vms):
             basis: TableBasis = (vm in left_alone, tuple(sorted(by_vm.get(vm, {}).items())))
             vm_extras = extras.get(vm, {})
-            if (
-                vm in published
-                and vm not in changed
+            previous = published.get(vm)
+            same_basis = (
+                previous is not None
                 and built_on.get(vm) == basis
-                and _same_extras(published[vm], vm_extras)
-            ):
+                and _same_extras(built_extras.get(vm), vm_extras)
+            )
+            if same_basis and vm not in changed:
                 continue  # nothing its table is built on changed: the same table again
             built_on[vm] = basis
-            # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
-            mine = [] if vm in left_alone else table.chunks_of(vm)
-            entries = placement_entries(
-                mine,
-                by_vm.get(vm, {}),
-                vm_extras,
-                self._budget,
-                opts.params.min_read_size,
-                opts.max_entries,
-            )
-            if vm not in touched and published.get(vm, ()) == entries:
-                continue
-            if published.get(vm) == entries:
+            built_extras[vm] = vm_extras
+            if (
+                same_basis
+                and previous is not None
+                and vm not in left_alone
+                and len(previous) < opts.max_entries  # neither table cut: each entry is
+                and table.count_of(vm) <= opts.max_entries  # its chunk's alone
+            ):
+                # only some chunks changed: their entries again, the others kept
+                entries = patched_entries(
+                    previous,
+                    [(c, table.chunk(ChunkKey(vm, c))) for c in table.changed_chunks(vm)],
+                    by_vm.get(vm, {}),
+                    vm_extras,
+                    self._budget,
+                    opts.params.min_read_size,
+                )
+            else:
+                # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
+                mine = [] if vm in left_alone else table.chunks_of(vm)
+                entries = placement_entries(
+                    mine,
+                    by_vm.get(vm, {}),
+                    vm_extras,
+                    self._budget,
+                    opts.params.min_read_size,
+                    opts.max_entries,
+                )
+            if vm not in touched and (previous or ()) == entries:
+                continue  # an empty table for a VM without one, unread: nothing to publish
+            if previous == entries:
                 continue
             versions[vm] = versions.get(vm, 0) + 1
             published[vm] = entries
-            rules = Counter(d.rule for d in decisions if d.vm == vm)
+            rules = rules_of.get(vm, Counter())
             summary = ", ".join(f"{rule} x{n}" for rule, n in sorted(rules.items()))
             table_msg = PlacementTable(
                 vm, versions[vm], opts.chunk_size, opts.params.min_read_size, entries
@@ -306,6 +332,7 @@ class ScuPolicy:
                 del published[vm]
                 versions.pop(vm, None)
                 built_on.pop(vm, None)
+                built_extras.pop(vm, None)
 
         # a VM without reads this round keeps its standing: no estimate, no change
         read_now = {r.vm for r in obs.reports if r.chunks}
@@ -320,6 +347,7 @@ class ScuPolicy:
             doubts,
             trusts,
             built_on,
+            built_extras,
         )
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
@@ -484,17 +512,13 @@ class ScuPolicy:
 
 
 def _same_extras(
-    entries: tuple[PlacementEntry, ...], extras: Mapping[ChunkId, ChunkExtras]
+    built: Mapping[ChunkId, ChunkExtras] | None, extras: Mapping[ChunkId, ChunkExtras]
 ) -> bool:
-    """Whether a table's entries carry exactly ``extras`` (SRM's colors, NCC's replicas)."""
-    if any(e.color_node < 0 and not e.replica_nodes for e in extras.values()):
+    """Whether a table built with ``built`` carries exactly ``extras`` (SRM's colors,
+    NCC's replicas)."""
+    if built is None or any(e.color_node < 0 and not e.replica_nodes for e in extras.values()):
         return False  # an extra that adds nothing cannot be told from its absence: rebuild
-    carried = {
-        e.chunk: ChunkExtras(e.color_node, e.replica_nodes)
-        for e in entries
-        if e.color_node >= 0 or e.replica_nodes
-    }
-    return carried == extras
+    return built == extras
 
 
 def _reason(
