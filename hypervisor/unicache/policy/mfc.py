@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from unicache.model import ChunkId
 from unicache.policy.mfcchunks import ChunkStore, ChunkView
-from unicache.policy.mfcstate import ChunkKey, ChunkState, MfcParams, UnitView, m_use
+from unicache.policy.mfcstate import NO_UNITS, ChunkKey, ChunkState, MfcParams, UnitView, m_use
 
 __all__ = [
     "RULES",
@@ -248,7 +248,7 @@ class MfcTable:
         if unit in state.units:
             return []
         evicted = self._make_physical_room(unit, state.size, key)
-        state.units.add(unit)
+        state.units = state.units | {unit}
         self._on_unit.setdefault(unit, set()).add(key)
         self._assigned[unit] = self._assigned.get(unit, 0) + state.size
         self._vm_bytes[unit, key.vm] = self.vm_bytes(unit, key.vm) + state.size
@@ -258,7 +258,7 @@ class MfcTable:
         shared = self._store.get(key)
         if shared is not None and unit in shared.units:
             state = self._store.own(key)
-            state.units.discard(unit)
+            state.units = state.units - {unit} or NO_UNITS
             self._on_unit[unit].discard(key)
             self._assigned[unit] -= state.size
             self._vm_bytes[unit, key.vm] -= state.size

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from unicache.model import ChunkId
-from unicache.policy.mfcstate import ChunkKey, ChunkState
+from unicache.policy.mfcstate import NO_UNITS, ChunkKey, ChunkState
 
 
 class ChunkStore:
@@ -45,9 +45,10 @@ class ChunkStore:
         #: agings done (``update_use``)
         self.agings = 0
         # aging -> the chunks whose counts it may empty (tuples: shared between forks)
-        self._empties: dict[int, tuple[tuple[ChunkKey, ...], ...]] = {}
+        # (per VM: the chunk ids the store holds anyway, not a key object per chunk)
+        self._empties: dict[int, tuple[tuple[str, tuple[ChunkId, ...]], ...]] = {}
         # chunks changed since they were last listed in _empties
-        self._unlisted: set[ChunkKey] = set()
+        self._unlisted: dict[str, set[ChunkId]] = {}
 
     def fork(self) -> ChunkStore:
         """A store with the same chunks that shares them until either side changes one."""
@@ -110,7 +111,7 @@ class ChunkStore:
         elif state.aged != self.agings:
             state = chunks[key.chunk] = state.aged_to(self.agings)
         self._changed(key)
-        self._unlisted.add(key)
+        self._unlisted.setdefault(key.vm, set()).add(key.chunk)
         return state
 
     def put(self, key: ChunkKey, state: ChunkState) -> None:
@@ -119,10 +120,11 @@ class ChunkStore:
         if key.chunk not in chunks:
             self._count += 1
         state.aged = self.agings  # its counts are this table's own, as of now
+        state.units = frozenset(state.units) or NO_UNITS  # (a restored chunk's: a list's)
         chunks[key.chunk] = state
         self._own_states.setdefault(key.vm, set()).add(key.chunk)
         self._changed(key)
-        self._unlisted.add(key)
+        self._unlisted.setdefault(key.vm, set()).add(key.chunk)
 
     def delete(self, key: ChunkKey) -> None:
         """Forget a chunk.
@@ -148,12 +150,13 @@ class ChunkStore:
         """
         self._list_changed()
         self.agings += 1
-        for batch in self._empties.pop(self.agings, ()):
-            for key in batch:
-                chunks = self._vms.get(key.vm)
-                state = None if chunks is None else chunks.get(key.chunk)
+        for vm, batch in self._empties.pop(self.agings, ()):
+            for chunk in batch:
+                chunks = self._vms.get(vm)
+                state = None if chunks is None else chunks.get(chunk)
                 if state is None or state.empty_at() > self.agings:
                     continue  # forgotten already, or used again since it was listed
+                key = ChunkKey(vm, chunk)
                 if state.units:
                     self._changed(key)
                 else:
@@ -166,15 +169,17 @@ class ChunkStore:
     def _list_changed(self) -> None:
         """List every chunk changed since it was last listed under the aging that empties
         its counts (at most once per change, so the lists stay within the changes)."""
-        batches: dict[int, list[ChunkKey]] = {}
-        for key in self._unlisted:
-            chunks = self._vms.get(key.vm)
-            state = None if chunks is None else chunks.get(key.chunk)
-            if state is not None:
-                batches.setdefault(state.empty_at(), []).append(key)
-        self._unlisted = set()
-        for when, keys in batches.items():
-            self._empties[when] = (*self._empties.get(when, ()), tuple(keys))
+        batches: dict[int, dict[str, list[ChunkId]]] = {}
+        for vm, changed in self._unlisted.items():
+            chunks = self._vms.get(vm, {})
+            for chunk in changed:
+                state = chunks.get(chunk)
+                if state is not None:
+                    batches.setdefault(state.empty_at(), {}).setdefault(vm, []).append(chunk)
+        self._unlisted = {}
+        for when, by_vm in batches.items():
+            listed = tuple((vm, tuple(ids)) for vm, ids in by_vm.items())
+            self._empties[when] = (*self._empties.get(when, ()), *listed)
 
     def _map(self, vm: str) -> dict[ChunkId, ChunkState]:
         """The VM's chunk map, this store's own (copied from the shared one first)."""

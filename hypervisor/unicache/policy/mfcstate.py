@@ -59,12 +59,17 @@ class MfcParams:
         return int(self.load_cost_cycles(size) // self.migration_cycles)
 
 
+#: the units of a chunk no unit holds (one object for them all)
+NO_UNITS: frozenset[int] = frozenset()
+
+
 @dataclass(slots=True)
 class ChunkState:
     """MFC's per-file information (§4.2), for one chunk.
 
     :param size: ``S(f)`` in bytes.
-    :param units: ``f.cores`` — the units believed to cache it.
+    :param units: ``f.cores`` — the units believed to cache it (immutable, replaced on
+        change: most chunks are held nowhere and share one empty set).
     :param use: ``f.use[a]`` — use counts per unit, aged by ``update_use``.
     :param reads_from: reads issued from each unit since the last ``update_use``.
     :param migrations: migrations spent on it since the last ``update_use`` (§4.5).
@@ -76,7 +81,7 @@ class ChunkState:
     """
 
     size: int
-    units: set[int] = field(default_factory=set)
+    units: frozenset[int] = NO_UNITS
     use: dict[int, int] = field(default_factory=dict)
     reads_from: dict[int, int] = field(default_factory=dict)
     migrations: int = 0
@@ -90,7 +95,7 @@ class ChunkState:
         """A deep copy."""
         return ChunkState(
             self.size,
-            set(self.units),
+            self.units,
             dict(self.use),
             dict(self.reads_from),
             self.migrations,
@@ -106,7 +111,7 @@ class ChunkState:
         if k <= 0:
             return self.copy()
         use = {u: n >> k for u, n in self.use.items() if n >> k}
-        return ChunkState(self.size, set(self.units), use, {}, self.migrations >> k, agings)
+        return ChunkState(self.size, self.units, use, {}, self.migrations >> k, agings)
 
     def empty_at(self) -> int:
         """The first aging after which no use count is left (``aged`` + the halvings that

@@ -425,7 +425,7 @@ class ObsPolicy:
         views = LoadViews([u.id for u in self.units], unit_of, weights, trusted)
         viewers: list[str | None] = [None]
         if not set(unit_of) <= trusted:
-            viewers = sorted(views.viewers())
+            viewers = [*sorted(views.viewers())]
         # what does not depend on the viewer: the units with room, and their CPU time
         room = self._with_room(unit_of, busy)
         demand = self._demand(unit_of, busy)

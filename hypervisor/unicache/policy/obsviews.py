@@ -1,12 +1,13 @@
 """The cache load per unit as each VM sees it, for OBS-X's rebalance, from one pass.
 
 The observations paper's "Policy: Migrating across caches" moves an overweight vCPU from
-the heaviest unit to the lightest by their cache loads. OBS weighs a vCPU by a host-measured weight (which every VM's placement may count) or by
-its own guest's reported bytes (which only that VM's placement counts, so a forged count
-never steers another VM's pinning). So each VM sees its own loads: the host-measured
-weights of every unit plus its own guest-reported ones. Summing every vCPU for every VM
-costs VMs x vCPUs (2 million additions at 1,000 VMs); this computes every view from one
-pass and gives each VM's view at the cost of its own vCPUs.
+the heaviest unit to the lightest by their cache loads. OBS weighs a vCPU by a
+host-measured weight (which every VM's placement may count) or by its own guest's
+reported bytes (which only that VM's placement counts, so a forged count never steers
+another VM's pinning). So each VM sees its own loads: the host-measured weights of every
+unit plus its own guest-reported ones. Summing every vCPU for every VM costs VMs x vCPUs
+(2 million additions at 1,000 VMs); this computes every view from one pass and gives
+each VM's view at the cost of its own vCPUs and the host-measured ones after them.
 
 The views are the same floats as the simple sum in ``unit_of`` order
 (``ObsPolicy._loads``), bit for bit, so every comparison and tie decides as before: a unit
