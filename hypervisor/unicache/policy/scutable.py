@@ -55,13 +55,16 @@ def placement_entries(
         entry = chunk_entry(key.chunk, state, vcpu_units, vm_units, budget, min_read_size)
         if entry is not None:
             entries.append((state.total_use(), entry))
-    # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
-    entries.sort(key=lambda e: (-e[0], e[1].chunk))
+    if len(entries) > max_entries:
+        # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
+        entries.sort(key=lambda e: (-e[0], e[1].chunk))
     kept = [e for _, e in entries[:max_entries]]
     merged = {e.chunk: e for e in kept}
     for chunk, extra in extras.items():
         merged[chunk] = _with_extras(merged.get(chunk), chunk, extra)
-    return tuple(merged[c] for c in sorted(merged))
+    # ChunkId's own order, compared as plain tuples (one key per chunk, not a call per
+    # comparison)
+    return tuple(merged[c] for c in sorted(merged, key=lambda c: (c.file_id, c.index)))
 
 
 def chunk_entry(
