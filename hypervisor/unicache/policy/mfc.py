@@ -25,13 +25,29 @@ Generalisations, each marked where it happens:
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
 from unicache.model import ChunkId
 from unicache.policy.mfcchunks import ChunkStore, ChunkView
-from unicache.policy.mfcstate import NO_UNITS, ChunkKey, ChunkState, MfcParams, UnitView, m_use
+from unicache.policy.mfcstate import (
+    NO_UNITS,
+    RULE_COMPETITIVE,
+    RULE_EVICT_LFU,
+    RULE_MIGRATE_HOLDER,
+    RULE_MIGRATE_MAX_AVAIL,
+    RULE_NON_CACHING,
+    RULE_REPLICATE_BUSY,
+    RULE_REPLICATE_SPARE,
+    RULE_SMALL,
+    RULE_STAY_HOLDER,
+    RULES,
+    Access,
+    ChunkKey,
+    ChunkState,
+    MfcParams,
+    UnitView,
+    m_use,
+)
 
 __all__ = [
     "RULES",
@@ -52,50 +68,6 @@ __all__ = [
     "UnitView",
     "m_use",
 ]
-
-# Rule names (Figure 2 line numbers) as they appear in reasons, logs and metrics.
-RULE_SMALL = "fig2:3-4 small"
-RULE_REPLICATE_SPARE = "fig2:6-10 replicate-spare"
-RULE_MIGRATE_MAX_AVAIL = "fig2:12-16 migrate-max-avail"
-RULE_EVICT_LFU = "fig2:18-26 evict-lfu"
-RULE_NON_CACHING = "fig2:27-29 non-caching"
-RULE_REPLICATE_BUSY = "fig2:31-40 replicate-busy"
-RULE_MIGRATE_HOLDER = "fig2:42-43 migrate-holder"
-RULE_STAY_HOLDER = "fig2:31 stay-holder"
-RULE_COMPETITIVE = "§4.5 competitive"
-
-#: every rule, in Figure 2 order
-RULES = (
-    RULE_SMALL,
-    RULE_REPLICATE_SPARE,
-    RULE_MIGRATE_MAX_AVAIL,
-    RULE_EVICT_LFU,
-    RULE_NON_CACHING,
-    RULE_STAY_HOLDER,
-    RULE_REPLICATE_BUSY,
-    RULE_MIGRATE_HOLDER,
-    RULE_COMPETITIVE,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Access:
-    """The answer of ``mfc_access``: where to read and how.
-
-    :param unit: ``newcore`` — the unit whose vCPUs must issue the read.
-    :param caching: caching or non-caching loads.
-    :param rule: the Figure 2 rule that decided.
-    :param evicted: chunks whose copy on ``unit`` was dropped to make room.
-    :param capped: the reading VM's share of the units refused a copy that Figure 2 over
-        every VM's chunks together would have made (spare room, or a less used chunk of
-        another VM to evict).
-    """
-
-    unit: int
-    caching: bool
-    rule: str
-    evicted: tuple[ChunkKey, ...] = ()
-    capped: bool = False
 
 
 class MfcTable:
@@ -508,30 +480,7 @@ class MfcTable:
 
     def _forget_excess(self, max_chunks: int) -> dict[str, int]:
         """Forget uncached chunks over ``max_chunks`` (:meth:`update_use`)."""
-        excess = len(self._store) - max_chunks
-        dropped: dict[str, int] = {}
-        if excess <= 0:
-            return dropped
-        held: dict[str, int] = {}
-        uncached: dict[str, list[tuple[int, ChunkKey]]] = {}
-        for k, st in self._store.items():
-            held[k.vm] = held.get(k.vm, 0) + 1
-            if not st.units:
-                uncached.setdefault(k.vm, []).append((st.total_use(), k))
-        for chunks in uncached.values():
-            chunks.sort(reverse=True)  # pop() takes the least used (ties: lowest key)
-        # sort keys: chunks the VM remembers (most first), then VM name
-        heap = [(-held[vm], vm) for vm in uncached]
-        heapq.heapify(heap)
-        while excess > 0 and heap:
-            count, vm = heapq.heappop(heap)
-            _, key = uncached[vm].pop()
-            self._store.delete(key)
-            dropped[vm] = dropped.get(vm, 0) + 1
-            excess -= 1
-            if uncached[vm]:
-                heapq.heappush(heap, (count + 1, vm))
-        return dropped
+        return self._store.forget_excess(max_chunks)
 
     def holders(self) -> Mapping[ChunkKey, frozenset[int]]:
         """Chunk -> units holding it (read-only copy)."""

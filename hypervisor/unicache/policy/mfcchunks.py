@@ -21,6 +21,7 @@ kept); a chunk is listed at most once per change. Pure: plain values, no I/O.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Mapping
 
 from unicache.model import ChunkId
@@ -161,6 +162,37 @@ class ChunkStore:
                     self._changed(key)
                 else:
                     self.delete(key)
+
+    def forget_excess(self, max_chunks: int) -> dict[str, int]:
+        """Forget uncached chunks over ``max_chunks``: the least used of the VM holding the
+        most first (``MfcTable.update_use``); a pass over every chunk, only when over.
+
+        :returns: per VM, the chunks forgotten.
+        """
+        excess = len(self) - max_chunks
+        dropped: dict[str, int] = {}
+        if excess <= 0:
+            return dropped
+        held: dict[str, int] = {}
+        uncached: dict[str, list[tuple[int, ChunkKey]]] = {}
+        for k, st in self.items():
+            held[k.vm] = held.get(k.vm, 0) + 1
+            if not st.units:
+                uncached.setdefault(k.vm, []).append((st.total_use(), k))
+        for chunks in uncached.values():
+            chunks.sort(reverse=True)  # pop() takes the least used (ties: lowest key)
+        # sort keys: chunks the VM remembers (most first), then VM name
+        heap = [(-held[vm], vm) for vm in uncached]
+        heapq.heapify(heap)
+        while excess > 0 and heap:
+            count, vm = heapq.heappop(heap)
+            _, key = uncached[vm].pop()
+            self.delete(key)
+            dropped[vm] = dropped.get(vm, 0) + 1
+            excess -= 1
+            if uncached[vm]:
+                heapq.heappush(heap, (count + 1, vm))
+        return dropped
 
     def _changed(self, key: ChunkKey) -> None:
         self.changed.add(key.vm)

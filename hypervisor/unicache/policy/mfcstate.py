@@ -1,5 +1,6 @@
 """MFC's state, apart from its decision: the per-file information of §4.2 (kept per chunk,
-§4.7), the parameters of Figure 2, and what eq. 1-2 know of a cache unit.
+§4.7), the parameters of Figure 2, what eq. 1-2 know of a cache unit, and the names of
+Figure 2's rules with the answer (:class:`Access`) the decision gives.
 
 :mod:`unicache.policy.mfc` holds the decision, ``mfc_access`` of Figure 2, over these
 types (and re-exports them). Pure: plain values, no I/O.
@@ -10,6 +11,50 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unicache.model import ChunkId
+
+# Rule names (Figure 2 line numbers) as they appear in reasons, logs and metrics.
+RULE_SMALL = "fig2:3-4 small"
+RULE_REPLICATE_SPARE = "fig2:6-10 replicate-spare"
+RULE_MIGRATE_MAX_AVAIL = "fig2:12-16 migrate-max-avail"
+RULE_EVICT_LFU = "fig2:18-26 evict-lfu"
+RULE_NON_CACHING = "fig2:27-29 non-caching"
+RULE_REPLICATE_BUSY = "fig2:31-40 replicate-busy"
+RULE_MIGRATE_HOLDER = "fig2:42-43 migrate-holder"
+RULE_STAY_HOLDER = "fig2:31 stay-holder"
+RULE_COMPETITIVE = "§4.5 competitive"
+
+#: every rule, in Figure 2 order
+RULES = (
+    RULE_SMALL,
+    RULE_REPLICATE_SPARE,
+    RULE_MIGRATE_MAX_AVAIL,
+    RULE_EVICT_LFU,
+    RULE_NON_CACHING,
+    RULE_STAY_HOLDER,
+    RULE_REPLICATE_BUSY,
+    RULE_MIGRATE_HOLDER,
+    RULE_COMPETITIVE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """The answer of ``mfc_access``: where to read and how.
+
+    :param unit: ``newcore`` — the unit whose vCPUs must issue the read.
+    :param caching: caching or non-caching loads.
+    :param rule: the Figure 2 rule that decided.
+    :param evicted: chunks whose copy on ``unit`` was dropped to make room.
+    :param capped: the reading VM's share of the units refused a copy that Figure 2 over
+        every VM's chunks together would have made (spare room, or a less used chunk of
+        another VM to evict).
+    """
+
+    unit: int
+    caching: bool
+    rule: str
+    evicted: tuple[ChunkKey, ...] = ()
+    capped: bool = False
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -17,7 +17,6 @@ Pure: no I/O, no clock, no threads.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -30,8 +29,6 @@ from unicache.model import (
     Decision,
     Observation,
     PlacementEntry,
-    PlacementTable,
-    PublishPlacement,
     Refusal,
     VcpuId,
 )
@@ -44,7 +41,8 @@ from unicache.policy.mfc import (
     m_use,
 )
 from unicache.policy.scuoptions import ScuOptions
-from unicache.policy.scutable import ChunkExtras, patched_entries, placement_entries
+from unicache.policy.scupublish import TableBasis, TableInputs, TablesBuilt, publish_tables
+from unicache.policy.scutable import ChunkExtras
 from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope
 
@@ -66,11 +64,6 @@ DOUBT_ROUNDS = 3
 #: gain for it (the same reason the other way: a sampled estimate near the threshold
 #: must not place a VM for one round, and placing then withdrawing costs both ways)
 TRUST_ROUNDS = 3
-
-
-#: what a VM's table is built on besides its chunks and extras: left alone, and its
-#: ``(vCPU index, unit)`` pairs
-TableBasis = tuple[bool, tuple[tuple[int, int], ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,97 +251,32 @@ class ScuPolicy:
                 for vm, n in sorted(forgotten.items())
             ]
 
-        versions = dict(state.versions)
-        published = dict(state.published)
-        built_on = {vm: b for vm, b in state.built_on.items() if vm in live_vms}
-        actions = []
-        changed = table.changed_vms() | touched
-        if aging:
-            # an aging halves every count, which keeps the tables the same (an entry
-            # holds no count; the table store marks the VMs whose chunks it forgot or
-            # whose use it emptied) except where a table is cut to its most used chunks:
-            # halving with rounding down can tie or swap two chunks' total use
-            changed |= {vm for vm in live_vms if table.count_of(vm) > opts.max_entries}
-        built_extras = {vm: e for vm, e in state.built_extras.items() if vm in live_vms}
-        rules_of: dict[str, Counter[str]] = {}
-        for d in decisions:
-            rules_of.setdefault(d.vm, Counter())[d.rule] += 1
-        for vm in sorted(live_vms):
-            basis: TableBasis = (vm in left_alone, tuple(sorted(by_vm.get(vm, {}).items())))
-            vm_extras = extras.get(vm, {})
-            previous = published.get(vm)
-            same_basis = (
-                previous is not None
-                and built_on.get(vm) == basis
-                and _same_extras(built_extras.get(vm), vm_extras)
-            )
-            if same_basis and vm not in changed:
-                continue  # nothing its table is built on changed: the same table again
-            built_on[vm] = basis
-            built_extras[vm] = vm_extras
-            if (
-                same_basis
-                and previous is not None
-                and vm not in left_alone
-                and len(previous) < opts.max_entries  # neither table cut: each entry is
-                and table.count_of(vm) <= opts.max_entries  # its chunk's alone
-            ):
-                # only some chunks changed: their entries again, the others kept
-                entries = patched_entries(
-                    previous,
-                    [(c, table.chunk(ChunkKey(vm, c))) for c in table.changed_chunks(vm)],
-                    by_vm.get(vm, {}),
-                    vm_extras,
-                    self._budget,
-                    opts.params.min_read_size,
-                )
-            else:
-                # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
-                mine = [] if vm in left_alone else table.chunks_of(vm)
-                entries = placement_entries(
-                    mine,
-                    by_vm.get(vm, {}),
-                    vm_extras,
-                    self._budget,
-                    opts.params.min_read_size,
-                    opts.max_entries,
-                )
-            if vm not in touched and (previous or ()) == entries:
-                continue  # an empty table for a VM without one, unread: nothing to publish
-            if previous == entries:
-                continue
-            versions[vm] = versions.get(vm, 0) + 1
-            published[vm] = entries
-            rules = rules_of.get(vm, Counter())
-            summary = ", ".join(f"{rule} x{n}" for rule, n in sorted(rules.items()))
-            table_msg = PlacementTable(
-                vm, versions[vm], opts.chunk_size, opts.params.min_read_size, entries
-            )
-            why = "left alone: no migration" if vm in left_alone else summary or "aging only"
-            reason = f"SCU placement: {len(entries)} chunks ({why})"
-            actions.append(PublishPlacement(vm, table_msg, reason))
-        for vm in list(published):
-            if vm not in live_vms:
-                del published[vm]
-                versions.pop(vm, None)
-                built_on.pop(vm, None)
-                built_extras.pop(vm, None)
+        # every live VM's table: kept, patched or built again (policy.scupublish)
+        tables = publish_tables(
+            TablesBuilt(state.versions, state.published, state.built_on, state.built_extras),
+            table,
+            TableInputs(live_vms, left_alone, by_vm, extras, touched, aging),
+            decisions,
+            opts,
+            self._budget,
+        )
 
         # a VM without reads this round keeps its standing: no estimate, no change
         read_now = {r.vm for r in obs.reports if r.chunks}
         still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
             table,
-            versions,
-            published,
+            tables.versions,
+            tables.published,
             next_round,
             still_aside & live_vms,
             watched,
             doubts,
             trusts,
-            built_on,
-            built_extras,
+            tables.built_on,
+            tables.built_extras,
         )
+        actions = tables.actions
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
 
@@ -509,16 +437,6 @@ class ScuPolicy:
         # instances of each level inside a unit: one per core for private levels
         cores = self._cores(unit)
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
-
-
-def _same_extras(
-    built: Mapping[ChunkId, ChunkExtras] | None, extras: Mapping[ChunkId, ChunkExtras]
-) -> bool:
-    """Whether a table built with ``built`` carries exactly ``extras`` (SRM's colors,
-    NCC's replicas)."""
-    if built is None or any(e.color_node < 0 and not e.replica_nodes for e in extras.values()):
-        return False  # an extra that adds nothing cannot be told from its absence: rebuild
-    return built == extras
 
 
 def _reason(
