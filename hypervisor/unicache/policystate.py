@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import cattrs
+import cattrs.gen
 
 from unicache.errors import StateError
 from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
@@ -93,6 +94,16 @@ def _converter() -> cattrs.Converter:
             table.restore_chunk(key, chunk)
         return table
 
+    # a chunk's counts are saved current (the table's view), without the agings they are
+    # current to: the file holds what it held before aging was lazy, and loads as before
+    conv.register_unstructure_hook(
+        ChunkState,
+        cattrs.gen.make_dict_unstructure_fn(ChunkState, conv, aged=cattrs.gen.override(omit=True)),
+    )
+    conv.register_structure_hook(
+        ChunkState,
+        cattrs.gen.make_dict_structure_fn(ChunkState, conv, aged=cattrs.gen.override(omit=True)),
+    )
     conv.register_unstructure_hook(MfcTable, unstructure_table)
     conv.register_structure_hook(MfcTable, structure_table)
     return conv

@@ -25,8 +25,9 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.mfc import ChunkKey, MfcParams, MfcTable, UnitView
+from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.policy.scu import ScuState
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Unify
 
@@ -117,11 +118,16 @@ def _vm(i: int) -> Vm:
     return Vm(name, vcpus, 2 << 30, nodes)
 
 
-@settings(max_examples=40, deadline=None)
-@given(seq=rounds, always=st.booleans())
-def test_tables_rebuilt_only_where_inputs_changed_decide_as_full_rebuilds(seq, always) -> None:
-    # SCU ages every other round: aging changes the tables of VMs that read nothing
-    options = replace(scu_options_for(TOPO_OPTERON_16, Unify.LLC), update_period=2)
+@settings(max_examples=60, deadline=None)
+@given(seq=rounds, always=st.booleans(), max_entries=st.sampled_from([4096, 3]))
+def test_tables_rebuilt_only_where_inputs_changed_decide_as_full_rebuilds(
+    seq, always, max_entries
+) -> None:
+    # SCU ages every other round: aging changes the tables of VMs that read nothing; a
+    # table cut to a few entries keeps the most used, an order aging can change
+    options = replace(
+        scu_options_for(TOPO_OPTERON_16, Unify.LLC), update_period=2, max_entries=max_entries
+    )
     if always:  # the daemon's --always-place: SCU places every VM it reads for
         options = replace(options, cost=None, watch=False)
     policy = UnicachePolicy(
@@ -158,3 +164,99 @@ def test_tables_rebuilt_only_where_inputs_changed_decide_as_full_rebuilds(seq, a
         assert new_state.scu.versions == expected_state.scu.versions
         assert _snapshot(new_state.scu.table) == _snapshot(expected_state.scu.table)
         state = new_state
+
+
+def _aging_run(chunks, max_entries: int, vm_unit_out=None):
+    """Two rounds of one VM that reads nothing, the second aging (``update_period`` 2),
+    over a table seeded with ``chunks`` (chunk id -> (units, use)); returns the second
+    round's decision and state, and the same from a round that rebuilds every table."""
+    options = replace(
+        scu_options_for(TOPO_OPTERON_16, Unify.LLC),
+        update_period=2,
+        max_entries=max_entries,
+        cost=None,
+        watch=False,
+    )
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, scu_options=options)
+    # one vCPU: units without the VM's vCPUs exist
+    vms = (Vm("vm0", (Vcpu(VcpuId("vm0", 0), None, frozenset(range(16))),), 2 << 30),)
+    table = MfcTable(options.params, [UnitView(u.id, u.capacity_bytes) for u in policy.units])
+    for n, (units, use) in chunks.items():
+        table.restore_chunk(
+            ChunkKey("vm0", ChunkId(n, 0)), ChunkState(256 * KIB, set(units), dict(use))
+        )
+    state = RoundState(scu=ScuState(table=table))
+    results = []
+    for tick in (1, 2):
+        samples = (sample("vm0", 0, 10**6, busy=0.01),)
+        obs = Observation(tick, vms, samples, (GuestReport("vm0", tick, 1.0, ()),))
+        full = replace(state, scu=replace(state.scu, built_on={}))
+        results.append((policy.decide(obs, state), policy.decide(obs, full)))
+        state = results[-1][0][1]
+    return results
+
+
+def test_an_aging_that_reorders_a_cut_table_rebuilds_it() -> None:
+    # totals 6 and 5; halved per unit, rounding down: 1 + 1 = 2 and 2, a tie the lower
+    # chunk id wins: the table cut to one entry changes with no read at all
+    (first, _), ((decision, state), (expected, expected_state)) = _aging_run(
+        {1: ((), {0: 3, 1: 3}), 0: ((), {0: 5})}, max_entries=1
+    )
+    assert [e.chunk.file_id for e in first[1].scu.published["vm0"]] == [1]
+    assert [e.chunk.file_id for e in state.scu.published["vm0"]] == [0]
+    assert decision == expected
+    assert state.scu.published == expected_state.scu.published
+
+
+def test_an_aging_that_empties_a_cached_chunks_use_rebuilds_its_vms_table() -> None:
+    # a chunk cached in a unit where the VM has no vCPU is read non-caching while used;
+    # the aging that empties its use (not forgetting it: it is cached) drops its entry
+    ((first, _), _) = _aging_run({}, max_entries=4096)
+    pinned = set(first[1].obs.unit_of.values())
+    far = next(u.id for u in TOPO_OPTERON_16.units() if u.id not in pinned)
+    (first, _), ((decision, state), (expected, expected_state)) = _aging_run(
+        {7: ((far,), {far: 1})}, max_entries=4096
+    )
+    assert [e.chunk.file_id for e in first[1].scu.published["vm0"]] == [7]
+    assert state.scu.published["vm0"] == ()
+    assert decision == expected
+    assert state.scu.published == expected_state.scu.published
+
+
+def _eager_aging(table: MfcTable, max_chunks: int) -> tuple[MfcTable, dict[str, int]]:
+    """The simple form of ``update_use``: one pass halving every chunk's counts, dropping
+    the uncached ones left unused, in a table whose counts are all current."""
+    aged = MfcTable(table.params, table.units.values(), table.tenants)
+    for key, state in table.chunks.items():
+        use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
+        if state.units or use:
+            aged.restore_chunk(
+                key, ChunkState(state.size, set(state.units), use, {}, state.migrations // 2)
+            )
+    return aged, aged._forget_excess(max_chunks)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seq=ops, max_chunks=st.sampled_from([4, 12, 100]))
+def test_lazy_aging_decides_as_halving_every_chunk_at_once(seq, max_chunks) -> None:
+    # the product's table halves a chunk's counts when it next reads it, and forgets
+    # chunks through per-aging lists; the simple form ages every chunk at each aging
+    lazy, eager = _table(), _table()
+    for op, vm, n, size, unit in seq:
+        if op == "age":
+            forgotten = lazy.update_use(max_chunks)
+            eager, expected = _eager_aging(eager, max_chunks)
+            assert forgotten == expected
+        elif op == "fork":
+            lazy = lazy.copy()
+        elif op == "read":
+            key = ChunkKey(vm, ChunkId(n, 0))
+            allowed = frozenset({unit, (unit + 1) % 4})
+            assert lazy.mfc_access(key, size, unit, allowed) == eager.mfc_access(
+                key, size, unit, allowed
+            )
+        assert _snapshot(lazy) == _snapshot(eager)
+        assert len(lazy.chunks) == len(eager.chunks)
+        for u in range(4):
+            assert lazy.assigned_bytes(u) == eager.assigned_bytes(u)
+            assert lazy.chunks_on(u) == eager.chunks_on(u)

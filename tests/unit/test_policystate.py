@@ -73,3 +73,15 @@ def test_a_state_of_another_shape_is_refused_not_guessed(tmp_path: Path) -> None
     with pytest.raises(StateError, match="does not decode"):
         policystate.load(tmp_path)
     assert policystate.load(tmp_path / "nothing-here") is None
+
+
+def test_a_file_of_the_format_before_lazy_aging_loads_and_aged_counts_save_current() -> None:
+    # 8 rounds: SCU aged twice (lazily); the file holds every chunk's counts as they are
+    # now, without the agings they are current to, as before aging was lazy
+    state = _lived_state(rounds=8)
+    doc = json.loads(json.dumps(policystate.encode(state)))
+    assert all("aged" not in chunk for _, chunk in doc["scu"]["table"]["chunks"])
+    assert policystate.decode(doc) == state
+    # a file written before the state recorded the extras tables were built with
+    del doc["scu"]["built_extras"]
+    assert policystate.decode(doc).scu.table == state.scu.table

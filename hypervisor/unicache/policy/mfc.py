@@ -25,12 +25,29 @@ Generalisations, each marked where it happens:
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 
+from unicache.model import ChunkId
 from unicache.policy.mfcchunks import ChunkStore, ChunkView
-from unicache.policy.mfcstate import ChunkKey, ChunkState, MfcParams, UnitView, m_use
+from unicache.policy.mfcstate import (
+    NO_UNITS,
+    RULE_COMPETITIVE,
+    RULE_EVICT_LFU,
+    RULE_MIGRATE_HOLDER,
+    RULE_MIGRATE_MAX_AVAIL,
+    RULE_NON_CACHING,
+    RULE_REPLICATE_BUSY,
+    RULE_REPLICATE_SPARE,
+    RULE_SMALL,
+    RULE_STAY_HOLDER,
+    RULES,
+    Access,
+    ChunkKey,
+    ChunkState,
+    MfcParams,
+    UnitView,
+    m_use,
+)
 
 __all__ = [
     "RULES",
@@ -51,50 +68,6 @@ __all__ = [
     "UnitView",
     "m_use",
 ]
-
-# Rule names (Figure 2 line numbers) as they appear in reasons, logs and metrics.
-RULE_SMALL = "fig2:3-4 small"
-RULE_REPLICATE_SPARE = "fig2:6-10 replicate-spare"
-RULE_MIGRATE_MAX_AVAIL = "fig2:12-16 migrate-max-avail"
-RULE_EVICT_LFU = "fig2:18-26 evict-lfu"
-RULE_NON_CACHING = "fig2:27-29 non-caching"
-RULE_REPLICATE_BUSY = "fig2:31-40 replicate-busy"
-RULE_MIGRATE_HOLDER = "fig2:42-43 migrate-holder"
-RULE_STAY_HOLDER = "fig2:31 stay-holder"
-RULE_COMPETITIVE = "§4.5 competitive"
-
-#: every rule, in Figure 2 order
-RULES = (
-    RULE_SMALL,
-    RULE_REPLICATE_SPARE,
-    RULE_MIGRATE_MAX_AVAIL,
-    RULE_EVICT_LFU,
-    RULE_NON_CACHING,
-    RULE_STAY_HOLDER,
-    RULE_REPLICATE_BUSY,
-    RULE_MIGRATE_HOLDER,
-    RULE_COMPETITIVE,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Access:
-    """The answer of ``mfc_access``: where to read and how.
-
-    :param unit: ``newcore`` — the unit whose vCPUs must issue the read.
-    :param caching: caching or non-caching loads.
-    :param rule: the Figure 2 rule that decided.
-    :param evicted: chunks whose copy on ``unit`` was dropped to make room.
-    :param capped: the reading VM's share of the units refused a copy that Figure 2 over
-        every VM's chunks together would have made (spare room, or a less used chunk of
-        another VM to evict).
-    """
-
-    unit: int
-    caching: bool
-    rule: str
-    evicted: tuple[ChunkKey, ...] = ()
-    capped: bool = False
 
 
 class MfcTable:
@@ -149,9 +122,22 @@ class MfcTable:
         """The VMs whose chunks this table added, changed or dropped since it was copied."""
         return frozenset(self._store.changed)
 
+    def changed_chunks(self, vm: str) -> frozenset[ChunkId]:
+        """One VM's chunks this table added, changed or dropped since it was copied (or
+        whose use an aging emptied)."""
+        return frozenset(self._store.changed_chunks.get(vm, ()))
+
+    def chunk(self, key: ChunkKey) -> ChunkState | None:
+        """A chunk's state (read-only), or ``None`` if the table does not remember it."""
+        return self._store.get(key)
+
     def chunks_of(self, vm: str) -> list[tuple[ChunkKey, ChunkState]]:
         """One VM's chunks with their states (read-only)."""
-        return [(ChunkKey(vm, c), st) for c, st in self._store.of_vm(vm).items()]
+        return [(ChunkKey(vm, c), st) for c, st in self._store.of_vm(vm)]
+
+    def count_of(self, vm: str) -> int:
+        """How many chunks the table remembers for one VM."""
+        return self._store.count_of(vm)
 
     def copy(self) -> MfcTable:
         """A copy that changes independently of this table (the policy round decides on a
@@ -234,7 +220,7 @@ class MfcTable:
         if unit in state.units:
             return []
         evicted = self._make_physical_room(unit, state.size, key)
-        state.units.add(unit)
+        state.units = state.units | {unit}
         self._on_unit.setdefault(unit, set()).add(key)
         self._assigned[unit] = self._assigned.get(unit, 0) + state.size
         self._vm_bytes[unit, key.vm] = self.vm_bytes(unit, key.vm) + state.size
@@ -244,7 +230,7 @@ class MfcTable:
         shared = self._store.get(key)
         if shared is not None and unit in shared.units:
             state = self._store.own(key)
-            state.units.discard(unit)
+            state.units = state.units - {unit} or NO_UNITS
             self._on_unit[unit].discard(key)
             self._assigned[unit] -= state.size
             self._vm_bytes[unit, key.vm] -= state.size
@@ -293,9 +279,7 @@ class MfcTable:
 
     def _use(self, key: ChunkKey, unit: int) -> int:
         """``f.use[unit]`` of a chunk the table holds."""
-        state = self._store.get(key)
-        assert state is not None, key
-        return state.use.get(unit, 0)
+        return self._store.use_on(key, unit)
 
     def _candidates(self, unit: int, vm: str | None) -> Iterator[ChunkKey]:
         """The chunks on a unit that ``vm`` may evict: its own where the unit has tenants,
@@ -485,42 +469,18 @@ class MfcTable:
         whose use reached zero, then uncached ones beyond ``max_chunks``, so the table stays
         bounded whatever the guests read: the least used of the VM remembering the most
         chunks first, so that a VM flooding the table forgets its own chunks, not others'.
+        The halving is lazy (:meth:`ChunkStore.age`): an aging costs the chunks it
+        forgets, not every chunk; only a table over ``max_chunks`` looks at them all.
 
         :param max_chunks: the most chunks the table may remember.
         :returns: per VM, the chunks forgotten over ``max_chunks`` (not those aged out).
         """
+        self._store.age()
+        return self._forget_excess(max_chunks)
 
-        def aged(state: ChunkState) -> ChunkState | None:
-            use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
-            if not state.units and not use:
-                return None  # forgotten: uncached and no longer used
-            return ChunkState(state.size, set(state.units), use, {}, state.migrations // 2)
-
-        self._store.rebuild(aged)
-        excess = len(self._store) - max_chunks
-        dropped: dict[str, int] = {}
-        if excess <= 0:
-            return dropped
-        held: dict[str, int] = {}
-        uncached: dict[str, list[tuple[int, ChunkKey]]] = {}
-        for k, st in self._store.items():
-            held[k.vm] = held.get(k.vm, 0) + 1
-            if not st.units:
-                uncached.setdefault(k.vm, []).append((st.total_use(), k))
-        for chunks in uncached.values():
-            chunks.sort(reverse=True)  # pop() takes the least used (ties: lowest key)
-        # sort keys: chunks the VM remembers (most first), then VM name
-        heap = [(-held[vm], vm) for vm in uncached]
-        heapq.heapify(heap)
-        while excess > 0 and heap:
-            count, vm = heapq.heappop(heap)
-            _, key = uncached[vm].pop()
-            self._store.delete(key)
-            dropped[vm] = dropped.get(vm, 0) + 1
-            excess -= 1
-            if uncached[vm]:
-                heapq.heappush(heap, (count + 1, vm))
-        return dropped
+    def _forget_excess(self, max_chunks: int) -> dict[str, int]:
+        """Forget uncached chunks over ``max_chunks`` (:meth:`update_use`)."""
+        return self._store.forget_excess(max_chunks)
 
     def holders(self) -> Mapping[ChunkKey, frozenset[int]]:
         """Chunk -> units holding it (read-only copy)."""

@@ -1,5 +1,6 @@
 """MFC's state, apart from its decision: the per-file information of §4.2 (kept per chunk,
-§4.7), the parameters of Figure 2, and what eq. 1-2 know of a cache unit.
+§4.7), the parameters of Figure 2, what eq. 1-2 know of a cache unit, and the names of
+Figure 2's rules with the answer (:class:`Access`) the decision gives.
 
 :mod:`unicache.policy.mfc` holds the decision, ``mfc_access`` of Figure 2, over these
 types (and re-exports them). Pure: plain values, no I/O.
@@ -10,6 +11,50 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unicache.model import ChunkId
+
+# Rule names (Figure 2 line numbers) as they appear in reasons, logs and metrics.
+RULE_SMALL = "fig2:3-4 small"
+RULE_REPLICATE_SPARE = "fig2:6-10 replicate-spare"
+RULE_MIGRATE_MAX_AVAIL = "fig2:12-16 migrate-max-avail"
+RULE_EVICT_LFU = "fig2:18-26 evict-lfu"
+RULE_NON_CACHING = "fig2:27-29 non-caching"
+RULE_REPLICATE_BUSY = "fig2:31-40 replicate-busy"
+RULE_MIGRATE_HOLDER = "fig2:42-43 migrate-holder"
+RULE_STAY_HOLDER = "fig2:31 stay-holder"
+RULE_COMPETITIVE = "§4.5 competitive"
+
+#: every rule, in Figure 2 order
+RULES = (
+    RULE_SMALL,
+    RULE_REPLICATE_SPARE,
+    RULE_MIGRATE_MAX_AVAIL,
+    RULE_EVICT_LFU,
+    RULE_NON_CACHING,
+    RULE_STAY_HOLDER,
+    RULE_REPLICATE_BUSY,
+    RULE_MIGRATE_HOLDER,
+    RULE_COMPETITIVE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """The answer of ``mfc_access``: where to read and how.
+
+    :param unit: ``newcore`` — the unit whose vCPUs must issue the read.
+    :param caching: caching or non-caching loads.
+    :param rule: the Figure 2 rule that decided.
+    :param evicted: chunks whose copy on ``unit`` was dropped to make room.
+    :param capped: the reading VM's share of the units refused a copy that Figure 2 over
+        every VM's chunks together would have made (spare room, or a less used chunk of
+        another VM to evict).
+    """
+
+    unit: int
+    caching: bool
+    rule: str
+    evicted: tuple[ChunkKey, ...] = ()
+    capped: bool = False
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -59,22 +104,33 @@ class MfcParams:
         return int(self.load_cost_cycles(size) // self.migration_cycles)
 
 
+#: the units of a chunk no unit holds (one object for them all)
+NO_UNITS: frozenset[int] = frozenset()
+
+
 @dataclass(slots=True)
 class ChunkState:
     """MFC's per-file information (§4.2), for one chunk.
 
     :param size: ``S(f)`` in bytes.
-    :param units: ``f.cores`` — the units believed to cache it.
+    :param units: ``f.cores`` — the units believed to cache it (immutable, replaced on
+        change: most chunks are held nowhere and share one empty set).
     :param use: ``f.use[a]`` — use counts per unit, aged by ``update_use``.
     :param reads_from: reads issued from each unit since the last ``update_use``.
     :param migrations: migrations spent on it since the last ``update_use`` (§4.5).
+    :param aged: the table's agings (``update_use`` calls) these counts are current to:
+        the table halves a chunk's counts when it next reads the chunk
+        (:mod:`unicache.policy.mfcchunks`), not every chunk at every aging. The table
+        sets it; the counts a table hands out are always current, and a saved table
+        leaves it out.
     """
 
     size: int
-    units: set[int] = field(default_factory=set)
+    units: frozenset[int] = NO_UNITS
     use: dict[int, int] = field(default_factory=dict)
     reads_from: dict[int, int] = field(default_factory=dict)
     migrations: int = 0
+    aged: int = field(default=0, compare=False, repr=False)
 
     def total_use(self) -> int:
         """``sum(f.use)``."""
@@ -83,8 +139,30 @@ class ChunkState:
     def copy(self) -> ChunkState:
         """A deep copy."""
         return ChunkState(
-            self.size, set(self.units), dict(self.use), dict(self.reads_from), self.migrations
+            self.size,
+            self.units,
+            dict(self.use),
+            dict(self.reads_from),
+            self.migrations,
+            self.aged,
         )
+
+    def aged_to(self, agings: int) -> ChunkState:
+        """These counts after the agings since :attr:`aged` up to ``agings`` (Figure 2
+        lines 45-47, each halving the use counts, dropping those that reach zero, and
+        forgetting the reads since the last aging; the competitive rule's migrations
+        halve too): ``k`` halvings of a count ``n`` are ``n >> k``. A new object."""
+        k = agings - self.aged
+        if k <= 0:
+            return self.copy()
+        use = {u: n >> k for u, n in self.use.items() if n >> k}
+        return ChunkState(self.size, self.units, use, {}, self.migrations >> k, agings)
+
+    def empty_at(self) -> int:
+        """The first aging after which no use count is left (``aged`` + the halvings that
+        empty the largest count; at least one: an aging forgets a chunk used zero times)."""
+        largest = max(self.use.values(), default=0)
+        return self.aged + max(1, largest.bit_length())
 
 
 @dataclass(frozen=True, slots=True)

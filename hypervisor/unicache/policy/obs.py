@@ -52,6 +52,7 @@ from unicache.policy.cluster import (
 from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights_by_vm
 from unicache.policy.obsgain import OBS_STEP_ASIDE, PinningGain, pinning_gain
 from unicache.policy.obslocal import local_sets, saturated
+from unicache.policy.obsviews import LoadViews
 from unicache.policy.obsweight import MAX_GUEST_BYTES_PER_NS as MAX_GUEST_BYTES_PER_NS
 from unicache.policy.obsweight import CacheWeight as CacheWeight
 from unicache.policy.obsweight import cache_weight, host_measured
@@ -281,9 +282,12 @@ class ObsPolicy:
             ReleaseVcpu(vcpu, gain.reasons[vcpu.vm]) for vcpu in sorted(state.pinned & floating)
         ]
         current = {v.id: v.cpus for vm in obs.vms for v in vm.vcpus}
+        in_unit: dict[int, list[VcpuId]] = {u.id: [] for u in self.units}
+        for v in sorted(unit_of):  # each unit's members, sorted, from one pass
+            in_unit.setdefault(unit_of[v], []).append(v)
         # OBS-L: CPU sets inside each unit
         for unit in self.units:
-            members = sorted(v for v, u in unit_of.items() if u == unit.id and v not in floating)
+            members = [v for v in in_unit[unit.id] if v not in floating]
             for vcpu, cpus, why in local_sets(
                 unit, members, weights, trusted, opts.heavy_weight_floor, opts.heavy_margin, busy
             ):
@@ -295,9 +299,8 @@ class ObsPolicy:
         # host-measured weights and their own guest's (a forged count credits no other VM)
         cpu_weights = dict(state.cpu_weights)
         for unit in self.units:
-            members = sorted(v for v, u in unit_of.items() if u == unit.id)
             for vcpu, value, why in credit_weights_by_vm(
-                members,
+                in_unit[unit.id],
                 weights,
                 busy,
                 trusted,
@@ -417,54 +420,53 @@ class ObsPolicy:
         busy: Mapping[VcpuId, float] | None = None,
     ) -> tuple[VcpuId, int, int, str] | None:
         """The best move of one overweight vCPU, each VM's vCPUs judged by the loads as
-        that VM sees them (:meth:`_loads`); one view for all where every weight is the
+        that VM sees them (:mod:`.obsviews`); one view for all where every weight is the
         host's own measurement."""
-        views: set[str | None] = {None}
+        views = LoadViews([u.id for u in self.units], unit_of, weights, trusted)
+        viewers: list[str | None] = [None]
         if not set(unit_of) <= trusted:
-            views = {v.vm for v in unit_of}
+            viewers = [*sorted(views.viewers())]
+        # what does not depend on the viewer: the units with room, and their CPU time
+        room = self._with_room(unit_of, busy)
+        demand = self._demand(unit_of, busy)
+        if len(unit_of) <= sum(len(u.cpus) for u in self.units):
+            demand = None  # a CPU for every vCPU: no CPU-time test (_with_room)
         best: tuple[float, VcpuId, int, int, str] | None = None
-        for viewer in sorted(views, key=str):
-            move = self._rebalance_view(unit_of, weights, kept, trusted, viewer, busy)
+        for viewer in viewers:
+            move = self._rebalance_view(views, viewer, weights, kept, room, demand, busy)
             if move is not None and (best is None or move[:2] < best[:2]):
                 best = move
         return None if best is None else best[1:]
 
     def _rebalance_view(
         self,
-        unit_of: dict[VcpuId, int],
+        views: LoadViews,
+        viewer: str | None,
         weights: Mapping[VcpuId, float],
         kept: frozenset[VcpuId],
-        trusted: frozenset[VcpuId],
-        viewer: str | None,
+        room: tuple[CacheUnit, ...],
+        demand: Mapping[int, float] | None,
         busy: Mapping[VcpuId, float] | None = None,
     ) -> tuple[float, VcpuId, int, int, str] | None:
-        loads = self._loads(unit_of, weights, trusted, viewer)
+        loads = views.loads(viewer)
         # sort keys: load, then unit id (deterministic ties)
         heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
-        room = self._with_room(unit_of, busy)
         if not room:
             return None
         light = min(room, key=lambda u: (loads[u.id], u.id)).id
         gap = loads[heavy] - loads[light]
         if heavy == light or gap <= self.options.imbalance_margin * loads[heavy]:
             return None
-        members = [v for v, u in unit_of.items() if u == heavy]
-        average = loads[heavy] / len(members)
+        average = loads[heavy] / len(views.members[heavy])
         # a clustered vCPU stays with the vCPUs it shares data with; a view moves only
         # vCPUs its loads may move (its own VM's, or every one in the all-trusted view)
-        overweight = [
-            v
-            for v in members
-            if weights.get(v, 0.0) > average
-            and v not in kept
-            and (viewer is None or v.vm == viewer)
-        ]
+        movable = views.members[heavy] if viewer is None else views.own(viewer, heavy)
+        overweight = [v for v in movable if weights.get(v, 0.0) > average and v not in kept]
         # only moves that lower the heaviest load: light + w < heavy
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
         # ... and, on an oversubscribed host with CPU time idle, that the lightest unit
         # has the CPU time for it (_with_room)
-        demand = self._demand(unit_of, busy)
-        if demand is not None and len(unit_of) > sum(len(u.cpus) for u in self.units):
+        if demand is not None:
             share = min(1.0, self._share(demand) + self.options.imbalance_margin)
             cpus = len(self._unit_by_id[light].cpus)
             useful = [

@@ -109,8 +109,15 @@ def credit_weights_by_vm(
     if len(viewers) < 2 or set(members) <= trusted:
         return credit_weights(list(members), weights, busy, c_credit, heavy_floor, heavy_margin)
     out: list[tuple[VcpuId, int, str]] = []
+    # each view in the members' order, from one pass: the host-measured members' places
+    # and each VM's own (a view costs what it holds, not every member)
+    measured = [i for i, v in enumerate(members) if v in trusted]
+    reported: dict[str, list[int]] = {}
+    for i, v in enumerate(members):
+        if v not in trusted:
+            reported.setdefault(v.vm, []).append(i)
     for viewer in viewers:
-        seen = [v for v in members if v.vm == viewer or v in trusted]
+        seen = [members[i] for i in sorted(measured + reported.get(viewer, []))]
         judged = credit_weights(seen, weights, busy, c_credit, heavy_floor, heavy_margin)
         out += [(v, value, why) for v, value, why in judged if v.vm == viewer]
     return sorted(out)

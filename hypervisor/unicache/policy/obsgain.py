@@ -73,13 +73,22 @@ def pinning_gain(
         (``ObsOptions.heavy_weight_floor``).
     :param pinned: VMs OBS holds pinned now (the others float as soon as they may).
     """
+    # the cache-heavy vCPUs a VM sees: the host-measured ones, and its own guest's (kept
+    # apart, so each VM's count costs its own vCPUs, not every vCPU of the host)
     heavy = sorted(v for v, w in weights.items() if w >= heavy_floor)
+    measured = [v for v in heavy if v in trusted]
+    reported: dict[str, list[VcpuId]] = {}
+    for v in heavy:
+        if v not in trusted:
+            reported.setdefault(v.vm, []).append(v)
     quiet: dict[str, int] = {}
     floating: set[str] = set()
     reasons: dict[str, str] = {}
     for vm in sorted(vcpus_of):
-        seen = [v for v in heavy if v.vm == vm or v in trusted]
-        if vm not in unplaced or vm in clustered or len(seen) > 1:
+        own = reported.get(vm, [])
+        # what the VM sees, in order: the first two are all that is asked of it
+        seen = sorted(measured[:2] + own[:2])
+        if vm not in unplaced or vm in clustered or len(measured) + len(own) > 1:
             continue
         quiet[vm] = quiet_before.get(vm, 0) + 1
         if vm in pinned and quiet[vm] < FLOAT_ROUNDS:

@@ -17,7 +17,6 @@ Pure: no I/O, no clock, no threads.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -30,8 +29,6 @@ from unicache.model import (
     Decision,
     Observation,
     PlacementEntry,
-    PlacementTable,
-    PublishPlacement,
     Refusal,
     VcpuId,
 )
@@ -44,7 +41,8 @@ from unicache.policy.mfc import (
     m_use,
 )
 from unicache.policy.scuoptions import ScuOptions
-from unicache.policy.scutable import ChunkExtras, placement_entries
+from unicache.policy.scupublish import TableBasis, TableInputs, TablesBuilt, publish_tables
+from unicache.policy.scutable import ChunkExtras
 from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope
 
@@ -68,11 +66,6 @@ DOUBT_ROUNDS = 3
 TRUST_ROUNDS = 3
 
 
-#: what a VM's table is built on besides its chunks and extras: left alone, and its
-#: ``(vCPU index, unit)`` pairs
-TableBasis = tuple[bool, tuple[tuple[int, int], ...]]
-
-
 @dataclass(frozen=True, slots=True)
 class ScuState:
     """What SCU keeps between rounds.
@@ -89,6 +82,8 @@ class ScuState:
     :param built_on: per VM, what its last table was built on besides its chunks (left
         alone, its ``(vCPU index, unit)`` pairs): a VM none of whose inputs changed keeps
         its table without a rebuild.
+    :param built_extras: per VM, the colors and replicas its last table was built with
+        (compared in one step, where the table's entries would take a pass).
     """
 
     table: MfcTable | None = None
@@ -100,6 +95,7 @@ class ScuState:
     doubts: Mapping[str, int] = field(default_factory=dict)
     trusts: Mapping[str, int] = field(default_factory=dict)
     built_on: Mapping[str, TableBasis] = field(default_factory=dict)
+    built_extras: Mapping[str, Mapping[ChunkId, ChunkExtras]] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -243,7 +239,8 @@ class ScuPolicy:
             if n:
                 refusals.append(Refusal(SCU_SHARE, _share_reason(vm, n, table, by_vm[vm])))
         next_round = state.round + 1
-        if next_round % opts.update_period == 0:
+        aging = next_round % opts.update_period == 0
+        if aging:
             forgotten = table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
             refusals += [
                 Refusal(
@@ -254,66 +251,32 @@ class ScuPolicy:
                 for vm, n in sorted(forgotten.items())
             ]
 
-        versions = dict(state.versions)
-        published = dict(state.published)
-        built_on = {vm: b for vm, b in state.built_on.items() if vm in live_vms}
-        actions = []
-        changed = table.changed_vms() | touched
-        for vm in sorted(live_vms):
-            basis: TableBasis = (vm in left_alone, tuple(sorted(by_vm.get(vm, {}).items())))
-            vm_extras = extras.get(vm, {})
-            if (
-                vm in published
-                and vm not in changed
-                and built_on.get(vm) == basis
-                and _same_extras(published[vm], vm_extras)
-            ):
-                continue  # nothing its table is built on changed: the same table again
-            built_on[vm] = basis
-            # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
-            mine = [] if vm in left_alone else table.chunks_of(vm)
-            entries = placement_entries(
-                mine,
-                by_vm.get(vm, {}),
-                vm_extras,
-                self._budget,
-                opts.params.min_read_size,
-                opts.max_entries,
-            )
-            if vm not in touched and published.get(vm, ()) == entries:
-                continue
-            if published.get(vm) == entries:
-                continue
-            versions[vm] = versions.get(vm, 0) + 1
-            published[vm] = entries
-            rules = Counter(d.rule for d in decisions if d.vm == vm)
-            summary = ", ".join(f"{rule} x{n}" for rule, n in sorted(rules.items()))
-            table_msg = PlacementTable(
-                vm, versions[vm], opts.chunk_size, opts.params.min_read_size, entries
-            )
-            why = "left alone: no migration" if vm in left_alone else summary or "aging only"
-            reason = f"SCU placement: {len(entries)} chunks ({why})"
-            actions.append(PublishPlacement(vm, table_msg, reason))
-        for vm in list(published):
-            if vm not in live_vms:
-                del published[vm]
-                versions.pop(vm, None)
-                built_on.pop(vm, None)
+        # every live VM's table: kept, patched or built again (policy.scupublish)
+        tables = publish_tables(
+            TablesBuilt(state.versions, state.published, state.built_on, state.built_extras),
+            table,
+            TableInputs(live_vms, left_alone, by_vm, extras, touched, aging),
+            decisions,
+            opts,
+            self._budget,
+        )
 
         # a VM without reads this round keeps its standing: no estimate, no change
         read_now = {r.vm for r in obs.reports if r.chunks}
         still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
             table,
-            versions,
-            published,
+            tables.versions,
+            tables.published,
             next_round,
             still_aside & live_vms,
             watched,
             doubts,
             trusts,
-            built_on,
+            tables.built_on,
+            tables.built_extras,
         )
+        actions = tables.actions
         decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
         return decision, new_state
 
@@ -474,20 +437,6 @@ class ScuPolicy:
         # instances of each level inside a unit: one per core for private levels
         cores = self._cores(unit)
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
-
-
-def _same_extras(
-    entries: tuple[PlacementEntry, ...], extras: Mapping[ChunkId, ChunkExtras]
-) -> bool:
-    """Whether a table's entries carry exactly ``extras`` (SRM's colors, NCC's replicas)."""
-    if any(e.color_node < 0 and not e.replica_nodes for e in extras.values()):
-        return False  # an extra that adds nothing cannot be told from its absence: rebuild
-    carried = {
-        e.chunk: ChunkExtras(e.color_node, e.replica_nodes)
-        for e in entries
-        if e.color_node >= 0 or e.replica_nodes
-    }
-    return carried == extras
 
 
 def _reason(

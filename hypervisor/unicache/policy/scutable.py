@@ -9,7 +9,9 @@ and carries the colors (SRM-buffer) and replicas (NCC) other policies decided. P
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from unicache.model import ChunkId, PlacementEntry
@@ -50,30 +52,85 @@ def placement_entries(
     entries = []
     vm_units = set(vcpu_units.values())
     for key, state in chunks:
-        units = sorted(state.units & vm_units)
-        if units:
-            # every holder may serve the read (Figure 2 line 31: readers go to a holder;
-            # replicas exist so that several units serve a popular chunk, §4.4)
-            unit = units[0]
-            vcpus = frozenset(i for i, u in vcpu_units.items() if u in units)
-            # §4.5 competitive rule, enforced by the guest's shim per aging period
-            entries.append(
-                (
-                    state.total_use(),
-                    PlacementEntry(key.chunk, vcpus, True, budget(state.size), unit),
-                )
-            )
-        elif state.use and state.size >= min_read_size:
-            everywhere = frozenset(vcpu_units)
-            entries.append((state.total_use(), PlacementEntry(key.chunk, everywhere, False, 0)))
-    # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
-    entries.sort(key=lambda e: (-e[0], e[1].chunk))
+        entry = chunk_entry(key.chunk, state, vcpu_units, vm_units, budget, min_read_size)
+        if entry is not None:
+            entries.append((state.total_use(), entry))
+    if len(entries) > max_entries:
+        # the table is bounded: keep the most used chunks; sort keys: use desc, chunk
+        entries.sort(key=lambda e: (-e[0], e[1].chunk))
     kept = [e for _, e in entries[:max_entries]]
     merged = {e.chunk: e for e in kept}
     for chunk, extra in extras.items():
-        # SRM colors and NCC replicas ride on SCU's entry, or on one that never migrates
-        entry = merged.get(chunk) or PlacementEntry(chunk, frozenset())
-        merged[chunk] = replace(
-            entry, color_node=extra.color_node, replica_nodes=extra.replica_nodes
-        )
-    return tuple(merged[c] for c in sorted(merged))
+        merged[chunk] = _with_extras(merged.get(chunk), chunk, extra)
+    # ChunkId's own order, compared as plain tuples (one key per chunk, not a call per
+    # comparison)
+    return tuple(merged[c] for c in sorted(merged, key=lambda c: (c.file_id, c.index)))
+
+
+def chunk_entry(
+    chunk: ChunkId,
+    state: ChunkState,
+    vcpu_units: Mapping[int, int],
+    vm_units: AbstractSet[int],
+    budget: Callable[[int], int],
+    min_read_size: int,
+) -> PlacementEntry | None:
+    """SCU's own entry for one chunk of a VM (:func:`placement_entries`), if any.
+
+    :param vm_units: the units of ``vcpu_units``.
+    """
+    units = sorted(state.units & vm_units)
+    if units:
+        # every holder may serve the read (Figure 2 line 31: readers go to a holder;
+        # replicas exist so that several units serve a popular chunk, §4.4)
+        vcpus = frozenset(i for i, u in vcpu_units.items() if u in units)
+        # §4.5 competitive rule, enforced by the guest's shim per aging period
+        return PlacementEntry(chunk, vcpus, True, budget(state.size), units[0])
+    if state.use and state.size >= min_read_size:
+        return PlacementEntry(chunk, frozenset(vcpu_units), False, 0)
+    return None
+
+
+def patched_entries(
+    previous: tuple[PlacementEntry, ...],
+    changed: Iterable[tuple[ChunkId, ChunkState | None]],
+    vcpu_units: Mapping[int, int],
+    extras: Mapping[ChunkId, ChunkExtras],
+    budget: Callable[[int], int],
+    min_read_size: int,
+) -> tuple[PlacementEntry, ...]:
+    """:func:`placement_entries` again after some chunks changed, from the table built
+    before: the entries of ``changed`` chunks (``None``: forgotten) recomputed, the others
+    kept. The same table only where neither table is cut to ``max_entries`` (the caller
+    checks) and nothing else it is built on changed (vCPUs' units, extras).
+
+    :param previous: the table built before (sorted by chunk).
+    :param changed: the chunks that changed since, with their states now.
+    """
+    entries = list(previous)
+    order = [e.chunk for e in entries]
+    vm_units = set(vcpu_units.values())
+    for chunk, state in sorted(changed, key=lambda c: c[0]):
+        entry = None
+        if state is not None:
+            entry = chunk_entry(chunk, state, vcpu_units, vm_units, budget, min_read_size)
+        if chunk in extras:
+            entry = _with_extras(entry, chunk, extras[chunk])
+        at = bisect.bisect_left(order, chunk)
+        present = at < len(order) and order[at] == chunk
+        if present and entry is None:
+            del entries[at], order[at]
+        elif present and entry is not None:
+            entries[at] = entry
+        elif entry is not None:
+            entries.insert(at, entry)
+            order.insert(at, chunk)
+    return tuple(entries)
+
+
+def _with_extras(
+    entry: PlacementEntry | None, chunk: ChunkId, extra: ChunkExtras
+) -> PlacementEntry:
+    # SRM colors and NCC replicas ride on SCU's entry, or on one that never migrates
+    entry = entry or PlacementEntry(chunk, frozenset())
+    return replace(entry, color_node=extra.color_node, replica_nodes=extra.replica_nodes)

@@ -204,10 +204,15 @@ class Topology:
     cross_chip_cache_latency_cycles: int | None = None
     forwards_clean_lines: bool = True
     _groups: tuple[LlcGroup, ...] = field(default=(), repr=False, compare=False)
+    # CPU number -> its info: :meth:`cpu` is called per vCPU per round (one step, not a scan)
+    _by_number: dict[int, CpuInfo] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _validate(self)
         object.__setattr__(self, "_groups", _build_groups(self.cpus))
+        # the first of duplicate numbers, as a scan finds it (_validate does not forbid them)
+        by_number = {info.cpu: info for info in reversed(self.cpus)}
+        object.__setattr__(self, "_by_number", by_number)
 
     # --- queries -------------------------------------------------------------------------
 
@@ -282,10 +287,10 @@ class Topology:
 
         :raises TopologyError: if there is no such CPU.
         """
-        for info in self.cpus:
-            if info.cpu == number:
-                return info
-        raise TopologyError(f"no cpu {number} in topology {self.name}")
+        info = self._by_number.get(number)
+        if info is None:
+            raise TopologyError(f"no cpu {number} in topology {self.name}")
+        return info
 
     def keep_only(self, cpus: Iterable[int]) -> Topology:
         """The same machine restricted to some CPUs (e.g. the ones unicache may use)."""
