@@ -65,6 +65,7 @@ from demo_guest import (
 )
 from rich.console import Console
 from rich.table import Table
+from unicache import policystate
 from unicache.errors import UnicacheError
 from unicache.host.linux.affinity import thread_start_time
 from unicache.host.linux.perf import hardware_counters_available
@@ -339,6 +340,9 @@ def _with_guest(vm: QemuVm, record: VmRecord, host: Topology, l2_bytes: int, fil
     log = state / "decisions.jsonl"
     if log.exists():
         log.unlink()
+    # the guest is new: a previous run's round state (its chunks, the table its guest had)
+    # would be restored and published to this one; the journals stay (crash recovery)
+    (state / policystate.STATE_FILE).unlink(missing_ok=True)
     daemon = subprocess.Popen(
         [str(VENV_BIN / "unicache"), "run", "--unify", "l2", "--always-place",
          "--interval", "1", "--state-dir", str(state), "--connect", "none",
