@@ -98,6 +98,22 @@ def colored_share(pages: Mapping[int, int], colored_nodes: Sequence[int]) -> flo
     return sum(pages.get(n, 0) for n in colored_nodes) / total if total else 0.0
 
 
+def hot_file_replicas(store: Mapping[str, Mapping[str, Any]],
+                      file_ids: set[int]) -> dict[str, dict[str, int]]:
+    """The store's files and bytes per node counting only the replicas of ``file_ids``.
+
+    :param store: ``nodeN`` -> ``files``, ``bytes`` and ``sizes`` (replica file name ->
+        bytes it holds; names are ``FILE_ID.CHUNK.CHUNK_SIZE.SEQ``, the id in hex).
+    :param file_ids: the files whose replicas count.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for node, held in store.items():
+        sizes = [size for name, size in held.get("sizes", {}).items()
+                 if int(name.split(".", 1)[0], 16) in file_ids]
+        out[node] = {"files": len(sizes), "bytes": sum(sizes)}
+    return out
+
+
 def shared_replica_failure(store: Mapping[str, Mapping[str, int]], node: int,
                            replicated: int, mappings: int, processes: int,
                            copy_bytes: int) -> str | None:

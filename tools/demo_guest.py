@@ -105,7 +105,10 @@ for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
     path = os.path.join(root, name)
     if name.startswith("node") and os.path.isdir(path):
         st = os.statvfs(path)
-        out[name] = {"files": len(os.listdir(path)),
-                     "bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
+        names = sorted(os.listdir(path))
+        out[name] = {"files": len(names),
+                     "bytes": (st.f_blocks - st.f_bfree) * st.f_frsize,
+                     "sizes": {n: os.stat(os.path.join(path, n)).st_blocks * 512
+                               for n in names}}
 print(json.dumps(out))
 """

@@ -124,3 +124,14 @@ def test_shared_replica_check(demo: ModuleType, store: dict[str, dict[str, int]]
                               replicated: int, mappings: int, ok: bool) -> None:
     why = demo.shared_replica_failure(store, 1, replicated, mappings, 2, 266240)
     assert (why is None) == ok, why
+
+
+def test_the_replica_check_counts_only_the_hot_files_replicas(demo: ModuleType) -> None:
+    # node 1 also holds two replicas of a chunk read earlier in the demo (file 0xab)
+    sizes = {f"{0x902f00aba48855ea:016x}.{i}.262144.{i + 7}": 266240 for i in range(4)}
+    sizes |= {f"{0xab:016x}.0.262144.1": 266240, f"{0xab:016x}.1.262144.2": 266240}
+    store = {"node1": {"files": 6, "bytes": 6 * 266240, "sizes": sizes}}
+    hot = demo.hot_file_replicas(store, {0x902f00aba48855ea})
+    assert hot == {"node1": {"files": 4, "bytes": 4 * 266240}}
+    assert demo.shared_replica_failure(hot, 1, 4, 8, 2, 266240) is None
+    assert demo.shared_replica_failure(store, 1, 4, 8, 2, 266240) is not None
