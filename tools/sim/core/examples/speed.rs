@@ -31,20 +31,11 @@ fn thread_cpu_s() -> f64 {
     ts.sec as f64 + ts.nsec as f64 * 1e-9
 }
 
-use unicache_sim_core::machine::AccessKind;
-use unicache_sim_core::rng::Rng;
-use unicache_sim_core::{trace, Inclusion, LevelConfig, Machine, MachineConfig, NodeConfig};
+#[path = "../tests/shapes/mod.rs"]
+mod shapes;
 
-fn level(name: &str, sets: u32, ways: u32, inclusion: Inclusion, per: u32) -> LevelConfig {
-    LevelConfig {
-        name: name.into(),
-        sets,
-        ways,
-        inclusion,
-        hit_cycles: 1.0,
-        instance_of: (0..16).map(|c| c / per).collect(),
-    }
-}
+use unicache_sim_core::machine::AccessKind;
+use unicache_sim_core::{trace, Inclusion, Machine, MachineConfig, NodeConfig};
 
 /// [`main`]'s `single` machine: one core's levels, non-inclusive, and one node without
 /// a DRAM queue, as `unicache_sim.config.single_core` builds it for the benchmark.
@@ -68,37 +59,10 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(8_000_000);
-    let cfg = MachineConfig {
-        line_size: 64,
-        page_size: 4096,
-        levels: vec![
-            level("L1", 128, 8, Inclusion::Inclusive, 1),
-            level("L2", 512, 16, Inclusion::Exclusive, 1),
-            level("L3", 1024, 32, Inclusion::Victim, 4),
-        ],
-        cpu_node: (0..16).map(|c| c / 4).collect(),
-        nodes: (0..4)
-            .map(|_| NodeConfig {
-                memory_bytes: 4 << 30,
-                local_line_cycles: 71.0,
-                remote_line_cycles: 82.0,
-                service_line_cycles: 18.0,
-            })
-            .collect(),
-        same_group_c2c_cycles: 22.0,
-        cross_group_c2c_cycles: 71.0,
-        cross_group_clean_from_dram: false,
-        migration_cycles: 0.0,
-    };
+    let cfg = shapes::opteron16();
     let file_lines = 4096u64;
     let reads = (accesses / file_lines).max(1);
-    let (lines, files) = trace::file_read_trace(32, file_lines, reads, false, 1);
-    let mut rng = Rng::new(1 ^ 0xC0FFEE);
-    let mut cpus = Vec::with_capacity(lines.len());
-    for _ in &files {
-        let c = rng.below(16) as u32;
-        cpus.extend(std::iter::repeat_n(c, file_lines as usize));
-    }
+    let (cpus, lines) = shapes::file_reads(32, file_lines, reads, 16);
     let repeats: usize = std::env::args()
         .nth(2)
         .and_then(|a| a.parse().ok())
