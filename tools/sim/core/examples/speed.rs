@@ -3,11 +3,13 @@
 //! opteron-16-like machine (16 cores, L1 64 KiB 8-way inclusive, L2 512 KiB 16-way
 //! exclusive, L3 2 MiB 32-way victim per 4-core chip, 4 NUMA nodes).
 //!
-//! `cargo run --release --example speed [accesses] [repeats] [paths]`; also a target for
-//! callgrind. `paths` picks the hot paths: `best` (default: AVX-512 if the CPU has it, the
-//! hot path fixed for this shape), `avx2` (AVX2 rather than AVX-512), `portable` (no
-//! vector instructions), `generic` (the hot path reading the machine's tables) or
-//! `reference` (neither).
+//! `cargo run --release --example speed [accesses] [repeats] [paths] [machine]`; also a
+//! target for callgrind. `paths` picks the hot paths: `best` (default: AVX-512 if the CPU
+//! has it, the hot path fixed for this shape), `avx2` (AVX2 rather than AVX-512),
+//! `portable` (no vector instructions), `generic` (the hot path reading the machine's
+//! tables) or `reference` (neither). `machine` is `opteron` (default) or `single`: one
+//! core's L1/L2/L3 as three non-inclusive levels, fed the trace from one CPU (the
+//! pycachesim comparison of `unicache-sim bench`).
 //! Prints the rate in CPU time of the running thread (the machine's cores are shared), the
 //! median over `repeats` runs on fresh machines (default 5).
 
@@ -29,19 +31,27 @@ fn thread_cpu_s() -> f64 {
     ts.sec as f64 + ts.nsec as f64 * 1e-9
 }
 
-use unicache_sim_core::machine::AccessKind;
-use unicache_sim_core::rng::Rng;
-use unicache_sim_core::{trace, Inclusion, LevelConfig, Machine, MachineConfig, NodeConfig};
+#[path = "../tests/shapes/mod.rs"]
+mod shapes;
 
-fn level(name: &str, sets: u32, ways: u32, inclusion: Inclusion, per: u32) -> LevelConfig {
-    LevelConfig {
-        name: name.into(),
-        sets,
-        ways,
-        inclusion,
-        hit_cycles: 1.0,
-        instance_of: (0..16).map(|c| c / per).collect(),
+use unicache_sim_core::machine::AccessKind;
+use unicache_sim_core::{trace, Inclusion, Machine, MachineConfig, NodeConfig};
+
+/// [`main`]'s `single` machine: one core's levels, non-inclusive, and one node without
+/// a DRAM queue, as `unicache_sim.config.single_core` builds it for the benchmark.
+fn single_core(mut cfg: MachineConfig) -> MachineConfig {
+    for lv in &mut cfg.levels {
+        lv.inclusion = Inclusion::NonInclusive;
+        lv.instance_of = vec![0];
     }
+    cfg.cpu_node = vec![0];
+    cfg.nodes = vec![NodeConfig {
+        memory_bytes: 1 << 34,
+        local_line_cycles: 100.0,
+        remote_line_cycles: 100.0,
+        service_line_cycles: 0.0,
+    }];
+    cfg
 }
 
 fn main() {
@@ -49,37 +59,10 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(8_000_000);
-    let cfg = MachineConfig {
-        line_size: 64,
-        page_size: 4096,
-        levels: vec![
-            level("L1", 128, 8, Inclusion::Inclusive, 1),
-            level("L2", 512, 16, Inclusion::Exclusive, 1),
-            level("L3", 1024, 32, Inclusion::Victim, 4),
-        ],
-        cpu_node: (0..16).map(|c| c / 4).collect(),
-        nodes: (0..4)
-            .map(|_| NodeConfig {
-                memory_bytes: 4 << 30,
-                local_line_cycles: 71.0,
-                remote_line_cycles: 82.0,
-                service_line_cycles: 18.0,
-            })
-            .collect(),
-        same_group_c2c_cycles: 22.0,
-        cross_group_c2c_cycles: 71.0,
-        cross_group_clean_from_dram: false,
-        migration_cycles: 0.0,
-    };
+    let cfg = shapes::opteron16();
     let file_lines = 4096u64;
     let reads = (accesses / file_lines).max(1);
-    let (lines, files) = trace::file_read_trace(32, file_lines, reads, false, 1);
-    let mut rng = Rng::new(1 ^ 0xC0FFEE);
-    let mut cpus = Vec::with_capacity(lines.len());
-    for _ in &files {
-        let c = rng.below(16) as u32;
-        cpus.extend(std::iter::repeat_n(c, file_lines as usize));
-    }
+    let (cpus, lines) = shapes::file_reads(32, file_lines, reads, 16);
     let repeats: usize = std::env::args()
         .nth(2)
         .and_then(|a| a.parse().ok())
@@ -92,6 +75,12 @@ fn main() {
         Some("reference") => (false, false),
         Some(other) => panic!("paths: best, avx2, portable, generic or reference, not {other}"),
     };
+    let single = match std::env::args().nth(4).as_deref() {
+        None | Some("opteron") => false,
+        Some("single") => true,
+        Some(other) => panic!("machine: opteron or single, not {other}"),
+    };
+    let cfg = if single { single_core(cfg) } else { cfg };
     let mut rates = Vec::new();
     let mut served = Vec::new();
     for _ in 0..repeats.max(1) {
@@ -102,7 +91,11 @@ fn main() {
         }
         trace::prepare(&mut m, &lines).expect("prepare");
         let t0 = thread_cpu_s();
-        trace::run_cpu_lines(&mut m, &cpus, &lines, AccessKind::Read);
+        if single {
+            trace::run_lines(&mut m, 0, &lines, AccessKind::Read);
+        } else {
+            trace::run_cpu_lines(&mut m, &cpus, &lines, AccessKind::Read);
+        }
         let s = thread_cpu_s() - t0;
         rates.push(lines.len() as f64 / s / 1e6);
         served = m.counters().served.clone();

@@ -18,12 +18,11 @@
 pub const LINES_PER_BUCKET: u32 = 8;
 /// Buckets remembered; requests older than the ring are served without waiting.
 const RING: usize = 16384;
+const _: () = assert!(RING.is_power_of_two());
 
 /// One node's DRAM queue.
 #[derive(Debug, Clone)]
 pub struct DramQueue {
-    /// Busy time per line (0: unlimited bandwidth).
-    service: f64,
     /// Bucket length in cycles.
     width: f64,
     /// Absolute bucket index held by each ring slot.
@@ -32,6 +31,10 @@ pub struct DramQueue {
     used: Vec<u32>,
     /// First bucket that may have room after the backlog (the last overflow's bucket).
     tail: i64,
+    /// The last request's time and its bucket: a run of requests at one time (a raw
+    /// trace, where time stands still) divides once.
+    last_now: f64,
+    last_bucket: i64,
 }
 
 impl DramQueue {
@@ -39,11 +42,12 @@ impl DramQueue {
     pub fn new(service: f64) -> Self {
         let on = service > 0.0;
         DramQueue {
-            service,
             width: service * LINES_PER_BUCKET as f64,
             base: if on { vec![-1; RING] } else { Vec::new() },
             used: if on { vec![0; RING] } else { Vec::new() },
             tail: 0,
+            last_now: f64::NAN,
+            last_bucket: 0,
         }
     }
 
@@ -57,10 +61,16 @@ impl DramQueue {
     /// Take a place for one line requested at `now`; returns the cycles it waits.
     #[inline]
     pub fn request(&mut self, now: f64) -> f64 {
-        if self.service <= 0.0 {
+        // no ring: no queueing (service <= 0)
+        if self.used.is_empty() {
             return 0.0;
         }
-        let b0 = (now / self.width) as i64;
+        // (a NaN `last_now` equals nothing)
+        if now != self.last_now {
+            self.last_now = now;
+            self.last_bucket = (now / self.width) as i64;
+        }
+        let b0 = self.last_bucket;
         match self.take(b0) {
             Some(true) => return 0.0,
             None => return 0.0, // older than the ring: long past, no queue left
@@ -84,15 +94,24 @@ impl DramQueue {
     #[inline(always)]
     fn take(&mut self, b: i64) -> Option<bool> {
         let slot = b.rem_euclid(RING as i64) as usize;
-        if self.base[slot] != b {
-            if self.base[slot] > b {
+        debug_assert!(self.base.len() == RING && self.used.len() == RING);
+        // SAFETY: `slot` < RING, the length of both rings (`request` returns before this
+        // when they are empty).
+        let (base, used) = unsafe {
+            (
+                self.base.get_unchecked_mut(slot),
+                self.used.get_unchecked_mut(slot),
+            )
+        };
+        if *base != b {
+            if *base > b {
                 return None;
             }
-            self.base[slot] = b;
-            self.used[slot] = 0;
+            *base = b;
+            *used = 0;
         }
-        if self.used[slot] < LINES_PER_BUCKET {
-            self.used[slot] += 1;
+        if *used < LINES_PER_BUCKET {
+            *used += 1;
             Some(true)
         } else {
             Some(false)

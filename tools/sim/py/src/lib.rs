@@ -70,7 +70,11 @@ pub struct PyCounters {
 }
 
 /// The simulator: a machine, its page allocator, and threads.
-#[pyclass(module = "unicache_sim._native", name = "Engine", unsendable)]
+///
+/// Sendable: an engine may be made on one Python thread and used or dropped on another.
+/// Its long calls (`run`, `run_trace`) release the GIL, so engines on several Python
+/// threads simulate at once, one per host core.
+#[pyclass(module = "unicache_sim._native", name = "Engine")]
 pub struct PyEngine {
     inner: Engine,
 }
@@ -311,10 +315,11 @@ impl PyEngine {
     }
 
     /// Run until a thread needs operations ("need", tid), the deadline is reached
-    /// ("deadline", -1) or nothing can run ("idle", -1).
+    /// ("deadline", -1) or nothing can run ("idle", -1). Releases the GIL while it runs.
     #[pyo3(signature = (deadline=f64::INFINITY))]
     fn run(&mut self, py: Python<'_>, deadline: f64) -> PyResult<(&'static str, i64)> {
-        let stop = ToPyResult(self.inner.run(deadline)).into_py(py)?;
+        let inner = &mut self.inner;
+        let stop = ToPyResult(py.allow_threads(|| inner.run(deadline))).into_py(py)?;
         Ok(match stop {
             Stop::NeedOps(t) => ("need", t as i64),
             Stop::Deadline => ("deadline", -1),
@@ -436,6 +441,7 @@ impl PyEngine {
 
     /// Feed a trace straight into the memory system (no time, no queueing) from `cpu`,
     /// or from the trace's own CPUs if it has them. Returns the wall-clock seconds spent.
+    /// Releases the GIL while it runs.
     #[pyo3(signature = (trace, cpu=0, kind="read"))]
     fn run_trace(
         &mut self,
@@ -454,13 +460,16 @@ impl PyEngine {
         }
         let m = self.inner.machine_mut();
         ToPyResult(m.prepare_trace(trace.max_line)).into_py(py)?;
-        let t0 = Instant::now();
-        if trace.cpus.is_empty() {
-            core::trace::run_lines(m, cpu as usize, &trace.lines, kind);
-        } else {
-            core::trace::run_cpu_lines(m, &trace.cpus, &trace.lines, kind);
-        }
-        Ok(t0.elapsed().as_secs_f64())
+        let (lines, cpus) = (&trace.lines, &trace.cpus);
+        Ok(py.allow_threads(|| {
+            let t0 = Instant::now();
+            if cpus.is_empty() {
+                core::trace::run_lines(m, cpu as usize, lines, kind);
+            } else {
+                core::trace::run_cpu_lines(m, cpus, lines, kind);
+            }
+            t0.elapsed().as_secs_f64()
+        }))
     }
 }
 

@@ -61,7 +61,11 @@ class Trace:
     def lines(self) -> list[int]: ...
 
 class Engine:
-    """The simulator: a machine, its page allocator, and threads."""
+    """The simulator: a machine, its page allocator, and threads.
+
+    Usable from any thread (made on one, used or dropped on another); ``run`` and
+    ``run_trace`` release the GIL, so engines on several threads simulate at once.
+    """
 
     def __init__(
         self,

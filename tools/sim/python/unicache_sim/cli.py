@@ -251,20 +251,29 @@ def bench(
     accesses: Annotated[int, typer.Option(help="line accesses")] = 8_000_000,
     ws_mb: Annotated[int, typer.Option(help="working set of the trace, MiB")] = 8,
     repeats: Annotated[int, typer.Option(help="runs of each measurement (median)")] = 3,
+    threads: Annotated[
+        str | None,
+        typer.Option(
+            help="thread pools of the parallel measurement, comma-separated "
+            "(default: 1 and this machine's CPUs; 0: none)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Speed of the native core, and of pycachesim on the same single-core trace."""
+    """Speed of the native core, and of pycachesim on the same single-core trace; then
+    independent simulations on 1, 2, ... threads of this process (the scaling)."""
     from unicache_sim.experiments.sim_speed import run_bench
 
     try:
         if repeats < 1:
             raise UnicacheError("--repeats must be at least 1")
-        result = run_bench(model, accesses, ws_mb, repeats)
+        pools = None if threads is None else _thread_pools(threads)
+        result = run_bench(model, accesses, ws_mb, repeats, pools)
     except UnicacheError as err:
         user_error(err)
         return
     if as_json:
-        doc = {**asdict(result), "ratio": result.ratio}
+        doc = {**asdict(result), "ratio": result.ratio, "scaling": result.scaling}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     title = f"simulator speed, {result.accesses:,} line accesses ({model})"
@@ -281,7 +290,29 @@ def bench(
         table.add_row("pycachesim, same hierarchy", f"{result.pycachesim_rate / 1e6:.1f}")
         table.add_row("ratio (same trace)", f"{result.ratio:.1f}x")
         table.add_row("hit counts equal", str(result.counts_equal))
+    for run in result.parallel:
+        table.add_row(
+            f"{run.jobs} simulations of {model} on {run.threads} thread(s), wall time "
+            f"({run.cores_busy:.2f} cores busy)",
+            f"{run.rate / 1e6:.1f}",
+        )
+    if result.scaling is not None:
+        table.add_row("scaling (most threads / one)", f"{result.scaling:.2f}x")
+        table.add_row("counts equal on every pool", str(result.parallel_counts_equal))
     Console().print(table)
+
+
+def _thread_pools(text: str) -> tuple[int, ...]:
+    """``--threads``: positive thread counts, or 0 for none."""
+    try:
+        pools = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as err:
+        raise UnicacheError(f"--threads wants integers, not {text!r}") from err
+    if pools == (0,):
+        return ()
+    if not pools or any(n < 1 for n in pools):
+        raise UnicacheError(f"--threads wants thread counts of at least 1 (or 0), not {text!r}")
+    return pools
 
 
 @app.command()

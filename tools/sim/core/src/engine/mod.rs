@@ -30,6 +30,9 @@ pub use run::Stop;
 pub use threads::{Op, ThreadStats};
 
 /// The simulator: machine + page allocator + threads.
+///
+/// `Send`: independent engines run on threads of one process (the binding releases the
+/// GIL around [`Engine::run`] and trace runs).
 pub struct Engine {
     machine: Machine,
     pages: PageAllocator,
@@ -40,6 +43,11 @@ pub struct Engine {
     line_shift: u32,
     interleave_next: u32,
 }
+
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Engine>();
+};
 
 impl Engine {
     /// New engine over a cold machine; `seed` drives page placement.

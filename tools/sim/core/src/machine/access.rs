@@ -105,6 +105,9 @@ impl Machine {
         upto: usize,
     ) {
         let g = w.group();
+        // the copies placed are counted once at the end: the evictions in between never
+        // read or write this line's count (a victim is never the line just placed)
+        let mut placed_copies = 0u8;
         w.each_fill_level(
             self,
             #[inline(always)]
@@ -114,13 +117,14 @@ impl Machine {
                 }
                 let placed = set_insert_absent::<I>(unsafe { w.set(m, j, phys) }, slot);
                 if placed != Inserted::Present {
-                    unsafe { dir.inc(slot, g) };
+                    placed_copies += 1;
                 }
                 if let Inserted::Evicted(v) = placed {
                     m.evicted_w::<I, V, TRACE>(w, dir, cpu, j, v);
                 }
             },
         );
+        unsafe { dir.add(slot, g, placed_copies) };
     }
 
     /// Line `v` was pushed out of `cpu`'s level `j`: back-invalidate above an inclusive

@@ -96,6 +96,20 @@ impl Machine {
             node_base_line.push(base / line);
             base += nd.memory_bytes;
         }
+        let node_shift = match node_base_line.get(1) {
+            None => Some(63),
+            Some(&second) => (second.is_power_of_two()
+                && node_base_line
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (i as u64) << second.trailing_zeros()))
+            .then_some(second.trailing_zeros()),
+        };
+        let row_mask = match n_groups {
+            0 => 0,
+            1..=7 => (1u64 << (8 * n_groups)) - 1,
+            _ => u64::MAX,
+        };
         let queues = cfg
             .nodes
             .iter()
@@ -130,6 +144,8 @@ impl Machine {
             lpp_shift: (cfg.page_size / cfg.line_size).trailing_zeros(),
             mode: SlotMode::Unset,
             node_base_line,
+            node_shift,
+            row_mask,
             counters,
             avx512: has_avx512(),
             avx2: has_avx2(),

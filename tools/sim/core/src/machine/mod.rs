@@ -103,6 +103,10 @@ pub struct Machine {
     /// Slots are assigned by pages (engine) or are the line addresses (traces).
     mode: SlotMode,
     node_base_line: Vec<u64>,
+    /// `Some(s)` when node `i` starts at line `i << s` (nodes of one power-of-two size).
+    node_shift: Option<u32>,
+    /// The bytes of a directory row read as a little-endian word (`n_groups` <= 8).
+    row_mask: u64,
     /// Each node's DRAM queue.
     queues: Vec<DramQueue>,
     counters: Counters,

@@ -231,10 +231,18 @@ impl Machine {
                 self.access_w::<I, V, true>(w, cpu, l, l as u32, kind, 0.0);
             }
         } else {
-            let views: Vec<V> = (0..self.cfg.n_cpus()).map(|c| V::of(self, c)).collect();
-            for (&c, &l) in cpus.iter().zip(lines) {
-                let cpu = c as usize;
-                self.access_w::<I, V, true>(*views.at(cpu), cpu, l, l as u32, kind, 0.0);
+            // runs of accesses from one CPU (a file read, in the benchmark's trace) take
+            // that CPU's view once, so it stays in registers
+            let lines = &lines[..cpus.len().min(lines.len())];
+            let mut k = 0;
+            while k < lines.len() {
+                let cpu = *cpus.at(k) as usize;
+                let run = cpus[k..].iter().take_while(|&&c| c as usize == cpu).count();
+                let w = V::of(self, cpu);
+                for &l in &lines[k..k + run] {
+                    self.access_w::<I, V, true>(w, cpu, l, l as u32, kind, 0.0);
+                }
+                k += run;
             }
         }
     }

@@ -7,6 +7,10 @@ use crate::error::{Result, SimError};
 /// The largest slot id (the cache's empty marker is `u32::MAX`).
 pub const MAX_SLOT: u64 = (u32::MAX - 1) as u64;
 
+/// Zero bytes kept past the directory's last row, so that a row of up to this many groups
+/// can be read as one word (`Machine::held_anywhere`).
+pub(super) const DIR_PAD: usize = 8;
+
 /// The directory as the hot path reads it: its pointer and row width, taken once per
 /// access (see [`Machine::dir_mut`]).
 #[derive(Debug, Clone, Copy)]
@@ -30,13 +34,13 @@ impl Dir {
         unsafe { self.counts.add(slot as usize * self.n_groups + g) }
     }
 
-    /// One more copy of `slot` in group `g`. Safety: as [`Dir::at`].
+    /// `n` more copies of `slot` in group `g`. Safety: as [`Dir::at`].
     #[inline(always)]
-    pub(super) unsafe fn inc(self, slot: u32, g: usize) {
+    pub(super) unsafe fn add(self, slot: u32, g: usize, n: u8) {
         // SAFETY: the caller's contract.
         unsafe {
             let d = self.at(slot, g);
-            *d = (*d).wrapping_add(1);
+            *d = (*d).wrapping_add(n);
         }
     }
 
@@ -67,7 +71,7 @@ impl Machine {
         }
         self.frame_of_page.push(frame);
         self.n_slots += lpp as usize;
-        self.dir.resize(self.n_slots * self.n_groups, 0);
+        self.dir.resize(self.n_slots * self.n_groups + DIR_PAD, 0);
         Ok(first as u32)
     }
 
@@ -87,7 +91,7 @@ impl Machine {
         let need = max_line as usize + 1;
         if self.n_slots < need {
             self.n_slots = need;
-            self.dir.resize(need * self.n_groups, 0);
+            self.dir.resize(need * self.n_groups + DIR_PAD, 0);
         }
         Ok(())
     }

@@ -14,23 +14,52 @@ CPU time of the calling thread (``time.thread_time``): the project machine has t
 shared with other jobs, and wall time would count the time this process waited. Each of
 the three runs is repeated on a fresh (cold) simulator, interleaved, and the median rate
 is reported, with the smallest and largest of the multicore runs.
+
+A third measurement shows several simulations in one process across cores: four
+independent multicore runs (a quarter of the trace each, with its own seed, on a fresh
+engine) on a pool of 1, 2, ... Python threads. ``Engine.run_trace`` releases the GIL, so
+the threads simulate at once; the rate is all jobs' accesses over the batch's wall time
+(the only clock that shows parallelism, so it also counts whatever else the machine
+runs), and every job's served counts must equal those of the one-thread batch.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from unicache.topology.toml import load_model
 
 from unicache_sim import _native
-from unicache_sim.config import from_topology, single_core
+from unicache_sim.config import SimConfig, from_topology, single_core
 
 FILE_BYTES = 256 * 1024
+#: independent simulations of the parallel measurement (trace seeds 1..PARALLEL_JOBS)
+PARALLEL_JOBS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelRate:
+    """Independent multicore simulations on a pool of Python threads, in one process.
+
+    :param threads: threads of the pool.
+    :param jobs: simulations run (one trace seed and a fresh engine each).
+    :param rate: line accesses per second of wall time, all jobs together (median).
+    :param cores_busy: CPU seconds of this process per second of wall time during the
+        batch (median): how many cores it kept busy, up to ``threads`` when the GIL is
+        released and the machine's other work leaves the cores free.
+    """
+
+    threads: int
+    jobs: int
+    rate: float
+    cores_busy: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +87,8 @@ class BenchResult:
     repeats: int = 1
     multicore_min: float = 0.0
     multicore_max: float = 0.0
+    parallel: tuple[ParallelRate, ...] = ()
+    parallel_counts_equal: bool | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -65,6 +96,13 @@ class BenchResult:
         if self.pycachesim_rate is None:
             return None
         return self.single_core_rate / self.pycachesim_rate
+
+    @property
+    def scaling(self) -> float | None:
+        """Rate of the largest thread pool over the one-thread pool's."""
+        if len(self.parallel) < 2:
+            return None
+        return self.parallel[-1].rate / self.parallel[0].rate
 
 
 def _timed(run: Callable[[Any], object], arg: Any) -> float:
@@ -74,8 +112,20 @@ def _timed(run: Callable[[Any], object], arg: Any) -> float:
     return time.thread_time() - t0
 
 
+def host_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def run_bench(
-    model: str = "opteron-16", accesses: int = 8_000_000, ws_mb: int = 8, repeats: int = 3
+    model: str = "opteron-16",
+    accesses: int = 8_000_000,
+    ws_mb: int = 8,
+    repeats: int = 3,
+    threads: Sequence[int] | None = None,
 ) -> BenchResult:
     """Run the benchmark.
 
@@ -83,6 +133,8 @@ def run_bench(
     :param accesses: approximate number of line accesses.
     :param ws_mb: working set of the read microbenchmark trace, MiB.
     :param repeats: runs of each measurement (median reported).
+    :param threads: thread pools of the parallel measurement (default: 1 and this
+        machine's CPUs); empty: no parallel measurement.
     :returns: the figures.
     """
     cfg = from_topology(load_model(model))
@@ -116,6 +168,8 @@ def run_bench(
         served = ours.counters().served
         same = [c.HIT_count for c in caches] == served[: len(geometry)]
         equal = same if equal is None else equal and same
+    pools = sorted(set((1, host_cpus()) if threads is None else threads))
+    parallel, same_counts = _parallel(cfg, n_files, file_lines, reads, pools, repeats)
     return BenchResult(
         model,
         len(multi),
@@ -126,7 +180,55 @@ def run_bench(
         len(multi_rates),
         min(multi_rates),
         max(multi_rates),
+        parallel,
+        same_counts,
     )
+
+
+def _parallel(
+    cfg: SimConfig,
+    n_files: int,
+    file_lines: int,
+    reads: int,
+    pools: Sequence[int],
+    repeats: int,
+) -> tuple[tuple[ParallelRate, ...], bool | None]:
+    """The parallel measurement: :data:`PARALLEL_JOBS` multicore simulations of a share
+    of ``reads`` each on each pool, pools interleaved, ``repeats`` times; returns the
+    median rates and whether every pool's jobs counted what the first pool's did."""
+    if not pools:
+        return (), None
+    share = max(1, reads // PARALLEL_JOBS)
+    traces = [
+        _native.Trace.file_reads(n_files, file_lines, share, False, seed, cfg.n_cpus)
+        for seed in range(1, PARALLEL_JOBS + 1)
+    ]
+    total = sum(len(t) for t in traces)
+
+    def job(trace: _native.Trace) -> list[int]:
+        engine = cfg.engine()
+        engine.run_trace(trace)
+        return engine.counters().served
+
+    rates: dict[int, list[float]] = {n: [] for n in pools}
+    busy: dict[int, list[float]] = {n: [] for n in pools}
+    first: list[list[int]] | None = None
+    same = True
+    for _ in range(max(1, repeats)):
+        for n in pools:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                t0, c0 = time.perf_counter(), time.process_time()
+                served = list(pool.map(job, traces))
+                wall = time.perf_counter() - t0
+                busy[n].append((time.process_time() - c0) / wall)
+                rates[n].append(total / wall)
+            first = served if first is None else first
+            same = same and served == first
+    runs = tuple(
+        ParallelRate(n, len(traces), statistics.median(rates[n]), statistics.median(busy[n]))
+        for n in pools
+    )
+    return runs, same
 
 
 def _pycachesim(
