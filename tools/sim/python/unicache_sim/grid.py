@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -32,6 +31,8 @@ from unicache.topology import Topology, Unify
 from unicache.topology.toml import load_model, model_names
 
 from unicache_sim.config import from_topology
+from unicache_sim.dask_client import dask_client
+from unicache_sim.dask_client import default_workers as default_workers
 from unicache_sim.experiments.mfc_read import (
     DISTRIBUTIONS,
     FILE_BYTES,
@@ -344,14 +345,6 @@ def run_point(point: GridPoint) -> GridResult:
     return result
 
 
-def default_workers() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def run_grid(
     points: Sequence[GridPoint],
     workers: int,
@@ -369,40 +362,14 @@ def run_grid(
     :raises ConfigError: if dask is missing or the scheduler cannot be reached.
     :raises UnicacheError: if a point fails in the simulator (naming the point).
     """
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError as err:
-        raise ConfigError("grid needs dask[distributed] (tools/sim/requirements.txt)") from err
-    import logging
-
     # the largest working sets first (they run longest), so that the last tasks are short
     order = sorted(points, key=lambda p: -max(p.ws_mb, 16.0))
-    # distributed's Client, LocalCluster and as_completed carry no annotations
-    if scheduler is not None:
-        try:
-            client = Client(scheduler, timeout="10s")  # type: ignore[no-untyped-call]
-        except (OSError, TimeoutError) as err:
-            raise ConfigError(f"cannot reach the Dask scheduler at {scheduler}") from err
-        cluster = None
-    else:
-        import dask
+    done: dict[GridPoint, GridResult] = {}
+    with dask_client(workers, scheduler, "grid") as client:
+        from distributed import as_completed
 
-        # no statistical profiler on the workers: it keeps sampled frames, and a frame that
-        # still holds a native engine would then drop it on the profiler's thread, which
-        # PyO3 refuses ("unsendable") with a traceback on the user's terminal
-        with dask.config.set({"distributed.worker.profile.enabled": False}):
-            cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
-            )
-        client = Client(cluster)  # type: ignore[no-untyped-call]
-    try:
         futures = client.map(run_point, order, pure=False)
         point_of = {f.key: p for f, p in zip(futures, order, strict=True)}
-        done: dict[GridPoint, GridResult] = {}
         for future in as_completed(futures):  # type: ignore[no-untyped-call]
             try:
                 result: GridResult = future.result()
@@ -414,10 +381,6 @@ def run_grid(
             done[result.point] = result
             if progress is not None:
                 progress(result)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
-        if cluster is not None:
-            cluster.close()
     return tuple(done[p] for p in points)
 
 
