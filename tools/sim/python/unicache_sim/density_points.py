@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from unicache.errors import ConfigError, UnicacheError
+from unicache.errors import UnicacheError
 from unicache.topology import Topology
 from unicache.topology.toml import load_model
 
+from unicache_sim.dask_client import dask_client
 from unicache_sim.experiments.density_point import (
     DensityTiming,
     PointOutcome,
@@ -115,49 +117,22 @@ class Runner:
         self.progress = progress or (lambda _r, _c: None)
         self.cached = 0
         self.client: Any = None
-        self.cluster: Any = None
+        self._stack = ExitStack()
         self._as_completed: Any = None
         self._point_of: dict[str, tuple[DensityPoint, int]] = {}
 
     def __enter__(self) -> Runner:
-        try:
-            from distributed import Client, LocalCluster, as_completed
-        except ImportError as err:
-            raise ConfigError(
-                "density needs dask[distributed] (tools/sim/requirements.txt)"
-            ) from err
-        import logging
-        import warnings
+        from distributed import as_completed
 
-        # the cluster's own chatter (INFO lines, a busy dashboard port) is not the user's
-        logging.getLogger("distributed").setLevel(logging.ERROR)
-        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        self._stack = ExitStack()
+        self.client = self._stack.enter_context(
+            dask_client(self.workers, self.scheduler, "density")
+        )
         self._as_completed = as_completed
-        if self.scheduler is not None:
-            try:
-                self.client = Client(self.scheduler, timeout="10s")  # type: ignore[no-untyped-call]
-            except (OSError, TimeoutError) as err:
-                raise ConfigError(f"cannot reach the Dask scheduler at {self.scheduler}") from err
-        else:
-            import dask
-
-            # no profiler on the workers: it would drop native engines on its thread
-            with dask.config.set({"distributed.worker.profile.enabled": False}):
-                self.cluster = LocalCluster(  # type: ignore[no-untyped-call]
-                    n_workers=self.workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    silence_logs=logging.ERROR,
-                )
-            self.client = Client(self.cluster)  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.client is not None:
-            self.client.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        self._stack.close()
 
     def run(self, batches: Iterable[Sequence[DensityPoint]],
             on_batch: Callable[[Sequence[PointResult]], Iterable[Sequence[DensityPoint]]]

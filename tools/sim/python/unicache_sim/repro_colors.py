@@ -17,6 +17,7 @@ from unicache.topology.toml import load_model
 from unicache_sim.experiments.ncc_replicas import NccResult, NccSpec, run_ncc
 from unicache_sim.experiments.srm_colors import SrmPoint, run_srm
 from unicache_sim.experiments.srm_memory import SrmSpec
+from unicache_sim.figures import plot_ncc, plot_srm
 from unicache_sim.repro_run import ReproReport
 from unicache_sim.repro_table import ReproRow, Verdict, points_verdict
 from unicache_sim.spread import Spread
@@ -96,8 +97,6 @@ class ColorsReplicasExperiment:
         ]
         rows = _srm_rows(srm) + _ncc_rows(ncc)
         paths: list[Path] = []
-        from unicache_sim.figures import plot_ncc, plot_srm
-
         figures.mkdir(parents=True, exist_ok=True)
         if srm:
             paths.append(figures / "sim-srm-fig2.png")

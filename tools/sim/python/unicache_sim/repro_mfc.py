@@ -20,6 +20,7 @@ from typing import Any
 from unicache.topology.toml import load_model
 
 from unicache_sim.experiments.mfc_read import MfcSpec, PointResult, run_mfc
+from unicache_sim.repro_mfc_plot import plot_dram, plot_one_reader, plot_parallel
 from unicache_sim.repro_run import ReproReport
 from unicache_sim.repro_table import NOISE, ReproRow, Verdict, gain_verdict
 from unicache_sim.spread import Spread
@@ -155,8 +156,6 @@ class MfcExperiment:
         rows += _dram_rows(by_key, example)
         rows += _parallel_rows(speed, example)
         rows += NOT_ATTEMPTED
-        from unicache_sim.repro_mfc_plot import plot_dram, plot_one_reader, plot_parallel
-
         paths = (
             plot_one_reader(speed, figures / "mfc-fig3-4.png"),
             plot_dram(by_key, figures / "mfc-fig5.png"),
