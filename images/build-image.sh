@@ -181,6 +181,7 @@ if [ "$VARIANT" = systemd ]; then
     # the runner starts as a service; what a test guest never needs does not (timers that
     # run apt or fstrim under TCG, gettys on a console nobody logs into)
     install -m 644 "$REPO/images/guest/unicache-runner.service" "$ROOT/etc/systemd/system/"
+    mkdir -p "$ROOT/etc/systemd/system/multi-user.target.wants"
     ln -sf ../unicache-runner.service "$ROOT/etc/systemd/system/multi-user.target.wants/"
     for unit in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer \
                 e2scrub_reap.service fstrim.timer serial-getty@ttyS0.service getty@tty1.service \
@@ -189,7 +190,7 @@ if [ "$VARIANT" = systemd ]; then
     done
     # one machine id for every boot of the image: an empty one would make each boot of a
     # throw-away disk a "first boot" (systemctl preset-all)
-    tr -dc 0-9a-f < /dev/urandom 2>/dev/null | head -c 32 > "$ROOT/etc/machine-id"
+    od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$ROOT/etc/machine-id"
     echo >> "$ROOT/etc/machine-id"
     [ -x "$ROOT/lib/systemd/systemd" ] || die "no systemd in the systemd variant's rootfs"
 else
@@ -242,6 +243,7 @@ cat > "$OUT/image.json.tmp" <<EOF
   "shim": "$SHIM",
   "agent_port": "org.unicache.agent.0",
   "control_port": "org.unicache.control.0",
+  "base_rootfs": "$BASE",
   "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 }
 EOF

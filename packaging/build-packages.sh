@@ -50,7 +50,7 @@ agent() {
         "env PYTHONPATH=$REPO/guest-agent $VENV_PY -m unicache_agent" \
         | sed 's/^\.TH "\?ENV[^ ]*"\? /.TH UNICACHE-AGENT /' | gzip -9n > "$UC_STAGE/unicache-agent.8.gz"
     for packager in deb rpm; do
-        "$NFPM" package -f guest-agent/packaging/nfpm.yaml -p "$packager" -t "$OUT/" >/dev/null
+        "$NFPM" package -f guest-agent/packaging/nfpm.yaml -p "$packager" -t "$OUT/" | grep -v '^using'
     done
     step "agent: $(cd "$OUT" && ls unicache-agent[-_]"$UC_VERSION"*.{deb,rpm} | tr '\n' ' ')"
 }
@@ -85,7 +85,7 @@ host() {
         -s "$venv" -p "$final" "$venv/lib" >/dev/null
     mkdir -p "$UC_STAGE/docs"
     cp docs/*.md "$UC_STAGE/docs/"
-    "$NFPM" package -f packaging/host/nfpm.yaml -p deb -t "$OUT/" >/dev/null
+    "$NFPM" package -f packaging/host/nfpm.yaml -p deb -t "$OUT/" | grep -v '^using'
     step "host: $(cd "$OUT" && ls unicache_"$UC_VERSION"*.deb) ($(du -sh "$venv" | cut -f1) venv)"
 }
 
