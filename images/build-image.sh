@@ -175,7 +175,7 @@ echo unicache-guest > "$ROOT/etc/hostname"
 printf '127.0.0.1 localhost unicache-guest\n' > "$ROOT/etc/hosts"
 AGENT_LIB=/usr/lib/unicache-agent
 if [ "$VARIANT" = systemd ]; then
-    INIT=/sbin/init
+    INIT=/lib/systemd/systemd  # not /sbin/init: an absolute link the initramfs cannot follow
     AGENT=""
     SHIM=""
     # the runner starts as a service; what a test guest never needs does not (timers that

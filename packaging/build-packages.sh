@@ -74,7 +74,7 @@ host() {
     # the same pins as the development .venv (requirements.txt); libvirt-python is built
     # against the host's libvirt (libvirt-dev)
     "$venv/bin/pip" install -q --disable-pip-version-check \
-        -c requirements.txt -c hypervisor/requirements-libvirt.txt \
+        -c requirements.txt -c hypervisor/requirements-libvirt.txt -c images/requirements.txt \
         "$OUT"/unicache-"$UC_VERSION"-*.whl "$sim_wheel" libvirt-python
     # made at $venv, run at $final: the paths pip and venv wrote (script shebangs,
     # activate, pyvenv.cfg) move there, as dh-virtualenv does

@@ -6,8 +6,8 @@ leaves the root as before."""
 from __future__ import annotations
 
 import configparser
+import os
 import re
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -30,6 +30,16 @@ def _unit(root: Path) -> configparser.ConfigParser:
     return unit
 
 
+def _exists_in(root: Path, path: str) -> bool:
+    """Whether ``path`` exists in ``root``, following a link's absolute target there too."""
+    inside = root / path.lstrip("/")
+    if inside.is_symlink():
+        target = os.readlink(inside)
+        return _exists_in(root, target if target.startswith("/") else
+                          str(Path(path).parent / target))
+    return inside.exists()
+
+
 def _documented_paths() -> list[str]:
     """The paths of docs/operations.md's table of what the host package installs."""
     text = (ROOT / "docs/operations.md").read_text(encoding="utf-8")
@@ -43,6 +53,7 @@ def test_the_wheel_is_the_unicache_package_at_the_version(packages: Packages) ->
         meta = whl.read(f"unicache-{VERSION}.dist-info/METADATA").decode()
     assert "unicache/cli/__init__.py" in names and "unicache/models/" in " ".join(names)
     assert f"Version: {VERSION}" in meta and "Requires-Dist: typer" in meta
+    assert "Requires-Dist: qemu.qmp" in meta  # the package imports it (host/qemu/qmp.py)
 
 
 def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_trace(
@@ -56,7 +67,7 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
     unit = _unit(root)
     exec_start = unit["Service"]["ExecStart"].split()
     assert exec_start[:2] == ["/opt/unicache/.venv/bin/unicache", "run"]
-    assert (root / exec_start[0].lstrip("/")).exists()
+    assert _exists_in(root, exec_start[0])
     config = exec_start[exec_start.index("--config") + 1]
     assert config == "/etc/unicache/unicache.toml"
     in_root(root, "/opt/unicache/.venv/bin/python", "-c",
@@ -68,7 +79,7 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
     documented = _documented_paths()
     assert len(documented) >= 5
     for path in documented:
-        assert (root / path.lstrip("/")).exists(), f"docs/operations.md names {path}"
+        assert _exists_in(root, path), f"docs/operations.md names {path}"
 
     # the commands run (the venv was made elsewhere and works at /opt/unicache/.venv)
     assert in_root(root, "unicache", "version").stdout.strip() == VERSION
