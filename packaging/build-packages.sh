@@ -18,7 +18,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WHAT=${1:-all}
 OUT=$(mkdir -p "${2:-$REPO/build/packages}" && cd "${2:-$REPO/build/packages}" && pwd)
-NFPM=${NFPM:-$REPO/build/tools/bin/nfpm}
+NFPM=${NFPM:-$(ls "$REPO"/build/tools/nfpm-*/nfpm 2>/dev/null | tail -n 1)}
 VENV_PY=$REPO/.venv/bin/python
 # the host package's venv is made by the python3 it will run on (Debian's, not a pyenv one)
 SYSTEM_PY=/usr/bin/python3
@@ -30,7 +30,7 @@ T0=$(date +%s)
 step() { printf '[packages %3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 die() { printf 'packages: error: %s\n' "$*" >&2; exit 1; }
 
-[ -x "$NFPM" ] || die "no nfpm at $NFPM: run 'make packages' (it installs nfpm first)"
+[ -x "$NFPM" ] || die "no nfpm in build/tools: run 'make packages' (it installs nfpm first)"
 [ -x "$VENV_PY" ] || die "no .venv: run 'make setup' first"
 STAGES=$(mktemp -d "${TMPDIR:-/tmp}/unicache-packages.XXXXXX")
 trap 'rm -rf "$STAGES"' EXIT

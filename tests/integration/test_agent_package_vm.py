@@ -36,9 +36,10 @@ from tests.packaging.test_agent_package import _broken_shim
 
 BOOT_TIMEOUT_S = 420.0
 SHIM = "/usr/lib/unicache-agent/libunicache.so"
-#: the guest's own files (what a package may leave behind), not logs and run-time state
+#: the guest's own files (what a package may leave behind), not logs, run-time state and
+#: the package managers' bookkeeping (dpkg's database, apt's auto-installed marks)
 FILE_LIST = ("find /etc /usr /opt /var/lib -xdev -path /var/lib/dpkg -prune -o "
-             "-path /var/lib/systemd -prune -o -print | sort")
+             "-path /var/lib/apt -prune -o -path /var/lib/systemd -prune -o -print | sort")
 
 
 @pytest.fixture(scope="module")

@@ -39,8 +39,7 @@ def build_packages(out: Path = ROOT / "build/packages") -> Packages:
 
 def build_agent_packages(out: Path, shim: Path) -> Packages:
     """Build the agent's packages with ``shim`` as its libunicache.so (the rest as usual)."""
-    env = {**os.environ, "UC_SHIM": str(shim),
-           "NFPM": str(ROOT / "build/tools/bin/nfpm")}
+    env = {**os.environ, "UC_SHIM": str(shim)}
     subprocess.run(["bash", str(ROOT / "packaging/build-packages.sh"), "agent", str(out)],
                    cwd=ROOT, env=env, check=True, capture_output=True)
     missing = out / "none"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from unicache.host.qemu import ensure_image
 
-from tests.packaging.chroot import ROOT, Packages, build_packages
+from tests.packaging.chroot import Packages, build_packages
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +39,3 @@ def clean_root(base_rootfs: Path, tmp_path: Path) -> Iterator[Path]:
     (root / ".complete").unlink()
     yield root
     shutil.rmtree(root, ignore_errors=True)
-
-
-__all__ = ["ROOT", "base_rootfs", "clean_root", "packages"]

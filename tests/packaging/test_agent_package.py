@@ -81,7 +81,6 @@ def test_install_preloads_the_shim_and_remove_then_purge_leave_the_system_as_bef
         packages: Packages, clean_root: Path) -> None:
     root = clean_root
     assert not (root / PRELOAD).exists()
-    before = inventory(root)
     deb = copy_in(root, packages.agent_deb)
     before = inventory(root)
 

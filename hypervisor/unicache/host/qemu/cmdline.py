@@ -1,7 +1,9 @@
 """QEMU's command line: what a VM is started with (:class:`VmConfig`) and the argv for it (pure).
 
-The guest image boots directly (``-kernel``/``-initrd``) on a throw-away disk
-(``snapshot=on``: the base image stays clean), with two virtio-serial ports and a QMP socket:
+The guest image boots directly (``-kernel``/``-initrd``; the initramfs switches to the image's
+init) on a throw-away disk (``snapshot=on``: the base image stays clean, unless
+``keep_disk_writes``), with two virtio-serial ports (the agent's left out with
+``agent_channel=False``) and a QMP socket:
 
 * ``org.unicache.agent.0``: the guest agent's channel. By default QEMU *connects* to the
   agent socket (``reconnect=1``), on which :class:`unicache.channel.ChannelServer` listens
