@@ -11,7 +11,9 @@ under real QEMU (TCG here): three boots of one disk, as a user's guest lives.
    not preloaded.
 3. The guest with that package boots, and ``ls`` runs.
 
-About 4-8 minutes on a busy 2-core host under TCG (most of it three systemd boots).
+Duration under TCG on the 2-core development host, busy with other VMs (2026-11-26): the
+runner answered 88, 86 and 64 s after QEMU started; the test took 6-7 minutes beside the
+package build it may trigger (`make packages`, ~3 minutes when an input changed).
 The chroot tests of the same packages: tests/packaging/.
 """
 
