@@ -19,6 +19,7 @@ include guest-agent/agent.mk
 include images/images.mk
 include hypervisor/libvirt.mk
 include qemu-patches/colormem/colormem.mk
+include packaging/packages.mk
 -include qemu-patches/qemu.mk
 
 .PHONY: setup test lint typecheck pytest demo figures bench clean apt

@@ -1,11 +1,14 @@
 #!/bin/sh
-# Install unicache-agent and libunicache.so into a guest, or into a mounted guest image.
+# Install unicache-agent and libunicache.so into a guest, or into a mounted guest image,
+# without a package manager (the unicache-agent .deb/.rpm of `make packages` is the usual
+# way: docs/agent.md "Packages"; it also checks the shim loads before preloading it).
 #
 #   guest-agent/install.sh [--root DIR] [--no-preload] [--no-systemd]
 #
 # --root DIR     install into an image mounted at DIR (default /: the running guest)
 # --no-preload   do not add libunicache.so to DIR/etc/ld.so.preload
-# --no-systemd   do not install and enable the systemd unit
+# --no-systemd   do not install the systemd unit and the udev rule that starts it when
+#                the host attaches the port
 #
 # Needs: python3 in the guest. The agent is written and type-checked as Python 3.9 code
 # (ruff py39, mypy python_version 3.9) and tested on 3.11 only; no 3.9 interpreter has run
@@ -51,9 +54,9 @@ if [ "$preload" = 1 ]; then
 fi
 
 if [ "$systemd" = 1 ]; then
-	install -d "$root/etc/systemd/system/multi-user.target.wants"
+	# started by udev when the port appears (as the package does), not at every boot
+	install -d "$root/etc/systemd/system" "$root/etc/udev/rules.d"
 	install -m 0644 "$here/unicache-agent.service" "$root/etc/systemd/system/unicache-agent.service"
-	ln -sf ../unicache-agent.service \
-		"$root/etc/systemd/system/multi-user.target.wants/unicache-agent.service"
+	install -m 0644 "$here/packaging/60-unicache-agent.rules" "$root/etc/udev/rules.d/"
 fi
 echo "unicache-agent installed into $root"

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds the unicache demo/test guest: Debian 12 minbase + python3 + the guest agent and shim,
-# a small init (no systemd), an ext4 disk, the Debian cloud kernel and a busybox initramfs.
+# Builds a unicache demo/test guest: Debian 12 minbase + python3, an ext4 disk, the Debian
+# cloud kernel and a busybox initramfs, in one of two variants:
 #
-#   images/build-image.sh [OUT_DIR]        (default build/images/debian12; `make image` runs it)
+#   images/build-image.sh [OUT_DIR] [VARIANT]
+#
+#   init     (default; `make image`, build/images/debian12): the guest agent and shim
+#            copied in, started by a small init of its own (no systemd, no udev)
+#   systemd  (`make image-systemd`, build/images/debian12-systemd): systemd as PID 1 and
+#            udev, no agent (the tests install the unicache-agent package, as a user would);
+#            the command runner is a systemd service
 #
 # Cached in three layers under build/images/cache (each keyed by a hash of what it is made of):
 #   base-HASH/      debootstrap rootfs           (suite, mirror, package list)    ~1 min
@@ -15,12 +21,21 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=${1:-$REPO/build/images/debian12}
+VARIANT=${2:-init}
+case "$VARIANT" in
+    init) NAME=debian12 ;;
+    systemd) NAME=debian12-systemd ;;
+    *) echo "image: error: unknown variant $VARIANT (init or systemd)" >&2; exit 2 ;;
+esac
+OUT=${1:-$REPO/build/images/$NAME}
 CACHE=${UNICACHE_IMAGE_CACHE:-$REPO/build/images/cache}
 SUITE=bookworm
 MIRROR=${UNICACHE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # minbase already has coreutils, grep, util-linux (mount), dash; the demo needs python3, procps.
+# The systemd variant adds systemd as init, udev (it starts the agent's unit) and dbus
+# (systemd-logind, which turns the ACPI power button into a clean power-off).
 GUEST_PACKAGES=python3,procps
+[ "$VARIANT" = systemd ] && GUEST_PACKAGES=$GUEST_PACKAGES,systemd-sysv,udev,dbus
 DISK_SIZE=${UNICACHE_IMAGE_SIZE:-1G}
 HOST_PACKAGES="debootstrap qemu-system-x86 busybox-static e2fsprogs cpio kmod"
 # modules the initramfs loads (with their dependencies, in order): disk, virtio-serial, and
@@ -38,9 +53,10 @@ die() { printf 'image: error: %s\n' "$*" >&2; exit 1; }
 inputs_hash() {
     (
         cd "$REPO"
-        echo "suite=$SUITE mirror=$MIRROR packages=$GUEST_PACKAGES size=$DISK_SIZE mods=$MODULES"
+        echo "variant=$VARIANT suite=$SUITE mirror=$MIRROR packages=$GUEST_PACKAGES size=$DISK_SIZE mods=$MODULES"
         find images/build-image.sh images/guest images/initramfs guest-agent/unicache_agent \
-            -type f \( -name '*.py' -o -name '*.sh' -o -name 'init' \) 2>/dev/null | LC_ALL=C sort
+            -type f \( -name '*.py' -o -name '*.sh' -o -name 'init' -o -name '*.service' \) \
+            2>/dev/null | LC_ALL=C sort
         [ -f guest-agent/install.sh ] && echo guest-agent/install.sh
         echo guest-agent/shim/libunicache.so
         echo guest-agent/shim/uc_selftest
@@ -146,10 +162,9 @@ step "initramfs: busybox + $(wc -l < "$IRD/modules/order") modules ($(tr '\n' ' 
 
 # -- 5. rootfs: base + init + agent + shim + demo command runner --------------------------
 ROOT=$STAGE/rootfs
-step "assembling rootfs"
+step "assembling rootfs ($VARIANT variant)"
 cp -a "$BASE" "$ROOT"
 rm -f "$ROOT/.complete"
-install -m 755 "$REPO/images/guest/unicache-init.py" "$ROOT/sbin/unicache-init"
 # demo/test only: runs commands the host sends on org.unicache.control.0 (docs/images.md)
 install -D -m 755 "$REPO/images/guest/unicache-runner.py" "$ROOT/usr/local/lib/unicache-demo/runner.py"
 # demo/test only: the shim's test driver (read benchmark), built on the host like the shim
@@ -158,27 +173,43 @@ if [ -x "$REPO/guest-agent/shim/uc_selftest" ]; then
 fi
 echo unicache-guest > "$ROOT/etc/hostname"
 printf '127.0.0.1 localhost unicache-guest\n' > "$ROOT/etc/hosts"
-# the agent and the shim (the shim is not preloaded globally: the demo and the tests set
-# LD_PRELOAD=/usr/lib/unicache-agent/libunicache.so per command, to compare on and off)
 AGENT_LIB=/usr/lib/unicache-agent
-if [ -x "$REPO/guest-agent/install.sh" ] && grep -q -- '--root' "$REPO/guest-agent/install.sh"; then
+if [ "$VARIANT" = systemd ]; then
+    INIT=/lib/systemd/systemd  # not /sbin/init: an absolute link the initramfs cannot follow
+    AGENT=""
+    SHIM=""
+    # the runner starts as a service; what a test guest never needs does not (timers that
+    # run apt or fstrim under TCG, gettys on a console nobody logs into)
+    install -m 644 "$REPO/images/guest/unicache-runner.service" "$ROOT/etc/systemd/system/"
+    mkdir -p "$ROOT/etc/systemd/system/multi-user.target.wants"
+    ln -sf ../unicache-runner.service "$ROOT/etc/systemd/system/multi-user.target.wants/"
+    for unit in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer \
+                e2scrub_reap.service fstrim.timer serial-getty@ttyS0.service getty@tty1.service \
+                systemd-timesyncd.service; do
+        ln -sf /dev/null "$ROOT/etc/systemd/system/$unit"
+    done
+    # one machine id for every boot of the image: an empty one would make each boot of a
+    # throw-away disk a "first boot" (systemctl preset-all)
+    od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$ROOT/etc/machine-id"
+    echo >> "$ROOT/etc/machine-id"
+    [ -x "$ROOT/lib/systemd/systemd" ] || die "no systemd in the systemd variant's rootfs"
+else
+    INIT=/sbin/unicache-init
+    AGENT=/usr/bin/unicache-agent
+    SHIM=$AGENT_LIB/libunicache.so
+    install -m 755 "$REPO/images/guest/unicache-init.py" "$ROOT/sbin/unicache-init"
+    # the agent and the shim (the shim is not preloaded globally: the demo and the tests set
+    # LD_PRELOAD=/usr/lib/unicache-agent/libunicache.so per command, to compare on and off)
     step "installing agent + shim with guest-agent/install.sh --root (no systemd, no global preload)"
     "$REPO/guest-agent/install.sh" --root "$ROOT" --no-systemd --no-preload > "$STAGE/install.log" 2>&1 \
         || { cat "$STAGE/install.log" >&2; die "guest-agent/install.sh --root failed"; }
-else
-    step "installing agent + shim by copying (guest-agent/install.sh has no --root option)"
-    mkdir -p "$ROOT$AGENT_LIB/unicache_agent"
-    cp "$REPO"/guest-agent/unicache_agent/*.py "$ROOT$AGENT_LIB/unicache_agent/"
-    install -m 755 "$REPO/guest-agent/shim/libunicache.so" "$ROOT$AGENT_LIB/libunicache.so"
-    printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m unicache_agent "$@"\n' "$AGENT_LIB" \
-        > "$ROOT/usr/bin/unicache-agent"
-    chmod 755 "$ROOT/usr/bin/unicache-agent"
+    [ -f "$ROOT$AGENT_LIB/libunicache.so" ] || die "the shim is not in the image at $AGENT_LIB/libunicache.so"
+    [ -x "$ROOT/usr/bin/unicache-agent" ] || die "no /usr/bin/unicache-agent in the image"
+    chroot "$ROOT" python3 -m compileall -q "$AGENT_LIB" >/dev/null
+    chroot "$ROOT" /usr/bin/unicache-agent --version >/dev/null \
+        || die "the agent does not start in the guest rootfs (chroot $ROOT unicache-agent --version)"
 fi
-[ -f "$ROOT$AGENT_LIB/libunicache.so" ] || die "the shim is not in the image at $AGENT_LIB/libunicache.so"
-[ -x "$ROOT/usr/bin/unicache-agent" ] || die "no /usr/bin/unicache-agent in the image"
-chroot "$ROOT" python3 -m compileall -q "$AGENT_LIB" /usr/local/lib/unicache-demo >/dev/null
-chroot "$ROOT" /usr/bin/unicache-agent --version >/dev/null \
-    || die "the agent does not start in the guest rootfs (chroot $ROOT unicache-agent --version)"
+chroot "$ROOT" python3 -m compileall -q /usr/local/lib/unicache-demo >/dev/null
 cat > "$ROOT/etc/unicache-image" <<EOF
 inputs_hash=$HASH
 kernel=$KVER
@@ -196,7 +227,8 @@ mv "$STAGE/rootfs.ext4" "$OUT/rootfs.ext4"
 PYVER=$(chroot "$ROOT" python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
 cat > "$OUT/image.json.tmp" <<EOF
 {
-  "name": "debian12",
+  "name": "$NAME",
+  "variant": "$VARIANT",
   "inputs_hash": "$HASH",
   "kernel_version": "$KVER",
   "kernel_package": "$KPKG",
@@ -206,11 +238,12 @@ cat > "$OUT/image.json.tmp" <<EOF
   "disk": "rootfs.ext4",
   "disk_format": "raw",
   "root_device": "/dev/vda",
-  "init": "/sbin/unicache-init",
-  "agent": "/usr/bin/unicache-agent",
-  "shim": "/usr/lib/unicache-agent/libunicache.so",
+  "init": "$INIT",
+  "agent": "$AGENT",
+  "shim": "$SHIM",
   "agent_port": "org.unicache.agent.0",
   "control_port": "org.unicache.control.0",
+  "base_rootfs": "$BASE",
   "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 }
 EOF

@@ -95,7 +95,9 @@ class Runner:
         elif op == "poweroff":
             self.send({"id": rid, "ok": True})
             time.sleep(0.2)
-            os.kill(1, signal.SIGUSR2)
+            # systemd powers off on SIGRTMIN+4, the image's own init on SIGUSR2
+            systemd = os.path.isdir("/run/systemd/system")
+            os.kill(1, signal.SIGRTMIN + 4 if systemd else signal.SIGUSR2)
         elif op == "run":
             threading.Thread(target=self.run, args=(rid, req), daemon=True).start()
         else:

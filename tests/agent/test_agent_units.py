@@ -209,15 +209,19 @@ def test_install_script_into_an_image_root(tmp_path: Path) -> None:
     assert (lib / "libunicache.so").is_file()
     assert (tmp_path / "etc/ld.so.preload").read_text().splitlines() == [
         "/usr/lib/unicache-agent/libunicache.so"]
-    assert (tmp_path / "etc/systemd/system/multi-user.target.wants/"
-            "unicache-agent.service").exists()
+    assert (tmp_path / "etc/systemd/system/unicache-agent.service").exists()
+    # started by udev when the port appears, never at every boot
+    assert not (tmp_path / "etc/systemd/system/multi-user.target.wants").exists()
+    assert "org.unicache.agent.0" in (
+        tmp_path / "etc/udev/rules.d/60-unicache-agent.rules").read_text()
     subprocess.run(["sh", str(script), "--root", str(tmp_path)], check=True,
                    capture_output=True)  # idempotent: one preload line
     assert len((tmp_path / "etc/ld.so.preload").read_text().splitlines()) == 1
     res = subprocess.run([sys.executable, "-m", "unicache_agent", "--version"],
                          env={**os.environ, "PYTHONPATH": str(lib)}, capture_output=True,
                          text=True, check=True)
-    assert res.stdout.startswith("unicache-agent 0.1.0")
+    version = (AGENT_DIR.parents[1] / "VERSION").read_text().strip()
+    assert res.stdout.startswith(f"unicache-agent {version}")
 
 
 def test_relayout_retires_the_old_file_instead_of_shrinking_it(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,20 @@ def test_command_line_agent_listen_makes_qemu_the_server(tmp_path: Path) -> None
     argv = vm.command_line(_image(tmp_path), "kvm")
     assert f"socket,id=uc0,path={sock},server=on,wait=off" in argv
     assert vm.agent_socket == sock
+
+
+def test_command_line_of_a_systemd_image_without_the_agent_port_keeping_its_writes(
+        tmp_path: Path) -> None:
+    image = replace(_image(tmp_path), init="/lib/systemd/systemd")
+    vm = QemuVm(VmConfig("a3", agent_channel=False, keep_disk_writes=True), tmp_path)
+    argv = " ".join(vm.command_line(image, "tcg")) + " "
+    assert "name=org.unicache.agent.0" not in argv and "id=uc0" not in argv
+    assert "name=org.unicache.control.0" in argv
+    assert f"file={tmp_path / 'rootfs.ext4'},format=raw,if=virtio " in argv
+    assert "unicache.init=/lib/systemd/systemd" in argv
+    # the image's own init needs no switch
+    assert "unicache.init" not in " ".join(QemuVm(VmConfig("a4"), tmp_path).command_line(
+        _image(tmp_path), "tcg"))
 
 
 @pytest.mark.parametrize("name", ["", "a/b", ".hidden", "x" * 64, "sp ace"],

@@ -1,7 +1,9 @@
 """QEMU's command line: what a VM is started with (:class:`VmConfig`) and the argv for it (pure).
 
-The guest image boots directly (``-kernel``/``-initrd``) on a throw-away disk
-(``snapshot=on``: the base image stays clean), with two virtio-serial ports and a QMP socket:
+The guest image boots directly (``-kernel``/``-initrd``; the initramfs switches to the image's
+init) on a throw-away disk (``snapshot=on``: the base image stays clean, unless
+``keep_disk_writes``), with two virtio-serial ports (the agent's left out with
+``agent_channel=False``) and a QMP socket:
 
 * ``org.unicache.agent.0``: the guest agent's channel. By default QEMU *connects* to the
   agent socket (``reconnect=1``), on which :class:`unicache.channel.ChannelServer` listens
@@ -21,7 +23,7 @@ from unicache.cpulist import format_list
 from unicache.errors import ConfigError
 from unicache.host.qemu.accel import QEMU_BINARY
 from unicache.host.qemu.colored import COLORED_BACKEND, QemuBinary
-from unicache.host.qemu.image import GuestImage
+from unicache.host.qemu.image import DEFAULT_INIT, GuestImage
 from unicache.host.qemu.numa import (
     BACKING_COLORED,
     BACKING_HUGEPAGE,
@@ -50,6 +52,10 @@ class VmConfig:
     :param agent_listen: QEMU listens on ``agent_socket`` instead of connecting to it.
     :param image_dir: the guest image (default :func:`.image.default_image_dir`).
     :param append: extra kernel command-line words.
+    :param agent_channel: attach the agent's port (``False``: a guest whose host has not
+        attached it).
+    :param keep_disk_writes: the guest writes to the image's disk itself instead of a
+        throw-away layer (for a copy of an image that must keep what a boot changed).
     """
 
     name: str
@@ -61,6 +67,8 @@ class VmConfig:
     agent_listen: bool = False
     image_dir: Path | None = None
     append: tuple[str, ...] = ()
+    agent_channel: bool = True
+    keep_disk_writes: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -102,6 +110,8 @@ def command_line(c: VmConfig, image: GuestImage, accel: str, qemu: QemuBinary | 
     nodes = c.numa if all(n.backing for n in c.numa) else plan_nodes(c.numa, qb.colored, 0)
     append = ["console=ttyS0", "root=/dev/vda", "rw", "quiet", "panic=-1",
               f"unicache.name={c.name}", *c.append]
+    if image.init != DEFAULT_INIT:
+        append.append(f"unicache.init={image.init}")  # the initramfs switches to it
     if c.agent_listen:
         agent_chr = f"socket,id=uc0,path={agent_socket},server=on,wait=off"
     else:
@@ -114,10 +124,14 @@ def command_line(c: VmConfig, image: GuestImage, accel: str, qemu: QemuBinary | 
         "-kernel", str(image.kernel), "-initrd", str(image.initrd),
         "-append", " ".join(append),
         # snapshot=on: writes go to a temporary file, the base image stays clean
-        "-drive", f"file={image.disk},format=raw,if=virtio,snapshot=on",
+        "-drive", f"file={image.disk},format=raw,if=virtio"
+                  + ("" if c.keep_disk_writes else ",snapshot=on"),
         "-device", "virtio-serial-pci,id=vser0",
-        "-chardev", agent_chr,
-        "-device", f"virtserialport,bus=vser0.0,chardev=uc0,name={AGENT_PORT}",
+    ]
+    if c.agent_channel:
+        argv += ["-chardev", agent_chr,
+                 "-device", f"virtserialport,bus=vser0.0,chardev=uc0,name={AGENT_PORT}"]
+    argv += [
         "-chardev", f"socket,id=ctl0,path={control_socket},server=on,wait=off",
         "-device", f"virtserialport,bus=vser0.0,chardev=ctl0,name={CONTROL_PORT}",
         "-qmp", f"unix:{qmp_socket},server=on,wait=off",

@@ -17,6 +17,11 @@ from unicache.errors import ConfigError
 
 #: the guest image ``make image`` builds, relative to the repository
 DEFAULT_IMAGE_SUBDIR = Path("build/images/debian12")
+#: the image's variants (images/build-image.sh): ``make`` target and directory of each
+IMAGE_VARIANTS = {"init": ("image", DEFAULT_IMAGE_SUBDIR),
+                  "systemd": ("image-systemd", Path("build/images/debian12-systemd"))}
+#: the init the initramfs starts when the image does not name one (the ``init`` variant's)
+DEFAULT_INIT = "/sbin/unicache-init"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,7 @@ class GuestImage:
     :param initrd: the initramfs.
     :param disk: the root disk (raw ext4).
     :param kernel_version: the guest kernel's release.
+    :param init: the root file system's init (``/sbin/init``: systemd).
     """
 
     directory: Path
@@ -35,6 +41,7 @@ class GuestImage:
     initrd: Path
     disk: Path
     kernel_version: str
+    init: str = DEFAULT_INIT
 
 
 def _repo_root() -> Path:
@@ -72,7 +79,8 @@ def load_image(directory: Path | None = None) -> GuestImage:
         raise ConfigError(f"{meta} is not a JSON object")
     try:
         image = GuestImage(d, d / str(obj["kernel"]), d / str(obj["initrd"]),
-                           d / str(obj["disk"]), str(obj["kernel_version"]))
+                           d / str(obj["disk"]), str(obj["kernel_version"]),
+                           str(obj.get("init") or DEFAULT_INIT))
     except KeyError as err:
         raise ConfigError(
             f"{meta} lacks member {err.args[0]!r}: rebuild with `make image`") from err
@@ -83,23 +91,26 @@ def load_image(directory: Path | None = None) -> GuestImage:
 
 
 def ensure_image(progress: Callable[[str], None] | None = None,
-                 repo: Path | None = None) -> GuestImage:
+                 repo: Path | None = None, variant: str = "init") -> GuestImage:
     """Build the guest image with ``make image`` when needed (make skips an up-to-date one).
 
     :param progress: called with each line of the build's output (default: discarded).
     :param repo: the repository (default: the one this package lives in).
+    :param variant: ``init`` (``make image``) or ``systemd`` (``make image-systemd``).
     :returns: the built image.
     :raises ConfigError: when the build fails (the message has the last output line).
     """
     root = repo or _repo_root()
-    if os.environ.get("UNICACHE_IMAGE_DIR") or not (root / "images" / "images.mk").exists():
+    target, subdir = IMAGE_VARIANTS[variant]
+    if variant == "init" and (os.environ.get("UNICACHE_IMAGE_DIR")
+                              or not (root / "images" / "images.mk").exists()):
         return load_image()
     top = (root / "Makefile").read_text(encoding="utf-8", errors="replace")
     if "images.mk" in top:
-        cmds = [["make", "--no-print-directory", "image"]]
+        cmds = [["make", "--no-print-directory", target]]
     else:  # the fragment alone (the shim has its rule in the top Makefile's fragments)
         cmds = [["make", "--no-print-directory", "shim-build"],
-                ["make", "--no-print-directory", "-f", "images/images.mk", "image"]]
+                ["make", "--no-print-directory", "-f", "images/images.mk", target]]
     last = ""
     for cmd in cmds:
         with subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -111,4 +122,4 @@ def ensure_image(progress: Callable[[str], None] | None = None,
                     progress(line.rstrip())
         if proc.returncode != 0:
             raise ConfigError(f"`{' '.join(cmd)}` failed: {last}")
-    return load_image(root / DEFAULT_IMAGE_SUBDIR)
+    return load_image(root / subdir)

@@ -1,0 +1,100 @@
+"""The host package unicache .deb and the unicache wheel (`make packages`): the deb installs
+into a clean Debian 12 root, its files are where its unit and docs/operations.md say, its
+commands run, the libvirt hook installs on request and goes with the package, and purge
+leaves the root as before."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import zipfile
+from pathlib import Path
+
+from tests.packaging.chroot import (
+    ROOT,
+    VERSION,
+    Packages,
+    copy_in,
+    differences,
+    in_root,
+    inventory,
+)
+
+UNIT = "/usr/lib/systemd/system/unicache.service"
+
+
+def _unit(root: Path) -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read_string((root / UNIT.lstrip("/")).read_text())
+    return unit
+
+
+def _exists_in(root: Path, path: str) -> bool:
+    """Whether ``path`` exists in ``root``, following a link's absolute target there too."""
+    inside = root / path.lstrip("/")
+    if inside.is_symlink():
+        target = os.readlink(inside)
+        return _exists_in(root, target if target.startswith("/") else
+                          str(Path(path).parent / target))
+    return inside.exists()
+
+
+def _documented_paths() -> list[str]:
+    """The paths of docs/operations.md's table of what the host package installs."""
+    text = (ROOT / "docs/operations.md").read_text(encoding="utf-8")
+    table = text.split("<!-- host package files -->", 2)[1]
+    return re.findall(r"^\| `(/[^`]+)`", table, re.MULTILINE)
+
+
+def test_the_wheel_is_the_unicache_package_at_the_version(packages: Packages) -> None:
+    with zipfile.ZipFile(packages.wheel) as whl:
+        names = whl.namelist()
+        meta = whl.read(f"unicache-{VERSION}.dist-info/METADATA").decode()
+    assert "unicache/cli/__init__.py" in names and "unicache/models/" in " ".join(names)
+    assert f"Version: {VERSION}" in meta and "Requires-Dist: typer" in meta
+    assert "Requires-Dist: qemu.qmp" in meta  # the package imports it (host/qemu/qmp.py)
+
+
+def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_trace(
+        packages: Packages, clean_root: Path) -> None:
+    root = clean_root
+    deb = copy_in(root, packages.host_deb)
+    before = inventory(root)
+    in_root(root, "dpkg", "-i", deb)
+
+    # the unit: its program, its config and its documentation are there
+    unit = _unit(root)
+    exec_start = unit["Service"]["ExecStart"].split()
+    assert exec_start[:2] == ["/opt/unicache/.venv/bin/unicache", "run"]
+    assert _exists_in(root, exec_start[0])
+    config = exec_start[exec_start.index("--config") + 1]
+    assert config == "/etc/unicache/unicache.toml"
+    in_root(root, "/opt/unicache/.venv/bin/python", "-c",
+            f"from pathlib import Path; from unicache.daemon import load_config; "
+            f"load_config(Path({config!r}))")
+    for doc in unit["Unit"]["Documentation"].split():
+        assert (root / doc.removeprefix("file:///")).is_file(), doc
+    # what docs/operations.md lists
+    documented = _documented_paths()
+    assert len(documented) >= 5
+    for path in documented:
+        assert _exists_in(root, path), f"docs/operations.md names {path}"
+
+    # the commands run (the venv was made elsewhere and works at /opt/unicache/.venv)
+    assert in_root(root, "unicache", "version").stdout.strip() == VERSION
+    assert "attach" in in_root(root, "unicache", "--help").stdout
+    assert "Usage" in in_root(root, "unicache-sim", "--help").stdout
+    in_root(root, "/opt/unicache/.venv/bin/python", "-c", "import unicache_sim._native")
+
+    # the libvirt hook on request; it runs the package's python and goes with the package
+    in_root(root, "mkdir", "-p", "/etc/libvirt/hooks")
+    in_root(root, "unicache", "install-hook")
+    hook = (root / "etc/libvirt/hooks/qemu").read_text()
+    assert "UNICACHE_PYTHON=/opt/unicache/.venv/bin/python" in hook
+    in_root(root, "dpkg", "-r", "unicache")
+    assert not (root / "etc/libvirt/hooks/qemu").exists()
+    in_root(root, "rmdir", "/etc/libvirt/hooks", "/etc/libvirt")
+
+    in_root(root, "dpkg", "-P", "unicache")
+    assert differences(before, inventory(root)) == []
