@@ -344,8 +344,9 @@ def _with_guest(vm: QemuVm, record: VmRecord, host: Topology, l2_bytes: int, fil
     log = state / "decisions.jsonl"
     if log.exists():
         log.unlink()
-    # the guest is new: a previous run's round state (its chunks, the table its guest had)
-    # would be restored and published to this one; the journals stay (crash recovery)
+    # the demo starts from nothing learned, so that its checks see only this run's tables (a
+    # previous run's state would be forgotten at the new guest's first report, its table
+    # never sent to it: unicache.policy.guestboot); the journals stay (crash recovery)
     (state / policystate.STATE_FILE).unlink(missing_ok=True)
     daemon = subprocess.Popen(
         [str(VENV_BIN / "unicache"), "run", "--unify", "l2", "--always-place",

@@ -20,7 +20,7 @@ from .errors import AgentError, MessageError, PortError
 from .port import Transport
 from .replica_server import ReplicaServer
 from .shm import MAX_NODES as SHM_MAX_NODES
-from .shm import Harvest, ShmEntry, TableWriter
+from .shm import Harvest, ShmEntry, TableWriter, id_space_of
 
 log = logging.getLogger(__name__)
 
@@ -60,32 +60,18 @@ def shim_caps(path: str = DEFAULT_SHIM) -> Tuple[str, ...]:
 
 def node_memory(sys_root: str = "/sys/devices/system",
                 nodes: Sequence[int] = ()) -> Tuple[Tuple[int, int, int], ...]:
-    """Free and total memory of each guest node, from ``nodeN/meminfo``.
+    """Free and total memory of each guest node, as the report's ``node_memory`` sends it.
+
+    Free is what the agent's own memory-tight timer counts (``numa_mem.node_headroom``:
+    ``MemFree`` plus ``Inactive(file)``), so the host's NCC round and the agent's replica
+    store call the same nodes tight.
 
     :param sys_root: sysfs ``devices/system`` directory.
     :param nodes: the node ids to read.
     :returns: ``(node, free_bytes, total_bytes)`` for each node whose meminfo was readable.
     """
-    out: List[Tuple[int, int, int]] = []
-    for n in list(nodes)[:p.MAX_NODES]:
-        free = total = -1
-        try:
-            with open(os.path.join(sys_root, "node", f"node{n}", "meminfo"),
-                      encoding="ascii") as f:
-                for line in f:
-                    parts = line.split()
-                    # "Node 0 MemTotal:  123 kB"
-                    if len(parts) >= 4 and parts[2] in ("MemTotal:", "MemFree:"):
-                        val = int(parts[3]) * (1024 if parts[-1] == "kB" else 1)
-                        if parts[2] == "MemTotal:":
-                            total = val
-                        else:
-                            free = val
-        except (OSError, ValueError):
-            continue
-        if 0 <= free <= total <= p.MAX_COUNTER:
-            out.append((n, free, total))
-    return tuple(out)
+    return tuple(m for m in numa_mem.node_headroom(sys_root, list(nodes)[:p.MAX_NODES])
+                 if m[2] <= p.MAX_COUNTER)
 
 
 def guest_topology(sys_root: str = "/sys/devices/system") -> Tuple[int, Tuple[int, ...]]:
@@ -186,7 +172,8 @@ class Agent:
         self.ready = False
         hello = {"type": p.T_HELLO, "seq": 0, "agent": f"unicache-agent/{__version__}",
                  "versions": [p.PROTOCOL_VERSION], "caps": list(self.caps),
-                 "vcpus": self.vcpus, "nodes": list(self.nodes)}
+                 "vcpus": self.vcpus, "nodes": list(self.nodes),
+                 "id_space": id_space_of(self.table.salt)}
         self._send(p.encode({"type": p.T_SYNC, "id": self.sync_id}) + p.encode(hello))
         self._greet_deadline = self.clock() + HELLO_TIMEOUT_S
 

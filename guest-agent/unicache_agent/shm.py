@@ -21,6 +21,7 @@ the shims' alone: the agent creates them zeroed and only reads them.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import secrets
@@ -108,6 +109,18 @@ def file_id_of(salt: int, dev: int, ino: int) -> int:
     """
     fid = mix64(mix64((salt ^ dev) & _M64) ^ (ino & _M64))
     return fid or 1
+
+
+def id_space_of(salt: int) -> str:
+    """The hello's ``id_space``: a one-way 64-bit digest of the per-boot salt, as 16 hex
+    digits. It tells the host that the guest booted again (its file ids mean something
+    else now) without handing it the salt.
+
+    :param salt: the table's salt.
+    :returns: 16 lowercase hex digits.
+    """
+    return hashlib.blake2b(salt.to_bytes(8, "little"), digest_size=8,
+                           person=b"unicache-ids").hexdigest()
 
 
 def bucket_hash(file_id: int, chunk: int) -> int:

@@ -265,6 +265,7 @@ def _report_head(tick: int, report: GuestReport) -> dict[str, Any]:
         "vm": report.vm,
         "seq": report.seq,
         "interval_s": report.interval_s,
+        "id_space": report.id_space,
     }
 
 

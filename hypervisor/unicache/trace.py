@@ -16,6 +16,7 @@ from typing import Any
 from unicache.cpulist import parse_list
 from unicache.errors import ConfigError, TraceError
 from unicache.model import (
+    ID_SPACE,
     MAX_FILE_ID,
     ChunkAccess,
     ChunkId,
@@ -239,7 +240,16 @@ def _report(obj: dict[str, Any]) -> GuestReport:
         guest_nodes=tuple(sorted({n for a in accesses for n, _ in a.node_reads})),
         node_memory=tuple(NodeMemory(m[0], m[1], m[2]) for m in memory),
         modified_files=frozenset(_file_id(f) for f in modified),
+        id_space=_id_space(obj.get("id_space", "")),
     )
+
+
+def _id_space(value: object) -> str:
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not ID_SPACE.fullmatch(value):
+        raise _Bad(f"id_space {value!r} is not 16 lowercase hex digits")
+    return value
 
 
 def _natural(value: object) -> bool:

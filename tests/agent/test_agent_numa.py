@@ -55,6 +55,17 @@ def test_node_memory_from_sysfs_meminfo(tmp_path: Path) -> None:
                                                 (1, 7 * 1024, 128 * 1024))
 
 
+def test_node_memory_counts_the_page_cache_the_kernel_frees_first_as_the_store_does(
+        tmp_path: Path) -> None:
+    from unicache_agent.numa_mem import node_headroom
+
+    root = _sysfs(tmp_path, {0: (10, 400)})
+    meminfo = root / "node" / "node0" / "meminfo"
+    meminfo.write_text(meminfo.read_text() + "Node 0 Inactive(file):  200 kB\n")
+    assert node_memory(str(root), (0,)) == ((0, 210 * 1024, 400 * 1024),)
+    assert node_memory(str(root), (0,)) == node_headroom(str(root), (0,))
+
+
 @pytest.mark.parametrize(("extra", "caps"), [
     ((), list(p.CAPS)), (("colors", "replicas", "bogus"), [*p.CAPS, "colors", "replicas"])],
     ids=["old-shim", "shim-with-caps"])

@@ -16,7 +16,7 @@ from unicache_agent.agent import Agent, guest_topology
 from unicache_agent.counters import CounterHarvester
 from unicache_agent.errors import PortError, ShmError
 from unicache_agent.port import FdTransport, find_port
-from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter
+from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter, id_space_of
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "guest-agent" / "unicache_agent"
 
@@ -118,6 +118,23 @@ class FakeHost:
                               "report_interval_s": 60}})
         assert self.agent.ready
         return hello
+
+
+def test_hello_names_the_boots_file_id_space_and_a_new_boot_another(tmp_path: Path) -> None:
+    from unicache.channel import protocol as host
+
+    for boot in ("boot1", "boot2"):
+        (tmp_path / boot).mkdir()
+    h = FakeHost(tmp_path / "boot1")
+    hello = h.handshake()
+    assert hello["id_space"] == id_space_of(h.table.salt)
+    parsed = host.parse_guest_line(json.dumps({"v": 1, **hello}).encode())
+    assert isinstance(parsed, host.Hello) and parsed.id_space == hello["id_space"]
+    again = FakeHost(tmp_path / "boot1")  # the agent restarted: same table file, same salt
+    assert again.handshake()["id_space"] == hello["id_space"]
+    rebooted = FakeHost(tmp_path / "boot2")  # a new /dev/shm: a new salt
+    assert rebooted.handshake()["id_space"] != hello["id_space"]
+    assert str(h.table.salt) not in str(hello) and f"{h.table.salt:x}" not in str(hello)
 
 
 def test_agent_assembles_parts_and_answers_applied(tmp_path: Path) -> None:

@@ -317,3 +317,51 @@ def test_table_is_re_encoded_when_a_new_hello_changes_the_caps() -> None:
     s.connected()
     out = s.feed(line(NUMA_HELLO), 2.0).outgoing
     assert [len(e) for e in json.loads(out[1])["entries"]] == [7, 7, 7]
+
+
+def test_a_guest_that_booted_again_gets_no_table_of_its_old_boot() -> None:
+    boot_a = {**HELLO, "id_space": "00112233445566aa"}
+    boot_b = {**HELLO, "id_space": "99887766554433bb"}
+    s = GuestSession("vm1")
+    s.connected()
+    s.feed(line(boot_a), 0.0)
+    entries = (PlacementEntry(ChunkId(1, 0), frozenset({0})),)
+    table = PlacementTable("vm1", 3, 262144, 65536, entries)
+    assert s.set_table(table)
+    s.feed(line(report(1)), 0.5)
+    [rep] = s.drain()
+    assert rep.id_space == "00112233445566aa"
+    s.connected()  # the agent restarted in the same boot: its table again
+    assert [json.loads(x)["type"] for x in s.feed(line(boot_a), 1.0).outgoing] == [
+        "welcome", "placement"]
+    s.feed(line(report(2)), 1.5)  # not drained: the old boot's, when the guest reboots
+    s.connected()
+    assert [json.loads(x)["type"] for x in s.feed(line(boot_b), 2.0).outgoing] == ["welcome"]
+    assert s.drain() == []
+    s.feed(line(report(1)), 2.5)
+    [rep] = s.drain()
+    assert rep.id_space == "99887766554433bb"
+
+
+@pytest.mark.parametrize("id_space", ["00112233445566AA", "0011", 17, "g" * 16, None])
+def test_a_hello_with_a_bad_id_space_is_a_named_error(id_space: object) -> None:
+    s = GuestSession("vm1")
+    s.connected()
+    out = s.feed(line({**HELLO, "id_space": id_space}), 0.0).outgoing
+    assert error_kinds(out) == ["bad-field"] and s.state is Runstate.AWAITING_HELLO
+
+
+def test_a_table_of_another_boot_is_kept_from_the_guest() -> None:
+    s = GuestSession("vm1")
+    s.connected()
+    s.feed(line({**HELLO, "id_space": "99887766554433bb"}), 0.0)
+    entries = (PlacementEntry(ChunkId(1, 0), frozenset({0})),)
+    old = PlacementTable("vm1", 3, 262144, 65536, entries, id_space="00112233445566aa")
+    assert s.set_table(old) == []  # restored after a restart, built for the old boot
+    s.connected()
+    out = s.feed(line({**HELLO, "id_space": "99887766554433bb"}), 1.0).outgoing
+    assert [json.loads(x)["type"] for x in out] == ["welcome"]
+    new = PlacementTable("vm1", 4, 262144, 65536, entries, id_space="99887766554433bb")
+    assert [json.loads(x)["type"] for x in s.set_table(new)] == ["placement"]
+    unknown = PlacementTable("vm1", 5, 262144, 65536, entries)  # no id space: sent
+    assert s.set_table(unknown)

@@ -132,3 +132,35 @@ def test_one_replica_per_node_shared_by_its_shells_is_the_memory_figure() -> Non
         assert run.node_bytes == 1 << 30  # opteron-242-2node: 1 GiB a node
         assert run.replica_budget_bytes == replica_budget(1 << 30)
         assert run.within_budget and run.replica_memory_ratio < 0.10
+
+
+def test_a_node_at_the_agents_budget_evicts_as_the_daemons_round_does() -> None:
+    # 32 MiB nodes: the agent's 10 % budget (3.2 MiB) holds fewer replicas than an 8 MB
+    # tree has chunks; the policy's capacity is the daemon's (ncc_memory.budgeted)
+    from unicache.model import GuestNode, GuestReport, Vcpu, VcpuId, Vm
+    from unicache.policy.ncc import NccParams
+    from unicache.policy.ncc_memory import budgeted, replica_budget
+    from unicache.policy.replicas import ReplicaState, replicas_round
+    from unicache.policy.scuoptions import scu_options_for
+    from unicache.topology import Unify
+
+    small = replace(TOPO, nodes=tuple(replace(n, memory_bytes=32 << 20) for n in TOPO.nodes))
+    chunk = scu_options_for(small, Unify.LLC).chunk_size
+    capacity = budgeted(NccParams(), [32 << 20], chunk).max_replicas_per_node
+    assert 0 < capacity < NccParams().max_replicas_per_node
+    # the daemon's round derives the same capacity from the VM's nodes
+    vm = Vm("vm0", (Vcpu(VcpuId("vm0", 0), None, frozenset({0})),
+                    Vcpu(VcpuId("vm0", 1), None, frozenset({1}))), 64 << 20,
+            (GuestNode(0, frozenset({0}), 32 << 20), GuestNode(1, frozenset({1}), 32 << 20)))
+    from tests.policy.test_colors_replicas import _remote
+    from unicache.model import ChunkId
+    state = ReplicaState()
+    for i in range(capacity + 8):
+        report: GuestReport = _remote("vm0", ChunkId(1, i), 0, 1, 2, seq=i)
+        state = replicas_round([vm], [report], state, NccParams(), chunk_size=chunk).state
+    assert len(state.vms[0].ncc.replicas) == capacity
+    for seed in SEEDS:
+        spec = replace(SPEC, seed=seed, shells=4, greps=8)
+        run = run_config(small, from_topology(small), spec, replicas=True)
+        assert run.replica_budget_bytes == replica_budget(32 << 20)
+        assert run.replicas_dropped > 0 and run.within_budget

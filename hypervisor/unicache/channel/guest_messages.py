@@ -39,6 +39,7 @@ from unicache.errors import (
     GuestProtocolError as GuestProtocolError,  # the wire's error, re-exported
 )
 from unicache.model import (
+    ID_SPACE,
     AgentHealth,
     ChunkAccess,
     ChunkId,
@@ -56,6 +57,8 @@ class Hello:
     caps: tuple[str, ...]
     vcpus: int
     nodes: tuple[int, ...]
+    #: the guest boot's file-id space (hex digest of its salt; empty: not said)
+    id_space: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +88,11 @@ class Report:
     health: AgentHealth
     node_memory: tuple[NodeMemory, ...] = ()
 
-    def to_guest_report(self, vm: str) -> GuestReport:
+    def to_guest_report(self, vm: str, id_space: str = "") -> GuestReport:
         """The model's report, with ``vm`` taken from the socket (never from the guest).
 
         :param vm: the VM whose socket the report came through.
+        :param id_space: the file-id space of the hello before it on this connection.
         :returns: the report.
         """
         return GuestReport(
@@ -101,6 +105,7 @@ class Report:
             health=self.health,
             node_memory=self.node_memory,
             modified_files=frozenset(f.file_id for f in self.files if f.modifies > 0),
+            id_space=id_space,
         )
 
 
@@ -369,7 +374,20 @@ def _parse_hello(obj: dict[str, Any]) -> Hello:
         tuple(caps),
         _int(obj, "vcpus", 1, MAX_VCPUS, T_HELLO),
         _int_list(obj, "nodes", MAX_NODES, 1 << 16, T_HELLO),
+        _id_space(obj),
     )
+
+
+def _id_space(obj: dict[str, Any]) -> str:
+    """The hello's optional ``id_space``: 16 lowercase hex digits."""
+    value = obj.get("id_space", "")
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not ID_SPACE.fullmatch(value):
+        raise GuestProtocolError(
+            "'hello' id_space must be 16 lowercase hex digits", E_BAD_FIELD, _seq_of(obj)
+        )
+    return value
 
 
 def _parse_report(obj: dict[str, Any]) -> Report:

@@ -149,6 +149,8 @@ class GuestSession:
         self._table_lines: list[bytes] = []
         self._table_caps: tuple[str, ...] = ()
         self._sync_id = 0
+        # the file-id space of the guest's boot, from its last hello that named one
+        self._id_space = ""
 
     # Section: connection lifecycle
 
@@ -230,6 +232,17 @@ class GuestSession:
                                  msg.message)
             return []
         if isinstance(msg, p.Hello):
+            if msg.id_space and self._id_space and msg.id_space != self._id_space:
+                # the guest booted again: the table kept for it names the old boot's file
+                # ids, and undrained reports are the old guest's
+                self.log.info("vm=%s guest booted again (file-id space %s, was %s): its "
+                              "last table is not sent", self.vm, msg.id_space, self._id_space)
+                self._table = None
+                self._table_lines = []
+                self._table_caps = ()
+                self._reports.clear()
+                self._pending_chunks = 0
+            self._id_space = msg.id_space or self._id_space
             self.hello = msg
             self.state = Runstate.READY
             caps = tuple(c for c in p.HOST_CAPS if c in msg.caps)
@@ -243,7 +256,8 @@ class GuestSession:
                                    self.vm, list(caps), err)
                     self._table_lines = p.encode_placement(self._table)
                 self._table_caps = caps
-            out.extend(self._table_lines)  # encoded once: a hello flood costs no encoding
+            if self._table_fits():
+                out.extend(self._table_lines)  # encoded once: a hello flood costs no encoding
             self.log.info("vm=%s agent=%r vcpus=%d ready", self.vm, msg.agent, msg.vcpus)
             return out
         if self.state is not Runstate.READY:
@@ -265,7 +279,7 @@ class GuestSession:
             old = self._reports.popleft()
             self._pending_chunks -= len(old.chunks)
             dropped += 1
-        self._reports.append(msg.to_guest_report(self.vm))
+        self._reports.append(msg.to_guest_report(self.vm, self._id_space))
         self._pending_chunks += n
         self.stats.reports += 1
         if dropped:
@@ -300,7 +314,20 @@ class GuestSession:
         self._table = table
         self._table_lines = lines
         self._table_caps = caps
-        return list(lines) if self.state is Runstate.READY else []
+        return list(lines) if self.state is Runstate.READY and self._table_fits() else []
+
+    def _table_fits(self) -> bool:
+        """Whether the kept table's file ids are the current guest's: a table built for
+        another boot (a daemon restarted after the guest rebooted) waits for the next."""
+        table = self._table
+        if table is None:
+            return False
+        if table.id_space and self._id_space and table.id_space != self._id_space:
+            self.log.info("vm=%s table version=%d is for file-id space %s, the guest's is "
+                          "%s: not sent", self.vm, table.version, table.id_space,
+                          self._id_space)
+            return False
+        return True
 
     @property
     def caps(self) -> tuple[str, ...]:

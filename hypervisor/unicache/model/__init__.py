@@ -25,6 +25,7 @@ from unicache.model.decided import (
     SetCpuWeight,
 )
 from unicache.model.observed import (
+    ID_SPACE,
     MAX_FILE_ID,
     AgentHealth,
     ChunkAccess,
@@ -42,6 +43,7 @@ from unicache.model.observed import (
 
 __all__ = [
     "BUDGET_UNLIMITED",
+    "ID_SPACE",
     "MAX_FILE_ID",
     "TABLE_ACTIONS",
     "Action",

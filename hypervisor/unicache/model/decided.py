@@ -50,6 +50,8 @@ class PlacementTable:
     :param chunk_size: bytes per chunk the guest must use to compute chunk indices.
     :param min_read_size: reads shorter than this never migrate (MFC §4.5).
     :param entries: one entry per placed chunk, sorted by chunk.
+    :param id_space: the file-id space of the guest boot its file ids come from (empty:
+        not known); a guest of another boot is not sent it.
     """
 
     vm: str
@@ -57,6 +59,7 @@ class PlacementTable:
     chunk_size: int
     min_read_size: int
     entries: tuple[PlacementEntry, ...]
+    id_space: str = ""
 
 
 class ActionKind(enum.StrEnum):

@@ -8,10 +8,13 @@ file names ever appear here: a guest identifies a file by an opaque 64-bit id.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 #: the largest opaque file id a guest may use (ids are unsigned 64-bit)
 MAX_FILE_ID = 2**64 - 1
+#: a guest boot's file-id space (:attr:`GuestReport.id_space`): 16 lowercase hex digits
+ID_SPACE = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -214,6 +217,9 @@ class GuestReport:
         node whose free share is low).
     :param modified_files: file ids written in the interval by processes without the shim
         (fanotify/inotify), whose replicas must all be dropped.
+    :param id_space: the file-id space of the guest's boot, from its agent's hello (set by
+        the host's session; empty: the agent did not say). A new one means the guest
+        booted again and its old file ids name nothing (``unicache.policy.guestboot``).
     """
 
     vm: str
@@ -225,6 +231,7 @@ class GuestReport:
     health: AgentHealth = field(default_factory=AgentHealth)
     node_memory: tuple[NodeMemory, ...] = ()
     modified_files: frozenset[int] = frozenset()
+    id_space: str = ""
 
 
 @dataclass(frozen=True, slots=True)

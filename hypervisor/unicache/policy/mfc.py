@@ -174,6 +174,19 @@ class MfcTable:
             self._assigned[unit] = self._assigned.get(unit, 0) + state.size
             self._vm_bytes[unit, key.vm] = self.vm_bytes(unit, key.vm) + state.size
 
+    def forget_vm(self, vm: str) -> int:
+        """Forget every chunk of one VM (its guest booted again: its file ids mean nothing
+        now), freeing the units they were on.
+
+        :returns: how many chunks were forgotten.
+        """
+        held = self.chunks_of(vm)
+        for key, state in held:
+            for unit in state.units:
+                self._remove(key, unit)
+            self._store.delete(key)
+        return len(held)
+
     def assigned_bytes(self, unit: int) -> int:
         """``sum_{f on c} S(f)`` of eq. 2."""
         return self._assigned.get(unit, 0)

@@ -5,12 +5,20 @@ the node's memory and shrunk first when memory is tight (§3.2 "Hooks for reclai
 The guest agent keeps one replica file per replicated chunk and node, shared by every
 process on the guest (docs/replicas.md "Guest enforcement"): a header page, then the
 chunk's bytes in whole pages. It caps each node's replicas at ``REPLICA_BUDGET_RATIO`` of
-the node's memory. The simulator charges its replicas with the same functions, so its
-memory figure is the product's; a test holds them to the agent's own
+the node's memory. The host's NCC round asks a node for no more replicas than that budget
+holds (:func:`budgeted`: NCC's ``max_replicas_per_node``, §3.2's capacity), so the agent
+never has to refuse a replica for want of room; the simulator drives the same round with
+the same parameters and charges its replicas with the same functions, so its memory
+figure is the product's. A test holds them to the agent's own
 (``guest-agent/unicache_agent/replica_files.py``, ``replica_store.py``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from unicache.policy.ncc import NccParams
 
 #: the agent's default replica budget per node, a share of the node's memory (issue #20:
 #: replicas may cost at most 10 % memory)
@@ -49,3 +57,27 @@ def replica_capacity(node_bytes: int, chunk_size: int, ratio: float = REPLICA_BU
     :returns: replicas.
     """
     return replica_budget(node_bytes, ratio) // replica_bytes(chunk_size)
+
+
+def budgeted(
+    params: NccParams,
+    node_bytes: Iterable[int],
+    chunk_size: int,
+    ratio: float = REPLICA_BUDGET_RATIO,
+) -> NccParams:
+    """NCC's parameters with a node's capacity at most what the agent's budget holds on the
+    smallest of the nodes (whole-chunk replicas: a shorter last chunk only holds less).
+
+    :param params: the parameters.
+    :param node_bytes: the memory of each node that may hold replicas (none: unchanged).
+    :param chunk_size: bytes per chunk.
+    :param ratio: the budget's share.
+    :returns: the parameters, ``max_replicas_per_node`` capped.
+    """
+    sizes = [n for n in node_bytes if n > 0]
+    if not sizes:
+        return params
+    capacity = replica_capacity(min(sizes), chunk_size, ratio)
+    if capacity >= params.max_replicas_per_node:
+        return params
+    return replace(params, max_replicas_per_node=capacity)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Refusal, Replicate, Vm
 from unicache.policy import ncc
+from unicache.policy.ncc_memory import budgeted
 
 #: at most this many Read events per chunk record and node
 MAX_READS_PER_RECORD = 4
@@ -135,6 +136,7 @@ def replicas_round(
     state: ReplicaState,
     params: ncc.NccParams,
     max_reads: int = MAX_READS_PER_RECORD,
+    chunk_size: int = 0,
 ) -> ReplicaDecision:
     """One round of NCC for every VM whose guest has more than one NUMA node.
 
@@ -148,6 +150,9 @@ def replicas_round(
     :param state: the state after the previous round.
     :param params: NCC's parameters.
     :param max_reads: the most Read events per chunk record and node.
+    :param chunk_size: bytes per chunk: a node holds no more replicas than the guest
+        agent's budget takes (:func:`~unicache.policy.ncc_memory.budgeted`; 0: no cap
+        beyond ``params``).
     :returns: the actions, every replicated chunk's nodes, and the new state.
     """
     by_vm: dict[str, list[GuestReport]] = {}
@@ -168,7 +173,9 @@ def replicas_round(
         memory = tuple(m for m in memory if m.node in guest_nodes)
         colored = frozenset(n.node for n in vm.colored_nodes())
         events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
-        decision = ncc.ncc_round(prev.ncc, memory, events, params)
+        decision = ncc.ncc_round(
+            prev.ncc, memory, events, _vm_params(vm, memory, params, chunk_size)
+        )
         kept = decision.state
         trimmed = len(kept.counters) - MAX_COUNTERS_PER_VM
         if trimmed > 0:
@@ -185,6 +192,18 @@ def replicas_round(
         nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
         out.append(VmReplicas(vm.name, kept, tuple(memory)))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
+
+
+def _vm_params(
+    vm: Vm, memory: tuple[NodeMemory, ...], params: ncc.NccParams, chunk_size: int
+) -> ncc.NccParams:
+    """NCC's parameters for one VM: a node's replicas capped by the agent's budget on the
+    VM's smallest node with vCPUs (its guest's own count if reported, else the backend's)."""
+    if chunk_size <= 0:
+        return params
+    readers = {n.node: n.memory_bytes for n in vm.nodes if n.vcpus}
+    reported = {m.node: m.total_bytes for m in memory if m.node in readers}
+    return budgeted(params, {**readers, **reported}.values(), chunk_size)
 
 
 def _bounded(vm: str, nodes: list[int], reads: int, counters: int, writes: int) -> str:

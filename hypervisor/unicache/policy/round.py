@@ -14,6 +14,7 @@ from typing import Protocol
 
 from unicache.model import ChunkId, Decision, Observation, VcpuId
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.guestboot import GuestState, forget_guests, stamp_tables
 from unicache.policy.ncc import NccParams
 from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
 from unicache.policy.replicas import ReplicaState, replicas_round
@@ -44,12 +45,15 @@ class RoundState:
     :param scu: SCU's state.
     :param colors: SRM-buffer's state (VMs with colored guest nodes).
     :param replicas: NCC's state (VMs with several guest nodes).
+    :param id_spaces: per VM, the file-id space of the guest the states were learned from
+        (:mod:`unicache.policy.guestboot`).
     """
 
     obs: ObsState = field(default_factory=ObsState)
     scu: ScuState = field(default_factory=ScuState)
     colors: ColorState = field(default_factory=ColorState)
     replicas: ReplicaState = field(default_factory=ReplicaState)
+    id_spaces: Mapping[str, str] = field(default_factory=dict)
 
 
 class UnicachePolicy:
@@ -104,19 +108,29 @@ class UnicachePolicy:
         :returns: the combined decision (OBS, color, replica, then table actions) and the
             new state.
         """
+        # a VM whose guest booted again starts afresh: its old guest's file ids name nothing
+        guests, rebooted = forget_guests(
+            GuestState(state.scu, state.colors, state.replicas, state.id_spaces), obs.reports
+        )
         # SCU places only VMs whose guests report reads it predicts a gain for; the others
         # (left alone, or without an agent) need no vCPU pinned in every unit
-        unplaced = frozenset(vm.name for vm in obs.vms) - self.scu.placed(state.scu)
-        obs_decision, obs_state = self.obs.decide(obs, state.obs, state.scu.aside, unplaced)
+        unplaced = frozenset(vm.name for vm in obs.vms) - self.scu.placed(guests.scu)
+        obs_decision, obs_state = self.obs.decide(obs, state.obs, guests.scu.aside, unplaced)
         colors = colors_round(
             obs.vms,
             obs.reports,
-            state.colors,
+            guests.colors,
             self.color_options,
             obs.samples,
             self._co_runners(obs_state.unit_of),
         )
-        replicas = replicas_round(obs.vms, obs.reports, state.replicas, self.ncc_params)
+        replicas = replicas_round(
+            obs.vms,
+            obs.reports,
+            guests.replicas,
+            self.ncc_params,
+            chunk_size=self.scu.options.chunk_size,
+        )
         extras: dict[str, dict[ChunkId, ChunkExtras]] = {}
         for vm, nodes in colors.color_nodes.items():
             for chunk, node in nodes.items():
@@ -125,14 +139,21 @@ class UnicachePolicy:
             for chunk, where in held.items():
                 color = extras.get(vm, {}).get(chunk, ChunkExtras()).color_node
                 extras.setdefault(vm, {})[chunk] = ChunkExtras(color, where)
-        scu_decision, scu_state = self.scu.decide(obs, state.scu, obs_state.unit_of, extras)
+        scu_decision, scu_state = self.scu.decide(obs, guests.scu, obs_state.unit_of, extras)
+        tables = stamp_tables(scu_decision.actions, guests.id_spaces)
         decision = Decision(
             self.name,
-            obs_decision.actions + colors.actions + replicas.actions + scu_decision.actions,
+            obs_decision.actions + colors.actions + replicas.actions + tables,
             scu_decision.chunk_decisions,
-            obs_decision.refusals + colors.refusals + replicas.refusals + scu_decision.refusals,
+            rebooted
+            + obs_decision.refusals
+            + colors.refusals
+            + replicas.refusals
+            + scu_decision.refusals,
         )
-        return decision, RoundState(obs_state, scu_state, colors.state, replicas.state)
+        return decision, RoundState(
+            obs_state, scu_state, colors.state, replicas.state, guests.id_spaces
+        )
 
     def _co_runners(self, unit_of: Mapping[VcpuId, int]) -> dict[str, frozenset[VcpuId]]:
         """Per VM, the pinned vCPUs of every VM in the LLC groups its pinned vCPUs are in

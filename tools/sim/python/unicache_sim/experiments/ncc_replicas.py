@@ -20,8 +20,10 @@ order.
   file (:func:`unicache.policy.ncc_memory.replica_bytes`: a header page and the chunk's
   pages); the run reports the peak of that memory on any node and the agent's budget
   (:func:`~unicache.policy.ncc_memory.replica_budget`, 10 % of the node), so the memory
-  figure is the product's. The budget is not enforced here: a run whose peak exceeds it
-  says so (``within_budget``), where the agent would have evicted in MQ order.
+  figure is the product's. The policy's node capacity is the daemon's: what that budget
+  holds on the smallest node (:func:`~unicache.policy.ncc_memory.budgeted`, as
+  ``replicas_round`` derives it), so a node at its budget evicts in MQ order here as the
+  daemon's round does; ``within_budget`` checks the peak against it.
 
 Reads are simulated line by line by the native engine (caches, local and remote DRAM
 costs, DRAM queues); grep's compute per byte is the calibrated one. The policy runs one
@@ -48,7 +50,7 @@ from unicache.policy.ncc import (
     Read,
     ReplicaKey,
 )
-from unicache.policy.ncc_memory import replica_budget, replica_bytes
+from unicache.policy.ncc_memory import budgeted, replica_budget, replica_bytes
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
 
@@ -239,7 +241,9 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
     tree = _Tree(engine, sizes, scu_options_for(topo, Unify.LLC).chunk_size)
     compute = CYCLES_PER_BYTE["grep"]
     page = cfg.page_size
-    policy = NccPolicy(NccParams())
+    frames = [engine.node_frames(n)[1] * cfg.page_size for n in range(len(cfg.nodes))]
+    # the daemon's parameters (replicas_round): a node holds what the agent's budget takes
+    policy = NccPolicy(budgeted(NccParams(), frames, tree.chunk))
     state = NccState()
     policy.start(state)
     # one engine thread per CPU runs that CPU's shells in turn, a batch each (a batch of
