@@ -137,12 +137,14 @@ def test_one_replica_per_node_shared_by_its_shells_is_the_memory_figure() -> Non
 def test_a_node_at_the_agents_budget_evicts_as_the_daemons_round_does() -> None:
     # 32 MiB nodes: the agent's 10 % budget (3.2 MiB) holds fewer replicas than an 8 MB
     # tree has chunks; the policy's capacity is the daemon's (ncc_memory.budgeted)
-    from unicache.model import GuestNode, GuestReport, Vcpu, VcpuId, Vm
+    from unicache.model import ChunkId, GuestNode, GuestReport, Vcpu, VcpuId, Vm
     from unicache.policy.ncc import NccParams
     from unicache.policy.ncc_memory import budgeted, replica_budget
     from unicache.policy.replicas import ReplicaState, replicas_round
     from unicache.policy.scuoptions import scu_options_for
     from unicache.topology import Unify
+
+    from tests.policy.test_colors_replicas import _remote
 
     small = replace(TOPO, nodes=tuple(replace(n, memory_bytes=32 << 20) for n in TOPO.nodes))
     chunk = scu_options_for(small, Unify.LLC).chunk_size
@@ -152,8 +154,6 @@ def test_a_node_at_the_agents_budget_evicts_as_the_daemons_round_does() -> None:
     vm = Vm("vm0", (Vcpu(VcpuId("vm0", 0), None, frozenset({0})),
                     Vcpu(VcpuId("vm0", 1), None, frozenset({1}))), 64 << 20,
             (GuestNode(0, frozenset({0}), 32 << 20), GuestNode(1, frozenset({1}), 32 << 20)))
-    from tests.policy.test_colors_replicas import _remote
-    from unicache.model import ChunkId
     state = ReplicaState()
     for i in range(capacity + 8):
         report: GuestReport = _remote("vm0", ChunkId(1, i), 0, 1, 2, seq=i)
