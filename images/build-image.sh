@@ -9,7 +9,9 @@
 #            copied in, started by a small init of its own (no systemd, no udev)
 #   systemd  (`make image-systemd`, build/images/debian12-systemd): systemd as PID 1 and
 #            udev, no agent (the tests install the unicache-agent package, as a user would);
-#            the command runner is a systemd service
+#            the command runner is a systemd service; cloud-init and curl, and
+#            systemd-networkd with DHCP on a virtio NIC (QEMU user networking), so that
+#            cloud-init can install the package at first boot from a NoCloud seed over HTTP
 #
 # Cached in three layers under build/images/cache (each keyed by a hash of what it is made of):
 #   base-HASH/      debootstrap rootfs           (suite, mirror, package list)    ~1 min
@@ -32,15 +34,21 @@ CACHE=${UNICACHE_IMAGE_CACHE:-$REPO/build/images/cache}
 SUITE=bookworm
 MIRROR=${UNICACHE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # minbase already has coreutils, grep, util-linux (mount), dash; the demo needs python3, procps.
-# The systemd variant adds systemd as init, udev (it starts the agent's unit) and dbus
-# (systemd-logind, which turns the ACPI power button into a clean power-off).
+# The systemd variant adds systemd as init, udev (it starts the agent's unit), dbus
+# (systemd-logind, which turns the ACPI power button into a clean power-off), cloud-init
+# and curl (docs/agent.md's cloud-init recipe, run at first boot); python3-cffi-backend
+# provides the virtual package cloud-init's python3-cryptography needs, which debootstrap
+# does not resolve by itself.
 GUEST_PACKAGES=python3,procps
-[ "$VARIANT" = systemd ] && GUEST_PACKAGES=$GUEST_PACKAGES,systemd-sysv,udev,dbus
+[ "$VARIANT" = systemd ] \
+    && GUEST_PACKAGES=$GUEST_PACKAGES,systemd-sysv,udev,dbus,cloud-init,curl,python3-cffi-backend
 DISK_SIZE=${UNICACHE_IMAGE_SIZE:-1G}
 HOST_PACKAGES="debootstrap qemu-system-x86 busybox-static e2fsprogs cpio kmod"
 # modules the initramfs loads (with their dependencies, in order): disk, virtio-serial, and
-# the ACPI power button + evdev so QMP system_powerdown reaches the guest init
+# the ACPI power button + evdev so QMP system_powerdown reaches the guest init; the systemd
+# variant's network (the image has no /lib/modules: the NIC's driver comes this way too)
 MODULES="virtio_pci virtio_blk virtio_console button evdev"
+[ "$VARIANT" = systemd ] && MODULES="$MODULES virtio_net"
 
 T0=$(date +%s)
 step() { printf '[image %3ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
@@ -55,7 +63,8 @@ inputs_hash() {
         cd "$REPO"
         echo "variant=$VARIANT suite=$SUITE mirror=$MIRROR packages=$GUEST_PACKAGES size=$DISK_SIZE mods=$MODULES"
         find images/build-image.sh images/guest images/initramfs guest-agent/unicache_agent \
-            -type f \( -name '*.py' -o -name '*.sh' -o -name 'init' -o -name '*.service' \) \
+            -type f \( -name '*.py' -o -name '*.sh' -o -name 'init' -o -name '*.service' \
+               -o -name '*.network' -o -name '*.cfg' \) \
             2>/dev/null | LC_ALL=C sort
         [ -f guest-agent/install.sh ] && echo guest-agent/install.sh
         echo guest-agent/shim/libunicache.so
@@ -188,6 +197,14 @@ if [ "$VARIANT" = systemd ]; then
                 systemd-timesyncd.service; do
         ln -sf /dev/null "$ROOT/etc/systemd/system/$unit"
     done
+    # the network: DHCP on the virtio NIC by systemd-networkd (QEMU user networking; a VM
+    # started without a NIC has no link to wait for). cloud-init's own network stage is off
+    # and its module lists are cut to what a test boot under TCG needs (the file says why).
+    install -m 644 "$REPO/images/guest/80-unicache-test-dhcp.network" "$ROOT/etc/systemd/network/"
+    chroot "$ROOT" systemctl enable -q systemd-networkd.service systemd-networkd-wait-online.service
+    install -m 644 "$REPO/images/guest/90-unicache-test.cfg" "$ROOT/etc/cloud/cloud.cfg.d/"
+    [ -x "$ROOT/usr/bin/cloud-init" ] && [ -x "$ROOT/usr/bin/curl" ] \
+        || die "no cloud-init or curl in the systemd variant's rootfs"
     # one machine id for every boot of the image: an empty one would make each boot of a
     # throw-away disk a "first boot" (systemctl preset-all)
     od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$ROOT/etc/machine-id"

@@ -1,8 +1,9 @@
 # images/images.mk — included by the top Makefile. Guest image for the demo and the
 # integration tests (not part of `setup`: `make demo` and tests/integration build it when needed).
 #   make image         build/images/debian12/{image.json,vmlinuz,initrd.img,rootfs.ext4}
-#   make image-systemd build/images/debian12-systemd/: the same with systemd and udev, no
-#                      agent (tests/integration/test_agent_package_vm.py installs the package)
+#   make image-systemd build/images/debian12-systemd/: the same with systemd, udev and
+#                      cloud-init, no agent (tests/integration/test_agent_package_vm.py
+#                      installs the package, by cloud-init at first boot)
 #   make image-clean   drop the built image (keeps the debootstrap/kernel cache)
 #   make image-purge   drop the image and its cache
 IMAGE_DIR := build/images/debian12
@@ -15,7 +16,8 @@ SYSTEMD_IMAGE_DIR := build/images/debian12-systemd
 $(IMAGE_DIR)/image.json: $(IMAGE_INPUTS)
 	@bash images/build-image.sh $(IMAGE_DIR) init
 
-$(SYSTEMD_IMAGE_DIR)/image.json: $(IMAGE_INPUTS) $(wildcard images/guest/*.service)
+$(SYSTEMD_IMAGE_DIR)/image.json: $(IMAGE_INPUTS) \
+		$(wildcard images/guest/*.service images/guest/*.network images/guest/*.cfg)
 	@bash images/build-image.sh $(SYSTEMD_IMAGE_DIR) systemd
 
 .PHONY: image image-systemd image-clean image-purge

@@ -135,6 +135,21 @@ def test_command_line_of_a_systemd_image_without_the_agent_port_keeping_its_writ
         _image(tmp_path), "tcg"))
 
 
+def test_user_network_and_kernel_words_only_when_asked(tmp_path: Path) -> None:
+    seed = "ds=nocloud-net;s=http://10.0.2.2:8000/"
+    vm = QemuVm(VmConfig("n1", user_network=True, append=(seed,)), tmp_path)
+    argv = vm.command_line(_image(tmp_path), "tcg")
+    assert argv[argv.index("-nic") + 1] == "user,model=virtio-net-pci"
+    assert argv.count("-nic") == 1
+    # one -append, the extra word last and whole (QEMU passes it to the kernel unquoted)
+    assert argv.count("-append") == 1
+    assert argv[argv.index("-append") + 1].split(" ")[-1] == seed
+    # by default: no NIC of any kind (-nodefaults drops QEMU's own) and no extra words
+    plain = QemuVm(VmConfig("n2"), tmp_path).command_line(_image(tmp_path), "tcg")
+    assert "-nic" not in plain and "-netdev" not in plain and "-nodefaults" in plain
+    assert "ds=" not in plain[plain.index("-append") + 1]
+
+
 @pytest.mark.parametrize("name", ["", "a/b", ".hidden", "x" * 64, "sp ace"],
                          ids=["empty", "slash", "dot", "too-long", "space"])
 def test_vm_config_refuses_bad_names(name: str) -> None:

@@ -1,20 +1,24 @@
-"""The unicache-agent .deb in a guest that boots with systemd and udev (`make image-systemd`),
-under real QEMU (TCG here): three boots of one disk, as a user's guest lives.
+"""The unicache-agent .deb in a guest that boots with systemd, udev and cloud-init
+(`make image-systemd`), under real QEMU (TCG here): four boots of one disk, as a user's guest
+lives.
 
-1. With the agent port attached: the package installs (docs/agent.md's cloud-init
-   ``runcmd`` line); udev starts its unit; the agent
-   reaches the host channel; the shim is in /etc/ld.so.preload and a plain ``cat`` (no
+0. Fresh, no NIC, no seed: the guest's own files, no /etc/ld.so.preload, and cloud-init
+   did not run (no datasource: its generator leaves it out of the boot).
+1. First boot with a seed: QEMU user networking and ``ds=nocloud-net;s=http://10.0.2.2:PORT/``
+   on the kernel command line; a server in this test serves the NoCloud seed, whose
+   user-data is docs/agent.md's cloud-init recipe with only its URL's origin replaced, and
+   the package. cloud-init ran the recipe (the guest fetched the seed and the package,
+   ``cloud-init status`` says done, dpkg has the package); udev started the unit; the agent
+   reached the host channel; the shim is in /etc/ld.so.preload and a plain ``cat`` (no
    LD_PRELOAD) is reported to the host as its 3,000,000 bytes.
 2. Without the port: the agent is not running (the unit is bound to the port's device);
-   purge leaves /etc/ld.so.preload and the file list as before the install; then the
-   package with a shim that crashes every program is installed: one line says why it is
-   not preloaded.
+   purge leaves /etc/ld.so.preload and the file list as in boot 0; then the package with a
+   shim that crashes every program is installed: one line says why it is not preloaded.
 3. The guest with that package boots, and ``ls`` runs.
 
-Duration under TCG on the 2-core development host, busy with other VMs (2026-11-26): the
-runner answered 88, 86 and 64 s after QEMU started; the test took 6-7 minutes beside the
-package build it may trigger (`make packages`, ~3 minutes when an input changed).
-The chroot tests of the same packages: tests/packaging/.
+Duration under TCG on the 2-core development host, busy with other VMs (2026-11-26): see
+docs/agent.md (the test prints each boot's seconds). The chroot tests of the same
+packages: tests/packaging/.
 """
 
 from __future__ import annotations
@@ -33,15 +37,20 @@ from unicache.host.qemu import QemuVm, VmConfig, ensure_image
 from unicache.model import GuestReport
 
 from tests.packaging.chroot import Packages, build_agent_packages, build_packages
-from tests.packaging.recipes import cloud_init_runcmd
+from tests.packaging.recipes import cloud_init_package_path, cloud_init_user_data
+from tests.packaging.seed_server import SeedServer, serve_seed
 from tests.packaging.test_agent_package import _broken_shim
 
 BOOT_TIMEOUT_S = 420.0
+#: from QEMU's start until cloud-init's final stage has run the recipe (TCG, busy host)
+CLOUD_INIT_TIMEOUT_S = 900.0
 SHIM = "/usr/lib/unicache-agent/libunicache.so"
-#: the guest's own files (what a package may leave behind), not logs, run-time state and
-#: the package managers' bookkeeping (dpkg's database, apt's auto-installed marks)
+#: the guest's own files (what a package may leave behind), not logs, run-time state
+#: (systemd's, cloud-init's) and the package managers' bookkeeping (dpkg's database, apt's
+#: auto-installed marks)
 FILE_LIST = ("find /etc /usr /opt /var/lib -xdev -path /var/lib/dpkg -prune -o "
-             "-path /var/lib/apt -prune -o -path /var/lib/systemd -prune -o -print | sort")
+             "-path /var/lib/apt -prune -o -path /var/lib/systemd -prune -o "
+             "-path /var/lib/cloud -prune -o -print | sort")
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +70,14 @@ def disk_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return copy
 
 
-def _vm(name: str, disk_dir: Path, state: Path, agent_socket: Path | None) -> QemuVm:
+def _vm(name: str, disk_dir: Path, state: Path, agent_socket: Path | None,
+        seed: SeedServer | None = None) -> QemuVm:
+    """A boot of the disk copy: with the agent port when ``agent_socket``, with a NIC and
+    cloud-init's NoCloud seed when ``seed``."""
     return QemuVm(VmConfig(name, vcpus=2, memory_mib=768, image_dir=disk_dir,
                            agent_socket=agent_socket, agent_channel=agent_socket is not None,
-                           keep_disk_writes=True), state)
+                           keep_disk_writes=True, user_network=seed is not None,
+                           append=(seed.kernel_word(),) if seed else ()), state)
 
 
 def _run(vm: QemuVm, command: str, stdin: str | None = None, timeout: float = 240.0
@@ -73,17 +86,26 @@ def _run(vm: QemuVm, command: str, stdin: str | None = None, timeout: float = 24
     return res.exit_code, res.stdout, res.stderr
 
 
-def _install(vm: QemuVm, deb: Path, recipe: bool = False) -> str:
-    """Copy a .deb into the guest (through the runner) and install it: with docs/agent.md's
-    cloud-init ``runcmd`` (where its download puts the file), or ``dpkg -i``; its stderr."""
-    fetch, install = cloud_init_runcmd()
-    where = fetch[fetch.index("-o") + 1] if recipe else "/tmp/p.deb"
+def _install(vm: QemuVm, deb: Path) -> str:
+    """Copy a .deb into the guest (through the runner) and ``dpkg -i`` it; its stderr."""
     data = base64.b64encode(deb.read_bytes()).decode()
-    code, _, err = _run(vm, f"base64 -d > {where}", stdin=data)
+    code, _, err = _run(vm, "base64 -d > /tmp/p.deb", stdin=data)
     assert code == 0, err
-    res = vm.run_in_guest(install if recipe else ["dpkg", "-i", where], timeout=240.0)
+    res = vm.run_in_guest(["dpkg", "-i", "/tmp/p.deb"], timeout=240.0)
     assert res.exit_code == 0, res.stdout + res.stderr
     return res.stderr
+
+
+def _cloud_init_done(vm: QemuVm, started: float) -> float:
+    """Wait for cloud-init's final stage (its ``boot-finished`` file); the guest's uptime
+    when cloud-init wrote it."""
+    while time.monotonic() - started < CLOUD_INIT_TIMEOUT_S:
+        code, out, _ = _run(vm, "cat /var/lib/cloud/instance/boot-finished")
+        if code == 0:
+            return float(out.split()[0])
+        time.sleep(2.0)
+    raise AssertionError("cloud-init did not finish: " + _run(
+        vm, "cloud-init status --long; tail -n 20 /var/log/cloud-init-output.log")[1])
 
 
 def _boot(vm: QemuVm) -> float:
@@ -98,31 +120,52 @@ def _stop(vm: QemuVm) -> None:
     vm.stop(timeout=120.0)
 
 
-def test_the_package_in_a_systemd_guest_with_and_without_the_port(
+def test_the_package_in_a_systemd_guest_installed_by_cloud_init_with_and_without_the_port(
         packages: Packages, disk_dir: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     broken = build_agent_packages(tmp_path / "broken", _broken_shim("crash", tmp_path))
     reports: list[GuestReport] = []
     timings: dict[str, float] = {}
 
-    async def with_port() -> tuple[str, str]:
+    # 0. before: no seed, no port; cloud-init stays out of a boot without a datasource
+    vm = _vm("uc-pkg-0", disk_dir, state, None)
+    try:
+        timings["boot 0 (no seed)"] = _boot(vm)
+        code, out, _ = _run(vm, "test -e /etc/ld.so.preload; echo $?; "
+                                "test -e /var/lib/cloud/instance; echo $?")
+        assert out.split() == ["1", "1"], out
+        files_before = _run(vm, FILE_LIST)[1]
+        _stop(vm)
+    finally:
+        vm.stop(5.0, True)
+
+    # 1. first boot with a seed: cloud-init runs docs/agent.md's recipe
+    deb_path = cloud_init_package_path()
+    assert deb_path.endswith("/" + packages.agent_deb.name), deb_path
+
+    async def with_port(seed: SeedServer) -> None:
         server = ChannelServer(tmp_path / "ch", params=ChannelParams(report_interval_s=0.5),
                                on_report=reports.append)
         sock = await server.add_vm("pkg")
-        vm = _vm("uc-pkg-a", disk_dir, state, sock)
+        vm = _vm("uc-pkg-a", disk_dir, state, sock, seed)
         try:
-            timings["boot 1"] = await asyncio.to_thread(_boot, vm)
-            # before: no preload list, the guest's own files
-            code, _, _ = await asyncio.to_thread(_run, vm, "test -e /etc/ld.so.preload")
-            assert code == 1
-            files_before = (await asyncio.to_thread(_run, vm, FILE_LIST))[1]
-            preload_before = "absent"
-            # docs/agent.md's cloud-init recipe (its install line)
-            err = await asyncio.to_thread(_install, vm, packages.agent_deb, True)
-            assert "unicache-agent:" not in err, err
-            # udev started the unit (the postinst re-played the port's "add" event)
             t0 = time.monotonic()
-            while not server.is_ready("pkg") and time.monotonic() - t0 < 180:
+            timings["boot 1 (cloud-init), runner"] = await asyncio.to_thread(_boot, vm)
+            uptime = await asyncio.to_thread(_cloud_init_done, vm, t0)
+            timings["boot 1, cloud-init done (guest uptime)"] = uptime
+            timings["boot 1, cloud-init done (since QEMU start)"] = time.monotonic() - t0
+            assert seed.served("/meta-data") and seed.served("/user-data"), seed.asked
+            assert seed.served(deb_path), seed.asked  # the recipe's curl line
+            code, out, _ = await asyncio.to_thread(
+                _run, vm, "cloud-init status --long; dpkg-query -W -f '${Status}\\n' "
+                          "unicache-agent; grep -c '^unicache-agent:' "
+                          "/var/log/cloud-init-output.log")
+            assert "status: done" in out and "DataSourceNoCloudNet" in out, out
+            assert "install ok installed" in out, out
+            assert out.splitlines()[-1] == "0", out  # the postinst said nothing was wrong
+            # udev started the unit (at boot: the port was there when the package came)
+            while not server.is_ready("pkg") and time.monotonic() - t0 < (
+                    CLOUD_INIT_TIMEOUT_S + 180):
                 await asyncio.sleep(0.5)
             assert server.is_ready("pkg"), vm.console_tail(20)
             code, out, _ = await asyncio.to_thread(
@@ -140,8 +183,9 @@ def test_the_package_in_a_systemd_guest_with_and_without_the_port(
             code, _, err = await asyncio.to_thread(
                 _run, vm, "head -c 3000000 /dev/urandom > /tmp/d && cat /tmp/d > /dev/null")
             assert code == 0, err
+            t1 = time.monotonic()
             seen = False
-            while not seen and time.monotonic() - t0 < 300:
+            while not seen and time.monotonic() - t1 < 300:
                 await asyncio.sleep(0.5)
                 per_file: dict[int, int] = {}
                 for rep in reports:
@@ -151,12 +195,13 @@ def test_the_package_in_a_systemd_guest_with_and_without_the_port(
                 seen = 3_000_000 in per_file.values()
             assert seen, "the guest's 3,000,000-byte cat was not reported through the shim"
             await asyncio.to_thread(_stop, vm)
-            return files_before, preload_before
         finally:
             await asyncio.to_thread(vm.stop, 5.0, True)
             await server.close()
 
-    files_before, _ = asyncio.run(with_port())
+    with serve_seed("instance-id: uc-pkg-a\nlocal-hostname: unicache-guest\n",
+                    cloud_init_user_data, {deb_path: packages.agent_deb.read_bytes()}) as seed:
+        asyncio.run(with_port(seed))
 
     # 2. no port: no agent; purge restores the system; the broken shim is refused
     vm = _vm("uc-pkg-b", disk_dir, state, None)

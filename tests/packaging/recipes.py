@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from urllib.parse import urlsplit
 
 from tests.packaging.chroot import ROOT
 
@@ -23,6 +24,20 @@ def cloud_init_runcmd() -> list[list[str]]:
     words), each as an argv."""
     items = re.findall(r"^  - \[(.*)\]$", recipe("cloud-init"), re.M)
     return [[w.strip().strip('"') for w in item.split(",")] for item in items]
+
+
+def cloud_init_package_path() -> str:
+    """The path of the cloud-init recipe's package URL (its last ``curl`` word)."""
+    return urlsplit(cloud_init_runcmd()[0][-1]).path
+
+
+def cloud_init_user_data(origin: str) -> str:
+    """The cloud-init recipe as user-data, with its package URL's origin (``https://host``)
+    replaced by ``origin`` (a test server's ``http://10.0.2.2:PORT``) and nothing else."""
+    url = cloud_init_runcmd()[0][-1]
+    text = recipe("cloud-init")
+    assert text.count(url) == 1, url
+    return text.replace(url, origin + cloud_init_package_path())
 
 
 def virt_customize() -> tuple[list[tuple[str, str]], list[str]]:

@@ -11,6 +11,10 @@ init) on a throw-away disk (``snapshot=on``: the base image stays clean, unless
 * ``org.unicache.control.0``: the demo/test command runner (:mod:`.control`).
 * ``-qmp unix:...``: ``query-cpus-fast`` gives each vCPU's host thread id (:mod:`.qmp`).
 
+No network unless ``user_network`` (QEMU's user-mode networking: the guest reaches the host
+as 10.0.2.2, as a cloud-init test guest fetches its NoCloud seed and a package from a test
+server).
+
 Each guest NUMA node gets its memory object as :func:`.numa.plan_nodes` decided.
 """
 
@@ -37,6 +41,8 @@ AGENT_PORT = "org.unicache.agent.0"
 CONTROL_PORT = "org.unicache.control.0"
 #: qboot (QEMU's minimal firmware for -kernel boots) saves about 1 s of SeaBIOS under TCG
 QBOOT = Path("/usr/share/qemu/qboot.rom")
+#: the NIC of ``user_network`` (virtio, as a cloud guest's; the driver is virtio_net)
+USER_NIC_MODEL = "virtio-net-pci"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,9 @@ class VmConfig:
         attached it).
     :param keep_disk_writes: the guest writes to the image's disk itself instead of a
         throw-away layer (for a copy of an image that must keep what a boot changed).
+    :param user_network: a virtio NIC on QEMU's user-mode network (``-nic user``: DHCP gives
+        the guest 10.0.2.15, the host's loopback is 10.0.2.2, nothing reaches the guest
+        from outside); ``False``: no NIC at all.
     """
 
     name: str
@@ -69,6 +78,7 @@ class VmConfig:
     append: tuple[str, ...] = ()
     agent_channel: bool = True
     keep_disk_writes: bool = False
+    user_network: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -126,6 +136,7 @@ def command_line(c: VmConfig, image: GuestImage, accel: str, qemu: QemuBinary | 
         # snapshot=on: writes go to a temporary file, the base image stays clean
         "-drive", f"file={image.disk},format=raw,if=virtio"
                   + ("" if c.keep_disk_writes else ",snapshot=on"),
+        *(["-nic", f"user,model={USER_NIC_MODEL}"] if c.user_network else []),
         "-device", "virtio-serial-pci,id=vser0",
     ]
     if c.agent_channel:
