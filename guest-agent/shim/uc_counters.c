@@ -43,6 +43,8 @@ struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
 						__ATOMIC_ACQUIRE)) {
 			__atomic_store_n(&s->file_id, file_id, __ATOMIC_RELAXED);
 			__atomic_store_n(&s->chunk, chunk, __ATOMIC_RELEASE);
+			/* once per chunk and harvest: the agent polls this word, not the region */
+			__atomic_fetch_add(&ch->inserts, 1, __ATOMIC_RELEASE);
 			return s;
 		}
 		if (zero == key)

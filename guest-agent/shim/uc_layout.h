@@ -120,7 +120,8 @@ struct uc_ctr_hdr {
 	uint64_t clients;     /* processes that mapped the counters (monotonic) */
 	uint32_t nnodes;      /* per-node read counters per slot (<= UC_MAX_NODES) */
 	uint32_t ngens;       /* file generations, power of two <= UC_MAX_GENS */
-	uint8_t pad[8];
+	uint64_t inserts;     /* slots taken, both regions (monotonic): the agent's cue that a
+			       * chunk was read for the first time since its last harvest */
 };
 
 /* After the two regions: shim-wide statistics (monotonic, never zeroed), then generations. */

@@ -2,7 +2,9 @@
 
 One thread, one ``select``. States: closed (waiting to open the port, with backoff),
 greeting (sync + hello sent, waiting for welcome, resent on a timeout), ready (reports
-every ``report_interval_s``, tables applied as they arrive). docs/agent.md describes it.
+every ``report_interval_s``, and early when the shims count reads of a chunk the host has
+not heard of (:mod:`unicache_agent.early`); tables applied as they arrive). docs/agent.md
+describes it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 from . import __version__, numa_mem
 from . import protocol as p
 from .counters import CounterHarvester
+from .early import EARLY_POLL_S, EarlyReports
 from .errors import AgentError, MessageError, PortError
 from .port import Transport
 from .replica_server import ReplicaServer
@@ -146,6 +149,14 @@ class Agent:
         self._backoff = MIN_BACKOFF_S
         self._next_open = 0.0
         self._last_report_t = clock()
+        #: the early-report rule, and the shims' insert count when last polled
+        self.early = EarlyReports()
+        self._inserts = -1
+        self._next_poll = 0.0
+        #: reports sent early (a fresh chunk read), out of ``reports_sent``
+        self.early_reports = 0
+        #: (file_id, chunk) of the chunks the last report built carried
+        self._built: List[Tuple[int, int]] = []
         self.sys_root = sys_root
         self.vcpus, self.nodes = guest_topology(sys_root)
         self.caps: Tuple[str, ...] = tuple(p.CAPS) + tuple(
@@ -225,7 +236,8 @@ class Agent:
                 return
         if not self.ready and now >= self._greet_deadline:
             self._greet()
-        deadline = self._next_report if self.ready else self._greet_deadline
+        deadline = min(self._report_due_at(), self._next_poll) if self.ready \
+            else self._greet_deadline
         wait = max(0.0, min(max_wait_s, deadline - now))
         rfd = self.transport.rfd
         assert rfd is not None
@@ -257,8 +269,29 @@ class Agent:
             if data is not None:
                 for line in self.reader.feed(data):
                     self._on_line(line)
-        if self.ready and self.clock() >= self._next_report:
-            self.send_report()
+        if self.ready:
+            self._poll_fresh()
+            now = self.clock()
+            if now >= self._report_due_at():
+                self.send_report(early=now < self._next_report)
+
+    def _report_due_at(self) -> float:
+        """When the next report goes: the periodic one, or earlier an early one; both
+        ``EARLY_REPORT_MIN_S`` after the last report at least."""
+        periodic = max(self._next_report, self.early.last_report_t + self.early.min_gap_s)
+        return min(periodic, self.early.due_at())
+
+    def _poll_fresh(self) -> None:
+        """Every ``EARLY_POLL_S``: the shims' insert count; when it moved, the chunks read
+        since the last harvest, checked for one the host has not heard of."""
+        now = self.clock()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + EARLY_POLL_S
+        inserts = self.counters.inserts()
+        if inserts != self._inserts:
+            self._inserts = inserts
+            self.early.saw(self.counters.active_chunks())
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Loop until ``should_stop()`` is true.
@@ -311,6 +344,7 @@ class Agent:
                                      ) if isinstance(caps, list) else frozenset()
             self.ready = True
             self._next_report = self.clock() + self.interval
+            self.early.table(-1, ())  # a host (maybe restarted) that heard of nothing yet
             log.info("host ready; reporting every %.1f s", self.interval)
             return
         if kind in p.RESERVED_TYPES:
@@ -350,6 +384,7 @@ class Agent:
                 (e.file_id, e.chunk): e.replica_nodes for e in entries if e.replica_nodes})
         self._host_table = True
         self.tables_applied += 1
+        self.early.table(part.version, ((e.file_id, e.chunk) for e in entries))
         log.info("table version=%d entries=%d published", part.version, n)
         self._send(p.encode({"type": p.T_APPLIED, "version": part.version, "entries": n}))
 
@@ -406,6 +441,7 @@ class Agent:
                 rec.append([[n, min(r, p.MAX_COUNTER)] for n, r in c.node_reads
                             if 0 <= n < p.MAX_NODES][:p.MAX_NODES])
             chunks.append(rec)
+        keys = [(c.file_id, c.chunk) for c in harvest.chunks[:len(chunks)]]
         frecs = [[f"{fid:x}", min(a, p.MAX_COUNTER), min(m, p.MAX_COUNTER)]
                  for fid, a, m in files[:p.MAX_FILE_RECORDS]]
         lost = (len(harvest.chunks) - len(chunks)) + (len(files) - len(frecs))
@@ -423,7 +459,9 @@ class Agent:
                                              p.MAX_COUNTER),
                               "errors": self.errors}}
             try:
-                return p.encode(msg)
+                line = p.encode(msg)
+                self._built = keys[:len(chunks)]
+                return line
             except MessageError:
                 cut = max(1, len(chunks) // 4) if chunks else 0
                 fcut = 0 if chunks else max(1, len(frecs) // 4)
@@ -431,8 +469,12 @@ class Agent:
                 chunks = chunks[:len(chunks) - cut]
                 frecs = frecs[:len(frecs) - fcut]
 
-    def send_report(self) -> None:
-        """Harvest the counters and send one report."""
+    def send_report(self, early: bool = False) -> None:
+        """Harvest the counters and send one report.
+
+        :param early: sent before the periodic one is due (a fresh chunk was read): the
+            periodic report keeps its time.
+        """
         now = self.clock()
         harvest = self.counters.harvest()
         files = self.capture.drain() if self.capture is not None else []
@@ -441,8 +483,12 @@ class Agent:
                                       numa_mem.node_headroom(self.sys_root, self.nodes))
         line = self.build_report(harvest, files, now - self._last_report_t)
         self._last_report_t = now
-        if self._send(line):
+        sent = self._send(line)
+        if sent:
             self.reports_sent += 1
+            self.early_reports += early
             self.dropped = 0
             self.errors = 0
-        self._next_report = now + self.interval
+        self.early.reported(self._built if sent else (), now)
+        if not early:
+            self._next_report = now + self.interval

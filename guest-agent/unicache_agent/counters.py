@@ -25,7 +25,7 @@ import os
 import stat
 import struct
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from .errors import ShmError
 from .shm import (
@@ -43,6 +43,7 @@ from .shm import (
     Harvest,
     ShimStats,
     mix64,
+    slot_key,
 )
 
 log = logging.getLogger("unicache_agent")
@@ -58,6 +59,7 @@ STALE_TMP_S = 60.0
 _ACTIVE_OFF = 16
 _DROPPED_OFF = 24
 _CLIENTS_OFF = 40
+_INSERTS_OFF = 56
 
 
 class CounterHarvester:
@@ -115,6 +117,42 @@ class CounterHarvester:
             os.close(fd)
         chunks = sorted(merged.values(), key=lambda c: (-c.bytes_read, c.file_id, c.chunk))
         return Harvest(tuple(chunks), dropped, clients)
+
+    def inserts(self) -> int:
+        """The slots the shims took so far, every user's added (``inserts`` of each file's
+        header): it moves when some chunk is read for the first time since the last
+        harvest. One 8-byte read per user's file, through descriptors held across calls,
+        so the agent may poll it often (:mod:`unicache_agent.early`)."""
+        total = 0
+        for fd in self._held_files():
+            # a user who shrank or broke their file: that user's loss
+            with contextlib.suppress(OSError, ShmError):
+                total += int(_U64.unpack(_pread(fd, 8, _INSERTS_OFF))[0])
+        return total & _M64
+
+    def active_chunks(self) -> Set[Tuple[int, int]]:
+        """(file_id, chunk) of every used slot of every user's active region: the chunks
+        read since the last harvest, looked at without harvesting (nothing is zeroed).
+
+        A slot whose file id and chunk are not yet written after its key (a shim between
+        its two stores) is left out: its key does not match them.
+        """
+        lay = self.layout
+        step = lay.slot_size // 8
+        out: Set[Tuple[int, int]] = set()
+        for fd in self._held_files():
+            try:
+                active = _U32.unpack(_pread(fd, 4, _ACTIVE_OFF))[0] & 1
+                region = _pread(fd, lay.region_len, REGIONS_OFFSET + active * lay.region_len)
+            except (OSError, ShmError):
+                continue
+            words = memoryview(region).cast("Q")
+            # three columns sliced in C: a Python loop over every slot is ~100 ms under TCG
+            for key, fid, chunk in zip(words[0::step].tolist(), words[1::step].tolist(),
+                                       words[2::step].tolist()):
+                if key and key == slot_key(fid, chunk):
+                    out.add((fid, chunk))
+        return out
 
     def _harvest_one(self, fd: int, active: int,
                      merged: Dict[Tuple[int, int], ChunkCounts]) -> Tuple[int, int]:
@@ -252,19 +290,20 @@ class CounterHarvester:
         :param file_id: opaque file id.
         """
         off = self._gen_off(file_id)
-        for fd in self._bump_targets():
+        for fd in self._held_files():
             try:
                 cur = int(_U64.unpack(_pread(fd, 8, off))[0])
                 os.pwrite(fd, _U64.pack((cur + 2) & _M64), off)
             except (OSError, ShmError):
                 pass  # its user shrank or broke it: that user's loss
 
-    def _bump_targets(self) -> List[int]:
-        """Descriptors of every user's file, for a bump.
+    def _held_files(self) -> List[int]:
+        """Descriptors of every user's file, for a bump or a poll of the inserts.
 
-        Writes come in bursts (every FAN_MODIFY of any process): a bump lists the
-        directory and stats each name, but opens and checks only a file it does not hold
-        yet (a new user, or a user's file replaced since), not all of them each time.
+        Writes come in bursts (every FAN_MODIFY of any process) and the agent polls the
+        inserts many times a second: this lists the directory and stats each name, but
+        opens and checks only a file it does not hold yet (a new user, or a user's file
+        replaced since), not all of them each time.
         """
         held: Dict[str, Tuple[int, int, int]] = {}
         for uid, name in self._names():

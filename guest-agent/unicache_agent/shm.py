@@ -73,8 +73,8 @@ _M64 = (1 << 64) - 1
 _HDR = struct.Struct("<IIQIIQIIIIII8x")
 _BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
 _ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
-# magic layout nslots max_vcpus active slot_size dropped[2] clients nnodes ngens
-_CHDR = struct.Struct("<IIIIII2QQII8x")
+# magic layout nslots max_vcpus active slot_size dropped[2] clients nnodes ngens inserts
+_CHDR = struct.Struct("<IIIIII2QQIIQ")
 _GHDR = struct.Struct("<6Q16x")  # serves fills rejects fill_aborts color_reads gen_bumps
 _SLOT = struct.Struct("<8Q")  # key file_id chunk bytes reads writes migrations nt_reads
 _U64 = struct.Struct("<Q")
@@ -121,6 +121,11 @@ def id_space_of(salt: int) -> str:
     """
     return hashlib.blake2b(salt.to_bytes(8, "little"), digest_size=8,
                            person=b"unicache-ids").hexdigest()
+
+
+def slot_key(file_id: int, chunk: int) -> int:
+    """Key of a chunk's counters slot, never 0 (``uc_slot_key``)."""
+    return mix64(file_id + ((0x632BE59BD9B4E019 * (chunk + 1)) & _M64)) | 1
 
 
 def bucket_hash(file_id: int, chunk: int) -> int:
@@ -248,13 +253,14 @@ class CounterLayout:
     def header(self, active: int = 0) -> bytes:
         """The header a new file starts with."""
         return _CHDR.pack(CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, active,
-                          self.slot_size, 0, 0, 0, self.nnodes, self.ngens)
+                          self.slot_size, 0, 0, 0, self.nnodes, self.ngens, 0)
 
     def matches(self, header: bytes) -> bool:
         """Whether a file's header is of this layout (``active``, drops, clients aside)."""
         if len(header) < _CHDR.size:
             return False
-        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, nn, ng = _CHDR.unpack_from(header, 0)
+        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, nn, ng, _in = _CHDR.unpack_from(
+            header, 0)
         return (magic, layout, ns, mv, ss, nn, ng) == (
             CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, self.slot_size,
             self.nnodes, self.ngens)

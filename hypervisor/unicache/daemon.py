@@ -1,4 +1,5 @@
-"""The daemon, ``unicache run``: observe -> decide -> act -> log, every interval.
+"""The daemon, ``unicache run``: observe -> decide -> act -> log, every interval (and early
+for a chunk a guest reports that no round decided on, ``roundpace``).
 
 It owns the startup checks (each missing capability is one line), crash recovery (the
 affinity and cgroup journals of a previous run are restored before anything else), the
@@ -37,6 +38,7 @@ from unicache.policy.obs import ObsOptions
 from unicache.policy.placeoptions import PlaceOptions, place_options_from
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
+from unicache.roundpace import RoundPacer, RoundTrigger
 from unicache.roundrecord import record_round
 from unicache.roundworker import run_round
 from unicache.topology import Unify
@@ -281,7 +283,9 @@ async def run_daemon(
         min_read_size=min(scu.params.min_read_size, scu.chunk_size),
         report_interval_s=max(config.interval_s, 0.1),
     )
-    channel = ChannelServer(config.state_dir / "channels", params)
+    # a report naming a chunk no round decided on asks for a round now (roundpace)
+    pacer = RoundPacer(RoundTrigger(config.interval_s))
+    channel = ChannelServer(config.state_dir / "channels", params, on_arrival=pacer.arrived)
     perf = PerfCounters(hardware)
     host = LiveHost(
         source, perf, actuator, weights, channel, channel.drain_reports, dry_run=config.dry_run
@@ -301,7 +305,7 @@ async def run_daemon(
 
     state = _restored_state(config, policy, note)
     deadline_s = max(ROUND_DEADLINE_MIN_S, ROUND_DEADLINE_INTERVALS * config.interval_s)
-    vms = _DaemonHost(host, source, channel, stop, deadline_s, note)
+    vms = _DaemonHost(host, source, channel, stop, deadline_s, note, pacer)
 
     async def decide(
         obs: Observation, state: RoundState
@@ -342,8 +346,10 @@ async def run_daemon(
                 rounds += 1
                 if config.rounds is not None and rounds >= config.rounds:
                     break
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=config.interval_s)
+                obs = rnd.observation
+                pacer.trigger.took(obs.reports, [vm.name for vm in obs.vms], pacer.clock(),
+                                   periodic=not vms.early)
+                await pacer.wait(stop)
     finally:
         for line in actuator.restore_all():
             note(f"shutdown: {line}")
@@ -371,6 +377,7 @@ class _DaemonHost:
         stop: asyncio.Event,
         deadline_s: float,
         note: Callable[[str], None],
+        pacer: RoundPacer,
     ) -> None:
         self.host = host
         self.source = source
@@ -378,15 +385,22 @@ class _DaemonHost:
         self.stop = stop
         self.deadline_s = deadline_s
         self.note = note
+        self.pacer = pacer
         #: VMs whose guest channel is open
         self.listening: set[str] = set()
+        #: the round being observed started before the periodic one was due
+        self.early = False
 
     async def observe(self) -> Observation | None:
         if self.stop.is_set():
             return None
+        self.early = self.pacer.trigger.started(self.pacer.clock())
         listed = await run_round(self.source.running, self.stop, self.deadline_s)
         if listed is None:
             return None
+        # the reports are drained now, with no wait in between: every report that arrived
+        # until here is this round's, and one arriving later may ask for the next
+        self.pacer.trigger.drained()
         obs = self.host.observe(listed.value)
         for event in self.source.drain_events():
             self.note(f"vm {event.vm}: {event.kind} ({event.detail})")

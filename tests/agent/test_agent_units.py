@@ -88,14 +88,15 @@ def test_guest_topology_from_sysfs(tmp_path: Path) -> None:
 class FakeHost:
     """The host end of a socketpair, speaking raw protocol lines."""
 
-    def __init__(self, tmp_path: Path, **agent_kw: Any) -> None:
+    def __init__(self, tmp_path: Path, counters: Any = None, **agent_kw: Any) -> None:
         self.sock, theirs = socket.socketpair()
         self.sock.settimeout(5)
         fd = theirs.detach()
         layout = CounterLayout.of(max_vcpus=2, nslots=64)
         self.table = TableWriter(str(tmp_path / "t"), nbuckets=64, counters=layout)
         self.agent = Agent(FdTransport(fd, fd), self.table,
-                           CounterHarvester(str(tmp_path / "c"), layout), **agent_kw)
+                           counters or CounterHarvester(str(tmp_path / "c"), layout),
+                           **agent_kw)
         self.buf = b""
 
     def send(self, obj: object) -> None:

@@ -219,3 +219,24 @@ def test_errno_untouched_when_the_mmap_path_falls_back(shim_env: ShimEnv) -> Non
     res = shim_env.run("check", "31", "300", str(sysfs))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "mismatches=0" in res.stdout
+
+
+def test_a_chunk_read_first_since_the_harvest_moves_the_inserts_the_agent_polls(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    # the agent's early report (unicache_agent.early) polls this count, not the regions
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 1024)
+    fid = shim_env.file_id(f)
+    shim_env.table.publish(1, CHUNK, CHUNK, [])
+    shim_env.counters.harvest(0)
+    before = shim_env.counters.inserts()
+    with Reader(shim_env, f) as r:  # the reader's own start-up reads count too
+        r.pread(0, 4096)
+        after_one = shim_env.counters.inserts()
+        assert after_one > before and (fid, 0) in shim_env.counters.active_chunks()
+        assert (fid, 1) not in shim_env.counters.active_chunks()
+        r.pread(CHUNK, 4096)
+        assert shim_env.counters.inserts() > after_one
+    assert {(fid, 0), (fid, 1)} <= shim_env.counters.active_chunks()
+    shim_env.counters.harvest(0)
+    assert (fid, 0) not in shim_env.counters.active_chunks()  # the harvest flipped regions

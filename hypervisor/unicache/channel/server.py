@@ -166,15 +166,19 @@ class ChannelServer:
     :param params: parameters sent to every guest in welcome.
     :param on_report: called with each accepted report; without it reports wait for
         :meth:`drain_reports` (bounded per VM).
+    :param on_arrival: called with each accepted report as it arrives, which still waits
+        for :meth:`drain_reports` (the daemon's early rounds, ``unicache.roundpace``).
     :param clock: monotonic clock (tests pass a fake one).
     """
 
     def __init__(self, socket_dir: Path, params: p.ChannelParams | None = None,
                  on_report: ReportCallbackT | None = None,
-                 clock: ClockT = time.monotonic) -> None:
+                 clock: ClockT = time.monotonic,
+                 on_arrival: ReportCallbackT | None = None) -> None:
         self.socket_dir = socket_dir
         self.params = params or p.ChannelParams()
         self.on_report = on_report
+        self.on_arrival = on_arrival
         self.clock = clock
         self._vms: dict[str, _VmSlot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -406,15 +410,21 @@ class ChannelServer:
                 return
             result = slot.session.feed(data, self.clock())
             self._send(slot, result.outgoing)
+            if self.on_arrival is not None:
+                for report in result.reports:
+                    self._call(self.on_arrival, slot.vm, report)
             if self.on_report is not None:
                 for report in slot.session.drain():
-                    try:
-                        self.on_report(report)
-                    except Exception as err:  # the caller's callback, any bug: this VM's
-                        # channel goes on (a boundary, as _on_connect's catch)
-                        log.error("vm=%s report callback failed: %s: %s", slot.vm,
-                                  type(err).__name__, err)
-                        log.debug("vm=%s report callback failure", slot.vm, exc_info=True)
+                    self._call(self.on_report, slot.vm, report)
+
+    @staticmethod
+    def _call(callback: ReportCallbackT, vm: str, report: GuestReport) -> None:
+        try:
+            callback(report)
+        except Exception as err:  # the caller's callback, any bug: this VM's channel goes
+            # on (a boundary, as _on_connect's catch)
+            log.error("vm=%s report callback failed: %s: %s", vm, type(err).__name__, err)
+            log.debug("vm=%s report callback failure", vm, exc_info=True)
 
     def _send(self, slot: _VmSlot, lines: Iterable[bytes]) -> None:
         writer = slot.writer

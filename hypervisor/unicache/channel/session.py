@@ -103,10 +103,13 @@ class FeedResult:
 
     :param outgoing: lines to send to the guest, in order.
     :param errors: problems found (each also answered, unless error replies were limited).
+    :param reports: the reports these bytes completed, as queued for :meth:`drain` (the
+        daemon looks at them on arrival: ``unicache.roundpace``).
     """
 
     outgoing: tuple[bytes, ...]
     errors: tuple[ProtocolError, ...]
+    reports: tuple[GuestReport, ...] = ()
 
 
 @dataclass
@@ -144,6 +147,7 @@ class GuestSession:
         self._bytes = TokenBucket(MAX_BYTES_PER_SECOND, BYTE_BURST)
         self._errs = TokenBucket(p.MAX_ERRORS_PER_SECOND, p.MAX_ERRORS_PER_SECOND)
         self._reports: deque[GuestReport] = deque()
+        self._arrived: list[GuestReport] = []
         self._pending_chunks = 0
         self._table: PlacementTable | None = None
         self._table_lines: list[bytes] = []
@@ -186,6 +190,7 @@ class GuestSession:
         self._bytes.spend(now, len(data))
         out: list[bytes] = []
         errors: list[ProtocolError] = []
+        self._arrived = []
         # every line, empty ones included, spends a token; lines past the tokens available
         # are dropped by the framer without being looked at
         lines, dropped = self.framer.feed(data, self._msgs.available(now))
@@ -210,7 +215,7 @@ class GuestSession:
                 f"more than {p.MAX_MESSAGES_PER_SECOND} messages per second "
                 f"(burst {p.RATE_BURST}); {dropped} dropped", p.E_RATE_LIMITED),
                 now, out, errors)
-        return FeedResult(tuple(out), tuple(errors))
+        return FeedResult(tuple(out), tuple(errors), tuple(self._arrived))
 
     def _problem(self, err: ProtocolError, now: float, out: list[bytes],
                  errors: list[ProtocolError]) -> None:
@@ -279,7 +284,9 @@ class GuestSession:
             old = self._reports.popleft()
             self._pending_chunks -= len(old.chunks)
             dropped += 1
-        self._reports.append(msg.to_guest_report(self.vm, self._id_space))
+        report = msg.to_guest_report(self.vm, self._id_space)
+        self._reports.append(report)
+        self._arrived.append(report)
         self._pending_chunks += n
         self.stats.reports += 1
         if dropped:

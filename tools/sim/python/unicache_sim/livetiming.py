@@ -3,9 +3,14 @@
 The product runs one loop: every ``interval_s`` (``DaemonConfig``, 1 s by default) the
 daemon decides on the reports the guest agents sent (each agent harvests its counters
 every ``report_interval_s``, which the daemon sets to its own interval) and publishes
-tables, which a guest applies a short channel hop later. ``unicache-sim`` runs exactly
-that loop on the simulated host by default: the same policy objects, the same report
-shapes, the same tables, the shim's rule (``unicache_sim.shimrule``) in the guest.
+tables, which a guest applies a short channel hop later. Between those, an agent whose
+shims count reads of a chunk the host has not heard of reports early (at most one report
+per ``early_report_s``), and the daemon runs a round on a report naming a chunk no round
+decided on (at most one per ``early_round_s``; ``unicache.roundpace``). ``unicache-sim``
+runs exactly that loop on the simulated host by default: the same policy objects, the
+same report shapes, the same tables, the same early rounds (the daemon's
+:class:`~unicache.roundpace.RoundTrigger`, the agent's rule in
+:mod:`unicache_sim.earlyreport`), the shim's rule (``unicache_sim.shimrule``) in the guest.
 
 Simulating every second of every interval line by line would take minutes per point, so
 each interval is *sampled* (as SMARTS-style samplers do): after a table arrives the
@@ -25,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from unicache_sim.earlyreport import EARLY_REPORT_MIN_S
+
 
 @dataclass(frozen=True, slots=True)
 class LoopTiming:
@@ -40,6 +47,11 @@ class LoopTiming:
         the guest's reader threads (simulated seconds; :meth:`min_window_per_thread`).
     :param min_window_bytes_per_reader: ... and at least this many bytes per reader
         (:meth:`window_bytes`).
+    :param early_report_s: least time between two of the agent's reports (an early report
+        follows the read of a fresh chunk; ``unicache_agent.early``).
+    :param early_round_s: least time between a round and an early one
+        (``unicache.roundpace.EARLY_ROUND_MIN_S``). A sampled interval shorter than this
+        has no early round: it stands for a whole interval of steady reading.
     """
 
     round_s: float = 1.0
@@ -53,15 +65,20 @@ class LoopTiming:
     #: 64, 45 % at the 5 reads each of 16 readers read in a shared 10 ms, where OBS-X moved
     #: vCPUs for an imbalance that was not there, ``--threads 16 --seed 5``: 0.95x)
     min_window_bytes_per_reader: float = 64 * 256 * 1024
+    early_report_s: float = EARLY_REPORT_MIN_S
+    early_round_s: float = 0.1
 
     @classmethod
     def daemon_defaults(cls, **overrides: float) -> LoopTiming:
         """The timing of a daemon started without a config file (``unicache run``)."""
         from unicache.daemon import DaemonConfig
+        from unicache.roundpace import EARLY_ROUND_MIN_S
 
         interval = DaemonConfig().interval_s
         # daemon.py: the agent is told to report every max(interval_s, 0.1) seconds
-        return replace(cls(round_s=interval, report_s=max(interval, 0.1)), **overrides)
+        daemon = cls(round_s=interval, report_s=max(interval, 0.1),
+                     early_round_s=EARLY_ROUND_MIN_S)
+        return replace(daemon, **overrides)
 
     @property
     def sampled(self) -> bool:

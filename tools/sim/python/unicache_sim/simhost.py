@@ -141,13 +141,21 @@ class SimHost:
 
     # --- Host port --------------------------------------------------------------------
 
-    def observe(self, window_cycles: float | None = None, scale: float = 1.0) -> Observation:
+    def read_chunks(self) -> frozenset[ChunkId]:
+        """The chunks the guest read since the last observation (its shims' counters)."""
+        return frozenset(self._reads)
+
+    def observe(
+        self, window_cycles: float | None = None, scale: float = 1.0, seconds: float | None = None
+    ) -> Observation:
         """This round's observation: samples per vCPU and the guest's report.
 
         :param window_cycles: the simulated time the observation covers (default: the
             round period); a sampled interval (``unicache_sim.livetiming``) covers less.
         :param scale: the report's counts are multiplied by this, so that a sampled
             window's report stands for the whole interval (1: unsampled).
+        :param seconds: the interval the report says it covers (default: the round
+            period; an early report covers the time since the last).
         """
         self.tick += 1
         window = self.period if window_cycles is None else window_cycles
@@ -186,7 +194,8 @@ class SimHost:
         )
         self._reads = {}
         self.seq += 1
-        seconds = self.period / (self.cfg.clock_ghz * 1e9)
+        if seconds is None:
+            seconds = self.period / (self.cfg.clock_ghz * 1e9)
         report = GuestReport(self.vm, self.seq, seconds, chunks, guest_vcpus=self.n_vcpus)
         vcpus = tuple(
             Vcpu(VcpuId(self.vm, i), None, self.affinity[i], self.vcpu_cpu[i])

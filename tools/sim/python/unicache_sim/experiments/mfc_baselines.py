@@ -17,15 +17,26 @@ from typing import TYPE_CHECKING
 
 from unicache.host.base import ActResult
 from unicache.loop import run_rounds_sync
-from unicache.model import Action, ChunkId, Observation, PinVcpu, ReleaseVcpu
+from unicache.model import (
+    Action,
+    ChunkAccess,
+    ChunkId,
+    GuestReport,
+    Observation,
+    PinVcpu,
+    PublishPlacement,
+    ReleaseVcpu,
+)
 from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
+from unicache.roundpace import RoundTrigger
 from unicache.topology import Topology, Unify
 
 from unicache_sim import _native
 from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig
+from unicache_sim.earlyreport import EarlyReports
 from unicache_sim.experiments.dmc_whatif import LookupShim
 from unicache_sim.simhost import GuestShim, SimHost, linux_float
 
@@ -170,6 +181,10 @@ class UnicacheLive(Baseline):
     Every sampled interval (``LoopTiming``) ends with the agent's report of it, scaled
     to the whole interval; the round (OBS + SCU, as ``unicache run`` decides) follows,
     and its actions (pins, the placement table) take effect before the next interval.
+    Between those, a read of a chunk the host has not heard of makes the agent report
+    early (its rule, :mod:`unicache_sim.earlyreport`) and the daemon run an early round
+    (its :class:`~unicache.roundpace.RoundTrigger`), as the product does; the channel
+    takes no time here, so the report and the round's observation are one.
     """
 
     name = "unicache"
@@ -206,8 +221,12 @@ class UnicacheLive(Baseline):
         self.min_window = timing.min_window_s * hz
         self.window_start = 0.0
         self.window_issued = 0
-        #: policy rounds decided so far
+        #: policy rounds decided so far, and how many of them early
         self.rounds = 0
+        self.early_rounds = 0
+        #: the agent's early-report rule and the daemon's round trigger
+        self.early = EarlyReports(timing.early_report_s)
+        self.trigger = RoundTrigger(timing.round_s, timing.early_round_s)
         #: rounds in a row the policy's standing has not changed (:meth:`warm`)
         self.settled = 0
         self._standing: tuple[frozenset[str], frozenset[str]] | None = None
@@ -229,10 +248,12 @@ class UnicacheLive(Baseline):
         # the program's read calls: its buffer, or one call per chunk; never across one
         buffer = self.spec.read_bytes or self.chunk
         offset = 0
+        read: set[ChunkId] = set()
         while offset < size:
             index = offset // self.chunk
             length = min(buffer, (index + 1) * self.chunk - offset, size - offset)
             chunk = ChunkId(file_index, index)
+            read.add(chunk)
             self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute, size)
             offset += length
         self.window_issued += size
@@ -241,20 +262,47 @@ class UnicacheLive(Baseline):
         full = elapsed >= self.round_cycles
         sampled = self.window_issued >= self.window_bytes and elapsed >= self.min_window
         if full or sampled:
-            self._round(now, elapsed)
+            self._round(now, elapsed, periodic=True)
+        elif self._early_report(now / self.hz, read):
+            self._round(now, elapsed, periodic=False)
+
+    def _early_report(self, t: float, read: set[ChunkId]) -> bool:
+        """The agent's early report of a fresh chunk, and whether the daemon's trigger
+        starts a round on it now."""
+        if self.early.saw(read) and t >= self.early.due_at():
+            chunks = self.host.read_chunks()
+            report = GuestReport(
+                VM_NAME, self.host.seq, 0.0, tuple(ChunkAccess(c, 0, 0, 0, ()) for c in chunks)
+            )
+            self.early.reported(chunks, t)
+            self.trigger.arrived(report, t)
+        return self.trigger.wanted and t >= self.trigger.next_start()
 
     def warm(self, rounds: int, settle: int = 0, most: int = 0) -> bool:
         if self.rounds < rounds:
             return False
         return self.settled >= settle or (most > 0 and self.rounds >= most)
 
-    def _round(self, now: float, elapsed: float) -> None:
-        # the agent's report of this interval (a sampled window stands for all of it)
-        scale = max(1.0, self.round_cycles / elapsed) if self.sampled and elapsed > 0 else 1.0
-        self._window = self.host.observe(elapsed, scale)
+    def _round(self, now: float, elapsed: float, periodic: bool) -> None:
+        t = now / self.hz
+        self.trigger.started(t)
+        self.trigger.drained()
+        if periodic:
+            # the agent's report of this interval (a sampled window stands for all of it)
+            scale = max(1.0, self.round_cycles / elapsed) if self.sampled and elapsed > 0 else 1.0
+            self._window = self.host.observe(elapsed, scale)
+        else:  # an early report covers what was read since the last, unscaled
+            self._window = self.host.observe(elapsed, 1.0, seconds=elapsed / self.hz)
+        reported = [a.chunk for r in self._window.reports for a in r.chunks]
         rnd = next(self._rounds)
         decision, self.state = rnd.decision, rnd.state
         self.rounds += 1
+        self.early_rounds += not periodic
+        self.trigger.took(rnd.observation.reports, [VM_NAME], t, periodic)
+        self.early.reported(reported, t)
+        for action in decision.actions:
+            if isinstance(action, PublishPlacement) and action.vm == VM_NAME:
+                self.early.table(action.table.version, (e.chunk for e in action.table.entries))
         # the standing: which VMs SCU leaves alone, whether it placed them, no new pins or
         # releases
         standing = (self.state.scu.aside, self.policy.scu.placed(self.state.scu))
