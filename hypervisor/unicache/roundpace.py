@@ -10,6 +10,10 @@ for a round now:
 
 * at most one round per :data:`EARLY_ROUND_MIN_S` (any kind), and never two at once (the
   daemon runs one round at a time: the next waits for the last to be recorded);
+* each VM asks for at most one early round per interval: a guest that names new chunks
+  in every report (a hostile one, or one reading a new file each tenth of a second) gets
+  its chunks decided at the periodic rounds, and cannot make the daemon run a round for
+  every VM of the host ten times a second;
 * the periodic round keeps its period (an early round does not move it);
 * a steady guest, whose reports name only chunks the rounds keep seeing, asks for none:
   the daemon's CPU at the default interval stays what it was.
@@ -57,6 +61,8 @@ class RoundTrigger:
         self.decided: dict[str, dict[ChunkId, float]] = {}
         #: a report that arrived since the last drain named an undecided chunk
         self.wanted = False
+        #: per VM, when its report last asked for an early round
+        self.asked: dict[str, float] = {}
         #: when the last round started, and when the next periodic one is due
         self.last_start = float("-inf")
         self.periodic_at = float("-inf")
@@ -74,8 +80,13 @@ class RoundTrigger:
 
         :returns: whether an early round is wanted now.
         """
-        if not self.wanted and self.undecided(report, now):
+        if (
+            not self.wanted
+            and now - self.asked.get(report.vm, float("-inf")) >= self.interval_s
+            and self.undecided(report, now)
+        ):
             self.wanted = True
+            self.asked[report.vm] = now
         return self.wanted
 
     def drained(self) -> None:
@@ -105,6 +116,8 @@ class RoundTrigger:
         live = set(live_vms)
         for vm in [vm for vm in self.decided if vm not in live]:
             del self.decided[vm]
+        for vm in [vm for vm in self.asked if vm not in live]:
+            del self.asked[vm]
         for report in reports:
             if report.vm not in live:
                 continue

@@ -24,12 +24,13 @@ from tests.topologies import TOPO_OPTERON_16
 
 
 def _agent_rule() -> Any:
-    """unicache_agent.early (the guest agent is imported from guest-agent/, tests.agent)."""
-    from unicache_agent import early
+    """unicache_agent.early (the guest agent is imported from guest-agent/, which importing
+    tests.agent puts on the path first)."""
+    import importlib
 
     import tests.agent  # noqa: F401
 
-    return early
+    return importlib.import_module("unicache_agent.early")
 
 
 def test_the_constants_are_the_products() -> None:

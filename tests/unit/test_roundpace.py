@@ -62,6 +62,22 @@ def test_a_steady_guest_asks_for_no_extra_round() -> None:
     assert t.early_rounds == 0
 
 
+def test_a_guest_naming_new_chunks_in_every_report_gets_one_early_round_an_interval() -> None:
+    t = RoundTrigger(1.0)
+    _round(t, 0.0)
+    now, rounds = 0.05, 0
+    for chunk in range(1, 101):  # ten seconds of reports every 0.1 s, each a new chunk
+        t.arrived(_report("vm", (chunk, 0)), now)
+        if t.next_start() <= now + EARLY_ROUND_MIN_S / 2:
+            _round(t, now, _report("vm", (chunk, 0)))
+            rounds += 1
+        now = round(now + EARLY_ROUND_MIN_S, 3)
+    assert 1 <= t.early_rounds <= 10  # at most one a second, not ten
+    assert rounds <= 20  # the periodic rounds and those
+    t.took((), [], now, periodic=True)  # the VM went away: nothing of it is kept
+    assert t.asked == {}
+
+
 def test_chunks_are_forgotten_after_the_memory_and_with_their_vm() -> None:
     t = RoundTrigger(1.0, memory_s=5.0)
     _round(t, 0.0, _report("vm", (1, 0)))
