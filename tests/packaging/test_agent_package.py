@@ -79,7 +79,17 @@ def test_the_rpm_is_the_same_description_with_rpm_names_for_python_and_glibc(
 
 def test_install_preloads_the_shim_and_remove_then_purge_leave_the_system_as_before(
         packages: Packages, clean_root: Path) -> None:
-    root = clean_root
+    _install_remove_purge(packages, clean_root)
+
+
+def test_on_debian_13_too(packages: Packages, clean_trixie_root: Path) -> None:
+    """The same on Debian 13 (trixie: python 3.13, glibc 2.41): the shim built on Debian 12
+    loads there, and purge leaves the root as before."""
+    assert "13" in (clean_trixie_root / "etc/debian_version").read_text()
+    _install_remove_purge(packages, clean_trixie_root)
+
+
+def _install_remove_purge(packages: Packages, root: Path) -> None:
     assert not (root / PRELOAD).exists()
     deb = copy_in(root, packages.agent_deb)
     before = inventory(root)
