@@ -155,3 +155,18 @@ def test_forgetting_a_vm_frees_the_units_its_chunks_were_on() -> None:
     assert copy.count_of("vm0") == 0
     assert all(copy.assigned_bytes(u) == 0 and copy.vm_bytes(u, "vm0") == 0 for u in units)
     assert table.count_of("vm0") > 0  # the round's input is not changed
+
+
+def test_the_id_space_of_a_vm_that_left_the_host_is_not_kept() -> None:
+    policy = _policy()
+    vms = tuple(
+        Vm(name, tuple(Vcpu(VcpuId(name, i), None, frozenset(range(16))) for i in range(4)))
+        for name in ("vm0", "vm1")
+    )
+    state = RoundState()
+    for tick in range(2):
+        reports = [_reads("vm0", 3, tick, BOOT_A), _reads("vm1", 4, tick, BOOT_B)]
+        _, state = _decide(policy, tick, vms, reports, state)
+    assert state.id_spaces == {"vm0": BOOT_A, "vm1": BOOT_B}
+    _, state = _decide(policy, 2, vms[:1], [_reads("vm0", 3, 2, BOOT_A)], state)
+    assert state.id_spaces == {"vm0": BOOT_A}  # bounded by the VMs on the host

@@ -58,13 +58,17 @@ def new_guests(reports: Iterable[GuestReport], id_spaces: Mapping[str, str]) -> 
 
 
 def forget_guests(
-    state: GuestState, reports: Iterable[GuestReport]
+    state: GuestState, reports: Iterable[GuestReport], live_vms: frozenset[str]
 ) -> tuple[GuestState, tuple[Refusal, ...]]:
-    """The state with every VM whose guest is new started afresh.
+    """The state with every VM whose guest is new started afresh, and the id spaces of VMs
+    no longer on the host forgotten (a VM that comes back has booted again anyway).
 
+    :param live_vms: the VMs on the host this round.
     :returns: the new state, and one log line per VM that had something to forget.
     """
-    fresh = new_guests(reports, state.id_spaces)
+    if any(vm not in live_vms for vm in state.id_spaces):
+        state = replace(state, id_spaces=_kept(state.id_spaces, live_vms))
+    fresh = new_guests((r for r in reports if r.vm in live_vms), state.id_spaces)
     if not fresh:
         return state, ()
     scu, colors, replicas = state.scu, state.colors, state.replicas
@@ -128,3 +132,7 @@ def stamp_tables(actions: tuple[Action, ...], id_spaces: Mapping[str, str]) -> t
 
 def _without(mapping: Mapping[str, V], gone: frozenset[str]) -> dict[str, V]:
     return {vm: v for vm, v in mapping.items() if vm not in gone}
+
+
+def _kept(mapping: Mapping[str, V], live: frozenset[str]) -> dict[str, V]:
+    return {vm: v for vm, v in mapping.items() if vm in live}

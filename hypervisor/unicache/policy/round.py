@@ -110,7 +110,9 @@ class UnicachePolicy:
         """
         # a VM whose guest booted again starts afresh: its old guest's file ids name nothing
         guests, rebooted = forget_guests(
-            GuestState(state.scu, state.colors, state.replicas, state.id_spaces), obs.reports
+            GuestState(state.scu, state.colors, state.replicas, state.id_spaces),
+            obs.reports,
+            frozenset(vm.name for vm in obs.vms),
         )
         # SCU places only VMs whose guests report reads it predicts a gain for; the others
         # (left alone, or without an agent) need no vCPU pinned in every unit
