@@ -11,6 +11,8 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 # Fragments owned by the parts of the tree append to these.
 SETUP_TARGETS :=
 APT_PACKAGES := build-essential pkg-config
+# installed without apt's recommends (for packages whose recommends are big and unneeded)
+APT_PACKAGES_NO_RECOMMENDS :=
 REQUIREMENTS := requirements.txt $(wildcard tools/sim/requirements.txt \
 	guest-agent/requirements-test.txt images/requirements.txt)
 
@@ -27,12 +29,15 @@ include packaging/packages.mk
 # apt packages only when root and something is missing (a non-root user gets one line).
 $(VENV)/.apt-stamp: Makefile
 	@mkdir -p $(VENV)
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
+	@missing() { for p in "$$@"; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; }; \
+	full=$$(missing $(APT_PACKAGES)); lean=$$(missing $(APT_PACKAGES_NO_RECOMMENDS)); \
+	if [ -n "$$full$$lean" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "setup: installing apt packages: $$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else echo "setup: not root, cannot install apt packages: $$missing (install them and re-run)"; exit 1; fi; \
+	    echo "setup: installing apt packages:" $$full $$lean; \
+	    apt-get update -qq && export DEBIAN_FRONTEND=noninteractive && \
+	    { [ -z "$$full" ] || apt-get install -y -qq $$full >/dev/null; } && \
+	    { [ -z "$$lean" ] || apt-get install -y -qq --no-install-recommends $$lean >/dev/null; }; \
+	  else echo "setup: not root, cannot install apt packages:" $$full $$lean "(install them and re-run)"; exit 1; fi; \
 	fi
 	@touch $@
 

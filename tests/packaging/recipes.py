@@ -47,3 +47,13 @@ def virt_customize() -> tuple[list[tuple[str, str]], list[str]]:
     uploads = [tuple(argv[i + 1].split(":", 1)) for i, a in enumerate(argv) if a == "--upload"]
     commands = [argv[i + 1] for i, a in enumerate(argv) if a == "--run-command"]
     return [(src, dst) for src, dst in uploads], commands
+
+
+def virt_customize_argv(disk: str) -> list[str]:
+    """The virt-customize recipe as an argv, its image (the word after ``-a``) replaced by
+    ``disk`` and nothing else (run it where the package is: its ``--upload`` source is the
+    package's file name)."""
+    argv = shlex.split(recipe("virt-customize"))
+    assert argv.count("-a") == 1, argv
+    at = argv.index("-a") + 1
+    return [*argv[:at], disk, *argv[at + 1:]]
