@@ -109,16 +109,22 @@ def test_the_same_boot_after_a_daemon_restart_keeps_everything() -> None:
     assert before and before <= {key.chunk.file_id for key, _ in after.scu.table.chunks_of("vm0")}
 
 
-def test_another_vms_reboot_leaves_this_vm_alone() -> None:
-    policy = _policy()
+def _two_vms(policy: UnicachePolicy, rounds: int, boot1: str) -> tuple[tuple[Vm, ...], RoundState]:
+    """Two four-vCPU VMs after ``rounds`` rounds of reads, vm0 under BOOT_A, vm1 ``boot1``."""
     vms = tuple(
         Vm(name, tuple(Vcpu(VcpuId(name, i), None, frozenset(range(16))) for i in range(4)))
         for name in ("vm0", "vm1")
     )
     state = RoundState()
-    for tick in range(3):
-        reports = [_reads("vm0", 3, tick, BOOT_A), _reads("vm1", 4, tick, BOOT_A)]
+    for tick in range(rounds):
+        reports = [_reads("vm0", 3, tick, BOOT_A), _reads("vm1", 4, tick, boot1)]
         _, state = _decide(policy, tick, vms, reports, state)
+    return vms, state
+
+
+def test_another_vms_reboot_leaves_this_vm_alone() -> None:
+    policy = _policy()
+    vms, state = _two_vms(policy, 3, BOOT_A)
     assert state.scu.table is not None
     kept = dict(state.scu.table.chunks_of("vm1"))
     assert kept
@@ -159,14 +165,7 @@ def test_forgetting_a_vm_frees_the_units_its_chunks_were_on() -> None:
 
 def test_the_id_space_of_a_vm_that_left_the_host_is_not_kept() -> None:
     policy = _policy()
-    vms = tuple(
-        Vm(name, tuple(Vcpu(VcpuId(name, i), None, frozenset(range(16))) for i in range(4)))
-        for name in ("vm0", "vm1")
-    )
-    state = RoundState()
-    for tick in range(2):
-        reports = [_reads("vm0", 3, tick, BOOT_A), _reads("vm1", 4, tick, BOOT_B)]
-        _, state = _decide(policy, tick, vms, reports, state)
+    vms, state = _two_vms(policy, 2, BOOT_B)
     assert state.id_spaces == {"vm0": BOOT_A, "vm1": BOOT_B}
     _, state = _decide(policy, 2, vms[:1], [_reads("vm0", 3, 2, BOOT_A)], state)
     assert state.id_spaces == {"vm0": BOOT_A}  # bounded by the VMs on the host
