@@ -72,10 +72,12 @@ def forget_guests(
     if not fresh:
         return state, ()
     scu, colors, replicas = state.scu, state.colors, state.replicas
-    table = scu.table.copy() if scu.table is not None else None
+    table = scu.table
+    if table is not None and any(table.count_of(vm) for vm in fresh):
+        table = table.copy()  # a round's input is never changed; copied only to forget
     notes: list[Refusal] = []
     for vm in sorted(fresh):
-        chunks = table.forget_vm(vm) if table is not None else 0
+        chunks = table.forget_vm(vm) if table is not None and table.count_of(vm) else 0
         held = (
             chunks
             or vm in scu.published
@@ -83,24 +85,21 @@ def forget_guests(
             or colors.of(vm) is not None
             or replicas.of(vm) is not None
         )
-        if held and vm in state.id_spaces:
-            notes.append(
-                Refusal(
-                    GUEST_BOOTED,
-                    f"{vm}'s guest booted again (file-id space {fresh[vm]}, was "
-                    f"{state.id_spaces[vm]}): forgot its {chunks} chunks, its table, its "
-                    "watch, colors and replicas",
-                )
+        if not held:
+            continue
+        was = state.id_spaces.get(vm)
+        whose = (
+            f"{vm}'s guest booted again (file-id space {fresh[vm]}, was {was})"
+            if was
+            else f"{vm}'s guest names its file-id space ({fresh[vm]}) for the first time"
+        )
+        notes.append(
+            Refusal(
+                GUEST_BOOTED,
+                f"{whose}: forgot its {chunks} chunks, its table, its watch, colors and "
+                "replicas",
             )
-        elif held:
-            notes.append(
-                Refusal(
-                    GUEST_BOOTED,
-                    f"{vm}'s guest names its file-id space ({fresh[vm]}) for the first time: "
-                    f"forgot its {chunks} chunks, its table, its watch, colors and replicas "
-                    "learned before",
-                )
-            )
+        )
     gone = frozenset(fresh)
     scu = replace(
         scu,
