@@ -34,7 +34,7 @@ from unicache.host.live import LiveHost, VmSource, WeightSetter
 from unicache.loop import run_rounds
 from unicache.metrics import DaemonMetrics
 from unicache.model import Action, Decision, Observation
-from unicache.policy.obs import ObsOptions
+from unicache.policy.obsoptions import obs_options_for
 from unicache.policy.placeoptions import PlaceOptions, place_options_from
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scuoptions import scu_options_for
@@ -230,7 +230,7 @@ async def run_daemon(
     scu_options = scu_options_for(topo, config.unify)
     if config.always_place:
         scu_options = replace(scu_options, cost=None, watch=False)
-    obs_options = ObsOptions(line_size=topo.line_size, step_aside=not config.always_place)
+    obs_options = obs_options_for(topo, step_aside=not config.always_place)
     policy = UnicachePolicy(
         topo, config.unify, obs_options=obs_options, scu_options=scu_options,
         color_step_aside=not config.always_place,

@@ -18,10 +18,12 @@ SCU / MFC (MFC paper), software cache unification:
 
 OBS (observations paper), vCPU placement by cache weight:
 
-* :mod:`unicache.policy.obs` — OBS-X/L/C over cache units; :mod:`unicache.policy.obsweight`
-  the cache weight, :mod:`unicache.policy.obslocal`
-  OBS-L, :mod:`unicache.policy.obscredit` OBS-C, :mod:`unicache.policy.obsgain` its
-  step-aside, :mod:`unicache.policy.cluster` sharing-aware OBS-X;
+* :mod:`unicache.policy.obs` — OBS-X/L/C over cache units; :mod:`unicache.policy.obsoptions`
+  its options and state, :mod:`unicache.policy.obsweight` the cache weight,
+  :mod:`unicache.policy.obslocal` OBS-L, :mod:`unicache.policy.obscredit` OBS-C,
+  :mod:`unicache.policy.obsaside` its step-asides: :mod:`unicache.policy.obsgain` (no two
+  heavy vCPUs to keep apart) and :mod:`unicache.policy.obsqueue` (a pin's wait against
+  its cache time), :mod:`unicache.policy.cluster` sharing-aware OBS-X;
 * :mod:`unicache.policy.place` — where a new VM goes (NUMA nodes, LLC groups, guest
   topology; OBS-X and the Kubernetes CPU manager's uncore-cache alignment), with its
   values (:mod:`~unicache.policy.placetypes`), options (:mod:`~unicache.policy.placeoptions`),

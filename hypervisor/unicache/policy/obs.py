@@ -11,7 +11,9 @@ of tasks and cache units in the place of LLC groups:
   moved, except by the periodic rebalance that moves one overweight vCPU from the
   heaviest unit to the lightest;
 * OBS-X steps aside (:mod:`unicache.policy.obsgain`): a VM SCU leaves alone, whose pins
-  would keep no two cache-heavy vCPUs apart, keeps its own CPUs;
+  would keep no two cache-heavy vCPUs apart, keeps its own CPUs; and one whose pins would
+  make it wait for its unit's CPUs longer than its cache could save floats over its NUMA
+  node (:mod:`unicache.policy.obsqueue`);
 * OBS-X's thread clustering (:mod:`unicache.policy.cluster`, after the paper's
   reference 1): the busy vCPUs of a VM that shares its data and that SCU leaves alone
   stay in one unit; rebalances leave them there;
@@ -30,7 +32,6 @@ Pure: no I/O, no clock, no threads; the same inputs give the same actions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from unicache.errors import StateError
 from unicache.model import (
@@ -38,8 +39,6 @@ from unicache.model import (
     Decision,
     Observation,
     PinVcpu,
-    Refusal,
-    ReleaseVcpu,
     SetCpuWeight,
     VcpuId,
 )
@@ -49,66 +48,17 @@ from unicache.policy.cluster import (
     cluster_moves,
     shared_fractions,
 )
-from unicache.policy.obscredit import BASE_CPU_WEIGHT, C_CREDIT, credit_weights_by_vm
-from unicache.policy.obsgain import OBS_STEP_ASIDE, PinningGain, pinning_gain
+from unicache.policy.obsaside import AsideInputs, StepAside, step_aside
+from unicache.policy.obscredit import BASE_CPU_WEIGHT, credit_weights_by_vm
+from unicache.policy.obscredit import C_CREDIT as C_CREDIT
 from unicache.policy.obslocal import local_sets, saturated
+from unicache.policy.obsoptions import ObsOptions as ObsOptions
+from unicache.policy.obsoptions import ObsState as ObsState
 from unicache.policy.obsviews import LoadViews
 from unicache.policy.obsweight import MAX_GUEST_BYTES_PER_NS as MAX_GUEST_BYTES_PER_NS
 from unicache.policy.obsweight import CacheWeight as CacheWeight
 from unicache.policy.obsweight import cache_weight, host_measured
 from unicache.topology import CacheUnit
-
-
-@dataclass(frozen=True, slots=True)
-class ObsOptions:
-    """Options of the OBS policies.
-
-    :param rebalance_period: rounds between two OBS-X rebalances ("Periodically").
-    :param imbalance_margin: a rebalance happens only when the heaviest unit's load
-        exceeds the lightest's by this fraction of the heaviest (hysteresis).
-    :param c_credit: OBS-C's share of CPU time reserved for credit.
-    :param line_size: bytes per line, to turn guest bytes into line fills.
-    :param heavy_weight_floor: OBS-C credits nothing while the heaviest co-runner's weight
-        is below this (misses per cycle): differences between light vCPUs are noise.
-    :param heavy_margin: OBS-L/C call a vCPU heavy only above ``average * (1 + margin)``
-        and light only below ``average / (1 + margin)``.
-    :param weight_hysteresis: OBS-C changes a cpu.weight only by at least this much.
-    :param step_aside: a VM whose pins would keep no two cache-heavy vCPUs apart keeps its
-        own CPUs (:mod:`.obsgain`); ``False``: OBS pins every vCPU (the daemon's
-        ``--always-place``).
-    """
-
-    rebalance_period: int = 5
-    imbalance_margin: float = 0.10
-    c_credit: float = C_CREDIT
-    line_size: int = 64
-    heavy_weight_floor: float = 1e-4
-    heavy_margin: float = 0.25
-    weight_hysteresis: int = 3
-    step_aside: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class ObsState:
-    """What OBS remembers between rounds (read-only to the policy).
-
-    :param unit_of: vCPU -> the unit OBS-X placed it in.
-    :param weights: vCPU -> its last known cache weight.
-    :param cpu_weights: vCPU -> the cpu.weight OBS-C last set.
-    :param last_rebalance: the round of the last rebalance.
-    :param clustered: VMs whose busy vCPUs OBS-X keeps in one unit (:mod:`.cluster`).
-    :param quiet: per VM, rounds in a row its pins would have kept nothing apart
-        (:mod:`.obsgain`).
-    :param pinned: vCPUs OBS holds pinned (a VM that starts floating gets them back).
-    """
-
-    unit_of: Mapping[VcpuId, int] = field(default_factory=dict)
-    weights: Mapping[VcpuId, float] = field(default_factory=dict)
-    cpu_weights: Mapping[VcpuId, int] = field(default_factory=dict)
-    last_rebalance: int = 0
-    clustered: frozenset[str] = frozenset()
-    quiet: Mapping[str, int] = field(default_factory=dict)
-    pinned: frozenset[VcpuId] = frozenset()
 
 
 class ObsPolicy:
@@ -264,24 +214,33 @@ class ObsPolicy:
                 unit_of[vcpu] = dst
                 reasons[vcpu] = why
 
-        # the step-aside: a VM whose pins would keep no two cache-heavy vCPUs apart floats
-        gain = PinningGain({}, frozenset(), {})
-        if opts.step_aside:
-            gain = pinning_gain(
-                vcpus_of,
-                weights,
-                trusted,
-                left_alone if unplaced is None else unplaced,
-                frozenset(clustered),
-                state.quiet,
-                opts.heavy_weight_floor,
-                frozenset(v.vm for v in state.pinned),
-            )
-        floating = frozenset(v for vm in gain.floating for v in vcpus_of[vm])
-        actions: list[Action] = [
-            ReleaseVcpu(vcpu, gain.reasons[vcpu.vm]) for vcpu in sorted(state.pinned & floating)
-        ]
+        # the step-asides (policy.obsaside): a VM whose pins would keep no two cache-heavy
+        # vCPUs apart, or cost it more wait than its cache could save, floats
         current = {v.id: v.cpus for vm in obs.vms for v in vm.vcpus}
+        aside = StepAside(frozenset(), (), (), {}, frozenset(), {})
+        if opts.step_aside:
+            aside = step_aside(
+                self.units,
+                AsideInputs(
+                    vcpus_of,
+                    unit_of,
+                    current,
+                    weights,
+                    busy,
+                    trusted,
+                    left_alone if unplaced is None else unplaced,
+                    frozenset(clustered),
+                ),
+                state.quiet,
+                state.crowded,
+                state.crowded_rounds,
+                state.pinned,
+                opts.heavy_weight_floor,
+                opts.miss_cost,
+                opts.wait_margin,
+            )
+        floating = aside.floating
+        actions: list[Action] = list(aside.actions)
         in_unit: dict[int, list[VcpuId]] = {u.id: [] for u in self.units}
         for v in sorted(unit_of):  # each unit's members, sorted, from one pass
             in_unit.setdefault(unit_of[v], []).append(v)
@@ -320,11 +279,12 @@ class ObsPolicy:
             cpu_weights,
             last_rebalance,
             frozenset(clustered),
-            gain.quiet,
+            aside.quiet,
             frozenset(unit_of) - floating,
+            aside.crowded,
+            aside.crowded_rounds,
         )
-        refusals = tuple(Refusal(OBS_STEP_ASIDE, why) for _vm, why in sorted(gain.reasons.items()))
-        return Decision(self.name, tuple(actions), (), refusals), new_state
+        return Decision(self.name, tuple(actions), (), aside.refusals), new_state
 
     # --- steps -----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.guestboot import GuestState, forget_guests, stamp_tables
 from unicache.policy.ncc import NccParams
 from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
+from unicache.policy.obsoptions import obs_options_for
 from unicache.policy.replicas import ReplicaState, replicas_round
 from unicache.policy.scu import ScuPolicy, ScuState
 from unicache.policy.scuoptions import ScuOptions, scu_options_for
@@ -82,7 +83,7 @@ class UnicachePolicy:
         self.topology = topology
         self.unify = unify
         self.units = topology.units(unify)
-        self.obs = ObsPolicy(self.units, obs_options or ObsOptions(line_size=topology.line_size))
+        self.obs = ObsPolicy(self.units, obs_options or obs_options_for(topology))
         smt = max(len(c) for c in topology.cores().values())
         self.scu = ScuPolicy(
             self.units, scu_options or scu_options_for(topology, unify), topology.levels, smt

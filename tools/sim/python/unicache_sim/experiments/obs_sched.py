@@ -36,8 +36,8 @@ from typing import Literal
 from unicache.errors import ConfigError
 from unicache.loop import RoundResult, run_rounds_sync
 from unicache.model import VcpuId
-from unicache.policy.obs import ObsOptions
 from unicache.policy.obscredit import C_CREDIT
+from unicache.policy.obsoptions import obs_options_for
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Topology, Unify
 
@@ -228,7 +228,7 @@ def run_obs(topo: Topology, spec: ObsSpec, mode: Mode) -> ObsRun:
     )
     rounds: Iterator[RoundResult] | None = None
     if mode == "obs":
-        options = ObsOptions(line_size=topo.line_size, c_credit=spec.c_credit)
+        options = obs_options_for(topo, c_credit=spec.c_credit)
         policy = UnicachePolicy(topo, Unify.LLC, obs_options=options)
         rounds = run_rounds_sync(host, policy, RoundState())
     swap_rng = random.Random(spec.seed * 7919)
