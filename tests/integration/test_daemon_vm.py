@@ -107,14 +107,29 @@ def records(dirs: tuple[Path, Path]) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def wait_until(what: str, check, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+def wait_until(what: str, check, timeout: float = 60.0,  # type: ignore[no-untyped-def]
+               daemon: subprocess.Popen[str] | None = None,
+               log: tuple[Path, Path] | None = None):
+    """``check()`` once it is true; a failure says whether the daemon died (its stderr)
+    and what its decision log said meanwhile, as a CI log is all there is to go on."""
     end = time.time() + timeout
+    start = len(records(log)) if log else 0
     while time.time() < end:
         value = check()
         if value:
             return value
+        if daemon is not None and daemon.poll() is not None:
+            raise AssertionError(f"the daemon exited ({daemon.returncode}) while waiting for "
+                                 f"{what}: {daemon.stderr.read() if daemon.stderr else ''}")
         time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+    said = ""
+    if log is not None:
+        meanwhile = records(log)[start:]
+        reports = sum(r["kind"] == "guest-report" for r in meanwhile)
+        said = f"; the log meanwhile: {reports} guest reports, then " + "; ".join([
+            f"{r['kind']}: {r.get('reason') or r.get('message', '')}"[:200]
+            for r in meanwhile if r["kind"] != "guest-report"][-12:])
+    raise AssertionError(f"timed out waiting for {what}{said}")
 
 
 def vcpu_affinity(vm: QemuVm) -> dict[int, frozenset[int]]:
@@ -213,7 +228,8 @@ def test_daemon_leaves_alone_a_vm_whose_hot_data_fits_one_unit_and_says_why(
         refusal = wait_until("SCU's refusal", lambda: [
             r for r in records(dirs)[before:] if r["kind"] == "refusal"
             and r["refusal"] == "SCU_NO_GAIN" and "ucd-main" in r["reason"]] or (
-            read_in_guest(vm, 1, cpu=0, files=FILES[:1]) and None), timeout=90)
+            read_in_guest(vm, 1, cpu=0, files=FILES[:1]) and None), timeout=150,
+            daemon=daemon, log=dirs)
         assert "fits one unit" in refusal[0]["reason"], refusal
         cached = [e for r in records(dirs)[before:] if r["kind"] == "publish-placement"
                   for e in r["entries"] if e["caching"] and e["vcpus"]]
