@@ -333,6 +333,12 @@ class Agent:
             ek, em = str(msg.get("kind"))[:64], str(msg.get("message"))[:p.MAX_STRING]
             self.host_errors = [*self.host_errors, (ek, em)][-32:]
             log.warning("host error kind=%s %s", ek, em)
+            if ek == p.E_NOT_READY and self.ready:
+                # a host that never heard our hello: a daemon restarted while this agent
+                # missed the port's hangup (a busy guest may not run in that window);
+                # its reports would be refused until it greets again
+                log.info("the host does not know this agent: greeting again")
+                self._greet()
             return
         if kind == p.T_WELCOME:
             params = msg.get("params")

@@ -138,6 +138,22 @@ def test_hello_names_the_boots_file_id_space_and_a_new_boot_another(tmp_path: Pa
     assert str(h.table.salt) not in str(hello) and f"{h.table.salt:x}" not in str(hello)
 
 
+def test_agent_greets_again_when_a_restarted_host_has_not_heard_its_hello(
+        tmp_path: Path) -> None:
+    h = FakeHost(tmp_path)
+    h.handshake()
+    # a new daemon on the port: the agent missed the hangup, so its next report is refused
+    h.send({"v": 1, "type": "error", "kind": "not-ready", "message": "send hello first"})
+    assert not h.agent.ready
+    assert h.recv()["type"] == "sync"
+    assert h.recv()["type"] == "hello"
+    h.send({"v": 1, "type": "error", "kind": "not-ready", "message": "send hello first"})
+    h.send({"v": 1, "type": "error", "kind": "rate-limited", "message": "slow down"})
+    h.sock.settimeout(0.3)  # one hello per greeting: the errors before welcome send none
+    with pytest.raises(TimeoutError):
+        h.recv()
+
+
 def test_agent_assembles_parts_and_answers_applied(tmp_path: Path) -> None:
     h = FakeHost(tmp_path)
     h.handshake()
