@@ -165,7 +165,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         def on_modify(file_id: int) -> None:
             counters.bump_generation(file_id)
             if replicas is not None:
-                replicas.call(lambda store: store.drop_file(file_id))
+                replicas.call("drop_file", file_id)
 
         capture = None
         if args.fanotify:
@@ -181,12 +181,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                       extra_caps=shim_caps(args.shim), replicas=replicas)
         end = time.monotonic() + args.duration if args.duration > 0 else None
         if replicas is not None:
-            # the replicas' thread keeps the priority the agent started with (answers are
-            # awaited by the processes that asked: replica_service.py) ...
+            # the replicas' process keeps the priority the agent started with (answers
+            # are awaited by the processes that asked: replica_service.py) ...
             replicas.start()
         if args.nice:
-            # ... and every other thread is niced: on Linux a thread's nice value is its
-            # own, inherited by the threads it starts
+            # ... and the agent is niced (before any thread starts: on Linux a thread's
+            # nice value is its own, inherited by the threads it starts)
             os.setpriority(os.PRIO_PROCESS, 0, args.nice)
 
         def should_stop() -> bool:

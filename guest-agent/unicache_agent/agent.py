@@ -116,8 +116,8 @@ class Agent:
     :param extra_caps: optional capabilities to announce besides :data:`protocol.CAPS`
         (``colors``/``replicas`` when the shim enforces them, see :func:`shim_caps`).
     :param sys_root: sysfs ``devices/system`` (topology and node memory).
-    :param replicas: the guest-wide replica store and its socket (NCC), served by a thread
-        of their own and filled as the host's tables say; None: no replicas are served.
+    :param replicas: the guest-wide replica store and its socket (NCC), served by a
+        process of their own and filled as the host's tables say; None: no replicas are served.
     """
 
     def __init__(self, transport: Transport, table: TableWriter, counters: CounterHarvester,
@@ -173,8 +173,7 @@ class Agent:
         if not self._host_table:
             self.table.publish(0, params.chunk_size, params.min_read_size, [])
             if self.replicas is not None:
-                chunk_size = params.chunk_size
-                self.replicas.call(lambda store: store.set_table(chunk_size, {}))
+                self.replicas.call("set_table", params.chunk_size, {})
 
     # Section: connection
 
@@ -377,9 +376,8 @@ class Agent:
                                f"{p.MAX_TABLE_ENTRIES}", p.E_TOO_MANY_ENTRIES)
         n = self.table.publish(part.version, part.chunk_size, part.min_read_size, entries)
         if self.replicas is not None:  # replicas the table no longer lists go now
-            chunk_size = part.chunk_size
-            wanted = {(e.file_id, e.chunk): e.replica_nodes for e in entries if e.replica_nodes}
-            self.replicas.call(lambda store: store.set_table(chunk_size, wanted))
+            self.replicas.call("set_table", part.chunk_size, {
+                (e.file_id, e.chunk): e.replica_nodes for e in entries if e.replica_nodes})
         self._host_table = True
         self.tables_applied += 1
         self.early.table(part.version, ((e.file_id, e.chunk) for e in entries))
@@ -477,9 +475,8 @@ class Agent:
         harvest = self.counters.harvest()
         files = self.capture.drain() if self.capture is not None else []
         if self.replicas is not None:  # NCC's round: hits, writes, timer, 2:1 shrink
-            chunks = harvest.chunks
-            memory = numa_mem.node_headroom(self.sys_root, self.nodes)
-            self.replicas.call(lambda store: store.round(chunks, memory))
+            self.replicas.call("round", harvest.chunks,
+                               numa_mem.node_headroom(self.sys_root, self.nodes))
         line = self.build_report(harvest, files, now - self._last_report_t)
         self._last_report_t = now
         sent = self._send(line)

@@ -89,7 +89,7 @@ def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> N
         assert serves >= 2 * PROCS * SIZE // CHUNK, (kind, serves)
     # every process, on both nodes, served every chunk (its own count: reads that made no
     # read system call), and from then on every read of it: a process waits for nothing
-    # but the agent's first answer (the agent answers from a thread of normal priority)
+    # but the agent's first answer (the agent answers from a process of normal priority)
     for r in readers:
         assert None not in r["first"], r
         assert r["lapses"] == 0, r
