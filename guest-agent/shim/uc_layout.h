@@ -132,7 +132,8 @@ struct uc_gen_hdr {
 	uint64_t fill_aborts;      /* fills abandoned: file too recently changed or changed during */
 	uint64_t color_reads;      /* reads made under a color node's memory policy */
 	uint64_t gen_bumps;        /* generation bumps by shim writers */
-	uint64_t pad[2];
+	uint64_t replica_asks;     /* replicas asked of the agent (requests sent) */
+	uint64_t replica_waits;    /* reads made for real while an answer was awaited */
 };
 
 struct uc_ctr_slot {

@@ -223,6 +223,7 @@ static void uc_rm_ask(struct uc_rmap *r, int fd, const struct stat *st, uint64_t
 	}
 	r->req_id = q.id;
 	r->state = UC_RM_PENDING;
+	UC_STAT(replica_asks);
 	r->retry_ns = now + UC_RM_LOST_NS;
 }
 
@@ -333,8 +334,11 @@ int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc
 			break;
 	}
 	now = uc_now_ns();
-	if (match && match->state != UC_RM_MAPPED && now < match->retry_ns)
+	if (match && match->state != UC_RM_MAPPED && now < match->retry_ns) {
+		if (match->state == UC_RM_PENDING) /* the agent has not answered yet */
+			UC_STAT(replica_waits);
 		return 0; /* asked, or refused, recently */
+	}
 	if (!match) { /* the way to replace: an empty one, else the one served longest ago */
 		match = &uc_rmaps[set];
 		if (match->state != UC_RM_EMPTY &&
@@ -350,8 +354,11 @@ int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc
 		return 0;
 	uc_rep_collect((int)(uc.rep_wait_ns / 1000000ll)); /* a quick agent serves this call */
 	r = uc_rm_find(set, c->file_id, chunk, cs, c->rep_node, &st, end, &match);
-	if (!r)
+	if (!r) {
+		if (match && match->state == UC_RM_PENDING)
+			UC_STAT(replica_waits); /* no answer within the wait */
 		return 0;
+	}
 serve:
 	s->slot = r;
 	s->map = r->map;

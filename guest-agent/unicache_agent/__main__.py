@@ -18,6 +18,7 @@ from .errors import AgentError, ShmError, UsageError
 from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
 from .replica_server import ReplicaServer
+from .replica_service import ReplicaService
 from .replica_store import DEFAULT_BUDGET_RATIO, ReplicaStore, node_totals
 from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, TableWriter
 
@@ -95,7 +96,7 @@ def _raise_if_unusable(err: ShmError, flag: str, path: str) -> None:
 
 
 def _replica_server(args: argparse.Namespace, salt: int,
-                    nodes: Tuple[int, ...]) -> Optional[ReplicaServer]:
+                    nodes: Tuple[int, ...]) -> Optional[ReplicaService]:
     """The guest-wide replica store and its socket, or None (budget 0, one NUMA node: NCC
     never replicates there, or it cannot be set up: one warning, and every read is served
     by the page cache)."""
@@ -107,7 +108,7 @@ def _replica_server(args: argparse.Namespace, salt: int,
     try:
         store = ReplicaStore(args.replicas, node_totals(node_memory(nodes=nodes), nodes), salt,
                              budget_ratio=args.replica_budget / 100)
-        return ReplicaServer(store, os.path.join(args.replicas, "socket"))
+        return ReplicaService(ReplicaServer(store, os.path.join(args.replicas, "socket")))
     except OSError as err:
         logging.getLogger("unicache_agent").warning(
             "replicas off: cannot set up %s: %s", args.replicas, err)
@@ -129,9 +130,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not 0 <= args.replica_budget <= 50:
         parser.error(f"argument --replica-budget: must be 0 to 50 (%), not "
                      f"{args.replica_budget:g}")
-    if args.nice:
-        # before any thread starts: on Linux a thread's nice value is its own, inherited
-        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="unicache-agent: %(levelname)s %(message)s", stream=sys.stderr)
     stop = {"now": False}
@@ -167,7 +165,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         def on_modify(file_id: int) -> None:
             counters.bump_generation(file_id)
             if replicas is not None:
-                replicas.store.drop_file(file_id)
+                replicas.call("drop_file", file_id)
 
         capture = None
         if args.fanotify:
@@ -182,6 +180,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         agent = Agent(transport, table, counters, capture=capture,
                       extra_caps=shim_caps(args.shim), replicas=replicas)
         end = time.monotonic() + args.duration if args.duration > 0 else None
+        if replicas is not None:
+            # the replicas' process keeps the priority the agent started with (answers
+            # are awaited by the processes that asked: replica_service.py) ...
+            replicas.start()
+        if args.nice:
+            # ... and the agent is niced (before any thread starts: on Linux a thread's
+            # nice value is its own, inherited by the threads it starts)
+            os.setpriority(os.PRIO_PROCESS, 0, args.nice)
 
         def should_stop() -> bool:
             return stop["now"] or (end is not None and time.monotonic() >= end)
@@ -190,8 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             agent.run(should_stop)
         finally:
             if replicas is not None:  # replicas dropped, mounts undone: nothing left behind
-                replicas.close()
-                replicas.store.close(unmount=True)
+                replicas.close(unmount=True)
         if capture is not None:
             capture.close()
     except UsageError as err:

@@ -21,7 +21,7 @@ from .counters import CounterHarvester
 from .early import EARLY_POLL_S, EarlyReports
 from .errors import AgentError, MessageError, PortError
 from .port import Transport
-from .replica_server import ReplicaServer
+from .replica_service import ReplicaService
 from .shm import MAX_NODES as SHM_MAX_NODES
 from .shm import Harvest, ShmEntry, TableWriter, id_space_of
 
@@ -116,15 +116,15 @@ class Agent:
     :param extra_caps: optional capabilities to announce besides :data:`protocol.CAPS`
         (``colors``/``replicas`` when the shim enforces them, see :func:`shim_caps`).
     :param sys_root: sysfs ``devices/system`` (topology and node memory).
-    :param replicas: the guest-wide replica store's socket (NCC), filled as the host's
-        tables say; None: no replicas are served.
+    :param replicas: the guest-wide replica store and its socket (NCC), served by a
+        process of their own and filled as the host's tables say; None: no replicas are served.
     """
 
     def __init__(self, transport: Transport, table: TableWriter, counters: CounterHarvester,
                  capture: Optional[Any] = None, clock: Callable[[], float] = time.monotonic,
                  report_interval_s: float = 1.0, extra_caps: Sequence[str] = (),
                  sys_root: str = "/sys/devices/system",
-                 replicas: Optional[ReplicaServer] = None) -> None:
+                 replicas: Optional[ReplicaService] = None) -> None:
         self.transport = transport
         self.replicas = replicas
         self.table = table
@@ -173,7 +173,7 @@ class Agent:
         if not self._host_table:
             self.table.publish(0, params.chunk_size, params.min_read_size, [])
             if self.replicas is not None:
-                self.replicas.store.set_table(params.chunk_size, {})
+                self.replicas.call("set_table", params.chunk_size, {})
 
     # Section: connection
 
@@ -243,13 +243,9 @@ class Agent:
         assert rfd is not None
         cfd = getattr(self.capture, "fd", None)
         fds = [rfd] if cfd is None else [rfd, cfd]
-        if self.replicas is not None:
-            fds += self.replicas.fds()
         r, _, _ = select.select(fds, [], [], wait)
         if cfd is not None and cfd in r:
             self.capture.poll(4096)  # type: ignore[union-attr]
-        if self.replicas is not None:
-            self.replicas.handle(r)
         if rfd in r:
             try:
                 data = self.transport.read()
@@ -386,7 +382,7 @@ class Agent:
                                f"{p.MAX_TABLE_ENTRIES}", p.E_TOO_MANY_ENTRIES)
         n = self.table.publish(part.version, part.chunk_size, part.min_read_size, entries)
         if self.replicas is not None:  # replicas the table no longer lists go now
-            self.replicas.store.set_table(part.chunk_size, {
+            self.replicas.call("set_table", part.chunk_size, {
                 (e.file_id, e.chunk): e.replica_nodes for e in entries if e.replica_nodes})
         self._host_table = True
         self.tables_applied += 1
@@ -485,8 +481,8 @@ class Agent:
         harvest = self.counters.harvest()
         files = self.capture.drain() if self.capture is not None else []
         if self.replicas is not None:  # NCC's round: hits, writes, timer, 2:1 shrink
-            self.replicas.store.round(harvest.chunks,
-                                      numa_mem.node_headroom(self.sys_root, self.nodes))
+            self.replicas.call("round", harvest.chunks,
+                               numa_mem.node_headroom(self.sys_root, self.nodes))
         line = self.build_report(harvest, files, now - self._last_report_t)
         self._last_report_t = now
         sent = self._send(line)

@@ -348,7 +348,7 @@ class CounterHarvester:
 
     def stats(self) -> ShimStats:
         """The shims' monotonic statistics, every user's added."""
-        total = [0] * 6
+        total = [0] * (_GHDR.size // 8)  # every field a u64
         for fd in self._files():
             try:
                 values = _GHDR.unpack(_pread(fd, _GHDR.size, self.layout.gen_base))

@@ -75,7 +75,8 @@ _BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentr
 _ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
 # magic layout nslots max_vcpus active slot_size dropped[2] clients nnodes ngens inserts
 _CHDR = struct.Struct("<IIIIII2QQIIQ")
-_GHDR = struct.Struct("<6Q16x")  # serves fills rejects fill_aborts color_reads gen_bumps
+# serves fills rejects fill_aborts color_reads gen_bumps asks waits
+_GHDR = struct.Struct("<8Q")
 _SLOT = struct.Struct("<8Q")  # key file_id chunk bytes reads writes migrations nt_reads
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
@@ -185,6 +186,8 @@ class ShimStats:
     fill_aborts: int = 0
     color_reads: int = 0
     gen_bumps: int = 0
+    replica_asks: int = 0
+    replica_waits: int = 0
 
 
 @dataclass(frozen=True)

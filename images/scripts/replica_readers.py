@@ -5,11 +5,13 @@ default replica store ``/run/unicache/replicas``, every chunk of DATA replicated
 node by the host's table). For each read call (read, pread, readv, preadv, sendfile) it
 starts PROCS reader processes pinned to each node's CPUs, under the shim, at once; each
 reads 4000 bytes inside every chunk of DATA with that call and compares them with what the
-plain calls read (without the shim), pass after pass for READ_S seconds (a shim does not
-wait for the agent: a process's first reads of a chunk may be the real calls, its later
-ones are served once the agent has answered; a process not served yet goes on reading, up
-to MAX_READ_S). Between kinds it reads the shims' statistics (the
-replica serves of root's counters file). Prints one JSON object: serves per kind, the
+plain calls read (without the shim), pass after pass for READ_S seconds, and on until every
+chunk has been served and AFTER_PASSES passes more were made (at most MAX_READ_S): a shim
+does not wait for the agent, so a process's first reads of a chunk may be the real calls,
+and every read after the agent's answer is served. Each reader counts its own serves (reads
+that made no read system call), per chunk the pass of the first one, and the reads not
+served after it (lapses). Between kinds it reads the shims' statistics (root's counters
+file). Prints one JSON object: serves per kind, the
 readers' results, the pages each reader's replica mappings had on each node
 (``/proc/self/numa_maps``) and, per node, the replica files and the bytes their tmpfs
 holds (``statvfs``). ``reader`` is the mode the readers run in.
@@ -29,10 +31,11 @@ SHIM = "/usr/lib/unicache-agent/libunicache.so"
 STORE = "/run/unicache/replicas"
 KINDS = ("read", "pread", "readv", "preadv", "sendfile")
 SPAN = 4000
-#: how long each reader reads (passes over the file, a pause between them), and how long at
-#: most while none of its reads has been served yet
+#: how long each reader reads at least (passes over the file, a pause between them), how
+#: long at most, and how many passes it makes after every chunk was first served
 READ_S = 3.0
 MAX_READ_S = 60.0
+AFTER_PASSES = 5
 
 
 def segments(size, chunk):
@@ -94,32 +97,46 @@ def read_syscalls():
 
 
 def reader(kind, data, chunk, cpus, expected):
+    """Read every chunk pass after pass, for READ_S at least and until every chunk has
+    been served and AFTER_PASSES passes more were made (MAX_READ_S at most). Counts, per
+    chunk, the pass of its first serve and its reads not served after that (lapses)."""
     os.sched_setaffinity(0, cpus)
     size = os.path.getsize(data)
     fd = os.open(data, os.O_RDONLY)
-    bad = passes = served = 0
+    bad = passes = served = lapses = 0
+    first = [None] * len(expected)  # pass of each chunk's first serve
+    per_pass = []  # reads served in each pass
     t0 = time.monotonic()
     pages = {}
-    # READ_S at least; longer (up to MAX_READ_S) while no replica serves this process yet:
-    # on a busy guest the niced agent may answer late
-    while passes < 2 or time.monotonic() - t0 < READ_S or (
-            not pages and time.monotonic() - t0 < MAX_READ_S):
-        for (off, n), want in zip(segments(size, chunk), expected, strict=True):
+    while time.monotonic() - t0 < MAX_READ_S and (
+            passes < 2 or time.monotonic() - t0 < READ_S or None in first
+            or passes - max(first) <= AFTER_PASSES):
+        now = 0
+        for i, ((off, n), want) in enumerate(zip(segments(size, chunk), expected,
+                                                 strict=True)):
             before = read_syscalls()
             bad += read_with(kind, fd, off, n) != want
             # a read served from a replica makes no read system call: only the one that
             # reads /proc/self/io here is counted (sendfile reads the pipe back: one more)
-            served += read_syscalls() - before == (2 if kind == "sendfile" else 1)
+            hit = read_syscalls() - before == (2 if kind == "sendfile" else 1)
+            now += hit
+            if hit and first[i] is None:
+                first[i] = passes
+            lapses += not hit and first[i] is not None
+        served += now
+        per_pass.append(now)
         passes += 1
         pages = replica_pages()  # while the mappings are alive
         time.sleep(0.05)
     os.close(fd)
-    print(json.dumps({"bad": bad, "passes": passes, "served": served, "pages": pages}))
+    print(json.dumps({"bad": bad, "passes": passes, "served": served, "pages": pages,
+                      "first": first, "lapses": lapses, "per_pass": per_pass,
+                      "s": round(time.monotonic() - t0, 1)}))
 
 
 def serves(field=0):
-    """Replica serves (or another statistic: fills 1, rejects 2, aborts 3) of root's
-    shims so far (the counters file's statistics)."""
+    """Replica serves (or another statistic: fills 1, rejects 2, aborts 3, asks 6, waits
+    7) of root's shims so far (the counters file's statistics)."""
     with open("/dev/shm/unicache-table", "rb") as f:
         hdr = f.read(64)
     nslots, max_vcpus, nnodes, ngens = struct.unpack_from("<IIII", hdr, 40)
@@ -169,7 +186,7 @@ def main(data, chunk, procs):
             rec = json.loads(out) if p.returncode == 0 else {"exit": p.returncode}
             result["readers"].append({"kind": kind, "node": node_and_proc, **rec})
         result["kinds"][kind] = serves() - before
-        result.setdefault("stats", {})[kind] = [serves(i) for i in range(4)]
+        result.setdefault("stats", {})[kind] = [serves(i) for i in (0, 1, 2, 3, 6, 7)]
     result["store"] = {}
     for name in sorted(os.listdir(STORE)):
         path = os.path.join(STORE, name)

@@ -241,7 +241,9 @@ def test_a_process_never_waits_for_the_agent_and_takes_its_answer_later(
         assert r.pread(10, 100) == data[10:110]  # asked, not waited for: the real call
         assert time.monotonic() - t0 < 2.0
         assert r.pread(20, 100) == data[20:120]  # still unanswered: the real call
-        assert shim_env.counters.stats().replica_serves == 0
+        st = shim_env.counters.stats()
+        # one request; both reads made for real while its answer was awaited
+        assert (st.replica_serves, st.replica_asks, st.replica_waits) == (0, 1, 2), st
         shim_env.replicas.lock.release()
         try:
             deadline = time.monotonic() + 30
@@ -252,7 +254,7 @@ def test_a_process_never_waits_for_the_agent_and_takes_its_answer_later(
         finally:
             shim_env.replicas.lock.acquire()
     st = shim_env.counters.stats()
-    assert st.replica_serves >= 1 and st.replica_fills == 1
+    assert st.replica_serves >= 1 and st.replica_fills == 1 and st.replica_asks == 1, st
 
 
 def test_without_an_agent_every_read_is_the_real_call(shim_env: ShimEnv,
