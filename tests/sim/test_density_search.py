@@ -138,3 +138,32 @@ def test_cdf_and_ratio() -> None:
     assert cdf([1.5, 1.0, math.nan, 2.0]) == ((1.0, 1 / 3), (1.5, 2 / 3), (2.0, 1.0))
     assert density_ratio(13, 10) == 1.3
     assert density_ratio(3, 0) == math.inf and math.isnan(density_ratio(0, 0))
+
+
+def test_a_search_near_a_known_answer_decides_within_the_tolerance_in_two_probes() -> None:
+    # another policy found 86; this one's boundary is 88: 86 passes, 86 + 4 fails
+    search = DensitySearch(200, 86, tolerance=0.05, near=True)
+    assert _run(search, lambda n: (n + 0.5) / 88.5) == 2
+    assert search.probes == [(86, 86.5 / 88.5), (90, 90.5 / 88.5)]
+    assert search.result == 86
+    # the boundary just below: 86 fails, the lowest N whose pass ends it (82) passes
+    below = DensitySearch(200, 86, tolerance=0.05, near=True)
+    assert _run(below, lambda n: (n + 0.5) / 84.5) == 2
+    assert below.result == 82 and 84 * 0.95 <= below.result <= 84
+
+
+@pytest.mark.parametrize("boundary", [20, 60, 80, 95, 130, 199])
+def test_a_search_near_another_answer_finds_a_far_boundary_too(boundary: int) -> None:
+    search = DensitySearch(200, 86, tolerance=0.05, near=True)
+    probes = _run(search, lambda n: (n + 0.5) / (boundary + 0.5))
+    assert boundary * 0.95 <= search.result <= boundary
+    assert probes <= 11
+
+
+def test_a_narrow_bracket_is_closed_by_an_n_that_ends_the_search_either_way() -> None:
+    search = DensitySearch(200, 100, tolerance=0.05)
+    search.record(100, 0.9)
+    search.record(110, 1.05)  # interpolation aims at 107: a fail there leaves 100..107
+    assert search.next_probe() == 105  # a pass leaves 105..110, a fail 100..105: both done
+    search.record(105, 1.02)
+    assert search.done and search.result == 100

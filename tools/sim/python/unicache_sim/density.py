@@ -12,7 +12,8 @@ One *point* is (mix, N, policy, seed); its task runs
    ``ALONE_MEASURE`` times as long as a point: the p95 its SLO is relative to;
 3. **search**: for every mix and policy a :class:`~unicache_sim.density_search.DensitySearch`
    proposes N; the seeds of one N run as tasks at once, their requests pooled for the
-   verdict; searches of all mixes and policies run side by side.
+   verdict; the mixes run side by side, a mix's policies one after the other, each
+   starting near the answer of the policy before (``near``).
 
 Points run on a ``dask.distributed`` cluster: a ``LocalCluster`` of one-threaded worker
 processes (default: this machine's CPUs), or the scheduler at ``--scheduler``. A point's
@@ -265,7 +266,8 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
     refs = measure_references(req, runner, points)  # the judged flavors, in order
     rates = rates_of(refs)
 
-    # 3. the searches, side by side
+    # 3. the searches: the mixes side by side, each mix's policies one after the other,
+    # a policy's search starting near the answer of the one before
     searches: dict[tuple[str, str], DensitySearch] = {}
     probes: dict[tuple[str, str], list[Probe]] = {}
     caps: dict[tuple[str, str], int] = {}
@@ -274,17 +276,26 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
         sequences[mix.name] = tuple(flavors[f] for f in mix_vms(mix, MAX_VMS))
         for policy in req.policies:
             key = (mix.name, policy)
-            cap = admission_cap(topo, sequences[mix.name], policy, req.overcommit)
-            caps[key] = cap
-            first = guess(sequences[mix.name], cfg.n_cpus, cap)
-            searches[key] = DensitySearch(cap, first, req.tolerance)
+            caps[key] = admission_cap(topo, sequences[mix.name], policy, req.overcommit)
             probes[key] = []
+        first = req.policies[0]
+        guessed = guess(sequences[mix.name], cfg.n_cpus, caps[(mix.name, first)])
+        searches[(mix.name, first)] = DensitySearch(
+            caps[(mix.name, first)], guessed, req.tolerance
+        )
 
     def probe_batch(key: tuple[str, str]) -> list[Sequence[DensityPoint]]:
+        mix, policy = key
         n = searches[key].next_probe()
         if n is None:
-            return []
-        mix, policy = key
+            later = req.policies.index(policy) + 1
+            if later == len(req.policies):
+                return []
+            after = (mix, req.policies[later])
+            searches[after] = DensitySearch(
+                caps[after], searches[key].result, req.tolerance, near=True
+            )
+            return probe_batch(after)
         return [[DensityPoint("search", req.model, mix, n, policy, s, sequences[mix][:n],
                               rates, req.overcommit, req.timing) for s in seeds]]
 
@@ -308,7 +319,7 @@ def run_density(req: DensityRequest, runner: Runner) -> DensityReport:
         searches[key].record(first.n, probe.ratio)
         return probe_batch(key)
 
-    runner.run([b for key in searches for b in probe_batch(key)], judged_probe)
+    runner.run([b for key in list(searches) for b in probe_batch(key)], judged_probe)
     results = tuple(
         SearchResult(mix, policy, caps[(mix.name, policy)],
                      searches[(mix.name, policy)].result, tuple(probes[(mix.name, policy)]))

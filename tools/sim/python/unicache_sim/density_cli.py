@@ -118,11 +118,11 @@ class _Bar:
     """The progress bar on stderr: points done (cached ones too) of an estimate."""
 
     def __init__(self, req: DensityRequest, console: Console) -> None:
-        per_search = 7  # probes a search takes, typically (gallop, then narrowing)
+        # probes a search takes, typically: from the guess (gallop, then narrowing), and
+        # near the answer of the policy before
+        per_mix = 6 + 3 * (len(req.policies) - 1)
         judged = {f for m in req.mixes for f, _ in m.weights}
-        self.total = req.seeds * (
-            2 * len(judged) + per_search * len(req.mixes) * len(req.policies)
-        )
+        self.total = req.seeds * (2 * len(judged) + per_mix * len(req.mixes))
         self.done = 0
         self.cached = 0
         self.progress = Progress(

@@ -71,6 +71,11 @@ class MultiHost:
         self.tick = 0
         #: vCPUs the host's scheduler has moved (wake-ups, churn and idle pulls)
         self.moves = 0
+        # the machine's shape, read on every wake-up and idle balance
+        self._group = tuple(cfg.group_of(c) for c in range(cfg.n_cpus))
+        self._node_cpus: dict[int, tuple[int, ...]] = {}
+        for cpu, node in enumerate(cfg.cpu_node):
+            self._node_cpus[node] = (*self._node_cpus.get(node, ()), cpu)
 
     def add_thread(self, vm: str, tid: int, vcpu: int) -> None:
         """Register a guest thread of ``vm`` running on its vCPU ``vcpu``."""
@@ -167,12 +172,11 @@ class MultiHost:
         runnable = self.engine.runnable_per_cpu()
         if runnable[cpu] > 0:
             return
-        group, node = self.cfg.group_of(cpu), self.cfg.cpu_node[cpu]
+        groups = self._group
+        group = groups[cpu]
+        donors = [c for c in self._node_cpus[self.cfg.cpu_node[cpu]] if runnable[c] >= 2]
         # sort keys: same LLC group first, most runnable, CPU id
-        donors = sorted(
-            (c for c, n in enumerate(runnable) if n >= 2 and self.cfg.cpu_node[c] == node),
-            key=lambda c: (self.cfg.group_of(c) != group, -runnable[c], c),
-        )
+        donors.sort(key=lambda c: (groups[c] != group, -runnable[c], c))
         for donor in donors:
             for tid in reversed(self.engine.runnable_on(donor)):
                 host = self.host_of.get(tid)
@@ -231,9 +235,10 @@ class MultiHost:
     ) -> int | None:
         """An idle CPU of ``cpus``: of ``here``'s LLC group first, the next one after
         ``here`` in CPU order (so that wakers spread), else (``anywhere``) any in the set."""
-        group = self.cfg.group_of(here)
+        groups = self._group
+        group = groups[here]
         idle = sorted(c for c in cpus if runnable[c] == 0)
-        same = [c for c in idle if self.cfg.group_of(c) == group]
+        same = [c for c in idle if groups[c] == group]
         pool = same or (idle if anywhere else [])
         if not pool:
             return None

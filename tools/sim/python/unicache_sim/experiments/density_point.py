@@ -27,6 +27,8 @@ The point runs the product's path (docs/density.md "Method"):
    measured: requests that arrive in the measured intervals count (one more interval lets
    them finish; a request still open at the end counts with the time it has waited, a
    lower bound). Batch throughput is the bytes its threads moved per measured second.
+   The run stops as soon as every measured request is done: what it would simulate
+   after that changes nothing measured (only the scheduler's move counts).
 
 Every random draw is seeded by (seed, VM, vCPU): the same requests, at the same times,
 ask for the same files under both policies.
@@ -142,8 +144,8 @@ class PointOutcome:
     :param refused: why not (the first refusal), or empty.
     :param tenants: per flavor present, in name order.
     :param seconds: simulated seconds measured.
-    :param host_moves: vCPU moves of the host's scheduler.
-    :param guest_migrations: thread migrations of the guests' shims.
+    :param host_moves: vCPU moves of the host's scheduler, until the run stopped.
+    :param guest_migrations: thread migrations of the guests' shims, until it stopped.
     :param rounds: the daemon's rounds decided (0 under linux).
     """
 
@@ -339,6 +341,9 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
     intervals = 0  # sampled intervals ended
     balances = 0
     decided = 0
+    # after the measured intervals, the workers whose measured requests are not all done:
+    # once none is left, nothing the rest of the run does can change what is measured
+    unfinished: set[int] | None = None
     while intervals < warm + measured + 1:
         next_round = (intervals + 1) * window
         next_balance = (balances + 1) * balance
@@ -346,6 +351,11 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
         stop, tid = engine.run(deadline)
         if stop == "need":
             tenants.need(workers[tid], engine.thread_time(tid))
+            if unfinished is not None and tid in unfinished:
+                if not _measuring(workers[tid], t0, t1):
+                    unfinished.discard(tid)
+                if not unfinished:
+                    break
             continue
         # the deadline came (or nothing runs before it)
         if deadline == next_balance:
@@ -359,6 +369,10 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
                 window_host.window = multihost.observe(window, round_cycles / window)
                 next(rounds)
                 decided += 1
+            if intervals == warm + measured:
+                unfinished = {t for t, w in workers.items() if _measuring(w, t0, t1)}
+                if not unfinished:
+                    break
     marks = {0: marks[warm], 1: marks[warm + measured]}
     outcome = _measure(vms, workers, marks, t0, t1, t_end, hz)
     migrations = sum(engine.thread_stats(t).migrations for t in workers)
@@ -422,6 +436,14 @@ def _measure(
             )
         )
     return tuple(out)
+
+
+def _measuring(w: Worker, t0: float, t1: float) -> bool:
+    """Whether a request of the worker that arrived in [t0, t1) is not done yet (in
+    service, or queued behind one)."""
+    if w.serving is not None and t0 <= w.serving < t1:
+        return True
+    return w.rate > 0 and w.next_arrival < t1
 
 
 def _latencies(w: Worker, t0: float, t1: float, t_end: float) -> list[float]:

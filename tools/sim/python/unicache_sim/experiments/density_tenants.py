@@ -19,7 +19,7 @@ from unicache.model import ChunkId
 from unicache_sim import _native
 from unicache_sim.multihost import MultiHost
 from unicache_sim.simhost import GuestShim, SimHost
-from unicache_sim.tenants import Flavor, Kind
+from unicache_sim.tenants import Flavor, Kind, Workload
 
 MIB = 1024 * 1024
 #: bytes a batch thread moves per step (the simulator's co-runners' step)
@@ -77,6 +77,14 @@ class Worker:
         self.done: list[tuple[float, float]] = []
         self.offset = 0
         self.sleeping = False
+        # what every request of the flavor needs, worked out once (the hot path reads it)
+        work = vm.flavor.workload
+        self.files = work.kind is Kind.FILES
+        self.whole = work.access == "whole"
+        #: files (whole reads) or slots (random reads) a request picks from
+        self.choices = work.files if self.whole else _slots(work)
+        #: the Zipf CDF over the choices (None: uniform)
+        self.zipf = zipf_cdf(self.choices) if self.files and work.popularity == "zipf" else None
 
 
 class Tenants:
@@ -106,7 +114,7 @@ class Tenants:
 
     def need(self, w: Worker, now: float) -> None:
         """The thread finished what it was given at ``now`` (cycles)."""
-        if w.vm.flavor.workload.kind is not Kind.FILES:
+        if not w.files:
             self._batch_step(w)
             return
         if w.sleeping:  # woke for the request it slept for
@@ -134,46 +142,36 @@ class Tenants:
         w.serving = arrival
         if work.cycles_per_request > 0:
             self.engine.push_compute(w.tid, work.cycles_per_request)
-        if work.popularity == "zipf":
-            n = work.files if work.access == "whole" else self._slots(work)
-            rank = min(bisect.bisect_left(zipf_cdf(n), w.rng.random()), n - 1)
+        n = w.choices
+        if w.zipf is not None:
+            rank = min(bisect.bisect_left(w.zipf, w.rng.random()), n - 1)
         else:
-            n = work.files if work.access == "whole" else self._slots(work)
             rank = w.rng.randrange(n)
-        if work.access == "whole":
+        if w.whole:
             self._read(w, rank, 0, work.file_bytes)
             return
         slot = rank * _SCATTER % n  # hot keys scattered over the store, as a hash does
         per_file = work.file_bytes // work.read_bytes
         self._read(w, slot // per_file, (slot % per_file) * work.read_bytes, work.read_bytes)
 
-    @staticmethod
-    def _slots(work: object) -> int:
-        assert hasattr(work, "files")
-        return int(work.files * (work.file_bytes // work.read_bytes))  # type: ignore[attr-defined]
-
     def _read(self, w: Worker, file: int, start: int, length: int) -> None:
         work = w.vm.flavor.workload
         obj = w.vm.objects[file]
         shim = self.shims.get(w.vm.name) if self.shims is not None else None
-        buffer = work.read_bytes if work.access == "whole" and work.read_bytes else self.chunk
+        chunk = self.chunk
+        buffer = work.read_bytes if w.whole and work.read_bytes else chunk
+        compute = work.cycles_per_byte
         offset = start
         end = start + length
         while offset < end:
-            index = offset // self.chunk
-            size = min(buffer, (index + 1) * self.chunk - offset, end - offset)
+            index = offset // chunk
+            size = min(buffer, (index + 1) * chunk - offset, end - offset)
             if shim is not None:
                 shim.read_chunk(
-                    w.tid,
-                    obj,
-                    ChunkId(file, index),
-                    offset,
-                    size,
-                    work.cycles_per_byte,
-                    work.file_bytes,
+                    w.tid, obj, ChunkId(file, index), offset, size, compute, work.file_bytes
                 )
             else:
-                self.engine.push_access(w.tid, obj, offset, size, "read", work.cycles_per_byte)
+                self.engine.push_access(w.tid, obj, offset, size, "read", compute)
             offset += size
 
     def _batch_step(self, w: Worker) -> None:
@@ -197,6 +195,11 @@ class Tenants:
             w.offset += length
             return
         w.offset = (w.offset + length) % size
+
+
+def _slots(work: Workload) -> int:
+    """The aligned read offsets of a store (``random`` reads; 0 without reads)."""
+    return work.files * (work.file_bytes // work.read_bytes) if work.read_bytes else 0
 
 
 def add_data(engine: _native.Engine, vm: TenantVm) -> None:
