@@ -74,7 +74,8 @@ class ScuState:
     :param versions: VM -> version of the last table published to it.
     :param published: VM -> the entries of that table.
     :param round: rounds decided so far.
-    :param aside: VMs SCU left alone in the last round that predicted for them.
+    :param aside: VMs SCU left alone last round (by a prediction, by the watch, or before
+        and without reads since: a VM keeps its standing until its reads say otherwise).
     :param watched: what the watch (:mod:`unicache.policy.watch`) knows of each VM's reads.
     :param doubts: placed VMs predicted to lose, by consecutive rounds of that doubt.
     :param trusts: VMs a prediction left alone, by the rounds in a row since predicted to
@@ -184,7 +185,12 @@ class ScuPolicy:
         for vm, verdict in sorted(held.items()):
             if vm in rates and vm not in aside:
                 refusals.append(Refusal(WATCH, f"SCU leaves {vm} alone: {verdict.reason}"))
-        left_alone = frozenset(aside) | frozenset(held)
+        # a VM without reads this round keeps its standing (MFC decides on reads, §4.2: no
+        # read, nothing to decide): one left alone stays alone, its table unbuilt, until
+        # its reads say otherwise
+        read_now = {r.vm for r in obs.reports if r.chunks}
+        kept_aside = (state.aside - read_now) & live_vms
+        left_alone = frozenset(aside) | frozenset(held) | kept_aside
         # each VM's running readers: its vCPUs' busy time this round
         readers: dict[str, float] = {}
         for sample in obs.samples:
@@ -261,15 +267,12 @@ class ScuPolicy:
             self._budget,
         )
 
-        # a VM without reads this round keeps its standing: no estimate, no change
-        read_now = {r.vm for r in obs.reports if r.chunks}
-        still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
             table,
             tables.versions,
             tables.published,
             next_round,
-            still_aside & live_vms,
+            left_alone & live_vms,
             watched,
             doubts,
             trusts,
