@@ -245,7 +245,12 @@ def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
     :param replicas: replicas of one node.
     :returns: them, first victim first.
     """
-    return tuple(sorted(replicas, key=lambda r: (r.queue, r.last, r.key)))
+    return tuple(sorted(replicas, key=_mq_key))
+
+
+def _mq_key(replica: Replica) -> tuple[int, int, ReplicaKey]:
+    """Sort key of MQ victim order (one replica per chunk on a node: no ties)."""
+    return (replica.queue, replica.last, replica.key)
 
 
 class _Work:
@@ -309,9 +314,9 @@ class _Work:
             return  # RULE_PRESSURE: generation is off on this node
         if self.params.max_replicas_per_node == 0:
             return
-        resident = self.on_node(ev.node)
-        if len(resident) >= self.params.max_replicas_per_node:
-            victim = mq_order(resident)[0]
+        if len(self.keys_on.get(ev.node, ())) >= self.params.max_replicas_per_node:
+            # mq_order's first, without sorting the node's replicas for one
+            victim = min(self.on_node(ev.node), key=_mq_key)
             self.drop(
                 victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
             )

@@ -31,6 +31,7 @@ Pure: no I/O, no clock, no threads; the same inputs give the same actions.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from unicache.errors import StateError
@@ -188,6 +189,7 @@ class ObsPolicy:
         # (only VMs SCU leaves alone can cluster: the others' reads are not scanned)
         shared = shared_fractions(r for r in obs.reports if r.vm in left_alone)
         clustered: set[str] = set()
+        vcpus_in = Counter(unit_of.values())  # kept as the moves go: no scan per VM
         for vm, vcpus in sorted(vcpus_of.items()):
             was = vm in state.clustered and vm not in spread_again
             fraction = shared.get(vm)
@@ -199,7 +201,9 @@ class ObsPolicy:
             if vm not in left_alone or fraction < floor:
                 continue
             clustered.add(vm)
-            for move in cluster_moves(vcpus, unit_of, busy, self.units, fraction):
+            for move in cluster_moves(vcpus, unit_of, busy, self.units, fraction, vcpus_in):
+                vcpus_in[unit_of[move.vcpu]] -= 1
+                vcpus_in[move.dst] += 1
                 unit_of[move.vcpu] = move.dst
                 reasons[move.vcpu] = move.reason
 

@@ -126,6 +126,10 @@ class ScuPolicy:
         self.levels = levels
         self.smt = smt
         self._unit_by_id = {u.id: u for u in units}
+        # the units a VM is spread to first (sort keys: capacity desc, unit id), and the
+        # private levels of one core: both once, not once per VM and round
+        self._largest_first = sorted(units, key=lambda u: (-u.capacity_bytes, u.id))
+        self._private_bytes = sum(lv.size_bytes for lv in levels if lv.scope is Scope.CORE)
 
     def start(self, state: ScuState) -> None:
         """Validate a restored state against the units (idempotent).
@@ -331,10 +335,7 @@ class ScuPolicy:
             # to, its readers spread evenly: never over the one unit its cluster sits in
             spread = min(len(by_vm[vm]), len(self.units))
             if len(spanned) < spread:
-                others = sorted(
-                    (u for u in self.units if u.id not in spanned),
-                    key=lambda u: (-u.capacity_bytes, u.id),
-                )
+                others = [u for u in self._largest_first if u.id not in spanned]
                 spanned += [u.id for u in others[: spread - len(spanned)]]
                 in_unit = dict.fromkeys(spanned, round(busy / len(spanned)))
             estimate = cost.predict_gain(
@@ -374,9 +375,8 @@ class ScuPolicy:
         """What a unit caches for its readers without migrations: its shared levels and the
         private levels of the cores they run on, not the other cores' (MFC's per-core
         M_on-chip, §4.6); at least one reader's worth."""
-        private = sum(lv.size_bytes for lv in self.levels if lv.scope is Scope.CORE)
         idle_cores = self._cores(unit) - min(max(readers, 1), self._cores(unit))
-        return unit.capacity_bytes - private * idle_cores
+        return unit.capacity_bytes - self._private_bytes * idle_cores
 
     @staticmethod
     def placed(state: ScuState) -> frozenset[str]:
