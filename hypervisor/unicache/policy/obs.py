@@ -395,9 +395,13 @@ class ObsPolicy:
         demand = self._demand(unit_of, busy)
         if len(unit_of) <= sum(len(u.cpus) for u in self.units):
             demand = None  # a CPU for every vCPU: no CPU-time test (_with_room)
+        # the host's busy share per CPU with the margin: once, not once per view
+        share = 0.0
+        if demand is not None:
+            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
         best: tuple[float, VcpuId, int, int, str] | None = None
         for viewer in viewers:
-            move = self._rebalance_view(views, viewer, weights, kept, room, demand, busy)
+            move = self._rebalance_view(views, viewer, weights, kept, room, demand, busy, share)
             if move is not None and (best is None or move[:2] < best[:2]):
                 best = move
         return None if best is None else best[1:]
@@ -411,6 +415,7 @@ class ObsPolicy:
         room: tuple[CacheUnit, ...],
         demand: Mapping[int, float] | None,
         busy: Mapping[VcpuId, float] | None = None,
+        share: float = 0.0,
     ) -> tuple[float, VcpuId, int, int, str] | None:
         loads = views.loads(viewer)
         # sort keys: load, then unit id (deterministic ties)
@@ -430,8 +435,7 @@ class ObsPolicy:
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
         # ... and, on an oversubscribed host with CPU time idle, that the lightest unit
         # has the CPU time for it (_with_room)
-        if demand is not None:
-            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
+        if demand is not None:  # (share: the host's busy CPUs per CPU, with the margin)
             cpus = len(self._unit_by_id[light].cpus)
             useful = [
                 v for v in useful if demand[light] + (busy or {}).get(v, 0.0) <= share * cpus + 1e-9

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from unicache.errors import StateError
 from unicache.model import (
@@ -357,9 +357,9 @@ class ScuPolicy:
                 if trusts[vm] >= TRUST_ROUNDS:
                     del trusts[vm]
                     continue
-                out[vm] = replace(
-                    estimate,
-                    reason=f"{estimate.reason}; gain predicted {trusts[vm]} of the "
+                out[vm] = GainEstimate(
+                    estimate.fraction,
+                    f"{estimate.reason}; gain predicted {trusts[vm]} of the "
                     f"{TRUST_ROUNDS} rounds in a row it needs after being left alone",
                 )
                 continue
@@ -367,7 +367,7 @@ class ScuPolicy:
                 doubts[vm] = state.doubts.get(vm, 0) + 1
                 continue
             need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
-            out[vm] = replace(estimate, reason=f"{estimate.reason} ({need})")
+            out[vm] = GainEstimate(estimate.fraction, f"{estimate.reason} ({need})")
             trusts[vm] = 0
         return out, doubts, trusts
 
