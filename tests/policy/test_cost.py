@@ -175,6 +175,31 @@ def test_a_vm_a_prediction_left_alone_is_placed_only_after_rounds_of_trust() -> 
     assert state.published["vm0"]
 
 
+def test_a_vm_left_alone_that_reads_nothing_stays_left_alone_with_its_table_unbuilt() -> None:
+    # MFC decides on reads (§4.2): a round without a VM's reads has nothing to say about
+    # it, so a VM SCU withdrew keeps its empty table (not one built from the chunks the
+    # table still remembers, emptied again when it next reads) and its standing
+    topo = TOPO_OPTERON_16
+    scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)
+    units = {VcpuId("vm0", i): i for i in range(4)}
+    gain, lose = _obs("vm0", 32, 256 * KIB), _obs("vm0", 1024, 4 * KIB)
+    _, state = scu.decide(gain, ScuState(round=5), units)  # placed: its chunks tracked
+    assert state.published["vm0"]
+    for _ in range(DOUBT_ROUNDS):  # then predicted to lose: withdrawn
+        _, state = scu.decide(lose, state, units)
+    assert "vm0" in state.aside and state.published["vm0"] == ()
+    assert state.table is not None and state.table.count_of("vm0") > 0
+    silent = Observation(2, lose.vms, (), ())
+    for _ in range(3):
+        decision, state = scu.decide(silent, state, units)
+        assert not decision.actions and state.published["vm0"] == ()
+        assert "vm0" in state.aside
+    # its reads decide again: predicted to gain, it still earns its trust first
+    decision, state = scu.decide(gain, state, units)
+    assert [r.kind for r in decision.refusals] == [STEP_ASIDE]
+    assert "gain predicted 1 of the" in decision.refusals[0].reason
+
+
 def test_one_round_without_gain_restarts_the_trust() -> None:
     topo = TOPO_OPTERON_16
     scu = ScuPolicy(topo.units(Unify.LLC), scu_options_for(topo, Unify.LLC), topo.levels)

@@ -267,3 +267,19 @@ def test_same_inputs_give_same_decisions(
         db = ncc_round(b, _memory(list(free)), list(events), params)
         assert da == db
         a, b = da.state, db.state
+
+
+@settings(max_examples=150, deadline=None)
+@given(rounds_st, params_st, st.lists(st.integers(0, 100), min_size=NODES, max_size=NODES))
+def test_an_aging_alone_hands_a_state_without_replicas_back_with_the_clock_on(
+    rounds: list[tuple[list[int], list[NccEvent]]], params: NccParams, free: list[int]
+) -> None:
+    # replicas_round skips ncc_round for a VM with only the aging to replay and no replica
+    # (policy.replicas): that must be what ncc_round does with such a state
+    state = NccState()
+    for before, events in rounds:
+        state = ncc_round(state, _memory(before), events, params).state
+    state = NccState((), state.counters, state.disabled, state.clock)  # no replica
+    tight = frozenset(n for n, pct in enumerate(free) if pct < 10)
+    expected = NccDecision((), (), NccState((), state.counters, tight, state.clock + 1))
+    assert ncc_round(state, _memory(free), [Age()], params) == expected

@@ -13,10 +13,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.model import VcpuId
-from unicache.policy.obs import ObsOptions, ObsPolicy, _counts_for
+from unicache.policy.obs import ObsOptions, ObsPolicy, _count, _counts_for
 from unicache.policy.obscredit import credit_weights, credit_weights_by_vm
 from unicache.policy.obsgain import pinning_gain
-from unicache.policy.obsviews import LoadViews
+from unicache.policy.obsviews import LoadViews, UnitTally
 from unicache.topology import CacheUnit
 
 from tests.topologies import TOPO_OPTERON_16, TOPO_XEON_5300
@@ -185,3 +185,102 @@ def test_every_view_is_the_simple_sum_bit_for_bit(rows) -> None:
     views = LoadViews([u.id for u in units], unit_of, weights, trusted)
     for viewer in [None, *sorted({v.vm for v in unit_of})]:
         assert views.loads(viewer) == _simple_loads(policy, unit_of, weights, trusted, viewer)
+
+
+# --- OBS-X's first placement: the kept loads, counts and CPU time are those summed again ---
+
+
+class _CheckedViews(LoadViews):
+    """The product's views, each answer checked against the simple sum over ``unit_of``
+    as it is at that moment (the placement adds to the dict it was built on)."""
+
+    def __init__(self, unit_ids, unit_of, weights, trusted) -> None:
+        super().__init__(unit_ids, unit_of, weights, trusted)
+        self.unit_of, self.weights, self.trusted = unit_of, weights, trusted
+
+    def loads(self, viewer):
+        out = super().loads(viewer)
+        assert out == CHECKER[0]._loads(self.unit_of, self.weights, self.trusted, viewer)
+        return out
+
+
+class _CheckedTally(UnitTally):
+    """The product's tally, checked after every vCPU it counts against ``unit_of``."""
+
+    def __init__(self, units, unit_of=None, busy=None) -> None:
+        self.unit_of, self.busy, self.ready = unit_of, busy, False
+        super().__init__(units, unit_of, busy)  # (counts unit_of's vCPUs through add)
+        self.ready = True
+        self._check()
+
+    def add(self, vcpu, unit, busy) -> None:
+        super().add(vcpu, unit, busy)
+        self._check()
+
+    def _check(self) -> None:
+        if self.unit_of is None or not self.ready:
+            return
+        for u in self.count:
+            assert self.count[u] == _count(self.unit_of, u)
+        # the simple form's sums, bit for bit (ObsPolicy._demand before its saturation test)
+        ran = dict.fromkeys(self.count, 0.0)
+        for vcpu, u in self.unit_of.items():
+            ran[u] += (self.busy or {}).get(vcpu, 0.0)
+        assert self.ran == ran
+
+
+CHECKER: list[ObsPolicy] = []
+
+first_fleet = st.lists(
+    st.tuples(
+        st.integers(0, 30),  # VM
+        weight,
+        st.booleans(),  # host-measured
+        st.sampled_from([0.0, 0.3, 0.5, 1.0]),  # busy
+        st.one_of(st.none(), st.integers(0, 3)),  # unit placed in last round (None: new)
+        st.one_of(st.none(), st.integers(0, 15)),  # CPU it runs on
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(first_fleet)
+def test_first_placement_keeps_the_loads_counts_and_cpu_time_it_would_sum_again(rows) -> None:
+    import unicache.policy.obs as obs_module
+    from unicache.model import CounterSample, CounterSource, Observation, Vcpu, Vm
+    from unicache.policy.obsoptions import ObsState
+
+    units = TOPO_OPTERON_16.units()
+    policy = ObsPolicy(units, ObsOptions())
+    CHECKER[:] = [policy]
+    vcpus: dict[str, list[Vcpu]] = {}
+    samples, placed = [], {}
+    for i, (vm, w, measured, busy, unit, cpu) in enumerate(rows):
+        vid = VcpuId(f"vm{vm}", i)
+        vcpus.setdefault(vid.vm, []).append(Vcpu(vid, None, frozenset(range(16)), cpu))
+        if measured:
+            misses = int(w * 1e9)
+            samples.append(
+                CounterSample(vid, CounterSource.TRACE, cycles=10**9, llc_misses=misses, busy=busy)
+            )
+        else:
+            samples.append(
+                CounterSample(
+                    vid,
+                    CounterSource.SOFTWARE,
+                    busy=busy,
+                    guest_bytes=int(w * 64e9),
+                    task_clock_ns=10**9,
+                )
+            )
+        if unit is not None:
+            placed[vid] = units[unit].id
+    obs = Observation(1, tuple(Vm(n, tuple(v)) for n, v in vcpus.items()), tuple(samples))
+    before = (obs_module.LoadViews, obs_module.UnitTally)
+    obs_module.LoadViews, obs_module.UnitTally = _CheckedViews, _CheckedTally
+    try:
+        policy.decide(obs, ObsState(unit_of=placed))
+    finally:
+        obs_module.LoadViews, obs_module.UnitTally = before

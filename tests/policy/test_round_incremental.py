@@ -260,3 +260,28 @@ def test_lazy_aging_decides_as_halving_every_chunk_at_once(seq, max_chunks) -> N
         for u in range(4):
             assert lazy.assigned_bytes(u) == eager.assigned_bytes(u)
             assert lazy.chunks_on(u) == eager.chunks_on(u)
+
+
+def _simple_co_runners(unit_of, group_of_unit):
+    """Every VM's co-runners as the round first found them: a union per vCPU (main at
+    f7171a5)."""
+    by_group: dict[int, set[VcpuId]] = {}
+    for vcpu, unit in unit_of.items():
+        by_group.setdefault(group_of_unit.get(unit, -1), set()).add(vcpu)
+    out: dict[str, set[VcpuId]] = {}
+    for vcpu, unit in unit_of.items():
+        out.setdefault(vcpu.vm, set()).update(by_group[group_of_unit.get(unit, -1)])
+    return {vm: frozenset(v) for vm, v in out.items()}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5)), max_size=40),
+    st.lists(st.integers(-1, 2), min_size=4, max_size=4),
+)
+def test_co_runners_shared_per_combination_of_groups_are_every_vcpus_union(pins, groups) -> None:
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC)
+    # random LLC groups of the units (several units to a group, or none: -1)
+    policy._group_of_unit = {u: g for u, g in enumerate(groups) if g >= 0}
+    unit_of = {VcpuId(f"vm{vm}", i): unit for i, (vm, unit) in enumerate(pins)}
+    assert policy._co_runners(unit_of) == _simple_co_runners(unit_of, policy._group_of_unit)

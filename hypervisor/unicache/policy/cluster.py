@@ -76,6 +76,7 @@ def cluster_moves(
     busy: Mapping[VcpuId, float],
     units: Sequence[CacheUnit],
     shared: float,
+    vcpus_in: Mapping[int, int] | None = None,
 ) -> list[ClusterMove]:
     """Gather a VM's busy vCPUs into the fewest units whose CPUs hold them.
 
@@ -98,6 +99,8 @@ def cluster_moves(
     :param busy: vCPU -> busy share of the interval.
     :param units: the host's units.
     :param shared: the VM's shared fraction (for the log).
+    :param vcpus_in: unit -> the vCPUs ``unit_of`` has in it, where the caller keeps the
+        count (``None``: counted here, a pass over ``unit_of``).
     :returns: the moves, in order (a swap is two moves).
     """
     where = {v: unit_of[v] for v in members if v in unit_of}
@@ -112,7 +115,9 @@ def cluster_moves(
     outside = [v for v in active if where[v] not in home_ids]
     if not outside:
         return []  # clustered already: the steady state costs no scan of the host
-    room = {u.id: len(u.cpus) - sum(1 for x in unit_of.values() if x == u.id) for u in home}
+    if vcpus_in is None:
+        vcpus_in = Counter(unit_of.values())
+    room = {u.id: len(u.cpus) - vcpus_in.get(u.id, 0) for u in home}
     # the VM's idle vCPUs in the cluster's units, the idlest first, to swap out
     idle = sorted(
         (v for v in where if where[v] in home_ids and busy.get(v, 0.0) < BUSY_FLOOR),

@@ -387,7 +387,7 @@ class MfcTable:
         vm = key.vm
         copies = p.max_copies if max_copies is None else min(max(max_copies, 1), p.max_copies)
         f = self._chunk(key, size)
-        f.reads_from[curunit] = f.reads_from.get(curunit, 0) + 1
+        f.reads_from = {**f.reads_from, curunit: f.reads_from.get(curunit, 0) + 1}
 
         # lines 3-4: small chunks are read where the thread is
         if size < p.min_read_size:

@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Iterator, Mapping
 
 from unicache.model import ChunkId
-from unicache.policy.mfcstate import NO_UNITS, ChunkKey, ChunkState
+from unicache.policy.mfcstate import NO_READS, NO_UNITS, ChunkKey, ChunkState
 
 
 class ChunkStore:
@@ -122,6 +122,7 @@ class ChunkStore:
             self._count += 1
         state.aged = self.agings  # its counts are this table's own, as of now
         state.units = frozenset(state.units) or NO_UNITS  # (a restored chunk's: a list's)
+        state.reads_from = state.reads_from or NO_READS  # (a restored chunk's own {})
         chunks[key.chunk] = state
         self._own_states.setdefault(key.vm, set()).add(key.chunk)
         self._changed(key)

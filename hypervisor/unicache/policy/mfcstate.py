@@ -8,7 +8,9 @@ types (and re-exports them). Pure: plain values, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from unicache.model import ChunkId
 
@@ -106,6 +108,8 @@ class MfcParams:
 
 #: the units of a chunk no unit holds (one object for them all)
 NO_UNITS: frozenset[int] = frozenset()
+#: the reads of a chunk not read since the last aging (one read-only object for them all)
+NO_READS: Mapping[int, int] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -116,7 +120,9 @@ class ChunkState:
     :param units: ``f.cores`` — the units believed to cache it (immutable, replaced on
         change: most chunks are held nowhere and share one empty set).
     :param use: ``f.use[a]`` — use counts per unit, aged by ``update_use``.
-    :param reads_from: reads issued from each unit since the last ``update_use``.
+    :param reads_from: reads issued from each unit since the last ``update_use``
+        (immutable, replaced on change: most chunks are not read between two agings and
+        share one empty map).
     :param migrations: migrations spent on it since the last ``update_use`` (§4.5).
     :param aged: the table's agings (``update_use`` calls) these counts are current to:
         the table halves a chunk's counts when it next reads the chunk
@@ -128,7 +134,7 @@ class ChunkState:
     size: int
     units: frozenset[int] = NO_UNITS
     use: dict[int, int] = field(default_factory=dict)
-    reads_from: dict[int, int] = field(default_factory=dict)
+    reads_from: Mapping[int, int] = field(default_factory=lambda: NO_READS)
     migrations: int = 0
     aged: int = field(default=0, compare=False, repr=False)
 
@@ -137,12 +143,12 @@ class ChunkState:
         return sum(self.use.values())
 
     def copy(self) -> ChunkState:
-        """A deep copy."""
+        """A deep copy (the immutable parts shared)."""
         return ChunkState(
             self.size,
             self.units,
             dict(self.use),
-            dict(self.reads_from),
+            self.reads_from,
             self.migrations,
             self.aged,
         )
@@ -156,7 +162,7 @@ class ChunkState:
         if k <= 0:
             return self.copy()
         use = {u: n >> k for u, n in self.use.items() if n >> k}
-        return ChunkState(self.size, self.units, use, {}, self.migrations >> k, agings)
+        return ChunkState(self.size, self.units, use, NO_READS, self.migrations >> k, agings)
 
     def empty_at(self) -> int:
         """The first aging after which no use count is left (``aged`` + the halvings that

@@ -245,7 +245,14 @@ def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
     :param replicas: replicas of one node.
     :returns: them, first victim first.
     """
-    return tuple(sorted(replicas, key=lambda r: (r.queue, r.last, r.key)))
+    return tuple(sorted(replicas, key=_mq_key))
+
+
+def _mq_key(replica: Replica) -> tuple[int, int, ReplicaKey]:
+    """Sort key of MQ victim order (one replica per chunk on a node: no ties)."""
+    # Replica.queue, inline (a call per replica of a full node otherwise)
+    queue = min(MQ_QUEUES - 1, max(1, replica.freq).bit_length() - 1)
+    return (queue, replica.last, replica.key)
 
 
 class _Work:
@@ -254,13 +261,14 @@ class _Work:
     Replicas and counters are kept by chunk, then node (and the chunks of each node's
     replicas too), so that a write or a reclaim costs what the chunk or the node holds,
     never a scan of every counter a guest's reports have made (issue #12: a flood of
-    writes once took minutes a round).
+    writes once took minutes a round). A node's chunks map to their chunk's own
+    node -> replica map, so a node's replicas are found without hashing their keys again.
     """
 
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
         self.replicas: dict[ReplicaKey, dict[int, Replica]] = {}
-        self.keys_on: dict[int, set[ReplicaKey]] = {}
+        self.keys_on: dict[int, dict[ReplicaKey, dict[int, Replica]]] = {}
         for r in state.replicas:
             self.add(r)
         self.counters: dict[ReplicaKey, dict[int, int]] = {}
@@ -272,15 +280,16 @@ class _Work:
         self.served: list[int] = []
 
     def add(self, replica: Replica) -> None:
-        self.replicas.setdefault(replica.key, {})[replica.node] = replica
-        self.keys_on.setdefault(replica.node, set()).add(replica.key)
+        held = self.replicas.setdefault(replica.key, {})
+        held[replica.node] = replica
+        self.keys_on.setdefault(replica.node, {})[replica.key] = held
 
     def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
         held = self.replicas[key]
         del held[node]
         if not held:
             del self.replicas[key]
-        self.keys_on[node].discard(key)
+        self.keys_on[node].pop(key, None)
         self.actions.append(DropReplica(key.vm, key.chunk, node, rule, f"{rule}: {why}"))
 
     def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
@@ -288,7 +297,7 @@ class _Work:
             self.drop(key, node, rule, why)
 
     def on_node(self, node: int) -> list[Replica]:
-        return [self.replicas[k][node] for k in self.keys_on.get(node, ())]
+        return [held[node] for held in self.keys_on.get(node, {}).values()]
 
     def read(self, ev: Read) -> None:
         if ev.node == ev.home:
@@ -309,9 +318,9 @@ class _Work:
             return  # RULE_PRESSURE: generation is off on this node
         if self.params.max_replicas_per_node == 0:
             return
-        resident = self.on_node(ev.node)
-        if len(resident) >= self.params.max_replicas_per_node:
-            victim = mq_order(resident)[0]
+        if len(self.keys_on.get(ev.node, ())) >= self.params.max_replicas_per_node:
+            # mq_order's first, without sorting the node's replicas for one
+            victim = min(self.on_node(ev.node), key=_mq_key)
             self.drop(
                 victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
             )

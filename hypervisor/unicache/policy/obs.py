@@ -31,6 +31,7 @@ Pure: no I/O, no clock, no threads; the same inputs give the same actions.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from unicache.errors import StateError
@@ -54,7 +55,7 @@ from unicache.policy.obscredit import C_CREDIT as C_CREDIT
 from unicache.policy.obslocal import local_sets, saturated
 from unicache.policy.obsoptions import ObsOptions as ObsOptions
 from unicache.policy.obsoptions import ObsState as ObsState
-from unicache.policy.obsviews import LoadViews
+from unicache.policy.obsviews import LoadViews, UnitTally
 from unicache.policy.obsweight import MAX_GUEST_BYTES_PER_NS as MAX_GUEST_BYTES_PER_NS
 from unicache.policy.obsweight import CacheWeight as CacheWeight
 from unicache.policy.obsweight import cache_weight, host_measured
@@ -136,9 +137,16 @@ class ObsPolicy:
         running_in = {v.id: v.cpu for vm in obs.vms for v in vm.vcpus if v.cpu is not None}
         fair_count = -(-len(live) // max(len(self.units), 1))
         fair_loads: dict[str, float] = {}  # per VM: the load it sees, shared over the units
+        # the loads, counts and CPU time per unit, kept as each new vCPU is placed (summed
+        # again for each, they cost vCPUs x vCPUs: seconds for a fleet's first round)
+        views: LoadViews | None = None
+        tally = UnitTally(self.units)
         for vcpu in live:
             if vcpu not in unit_of:
-                loads = self._loads(unit_of, weights, trusted, vcpu.vm)
+                if views is None:
+                    views = LoadViews([u.id for u in self.units], unit_of, weights, trusted)
+                    tally = UnitTally(self.units, unit_of, busy)
+                loads = views.loads(vcpu.vm)
                 if vcpu.vm not in fair_loads:
                     seen = (weights.get(v, 0.0) for v in live if _counts_for(v, vcpu.vm, trusted))
                     fair_loads[vcpu.vm] = sum(seen) / max(len(self.units), 1)
@@ -157,9 +165,12 @@ class ObsPolicy:
                         fair_count,
                         busy,
                         busy.get(vcpu, 0.0),
+                        tally,
                     )
                 ):
                     unit_of[vcpu] = here.id
+                    views.add(vcpu, here.id)
+                    tally.add(vcpu, here.id, busy)
                     reasons[vcpu] = (
                         f"OBS-X: new vCPU stays in unit {here.id}, where it runs (cache load "
                         f"{loads[here.id]:.3g}, fair share {fair_load:.3g})"
@@ -167,14 +178,16 @@ class ObsPolicy:
                     continue
                 # sort keys: cache load, vCPUs already there, unit id (idle: count first)
                 target = min(
-                    self._with_room(unit_of, busy, busy.get(vcpu, 0.0)) or self.units,
+                    self._with_room(unit_of, busy, busy.get(vcpu, 0.0), tally) or self.units,
                     key=lambda u: (
-                        (_count(unit_of, u.id), loads[u.id], u.id)
+                        (tally.count[u.id], loads[u.id], u.id)
                         if idle
-                        else (loads[u.id], _count(unit_of, u.id), u.id)
+                        else (loads[u.id], tally.count[u.id], u.id)
                     ),
                 )
                 unit_of[vcpu] = target.id
+                views.add(vcpu, target.id)
+                tally.add(vcpu, target.id, busy)
                 if vcpu.vm in spread_again:
                     kind = f"SCU unifies {vcpu.vm} again, its vCPUs spread: placed in unit"
                 elif idle:
@@ -188,6 +201,7 @@ class ObsPolicy:
         # (only VMs SCU leaves alone can cluster: the others' reads are not scanned)
         shared = shared_fractions(r for r in obs.reports if r.vm in left_alone)
         clustered: set[str] = set()
+        vcpus_in = Counter(unit_of.values())  # kept as the moves go: no scan per VM
         for vm, vcpus in sorted(vcpus_of.items()):
             was = vm in state.clustered and vm not in spread_again
             fraction = shared.get(vm)
@@ -199,7 +213,9 @@ class ObsPolicy:
             if vm not in left_alone or fraction < floor:
                 continue
             clustered.add(vm)
-            for move in cluster_moves(vcpus, unit_of, busy, self.units, fraction):
+            for move in cluster_moves(vcpus, unit_of, busy, self.units, fraction, vcpus_in):
+                vcpus_in[unit_of[move.vcpu]] -= 1
+                vcpus_in[move.dst] += 1
                 unit_of[move.vcpu] = move.dst
                 reasons[move.vcpu] = move.reason
 
@@ -313,13 +329,15 @@ class ObsPolicy:
         fair_count: int,
         busy: Mapping[VcpuId, float] | None = None,
         need: float = 0.0,
+        tally: UnitTally | None = None,
     ) -> bool:
         """Whether a new vCPU may stay in the unit it runs in: the unit has a CPU to spare
         (or the host is oversubscribed), stays within its fair share of vCPUs, and is the
         lightest unit it could go to or stays within its fair share of cache load (with
         ``imbalance_margin``)."""
-        room = self._with_room(unit_of, busy, need)
-        if unit not in room or _count(unit_of, unit.id) >= fair_count:
+        room = self._with_room(unit_of, busy, need, tally)
+        count = tally.count[unit.id] if tally is not None else _count(unit_of, unit.id)
+        if unit not in room or count >= fair_count:
             return False
         if loads[unit.id] <= min(loads[u.id] for u in room):
             return True
@@ -330,6 +348,7 @@ class ObsPolicy:
         unit_of: Mapping[VcpuId, int],
         busy: Mapping[VcpuId, float] | None = None,
         need: float = 0.0,
+        tally: UnitTally | None = None,
     ) -> tuple[CacheUnit, ...]:
         """The units a vCPU may move into: while the host has a CPU for every vCPU, only
         units with a CPU to spare (two vCPUs sharing a CPU while another idles would cost
@@ -342,7 +361,7 @@ class ObsPolicy:
         always-running tasks): every unit, OBS-L pairs heavy and light vCPUs on the
         shared CPUs. Empty when every CPU has its vCPU."""
         if len(unit_of) > sum(len(u.cpus) for u in self.units):
-            demand = self._demand(unit_of, busy)
+            demand = self._demand(unit_of, busy, tally)
             if demand is None or need <= 0.0:  # an idle vCPU adds no CPU time anywhere
                 return self.units
             share = min(1.0, self._share(demand) + self.options.imbalance_margin)
@@ -351,18 +370,26 @@ class ObsPolicy:
             )
             # sort keys: busy CPUs per CPU, unit id
             return roomy or (min(self.units, key=lambda u: (demand[u.id] / len(u.cpus), u.id)),)
+        if tally is not None:
+            return tuple(u for u in self.units if tally.count[u.id] < len(u.cpus))
         return tuple(u for u in self.units if _count(unit_of, u.id) < len(u.cpus))
 
     def _demand(
-        self, unit_of: Mapping[VcpuId, int], busy: Mapping[VcpuId, float] | None
+        self,
+        unit_of: Mapping[VcpuId, int],
+        busy: Mapping[VcpuId, float] | None,
+        tally: UnitTally | None = None,
     ) -> dict[int, float] | None:
         """CPUs' worth of time the vCPUs of each unit ran in the last interval; ``None``
         when not known or when they kept every CPU of the host busy (saturated)."""
         if busy is None:
             return None
-        demand = {u.id: 0.0 for u in self.units}
-        for vcpu, unit in unit_of.items():
-            demand[unit] += busy.get(vcpu, 0.0)
+        if tally is not None:
+            demand = dict(tally.ran)
+        else:
+            demand = {u.id: 0.0 for u in self.units}
+            for vcpu, unit in unit_of.items():
+                demand[unit] += busy.get(vcpu, 0.0)
         if saturated(sum(demand.values()), sum(len(u.cpus) for u in self.units)):
             return None
         return demand
@@ -391,9 +418,13 @@ class ObsPolicy:
         demand = self._demand(unit_of, busy)
         if len(unit_of) <= sum(len(u.cpus) for u in self.units):
             demand = None  # a CPU for every vCPU: no CPU-time test (_with_room)
+        # the host's busy share per CPU with the margin: once, not once per view
+        share = 0.0
+        if demand is not None:
+            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
         best: tuple[float, VcpuId, int, int, str] | None = None
         for viewer in viewers:
-            move = self._rebalance_view(views, viewer, weights, kept, room, demand, busy)
+            move = self._rebalance_view(views, viewer, weights, kept, room, demand, busy, share)
             if move is not None and (best is None or move[:2] < best[:2]):
                 best = move
         return None if best is None else best[1:]
@@ -407,6 +438,7 @@ class ObsPolicy:
         room: tuple[CacheUnit, ...],
         demand: Mapping[int, float] | None,
         busy: Mapping[VcpuId, float] | None = None,
+        share: float = 0.0,
     ) -> tuple[float, VcpuId, int, int, str] | None:
         loads = views.loads(viewer)
         # sort keys: load, then unit id (deterministic ties)
@@ -426,8 +458,7 @@ class ObsPolicy:
         useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
         # ... and, on an oversubscribed host with CPU time idle, that the lightest unit
         # has the CPU time for it (_with_room)
-        if demand is not None:
-            share = min(1.0, self._share(demand) + self.options.imbalance_margin)
+        if demand is not None:  # (share: the host's busy CPUs per CPU, with the margin)
             cpus = len(self._unit_by_id[light].cpus)
             useful = [
                 v for v in useful if demand[light] + (busy or {}).get(v, 0.0) <= share * cpus + 1e-9

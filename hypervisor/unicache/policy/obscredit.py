@@ -23,6 +23,8 @@ C_CREDIT = 0.02
 #: (the vCPU cgroups of one VM), so 1000 instead of the kernel's default 100 gives OBS-C's
 #: credits of a fraction of a percent a resolution of 0.1 %.
 BASE_CPU_WEIGHT = 1000
+#: why a vCPU keeps the base weight when no co-runner in its view is heavy
+NO_HEAVY = "OBS-C: no heavy co-runner, default weight"
 
 
 def credit_weights(
@@ -50,8 +52,7 @@ def credit_weights(
     smallest = min(values, default=0.0)
     spread = largest - smallest
     if len(running) < 2 or spread <= 0.0 or largest < heavy_floor:
-        why = "OBS-C: no heavy co-runner, default weight"
-        return [(v, BASE_CPU_WEIGHT, why) for v in members]
+        return [(v, BASE_CPU_WEIGHT, NO_HEAVY) for v in members]
     # heavy and light as OBS-L classes them; the heavy vCPUs give the credit together,
     # so noise between similar heavy vCPUs never changes who gives
     average = sum(values) / len(values)
@@ -118,6 +119,11 @@ def credit_weights_by_vm(
             reported.setdefault(v.vm, []).append(i)
     for viewer in viewers:
         seen = [members[i] for i in sorted(measured + reported.get(viewer, []))]
+        if len(seen) < 2:  # one vCPU has no co-runner in its view (credit_weights' answer)
+            out += [(v, BASE_CPU_WEIGHT, NO_HEAVY) for v in seen if v.vm == viewer]
+            continue
         judged = credit_weights(seen, weights, busy, c_credit, heavy_floor, heavy_margin)
         out += [(v, value, why) for v, value, why in judged if v.vm == viewer]
-    return sorted(out)
+    # one vCPU per entry: sorted by the vCPU's own fields (VcpuId's order) in one key
+    # each, not a Python comparison per pair
+    return sorted(out, key=lambda e: (e[0].vm, e[0].index))

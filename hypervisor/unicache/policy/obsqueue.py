@@ -185,6 +185,9 @@ def confinement(
     unit_wait = _pools({u: len(w.cpus) for u, w in by_id.items()}, unit_of, busy)
     node_of = {v: by_id[u].node for v, u in unit_of.items()}
     node_wait = _pools({n: len(c) for n, c in node_cpus.items()}, node_of, busy)
+    # each pool's wait once (Erlang's C per pool, not per vCPU)
+    waits_in_unit = {u: pool.wait for u, pool in unit_wait.items()}
+    waits_in_node = {n: pool.wait for n, pool in node_wait.items()}
     crowded: set[str] = set()
     rounds: dict[str, int] = {}
     reasons: dict[str, str] = {}
@@ -195,7 +198,7 @@ def confinement(
         cost = gain = 0.0
         for v in mine:
             unit = by_id[unit_of[v]]
-            here, node = unit_wait[unit.id].wait, node_wait[unit.node].wait
+            here, node = waits_in_unit[unit.id], waits_in_node[unit.node]
             added = 0.0 if math.isinf(node) else here - node
             ran_v = busy.get(v, 0.0)
             if ran_v > 0.0:

@@ -1,4 +1,5 @@
-"""The cache load per unit as each VM sees it, for OBS-X's rebalance, from one pass.
+"""The cache load per unit as each VM sees it, for OBS-X's rebalance and first placement,
+from one pass (and the vCPUs and CPU time per unit, kept as vCPUs are placed).
 
 The observations paper's "Policy: Migrating across caches" moves an overweight vCPU from
 the heaviest unit to the lightest by their cache loads. OBS weighs a vCPU by a
@@ -22,6 +23,7 @@ import bisect
 from collections.abc import Mapping
 
 from unicache.model import VcpuId
+from unicache.topology import CacheUnit
 
 
 class LoadViews:
@@ -55,22 +57,28 @@ class LoadViews:
         self._measured_at: dict[int, list[int]] = {u: [] for u in unit_ids}
         #: the loads counting every weight (the all-trusted view)
         self.everyone: dict[int, float] = dict.fromkeys(unit_ids, 0.0)
-        for vcpu, unit in unit_of.items():
-            seq = self.members[unit]
-            prefix = self._prefix[unit]
-            weight = weights.get(vcpu, 0.0)
-            self.everyone[unit] += weight
-            if vcpu in trusted:
-                prefix.append(prefix[-1] + weight)
-                self._measured_at[unit].append(len(seq))
-            else:
-                prefix.append(prefix[-1])
-                self._first_reported.setdefault(vcpu.vm, {}).setdefault(unit, len(seq))
-            self._own.setdefault(vcpu.vm, {}).setdefault(unit, []).append(vcpu)
-            self._own_at.setdefault(vcpu.vm, {}).setdefault(unit, []).append(len(seq))
-            seq.append(vcpu)
         #: the host-measured loads (what a VM without guest-reported weights sees)
-        self.measured = {u: prefix[-1] for u, prefix in self._prefix.items()}
+        self.measured: dict[int, float] = dict.fromkeys(unit_ids, 0.0)
+        for vcpu, unit in unit_of.items():
+            self.add(vcpu, unit)
+
+    def add(self, vcpu: VcpuId, unit: int) -> None:
+        """Count one more vCPU, placed after every other in ``unit_of`` order (OBS-X's
+        first placement adds each new vCPU as it places it)."""
+        seq = self.members[unit]
+        prefix = self._prefix[unit]
+        weight = self._weights.get(vcpu, 0.0)
+        self.everyone[unit] += weight
+        if vcpu in self._trusted:
+            prefix.append(prefix[-1] + weight)
+            self._measured_at[unit].append(len(seq))
+        else:
+            prefix.append(prefix[-1])
+            self._first_reported.setdefault(vcpu.vm, {}).setdefault(unit, len(seq))
+        self._own.setdefault(vcpu.vm, {}).setdefault(unit, []).append(vcpu)
+        self._own_at.setdefault(vcpu.vm, {}).setdefault(unit, []).append(len(seq))
+        seq.append(vcpu)
+        self.measured[unit] = prefix[-1]
 
     def loads(self, viewer: str | None) -> dict[int, float]:
         """The loads ``viewer``'s vCPUs see (``None``: every weight)."""
@@ -98,3 +106,24 @@ class LoadViews:
     def viewers(self) -> list[str]:
         """The VMs with vCPUs in some unit."""
         return list(self._own)
+
+
+class UnitTally:
+    """Per unit, the vCPUs ``unit_of`` places there and the CPU time they ran, kept as
+    vCPUs are added at its end (summed in ``unit_of`` order, as OBS-X's ``_demand`` sums
+    it: the same floats)."""
+
+    def __init__(
+        self,
+        units: tuple[CacheUnit, ...],
+        unit_of: Mapping[VcpuId, int] | None = None,
+        busy: Mapping[VcpuId, float] | None = None,
+    ) -> None:
+        self.count: dict[int, int] = {u.id: 0 for u in units}
+        self.ran: dict[int, float] = {u.id: 0.0 for u in units}
+        for vcpu, unit in (unit_of or {}).items():
+            self.add(vcpu, unit, busy)
+
+    def add(self, vcpu: VcpuId, unit: int, busy: Mapping[VcpuId, float] | None) -> None:
+        self.count[unit] += 1
+        self.ran[unit] += (busy or {}).get(vcpu, 0.0)

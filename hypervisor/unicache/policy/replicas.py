@@ -121,6 +121,8 @@ def _events(
                     reads += [ncc.Read(key, node, access.home_node)] * n
             if access.writes > 0:
                 written.add(key)
+    if not written and not modified:  # nothing written: no pass over what NCC holds
+        return [*reads, ncc.Age()], dropped, 0
     # a write matters only for a chunk NCC knows; §3.2 coherence for writers without the
     # shim: every known chunk of a modified file
     held = {r.key for r in known.replicas} | {c.key for c in known.counters}
@@ -173,9 +175,15 @@ def replicas_round(
         memory = tuple(m for m in memory if m.node in guest_nodes)
         colored = frozenset(n.node for n in vm.colored_nodes())
         events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
-        decision = ncc.ncc_round(
-            prev.ncc, memory, events, _vm_params(vm, memory, params, chunk_size)
-        )
+        vm_params = _vm_params(vm, memory, params, chunk_size)
+        if len(events) == 1 and not prev.ncc.replicas:
+            # only the aging, and no replica for it to age (the VM read and wrote nothing
+            # NCC replays): ncc_round would hand its state back with the clock one on
+            tight = ncc.memory_tight_nodes(memory, vm_params)
+            again = replace(prev.ncc, disabled=tight, clock=prev.ncc.clock + 1)
+            decision = ncc.NccDecision((), (), again)
+        else:
+            decision = ncc.ncc_round(prev.ncc, memory, events, vm_params)
         kept = decision.state
         trimmed = len(kept.counters) - MAX_COUNTERS_PER_VM
         if trimmed > 0:

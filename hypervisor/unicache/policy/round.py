@@ -162,12 +162,22 @@ class UnicachePolicy:
         """Per VM, the pinned vCPUs of every VM in the LLC groups its pinned vCPUs are in
         (whose lines a stream of the VM evicts)."""
         by_group: dict[int, set[VcpuId]] = {}
+        groups_of: dict[str, set[int]] = {}
         for vcpu, unit in unit_of.items():
-            by_group.setdefault(self._group_of_unit.get(unit, -1), set()).add(vcpu)
-        out: dict[str, set[VcpuId]] = {}
-        for vcpu, unit in unit_of.items():
-            out.setdefault(vcpu.vm, set()).update(by_group[self._group_of_unit.get(unit, -1)])
-        return {vm: frozenset(v) for vm, v in out.items()}
+            group = self._group_of_unit.get(unit, -1)
+            by_group.setdefault(group, set()).add(vcpu)
+            groups_of.setdefault(vcpu.vm, set()).add(group)
+        # one set per combination of groups, shared by the VMs in the same groups (a
+        # host's VMs mostly span the same few): a union per VM of every co-runner would
+        # cost VMs x vCPUs
+        union: dict[frozenset[int], frozenset[VcpuId]] = {}
+        out: dict[str, frozenset[VcpuId]] = {}
+        for vm, groups in groups_of.items():
+            key = frozenset(groups)
+            if key not in union:
+                union[key] = frozenset().union(*(by_group[g] for g in key))
+            out[vm] = union[key]
+        return out
 
 
 _check: Policy = UnicachePolicy.__new__(UnicachePolicy)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from unicache.errors import StateError
 from unicache.model import (
@@ -74,7 +74,8 @@ class ScuState:
     :param versions: VM -> version of the last table published to it.
     :param published: VM -> the entries of that table.
     :param round: rounds decided so far.
-    :param aside: VMs SCU left alone in the last round that predicted for them.
+    :param aside: VMs SCU left alone last round (by a prediction, by the watch, or before
+        and without reads since: a VM keeps its standing until its reads say otherwise).
     :param watched: what the watch (:mod:`unicache.policy.watch`) knows of each VM's reads.
     :param doubts: placed VMs predicted to lose, by consecutive rounds of that doubt.
     :param trusts: VMs a prediction left alone, by the rounds in a row since predicted to
@@ -125,6 +126,10 @@ class ScuPolicy:
         self.levels = levels
         self.smt = smt
         self._unit_by_id = {u.id: u for u in units}
+        # the units a VM is spread to first (sort keys: capacity desc, unit id), and the
+        # private levels of one core: both once, not once per VM and round
+        self._largest_first = sorted(units, key=lambda u: (-u.capacity_bytes, u.id))
+        self._private_bytes = sum(lv.size_bytes for lv in levels if lv.scope is Scope.CORE)
 
     def start(self, state: ScuState) -> None:
         """Validate a restored state against the units (idempotent).
@@ -184,7 +189,12 @@ class ScuPolicy:
         for vm, verdict in sorted(held.items()):
             if vm in rates and vm not in aside:
                 refusals.append(Refusal(WATCH, f"SCU leaves {vm} alone: {verdict.reason}"))
-        left_alone = frozenset(aside) | frozenset(held)
+        # a VM without reads this round keeps its standing (MFC decides on reads, §4.2: no
+        # read, nothing to decide): one left alone stays alone, its table unbuilt, until
+        # its reads say otherwise
+        read_now = {r.vm for r in obs.reports if r.chunks}
+        kept_aside = (state.aside - read_now) & live_vms
+        left_alone = frozenset(aside) | frozenset(held) | kept_aside
         # each VM's running readers: its vCPUs' busy time this round
         readers: dict[str, float] = {}
         for sample in obs.samples:
@@ -261,15 +271,12 @@ class ScuPolicy:
             self._budget,
         )
 
-        # a VM without reads this round keeps its standing: no estimate, no change
-        read_now = {r.vm for r in obs.reports if r.chunks}
-        still_aside = (state.aside - read_now) | left_alone
         new_state = ScuState(
             table,
             tables.versions,
             tables.published,
             next_round,
-            still_aside & live_vms,
+            left_alone & live_vms,
             watched,
             doubts,
             trusts,
@@ -328,10 +335,7 @@ class ScuPolicy:
             # to, its readers spread evenly: never over the one unit its cluster sits in
             spread = min(len(by_vm[vm]), len(self.units))
             if len(spanned) < spread:
-                others = sorted(
-                    (u for u in self.units if u.id not in spanned),
-                    key=lambda u: (-u.capacity_bytes, u.id),
-                )
+                others = [u for u in self._largest_first if u.id not in spanned]
                 spanned += [u.id for u in others[: spread - len(spanned)]]
                 in_unit = dict.fromkeys(spanned, round(busy / len(spanned)))
             estimate = cost.predict_gain(
@@ -353,9 +357,9 @@ class ScuPolicy:
                 if trusts[vm] >= TRUST_ROUNDS:
                     del trusts[vm]
                     continue
-                out[vm] = replace(
-                    estimate,
-                    reason=f"{estimate.reason}; gain predicted {trusts[vm]} of the "
+                out[vm] = GainEstimate(
+                    estimate.fraction,
+                    f"{estimate.reason}; gain predicted {trusts[vm]} of the "
                     f"{TRUST_ROUNDS} rounds in a row it needs after being left alone",
                 )
                 continue
@@ -363,7 +367,7 @@ class ScuPolicy:
                 doubts[vm] = state.doubts.get(vm, 0) + 1
                 continue
             need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
-            out[vm] = replace(estimate, reason=f"{estimate.reason} ({need})")
+            out[vm] = GainEstimate(estimate.fraction, f"{estimate.reason} ({need})")
             trusts[vm] = 0
         return out, doubts, trusts
 
@@ -371,9 +375,8 @@ class ScuPolicy:
         """What a unit caches for its readers without migrations: its shared levels and the
         private levels of the cores they run on, not the other cores' (MFC's per-core
         M_on-chip, §4.6); at least one reader's worth."""
-        private = sum(lv.size_bytes for lv in self.levels if lv.scope is Scope.CORE)
         idle_cores = self._cores(unit) - min(max(readers, 1), self._cores(unit))
-        return unit.capacity_bytes - private * idle_cores
+        return unit.capacity_bytes - self._private_bytes * idle_cores
 
     @staticmethod
     def placed(state: ScuState) -> frozenset[str]:
