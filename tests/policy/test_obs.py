@@ -34,6 +34,10 @@ from unicache.policy.obs import (
 from tests.policy.conftest import observation, sample, vm
 from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16, TOPO_XEON_5300
 
+#: opteron-16's CPUs: a VM free to run on every node (one whose CPUs lie on one node has
+#: its memory there, and OBS-X keeps it on that node: policy.obshome)
+EVERY_CPU = frozenset(range(16))
+
 UNITS = TOPO_XEON_5300.units()
 
 
@@ -118,7 +122,7 @@ def test_busy_vcpus_never_share_a_cpu_while_another_unit_has_one_free() -> None:
     # 4 units of 4: by weight alone a light unit takes a fifth vCPU while another keeps a
     # CPU idle
     policy = ObsPolicy(TOPO_OPTERON_16.units())
-    guest = vm("guest", 16)
+    guest = vm("guest", 16, EVERY_CPU)
     misses = [22400, 25856, 20160, 26624, 13760, 26752, 15936, 32256, 17600, 20544, 29440,
               17280, 23872, 21888, 12672, 28864]
     samples = [sample("guest", i, m) for i, m in enumerate(misses)]
@@ -188,7 +192,7 @@ def test_on_an_oversubscribed_host_new_vcpus_go_where_cpu_time_is_left() -> None
     policy = ObsPolicy(units)
     # three heavy vCPUs take three units; by cache load every light one would follow into
     # the fourth (21 vCPUs, 12.6 CPUs of demand on 4 CPUs)
-    vms = tuple(vm(f"v{i:02}", 1) for i in range(24))
+    vms = tuple(vm(f"v{i:02}", 1, EVERY_CPU) for i in range(24))
     samples = [sample(f"v{i:02}", 0, 10**7 if i < 3 else 10**3, busy=0.6) for i in range(24)]
     _, state = policy.decide(observation(1, vms, samples), ObsState())
     assert len(state.unit_of) == 24
@@ -338,7 +342,7 @@ def test_more_sharing_vcpus_than_a_unit_holds_fill_the_fewest_units_of_one_node(
 def test_vcpus_reading_different_data_stay_spread() -> None:
     policy = ObsPolicy(TOPO_OPTERON_16.units())
     own = _shared_reads("vm0", {i: range(8 * i, 8 * i + 8) for i in range(4)})
-    obs = Observation(0, (vm("vm0", 16),), tuple(_four_busy()), (own,))
+    obs = Observation(0, (vm("vm0", 16, EVERY_CPU),), tuple(_four_busy()), (own,))
     _, state = policy.decide(obs, ObsState(), frozenset({"vm0"}))
     assert len(set(_units_of(state, "vm0", range(4)))) == 4
     assert not state.clustered
@@ -347,7 +351,7 @@ def test_vcpus_reading_different_data_stay_spread() -> None:
 def test_a_clustered_vm_that_scu_unifies_again_is_spread_again_and_says_why() -> None:
     policy = ObsPolicy(TOPO_OPTERON_16.units())
     shared = _shared_reads("vm0", {i: range(32) for i in range(4)})
-    obs = Observation(0, (vm("vm0", 16),), tuple(_four_busy()), (shared,))
+    obs = Observation(0, (vm("vm0", 16, EVERY_CPU),), tuple(_four_busy()), (shared,))
     _, state = policy.decide(obs, ObsState(), frozenset({"vm0"}))
     decision, state = policy.decide(replace(obs, tick=1), state, frozenset())
     assert len(set(_units_of(state, "vm0", range(4)))) == 4
@@ -360,7 +364,7 @@ def test_a_cluster_survives_rebalances() -> None:
     shared = _shared_reads("vm0", {i: range(32) for i in range(4)})
     state = ObsState()
     for tick in range(8):
-        obs = Observation(tick, (vm("vm0", 16),), tuple(_four_busy()), (shared,))
+        obs = Observation(tick, (vm("vm0", 16, EVERY_CPU),), tuple(_four_busy()), (shared,))
         _, state = policy.decide(obs, state, frozenset({"vm0"}))
         assert len(set(_units_of(state, "vm0", range(4)))) == 1
 

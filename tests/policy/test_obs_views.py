@@ -200,7 +200,7 @@ class _CheckedViews(LoadViews):
 
     def loads(self, viewer):
         out = super().loads(viewer)
-        assert out == CHECKER[0]._loads(self.unit_of, self.weights, self.trusted, viewer)
+        assert out == _simple_loads(CHECKER[0], self.unit_of, self.weights, self.trusted, viewer)
         return out
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from unicache import policystate
 from unicache.errors import StateError
-from unicache.model import ChunkAccess, ChunkId, GuestReport, Observation
+from unicache.model import ChunkAccess, ChunkId, GuestReport, Observation, VcpuId
+from unicache.policy.obs import ObsState
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
 
@@ -45,6 +46,13 @@ def test_a_lived_state_comes_back_equal_through_json() -> None:
     for unit in TOPO_OPTERON_16.units():
         assert back.scu.table is not None
         assert back.scu.table.assigned_bytes(unit.id) == state.scu.table.assigned_bytes(unit.id)
+
+
+def test_obs_home_nodes_come_back_through_json() -> None:
+    state = RoundState(obs=ObsState(homes={VcpuId("vm0", 0): frozenset({1}),
+                                           VcpuId("vm0", 1): frozenset({0, 1})}))
+    back = policystate.decode(json.loads(json.dumps(policystate.encode(state))))
+    assert back == state
 
 
 def test_a_restart_keeps_what_was_learned_and_forgets_what_the_shutdown_undid() -> None:

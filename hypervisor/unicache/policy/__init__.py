@@ -23,7 +23,9 @@ OBS (observations paper), vCPU placement by cache weight:
   :mod:`unicache.policy.obslocal` OBS-L, :mod:`unicache.policy.obscredit` OBS-C,
   :mod:`unicache.policy.obsaside` its step-asides: :mod:`unicache.policy.obsgain` (no two
   heavy vCPUs to keep apart) and :mod:`unicache.policy.obsqueue` (a pin's wait against
-  its cache time), :mod:`unicache.policy.cluster` sharing-aware OBS-X;
+  its cache time), :mod:`unicache.policy.obsrebalance` OBS-X's periodic rebalance,
+  :mod:`unicache.policy.obshome` a vCPU's home nodes (where its VM's memory is),
+  :mod:`unicache.policy.cluster` sharing-aware OBS-X;
 * :mod:`unicache.policy.place` — where a new VM goes (NUMA nodes, LLC groups, guest
   topology; OBS-X and the Kubernetes CPU manager's uncore-cache alignment), with its
   values (:mod:`~unicache.policy.placetypes`), options (:mod:`~unicache.policy.placeoptions`),

@@ -14,6 +14,8 @@ of tasks and cache units in the place of LLC groups:
   would keep no two cache-heavy vCPUs apart, keeps its own CPUs; and one whose pins would
   make it wait for its unit's CPUs longer than its cache could save floats over its NUMA
   node (:mod:`unicache.policy.obsqueue`);
+* OBS-X keeps a vCPU on its home nodes, those its VM's memory is bound to
+  (:mod:`unicache.policy.obshome`): a move to another node would make every miss remote;
 * OBS-X's thread clustering (:mod:`unicache.policy.cluster`, after the paper's
   reference 1): the busy vCPUs of a VM that shares its data and that SCU leaves alone
   stay in one unit; rebalances leave them there;
@@ -40,6 +42,7 @@ from unicache.model import (
     Decision,
     Observation,
     PinVcpu,
+    Refusal,
     SetCpuWeight,
     VcpuId,
 )
@@ -52,9 +55,11 @@ from unicache.policy.cluster import (
 from unicache.policy.obsaside import AsideInputs, StepAside, step_aside
 from unicache.policy.obscredit import BASE_CPU_WEIGHT, credit_weights_by_vm
 from unicache.policy.obscredit import C_CREDIT as C_CREDIT
+from unicache.policy.obshome import AwayCost, at_home, home_nodes, kept_home
 from unicache.policy.obslocal import local_sets, saturated
 from unicache.policy.obsoptions import ObsOptions as ObsOptions
 from unicache.policy.obsoptions import ObsState as ObsState
+from unicache.policy.obsrebalance import rebalance_view
 from unicache.policy.obsviews import LoadViews, UnitTally
 from unicache.policy.obsweight import MAX_GUEST_BYTES_PER_NS as MAX_GUEST_BYTES_PER_NS
 from unicache.policy.obsweight import CacheWeight as CacheWeight
@@ -135,6 +140,8 @@ class ObsPolicy:
         # carry them all once they wake up). A vCPU stays in the unit it runs in while that
         # unit keeps within its fair share: moving it would cost a refill for no balance.
         running_in = {v.id: v.cpu for vm in obs.vms for v in vm.vcpus if v.cpu is not None}
+        homes = home_nodes(obs, self.units, state.homes, state.unit_of)
+        kept_refusals: list[Refusal] = []
         fair_count = -(-len(live) // max(len(self.units), 1))
         fair_loads: dict[str, float] = {}  # per VM: the load it sees, shared over the units
         # the loads, counts and CPU time per unit, kept as each new vCPU is placed (summed
@@ -176,15 +183,34 @@ class ObsPolicy:
                         f"{loads[here.id]:.3g}, fair share {fair_load:.3g})"
                     )
                     continue
+
                 # sort keys: cache load, vCPUs already there, unit id (idle: count first)
+                def order(
+                    u: CacheUnit,
+                    idle: bool = idle,
+                    loads: Mapping[int, float] = loads,
+                    count: Mapping[int, int] = tally.count,
+                ) -> tuple[float, float, int]:
+                    if idle:
+                        return (count[u.id], loads[u.id], u.id)
+                    return (loads[u.id], count[u.id], u.id)
+
+                pool = self._with_room(unit_of, busy, busy.get(vcpu, 0.0), tally) or self.units
+                home = homes.get(vcpu)
+                # on its home nodes (policy.obshome); the least loaded of them if none has room
                 target = min(
-                    self._with_room(unit_of, busy, busy.get(vcpu, 0.0), tally) or self.units,
-                    key=lambda u: (
-                        (tally.count[u.id], loads[u.id], u.id)
-                        if idle
-                        else (loads[u.id], tally.count[u.id], u.id)
-                    ),
+                    [u for u in pool if at_home(u, home)]
+                    or [u for u in self.units if at_home(u, home)],
+                    key=order,
                 )
+                lightest = min(pool, key=order)
+                if home is not None and not at_home(lightest, home):
+                    cost = AwayCost(
+                        opts.miss_cost.stall_share(weights.get(vcpu, 0.0), vcpu in trusted),
+                        opts.remote_gap,
+                        opts.remote_gap_source,
+                    )
+                    kept_refusals.append(kept_home(vcpu, home, lightest, target, cost))
                 unit_of[vcpu] = target.id
                 views.add(vcpu, target.id)
                 tally.add(vcpu, target.id, busy)
@@ -224,7 +250,7 @@ class ObsPolicy:
         if obs.tick - state.last_rebalance >= opts.rebalance_period and len(self.units) > 1:
             last_rebalance = obs.tick
             kept = frozenset(v for vm in clustered for v in vcpus_of[vm])
-            moved = self._rebalance(unit_of, weights, trusted, kept, busy)
+            moved = self._rebalance(unit_of, weights, trusted, kept, busy, homes)
             if moved is not None:
                 vcpu, src, dst, why = moved
                 unit_of[vcpu] = dst
@@ -299,25 +325,12 @@ class ObsPolicy:
             frozenset(unit_of) - floating,
             aside.crowded,
             aside.crowded_rounds,
+            homes,
         )
-        return Decision(self.name, tuple(actions), (), aside.refusals), new_state
+        refusals = (*aside.refusals, *kept_refusals)
+        return Decision(self.name, tuple(actions), (), refusals), new_state
 
     # --- steps -----------------------------------------------------------------------------
-
-    def _loads(
-        self,
-        unit_of: Mapping[VcpuId, int],
-        weights: Mapping[VcpuId, float],
-        trusted: frozenset[VcpuId] = frozenset(),
-        viewer: str | None = None,
-    ) -> dict[int, float]:
-        """Cache load per unit as ``viewer``'s vCPUs see it: host-measured (``trusted``)
-        weights, and ``viewer``'s own guest-reported ones (``None``: every weight)."""
-        loads = {u.id: 0.0 for u in self.units}
-        for vcpu, unit in unit_of.items():
-            if viewer is None or _counts_for(vcpu, viewer, trusted):
-                loads[unit] += weights.get(vcpu, 0.0)
-        return loads
 
     def _may_stay(
         self,
@@ -405,10 +418,12 @@ class ObsPolicy:
         trusted: frozenset[VcpuId],
         kept: frozenset[VcpuId] = frozenset(),
         busy: Mapping[VcpuId, float] | None = None,
+        homes: Mapping[VcpuId, frozenset[int]] | None = None,
     ) -> tuple[VcpuId, int, int, str] | None:
         """The best move of one overweight vCPU, each VM's vCPUs judged by the loads as
         that VM sees them (:mod:`.obsviews`); one view for all where every weight is the
-        host's own measurement."""
+        host's own measurement. A vCPU moves only within its home nodes (``homes``,
+        :mod:`.obshome`)."""
         views = LoadViews([u.id for u in self.units], unit_of, weights, trusted)
         viewers: list[str | None] = [None]
         if not set(unit_of) <= trusted:
@@ -424,55 +439,22 @@ class ObsPolicy:
             share = min(1.0, self._share(demand) + self.options.imbalance_margin)
         best: tuple[float, VcpuId, int, int, str] | None = None
         for viewer in viewers:
-            move = self._rebalance_view(views, viewer, weights, kept, room, demand, busy, share)
+            move = rebalance_view(
+                self.units,
+                self.options.imbalance_margin,
+                views,
+                viewer,
+                weights,
+                kept,
+                room,
+                demand,
+                busy,
+                share,
+                homes or {},
+            )
             if move is not None and (best is None or move[:2] < best[:2]):
                 best = move
         return None if best is None else best[1:]
-
-    def _rebalance_view(
-        self,
-        views: LoadViews,
-        viewer: str | None,
-        weights: Mapping[VcpuId, float],
-        kept: frozenset[VcpuId],
-        room: tuple[CacheUnit, ...],
-        demand: Mapping[int, float] | None,
-        busy: Mapping[VcpuId, float] | None = None,
-        share: float = 0.0,
-    ) -> tuple[float, VcpuId, int, int, str] | None:
-        loads = views.loads(viewer)
-        # sort keys: load, then unit id (deterministic ties)
-        heavy = max(self.units, key=lambda u: (loads[u.id], -u.id)).id
-        if not room:
-            return None
-        light = min(room, key=lambda u: (loads[u.id], u.id)).id
-        gap = loads[heavy] - loads[light]
-        if heavy == light or gap <= self.options.imbalance_margin * loads[heavy]:
-            return None
-        average = loads[heavy] / len(views.members[heavy])
-        # a clustered vCPU stays with the vCPUs it shares data with; a view moves only
-        # vCPUs its loads may move (its own VM's, or every one in the all-trusted view)
-        movable = views.members[heavy] if viewer is None else views.own(viewer, heavy)
-        overweight = [v for v in movable if weights.get(v, 0.0) > average and v not in kept]
-        # only moves that lower the heaviest load: light + w < heavy
-        useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
-        # ... and, on an oversubscribed host with CPU time idle, that the lightest unit
-        # has the CPU time for it (_with_room)
-        if demand is not None:  # (share: the host's busy CPUs per CPU, with the margin)
-            cpus = len(self._unit_by_id[light].cpus)
-            useful = [
-                v for v in useful if demand[light] + (busy or {}).get(v, 0.0) <= share * cpus + 1e-9
-            ]
-        if not useful:
-            return None
-        # sort keys: distance of w from half the gap (best leveller), then vCPU id
-        vcpu = min(useful, key=lambda v: (abs(gap / 2 - weights.get(v, 0.0)), v))
-        why = (
-            f"OBS-X: rebalance moved overweight vCPU (weight {weights.get(vcpu, 0.0):.3g} > "
-            f"unit average {average:.3g}) from heaviest unit {heavy} "
-            f"(load {loads[heavy]:.3g}) to lightest unit {light} (load {loads[light]:.3g})"
-        )
-        return abs(gap / 2 - weights.get(vcpu, 0.0)), vcpu, heavy, light, why
 
 
 def _counts_for(vcpu: VcpuId, viewer: str, trusted: frozenset[VcpuId]) -> bool:

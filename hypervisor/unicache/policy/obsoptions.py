@@ -14,6 +14,7 @@ from typing import Any
 
 from unicache.model import VcpuId
 from unicache.policy.obscredit import C_CREDIT
+from unicache.policy.obshome import DEFAULT_REMOTE_GAP, remote_gap_for
 from unicache.policy.obsqueue import WAIT_MARGIN, MissCost, miss_cost_for
 from unicache.topology import Topology
 
@@ -39,6 +40,10 @@ class ObsOptions:
     :param miss_cost: what a miss costs, to estimate what a pin could save (:mod:`.obsqueue`).
     :param wait_margin: a VM floating for its wait is pinned again only when its cache time
         exceeds the wait by this fraction.
+    :param remote_gap: the dual-layered file cache paper's latency gap, (remote DRAM
+        latency - local) / local: what a miss would pay more off a vCPU's home nodes
+        (:mod:`.obshome`).
+    :param remote_gap_source: where ``remote_gap`` comes from.
     """
 
     rebalance_period: int = 5
@@ -51,6 +56,8 @@ class ObsOptions:
     step_aside: bool = True
     miss_cost: MissCost = field(default_factory=MissCost)
     wait_margin: float = WAIT_MARGIN
+    remote_gap: float = DEFAULT_REMOTE_GAP
+    remote_gap_source: str = "the dual-layered file cache paper's Opteron 246"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,7 @@ class ObsState:
     :param crowded: VMs floating over their node for the wait a pin would add
         (:mod:`.obsqueue`).
     :param crowded_rounds: per pinned VM, rounds in a row its wait exceeded its cache time.
+    :param homes: vCPU -> its home nodes, where its VM's memory is (:mod:`.obshome`).
     """
 
     unit_of: Mapping[VcpuId, int] = field(default_factory=dict)
@@ -79,9 +87,17 @@ class ObsState:
     pinned: frozenset[VcpuId] = frozenset()
     crowded: frozenset[str] = frozenset()
     crowded_rounds: Mapping[str, int] = field(default_factory=dict)
+    homes: Mapping[VcpuId, frozenset[int]] = field(default_factory=dict)
 
 
 def obs_options_for(topology: Topology, **overrides: Any) -> ObsOptions:
     """OBS's options for a machine: its line size and what a miss costs on it
     (:func:`~unicache.policy.obsqueue.miss_cost_for`), with ``overrides``."""
-    return ObsOptions(line_size=topology.line_size, miss_cost=miss_cost_for(topology), **overrides)
+    gap, source = remote_gap_for(topology)
+    settings: dict[str, Any] = {
+        "line_size": topology.line_size,
+        "miss_cost": miss_cost_for(topology),
+        "remote_gap": gap,
+        "remote_gap_source": source,
+    }
+    return ObsOptions(**{**settings, **overrides})

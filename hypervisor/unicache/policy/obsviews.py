@@ -10,9 +10,9 @@ unit plus its own guest-reported ones. Summing every vCPU for every VM costs VMs
 (2 million additions at 1,000 VMs); this computes every view from one pass and gives
 each VM's view at the cost of its own vCPUs and the host-measured ones after them.
 
-The views are the same floats as the simple sum in ``unit_of`` order
-(``ObsPolicy._loads``), bit for bit, so every comparison and tie decides as before: a unit
-without the viewer's guest-reported vCPUs has the host-measured sum; a unit with them
+The views are the same floats as the simple sum in ``unit_of`` order (the simple form in
+tests/policy/test_obs_views.py), bit for bit, so every comparison and tie decides as
+before: a unit without the viewer's guest-reported vCPUs has the host-measured sum; a unit with them
 continues the host-measured prefix sum from the viewer's first such vCPU in the same
 order. Pure.
 """
