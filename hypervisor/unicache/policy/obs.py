@@ -203,7 +203,8 @@ class ObsPolicy:
                     or [u for u in self.units if at_home(u, home)],
                     key=order,
                 )
-                lightest = min(pool, key=order)
+                # without a home the target is the lightest unit: nothing to log
+                lightest = target if home is None else min(pool, key=order)
                 if home is not None and not at_home(lightest, home):
                     cost = AwayCost(
                         opts.miss_cost.stall_share(weights.get(vcpu, 0.0), vcpu in trusted),
