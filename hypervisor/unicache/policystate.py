@@ -33,6 +33,7 @@ import cattrs.gen
 
 from unicache.errors import StateError
 from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
+from unicache.policy.mfcstate import use_pairs
 from unicache.policy.round import RoundState
 from unicache.statefile import Checkpoint
 
@@ -95,14 +96,25 @@ def _converter() -> cattrs.Converter:
         return table
 
     # a chunk's counts are saved current (the table's view), without the agings they are
-    # current to: the file holds what it held before aging was lazy, and loads as before
+    # current to, and its use as the map ``use`` (unit -> count) it was before the pairs:
+    # the file holds what it held before aging was lazy, and loads as before
+    def unstructure_use(pairs: tuple[int, ...]) -> Any:
+        return conv.unstructure(dict(zip(pairs[::2], pairs[1::2], strict=True)))
+
+    def structure_use(doc: Any, _: Any) -> tuple[int, ...]:
+        return use_pairs(conv.structure(doc, dict[int, int]))
+
+    saved_use = cattrs.gen.override(
+        rename="use", unstruct_hook=unstructure_use, struct_hook=structure_use
+    )
+    omit = cattrs.gen.override(omit=True)
     conv.register_unstructure_hook(
         ChunkState,
-        cattrs.gen.make_dict_unstructure_fn(ChunkState, conv, aged=cattrs.gen.override(omit=True)),
+        cattrs.gen.make_dict_unstructure_fn(ChunkState, conv, aged=omit, use_pairs=saved_use),
     )
     conv.register_structure_hook(
         ChunkState,
-        cattrs.gen.make_dict_structure_fn(ChunkState, conv, aged=cattrs.gen.override(omit=True)),
+        cattrs.gen.make_dict_structure_fn(ChunkState, conv, aged=omit, use_pairs=saved_use),
     )
     conv.register_unstructure_hook(MfcTable, unstructure_table)
     conv.register_structure_hook(MfcTable, structure_table)

@@ -26,6 +26,7 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
+from unicache.policy.mfcstate import use_pairs
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import ScuState
 from unicache.policy.scuoptions import scu_options_for
@@ -183,7 +184,7 @@ def _aging_run(chunks, max_entries: int, vm_unit_out=None):
     table = MfcTable(options.params, [UnitView(u.id, u.capacity_bytes) for u in policy.units])
     for n, (units, use) in chunks.items():
         table.restore_chunk(
-            ChunkKey("vm0", ChunkId(n, 0)), ChunkState(256 * KIB, set(units), dict(use))
+            ChunkKey("vm0", ChunkId(n, 0)), ChunkState(256 * KIB, set(units), use_pairs(dict(use)))
         )
     state = RoundState(scu=ScuState(table=table))
     results = []
@@ -230,9 +231,10 @@ def _eager_aging(table: MfcTable, max_chunks: int) -> tuple[MfcTable, dict[str, 
     for key, state in table.chunks.items():
         use = {u: n // 2 for u, n in state.use.items() if n // 2 > 0}
         if state.units or use:
-            aged.restore_chunk(
-                key, ChunkState(state.size, set(state.units), use, {}, state.migrations // 2)
+            halved = ChunkState(
+                state.size, set(state.units), use_pairs(use), {}, state.migrations // 2
             )
+            aged.restore_chunk(key, halved)
     return aged, aged._forget_excess(max_chunks)
 
 

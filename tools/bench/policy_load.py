@@ -132,7 +132,7 @@ class SyntheticFleet:
             unit = units[n % len(units)]
             for chunk in self.chunks_of[vm.name]:
                 table.restore_chunk(
-                    ChunkKey(vm.name, chunk), ChunkState(self.chunk_size, use={unit: use})
+                    ChunkKey(vm.name, chunk), ChunkState(self.chunk_size, use_pairs=(unit, use))
                 )
         return len(table.chunks)
 

@@ -399,7 +399,7 @@ class MfcTable:
             frequent = self._frequent_user(f, curunit)
             if frequent and self.cache_avail(curunit, vm) > size and self._fits(curunit, size, vm):
                 evicted = self._add(key, curunit)
-                f.use[curunit] = f.use.get(curunit, 0) + 1
+                f.add_use(curunit)
                 return Access(curunit, True, RULE_REPLICATE_SPARE, tuple(evicted))
 
             # lines 12-16: migrate to the unit with the most spare capacity
@@ -426,12 +426,12 @@ class MfcTable:
                         return Access(access.unit, access.caching, access.rule, tuple(evicted))
             # lines 27-29: too unpopular to cache: non-caching loads where the thread is
             capped = len(f.units) < copies and self._shared_out(key, f, allowed)
-            f.use[curunit] = f.use.get(curunit, 0) + 1
+            f.add_use(curunit)
             return Access(curunit, False, RULE_NON_CACHING, capped=capped)
 
         # line 31: the least loaded holder (ours: curunit first if it holds f and is not busy)
         if curunit in holders and self.units[curunit].runqueue_len <= p.busy_threshold:
-            f.use[curunit] = f.use.get(curunit, 0) + 1
+            f.add_use(curunit)
             return Access(curunit, True, RULE_STAY_HOLDER)
         newunit = min(sorted(holders), key=lambda u: self.units[u].runqueue_len)
 
@@ -441,11 +441,11 @@ class MfcTable:
         if busy and idle and curunit not in f.units and len(f.units) < copies:
             lfu2 = self.lookup_lfu(curunit, exclude=key, vm=vm)
             lfu2_use = 0 if lfu2 is None else self._use(lfu2, curunit)
-            if f.use.get(newunit, 0) > 2 * lfu2_use:
+            if f.use_of(newunit) > 2 * lfu2_use:
                 evicted = self._make_room(curunit, size, keep=key)
                 if self._fits(curunit, size, vm):
                     evicted += self._add(key, curunit)
-                    f.use[curunit] = f.use.get(curunit, 0) + 1
+                    f.add_use(curunit)
                     return Access(curunit, True, RULE_REPLICATE_BUSY, tuple(evicted))
 
         # lines 42-43: migrate to the holder
@@ -457,7 +457,7 @@ class MfcTable:
         # read is no frequent use, nor is a thread passing through curunit on its way to the
         # holders (§4.4: one thread wants all caches to hold distinct files, not replicas).
         reads = f.reads_from.get(curunit, 0)
-        busiest = max((f.use.get(u, 0) for u in f.units), default=0)
+        busiest = max((f.use_of(u) for u in f.units), default=0)
         return reads >= self.params.frequent_reads and reads >= busiest
 
     def _migrate(
@@ -468,11 +468,11 @@ class MfcTable:
             # load from off-chip memory, stop migrating and read where the thread is.
             spent = (f.migrations + 1) * self.params.migration_cycles
             if spent > self.params.load_cost_cycles(f.size):
-                f.use[curunit] = f.use.get(curunit, 0) + 1
+                f.add_use(curunit)
                 return Access(curunit, True, RULE_COMPETITIVE)
             f.migrations += 1
         evicted = self._add(key, target)
-        f.use[target] = f.use.get(target, 0) + 1
+        f.add_use(target)
         return Access(target, True, rule, tuple(evicted))
 
     def update_use(self, max_chunks: int) -> dict[str, int]:

@@ -77,7 +77,7 @@ class ChunkStore:
     def use_on(self, key: ChunkKey, unit: int) -> int:
         """``f.use[unit]`` of a chunk the store holds, current (without a copy)."""
         state = self._vms[key.vm][key.chunk]
-        return state.use.get(unit, 0) >> (self.agings - state.aged)
+        return state.use_of(unit) >> (self.agings - state.aged)
 
     def count_of(self, vm: str) -> int:
         """How many chunks one VM has."""

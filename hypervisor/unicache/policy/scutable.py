@@ -86,7 +86,7 @@ def chunk_entry(
         vcpus = frozenset(i for i, u in vcpu_units.items() if u in units)
         # §4.5 competitive rule, enforced by the guest's shim per aging period
         return PlacementEntry(chunk, vcpus, True, budget(state.size), units[0])
-    if state.use and state.size >= min_read_size:
+    if state.use_pairs and state.size >= min_read_size:
         return PlacementEntry(chunk, frozenset(vcpu_units), False, 0)
     return None
 
