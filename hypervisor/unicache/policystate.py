@@ -33,7 +33,7 @@ import cattrs.gen
 
 from unicache.errors import StateError
 from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
-from unicache.policy.mfcstate import use_pairs
+from unicache.policy.mfcstate import use_map, use_pairs
 from unicache.policy.round import RoundState
 from unicache.statefile import Checkpoint
 
@@ -99,7 +99,7 @@ def _converter() -> cattrs.Converter:
     # current to, and its use as the map ``use`` (unit -> count) it was before the pairs:
     # the file holds what it held before aging was lazy, and loads as before
     def unstructure_use(pairs: tuple[int, ...]) -> Any:
-        return conv.unstructure(dict(zip(pairs[::2], pairs[1::2], strict=True)))
+        return conv.unstructure(use_map(pairs))
 
     def structure_use(doc: Any, _: Any) -> tuple[int, ...]:
         return use_pairs(conv.structure(doc, dict[int, int]))

@@ -120,6 +120,12 @@ def use_pairs(use: Mapping[int, int]) -> tuple[int, ...]:
     return tuple(x for unit, count in use.items() for x in (unit, count))
 
 
+def use_map(pairs: tuple[int, ...]) -> dict[int, int]:
+    """The ``(unit, count)`` pairs of :attr:`ChunkState.use_pairs` as ``f.use``, unit ->
+    count, in a new dict (the inverse of :func:`use_pairs`)."""
+    return dict(zip(pairs[::2], pairs[1::2], strict=True))
+
+
 @dataclass(slots=True)
 class ChunkState:
     """MFC's per-file information (§4.2), for one chunk.
@@ -153,8 +159,7 @@ class ChunkState:
     @property
     def use(self) -> dict[int, int]:
         """``f.use``, unit -> count, as a new dict (to read whole: tests, the saved state)."""
-        pairs = self.use_pairs
-        return dict(zip(pairs[::2], pairs[1::2], strict=True))
+        return use_map(self.use_pairs)
 
     def use_of(self, unit: int) -> int:
         """``f.use[unit]`` (0 for a unit never counted)."""
