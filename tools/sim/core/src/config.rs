@@ -122,14 +122,6 @@ impl MachineConfig {
             if l.sets == 0 || l.ways == 0 {
                 return bad(format!("level {} has zero sets or ways", l.name));
             }
-            if l.ways > crate::cache::MAX_WAYS {
-                return bad(format!(
-                    "level {} has {} ways, at most {} are simulated",
-                    l.name,
-                    l.ways,
-                    crate::cache::MAX_WAYS
-                ));
-            }
             if l.instance_of.len() != self.n_cpus() {
                 return bad(format!(
                     "level {} maps {} cpus, machine has {}",

@@ -20,7 +20,6 @@ use crate::simd::Isa;
 // SAFETY (every `unsafe` block of this module): `dir` was taken at the start of the
 // access, and slots index the directory, which no access resizes (`Dir::at`); `w` was made
 // of this machine, and each set it gives is used before the next is made (`View::set`).
-// Sets are passed by value (`Set`), so none outlives its set operation.
 
 impl Machine {
     /// Access line `phys` (slot `slot`) from `cpu`, whose caches `w` shows, at thread time
@@ -47,7 +46,7 @@ impl Machine {
                     0,
                     #[inline(always)]
                     |m, i| {
-                        if I::find(unsafe { w.set(m, i, phys) }.tags, slot).is_some() {
+                        if I::find(unsafe { w.set(m, i, phys) }, slot).is_some() {
                             Break(i)
                         } else {
                             Continue(())

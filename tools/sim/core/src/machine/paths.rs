@@ -94,7 +94,7 @@ impl Machine {
     ) -> (Source, f64) {
         #[cfg(target_arch = "x86_64")]
         if self.avx512 {
-            // SAFETY: `avx512` is set only when the CPU has AVX2 and AVX-512 F and VL.
+            // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
             return unsafe { self.access_avx512(cpu, phys, slot, kind, now) };
         }
         #[cfg(target_arch = "x86_64")]
@@ -110,7 +110,7 @@ impl Machine {
     pub fn run_lines(&mut self, cpu: usize, cpus: &[u32], lines: &[u64], kind: AccessKind) {
         #[cfg(target_arch = "x86_64")]
         if self.avx512 {
-            // SAFETY: `avx512` is set only when the CPU has AVX2 and AVX-512 F and VL.
+            // SAFETY: `avx512` is set only when the CPU has AVX-512 F and VL.
             unsafe { self.run_lines_avx512(cpu, cpus, lines, kind) };
             return;
         }
@@ -124,7 +124,7 @@ impl Machine {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,avx512f,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512vl")]
     unsafe fn access_avx512(
         &mut self,
         cpu: usize,
@@ -150,7 +150,7 @@ impl Machine {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,avx512f,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512vl")]
     unsafe fn run_lines_avx512(
         &mut self,
         cpu: usize,

@@ -12,7 +12,6 @@ use std::marker::PhantomData;
 use std::ops::ControlFlow;
 
 use super::{At, Down, Machine, VictimAction, LAST_DROP};
-use crate::cache::Set;
 
 /// How the hot path reaches one CPU's caches and the rules of the hierarchy.
 ///
@@ -31,13 +30,13 @@ pub(super) trait View: Copy {
     fn victim_filled(&self, m: &Machine, i: usize) -> bool;
     /// What becomes of a line evicted from level `j`.
     fn victim_action(&self, m: &Machine, j: usize) -> VictimAction;
-    /// The set of `phys` in the CPU's level `i`.
+    /// The ways of the set of `phys` in the CPU's level `i`.
     ///
     /// # Safety
     ///
     /// `m` is the machine this view was made of, `i` one of its levels; the set returned
-    /// is the only reference to those tags and ranks while it is used.
-    unsafe fn set<'a>(&self, m: &mut Machine, i: usize, phys: u64) -> Set<'a>;
+    /// is the only reference to those tags while it is used.
+    unsafe fn set<'a>(&self, m: &mut Machine, i: usize, phys: u64) -> &'a mut [u32];
     /// Call `f` on the levels from `first` down, in order, until it breaks; returns what
     /// it broke with.
     fn walk<B>(
@@ -84,12 +83,11 @@ impl View for Tables {
         *m.victim_action.at(j)
     }
     #[inline(always)]
-    unsafe fn set<'a>(&self, m: &mut Machine, i: usize, phys: u64) -> Set<'a> {
+    unsafe fn set<'a>(&self, m: &mut Machine, i: usize, phys: u64) -> &'a mut [u32] {
         let c = *m.hier.at(self.h + i) as usize;
         let set = m.caches.at_mut(c).set_mut(phys);
-        // SAFETY: the tag and rank arrays never reallocate, and the caller uses the set
-        // alone.
-        unsafe { Set::from_raw(set.tags.as_mut_ptr(), set.ranks.as_mut_ptr(), set.tags.len()) }
+        // SAFETY: the tag arrays never reallocate, and the caller uses the set alone.
+        unsafe { std::slice::from_raw_parts_mut(set.as_mut_ptr(), set.len()) }
     }
     #[inline(always)]
     fn walk<B>(
@@ -172,13 +170,12 @@ impl FixedShape for Nine {
     const VICTIM_ACTION: [VictimAction; 3] = [LAST_DROP; 3];
 }
 
-/// One CPU's caches on a fixed shape `S`: the tag and rank arrays and set masks of its L1,
-/// L2 and L3 instances, and its group. Used while the machine is borrowed; the arrays
-/// never reallocate.
+/// One CPU's caches on a fixed shape `S`: the tag arrays and set masks of its L1, L2 and
+/// L3 instances, and its group. Used while the machine is borrowed; the tag arrays never
+/// reallocate.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Fixed<S> {
     tags: [*mut u32; 3],
-    ranks: [*mut u8; 3],
     mask: [u64; 3],
     group: usize,
     shape: PhantomData<S>,
@@ -189,14 +186,12 @@ impl<S: FixedShape> View for Fixed<S> {
     fn of(m: &mut Machine, cpu: usize) -> Self {
         let h = cpu * 3;
         let mut tags = [std::ptr::null_mut(); 3];
-        let mut ranks = [std::ptr::null_mut(); 3];
-        for i in 0..3 {
+        for (i, t) in tags.iter_mut().enumerate() {
             let c = *m.hier.at(h + i) as usize;
-            (tags[i], ranks[i]) = m.caches.at_mut(c).set_ptrs();
+            *t = m.caches.at_mut(c).tags_ptr();
         }
         Fixed {
             tags,
-            ranks,
             mask: m.mask3,
             group: *m.group_of.at(cpu) as usize,
             shape: PhantomData,
@@ -219,13 +214,12 @@ impl<S: FixedShape> View for Fixed<S> {
         *S::VICTIM_ACTION.at(j)
     }
     #[inline(always)]
-    unsafe fn set<'a>(&self, _: &mut Machine, i: usize, phys: u64) -> Set<'a> {
+    unsafe fn set<'a>(&self, _: &mut Machine, i: usize, phys: u64) -> &'a mut [u32] {
         let w = *S::WAYS.at(i);
-        let first = (phys & *self.mask.at(i)) as usize * w;
-        // SAFETY: `tags`, `ranks` and `mask` come from this machine's level-i cache of
-        // power-of-two sets and `w` ways (`fits`), so the set's `w` tags and ranks lie
-        // inside its arrays.
-        unsafe { Set::from_raw(self.tags.at(i).add(first), self.ranks.at(i).add(first), w) }
+        let set = (phys & *self.mask.at(i)) as usize;
+        // SAFETY: `tags` and `mask` come from this machine's level-i cache of power-of-two
+        // sets and `w` ways (`fits`), so the set's `w` tags lie inside its array.
+        unsafe { std::slice::from_raw_parts_mut(self.tags.at(i).add(set * w), w) }
     }
     #[inline(always)]
     fn walk<B>(

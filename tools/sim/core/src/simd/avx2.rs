@@ -1,22 +1,21 @@
 //! The set operations with AVX2.
 //!
-//! Tags: 8-lane compares and a movemask. Ranks (one byte per way): the 8 or 16 ranks of
-//! a set in one SSE register, 32 in one AVX2 register; each update is a compare against
-//! the rank, an add of the compare mask and one store. Other widths: the portable code.
+//! 8-lane groups: compare + movemask; shifts by a lane permute, the lane crossing
+//! into the next group by a blend, and a per-lane select against the lane index.
 
 use std::arch::x86_64::*;
 
-/// Index of `id` in `tags`.
+/// Index of `id` in `set`.
 #[inline(always)]
-pub fn find(tags: &[u32], id: u32) -> Option<usize> {
-    let n = tags.len();
+pub fn find(set: &[u32], id: u32) -> Option<usize> {
+    let n = set.len();
     if n != 8 && n != 16 && n != 32 {
-        return super::scalar::find(tags, id);
+        return super::scalar::find(set, id);
     }
-    // SAFETY: n / 8 whole 8-lane groups lie inside `tags`.
+    // SAFETY: n / 8 whole 8-lane groups lie inside `set`.
     let m = unsafe {
         let needle = _mm256_set1_epi32(id as i32);
-        let p = tags.as_ptr() as *const __m256i;
+        let p = set.as_ptr() as *const __m256i;
         let mut m = 0u32;
         for g in 0..n / 8 {
             let eq = _mm256_cmpeq_epi32(_mm256_loadu_si256(p.add(g)), needle);
@@ -31,92 +30,69 @@ pub fn find(tags: &[u32], id: u32) -> Option<usize> {
     }
 }
 
-/// The ranks as one register (lanes past `ranks` zero), for 8, 16 or 32 ways.
-///
-/// # Safety
-///
-/// `ranks` has 8, 16 or 32 bytes; AVX2 is enabled in the caller.
+/// Move `set[0..upto]` to `set[1..=upto]` and put `id` in `set[0]`.
 #[inline(always)]
-unsafe fn load(ranks: &[u8]) -> __m256i {
-    let p = ranks.as_ptr();
-    // SAFETY: each branch reads exactly the `ranks.len()` bytes.
+pub fn push_front(set: &mut [u32], upto: usize, id: u32) {
+    let n = set.len();
+    if n != 8 && n != 16 && n != 32 {
+        return super::scalar::push_front(set, upto, id);
+    }
+    // SAFETY: n / 8 whole 8-lane groups inside `set`, all loaded before any store.
     unsafe {
-        match ranks.len() {
-            8 => _mm256_zextsi128_si256(_mm_loadl_epi64(p as *const __m128i)),
-            16 => _mm256_zextsi128_si256(_mm_loadu_si128(p as *const __m128i)),
-            _ => _mm256_loadu_si256(p as *const __m256i),
+        let p = set.as_mut_ptr() as *mut __m256i;
+        let mut v = [_mm256_setzero_si256(); 4];
+        for (g, x) in v.iter_mut().enumerate().take(n / 8) {
+            *x = _mm256_loadu_si256(p.add(g));
+        }
+        let rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let last = _mm256_set1_epi32(7);
+        let mut carry = _mm256_set1_epi32(id as i32);
+        for (g, &x) in v.iter().enumerate().take(n / 8) {
+            let r = _mm256_permutevar8x32_epi32(x, rot);
+            let shifted = _mm256_blend_epi32::<1>(r, carry);
+            carry = _mm256_permutevar8x32_epi32(x, last);
+            // lanes at or below `upto` take the shifted value
+            let bound = _mm256_set1_epi32(upto as i32 - 8 * g as i32 + 1);
+            let take = _mm256_cmpgt_epi32(bound, lane);
+            let out = _mm256_blendv_epi8(x, shifted, take);
+            _mm256_storeu_si256(p.add(g), out);
         }
     }
 }
 
-/// Store the first `ranks.len()` lanes of `x` into `ranks`. Safety: as [`load`].
+/// Move `set[i+1..]` to `set[i..len-1]` and empty the last way.
 #[inline(always)]
-unsafe fn store(ranks: &mut [u8], x: __m256i) {
-    let p = ranks.as_mut_ptr();
-    // SAFETY: each branch writes exactly the `ranks.len()` bytes.
+pub fn pull_down(set: &mut [u32], i: usize) {
+    let n = set.len();
+    if n != 8 && n != 16 && n != 32 {
+        return super::scalar::pull_down(set, i);
+    }
+    // SAFETY: as in `push_front`.
     unsafe {
-        match ranks.len() {
-            8 => _mm_storel_epi64(p as *mut __m128i, _mm256_castsi256_si128(x)),
-            16 => _mm_storeu_si128(p as *mut __m128i, _mm256_castsi256_si128(x)),
-            _ => _mm256_storeu_si256(p as *mut __m256i, x),
+        let p = set.as_mut_ptr() as *mut __m256i;
+        let groups = n / 8;
+        let mut v = [_mm256_setzero_si256(); 4];
+        for (g, x) in v.iter_mut().enumerate().take(groups) {
+            *x = _mm256_loadu_si256(p.add(g));
         }
-    }
-}
-
-/// Whether the ranks fit one register: 8, 16 or 32 ways (ranks below 32, so the signed
-/// byte compares order them).
-#[inline(always)]
-fn fits(ranks: &[u8]) -> bool {
-    matches!(ranks.len(), 8 | 16 | 32)
-}
-
-/// The way of rank `r` becomes rank 0; the ranks below `r` grow by one.
-#[inline(always)]
-pub fn promote(ranks: &mut [u8], r: u8) {
-    if !fits(ranks) {
-        return super::scalar::promote(ranks, r);
-    }
-    // SAFETY: 8, 16 or 32 ranks; AVX2 is enabled in the caller (this module's contract).
-    unsafe {
-        let x = load(ranks);
-        let rv = _mm256_set1_epi8(r as i8);
-        let below = _mm256_cmpgt_epi8(rv, x);
-        let hit = _mm256_cmpeq_epi8(x, rv);
-        store(ranks, _mm256_andnot_si256(hit, _mm256_sub_epi8(x, below)));
-    }
-}
-
-/// The way of the last rank becomes rank 0, every other rank grows by one; returns that way.
-#[inline(always)]
-pub fn recycle(ranks: &mut [u8]) -> usize {
-    if !fits(ranks) {
-        return super::scalar::recycle(ranks);
-    }
-    let last = ranks.len() as i8 - 1;
-    // SAFETY: as in `promote`.
-    unsafe {
-        let x = load(ranks);
-        let lru = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(last));
-        let aged = _mm256_add_epi8(x, _mm256_set1_epi8(1));
-        store(ranks, _mm256_andnot_si256(lru, aged));
-        (_mm256_movemask_epi8(lru) as u32).trailing_zeros() as usize
-    }
-}
-
-/// The way of rank `r` takes the last rank; the ranks above `r` shrink by one.
-#[inline(always)]
-pub fn demote(ranks: &mut [u8], r: u8) {
-    if !fits(ranks) {
-        return super::scalar::demote(ranks, r);
-    }
-    let last = ranks.len() as i8 - 1;
-    // SAFETY: as in `promote`.
-    unsafe {
-        let x = load(ranks);
-        let rv = _mm256_set1_epi8(r as i8);
-        let above = _mm256_cmpgt_epi8(x, rv);
-        let hit = _mm256_cmpeq_epi8(x, rv);
-        let moved = _mm256_add_epi8(x, above);
-        store(ranks, _mm256_blendv_epi8(moved, _mm256_set1_epi8(last), hit));
+        let rot = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let first = _mm256_setzero_si256();
+        for g in 0..groups {
+            let x = v[g];
+            let next = if g + 1 < groups {
+                _mm256_permutevar8x32_epi32(v[g + 1], first)
+            } else {
+                _mm256_set1_epi32(-1)
+            };
+            let r = _mm256_permutevar8x32_epi32(x, rot);
+            let shifted = _mm256_blend_epi32::<0x80>(r, next);
+            // lanes at or above `i` take the shifted value
+            let bound = _mm256_set1_epi32(i as i32 - 8 * g as i32 - 1);
+            let take = _mm256_cmpgt_epi32(lane, bound);
+            let out = _mm256_blendv_epi8(x, shifted, take);
+            _mm256_storeu_si256(p.add(g), out);
+        }
     }
 }
