@@ -318,4 +318,53 @@ mod tests {
         }
         assert_eq!(c.insert(0, 99), Inserted::Evicted(0));
     }
+
+    /// Every operation against a list of each set's lines, most- to least-recently used:
+    /// the exact order (and outcome) any representation of a set must give.
+    #[test]
+    fn the_order_is_a_recency_list() {
+        let mut rng = crate::rng::Rng::new(3);
+        for (sets, ways) in [(1u32, 1u32), (2, 3), (4, 8), (2, 16), (1, 32), (3, 20)] {
+            let mut c = Cache::new(sets, ways);
+            // per set, the lines most- to least-recently used
+            let mut lists: Vec<Vec<u32>> = vec![Vec::new(); sets as usize];
+            for _ in 0..5000 {
+                let id = rng.below(4 * (sets * ways) as u64) as u32;
+                let phys = id as u64;
+                let list = &mut lists[(phys % sets as u64) as usize];
+                let at = list.iter().position(|&t| t == id);
+                match rng.below(4) {
+                    0 => {
+                        assert_eq!(c.touch(phys, id), at.is_some());
+                        if let Some(i) = at {
+                            list.remove(i);
+                            list.insert(0, id);
+                        }
+                    }
+                    1 => {
+                        assert_eq!(c.remove(phys, id), at.is_some());
+                        if let Some(i) = at {
+                            list.remove(i);
+                        }
+                    }
+                    _ => {
+                        let expected = match at {
+                            Some(i) => {
+                                list.remove(i);
+                                Inserted::Present
+                            }
+                            None if list.len() == ways as usize => {
+                                Inserted::Evicted(list.pop().expect("full"))
+                            }
+                            None => Inserted::Fresh,
+                        };
+                        list.insert(0, id);
+                        assert_eq!(c.insert(phys, id), expected);
+                    }
+                }
+            }
+            let held: usize = lists.iter().map(Vec::len).sum();
+            assert_eq!(c.occupancy(), held);
+        }
+    }
 }

@@ -40,7 +40,8 @@ impl Machine {
     ) -> (Source, f64) {
         let own = *self.group_of.at(cpu) as usize;
         let same = *self.dir.at(slot as usize * self.n_groups + own) > 0;
-        let elsewhere = !same && self.held_anywhere(slot);
+        // with one group, "any group" is the cpu's own
+        let elsewhere = !same && self.n_groups > 1 && self.held_anywhere(slot);
         // the simulator's lines are never dirty: without clean forwarding, DRAM serves them
         let result = if same || (elsewhere && !self.cfg.cross_group_clean_from_dram) {
             // selects rather than branches: which cache serves is data-dependent
