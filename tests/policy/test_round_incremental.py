@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from unicache.model import (
     ChunkAccess,
@@ -63,6 +63,13 @@ def _snapshot(t: MfcTable) -> dict:
 
 @settings(max_examples=150, deadline=None)
 @given(seq=ops)
+# a chunk aged since its last read holds the shared empty reads map, which a deep copy
+# of the table must copy (it could not while that map was a MappingProxyType)
+@example(
+    seq=[("read", "a", 0, 8 * KIB, 0)] * 9
+    + [("read", "a", 0, 64 * KIB, 1), ("read", "a", 0, 256 * KIB, 0), ("age", "a", 0, 8 * KIB, 0)]
+    + [("read", "b", 0, 64 * KIB, 1), ("read", "b", 0, 256 * KIB, 0), ("fork", "a", 0, 8 * KIB, 0)]
+)
 def test_forked_tables_behave_as_deep_copies(seq) -> None:
     # the product's tables (forks) and the simple form's (deep copies), side by side
     forks, copies = [_table()], [_table()]

@@ -8,9 +8,8 @@ types (and re-exports them). Pure: plain values, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from unicache.model import ChunkId
 
@@ -108,8 +107,37 @@ class MfcParams:
 
 #: the units of a chunk no unit holds (one object for them all)
 NO_UNITS: frozenset[int] = frozenset()
+class _NoReads(Mapping[int, int]):
+    """An empty read-only mapping that copies (``copy``, ``deepcopy``) and pickles as
+    itself: a ``MappingProxyType`` does neither, so a table holding it could not be copied
+    whole (the simple form the fork tests compare with)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, unit: int) -> int:
+        raise KeyError(unit)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __copy__(self) -> _NoReads:
+        return self
+
+    def __deepcopy__(self, memo: object) -> _NoReads:
+        return self
+
+    def __reduce__(self) -> str:
+        return "NO_READS"
+
+    def __repr__(self) -> str:
+        return "NO_READS"
+
+
 #: the reads of a chunk not read since the last aging (one read-only object for them all)
-NO_READS: Mapping[int, int] = MappingProxyType({})
+NO_READS: Mapping[int, int] = _NoReads()
 #: the use counts of a chunk used nowhere (:attr:`ChunkState.use_pairs`)
 NO_USE: tuple[int, ...] = ()
 
