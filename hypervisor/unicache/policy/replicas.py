@@ -11,7 +11,9 @@ of different VMs are unrelated):
   the shim, becomes a ``Write`` after the reads: every replica of it is dropped (§3.2
   "Cache Coherence");
 * the report's free memory per node drives the §3.2 timer (generation off when tight);
-* one ``Age`` per round (MQ aging);
+* one ``Age`` per round (MQ aging), then a ``Reclaim`` of the replicas a tight node lacks
+  (the agent's 2:1 shrink, :func:`~unicache.policy.ncc_memory.shrink_reclaims`), so the
+  host's table stops listing the replicas the agent gave back;
 * bounded: at most ``MAX_READS_PER_ROUND`` reads per VM and round, and the
   ``MAX_COUNTERS_PER_VM`` largest remote-read counters are kept; a write costs something
   only for a chunk NCC knows (a replica, a counter, a read this round), the others are
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Refusal, Replicate, Vm
 from unicache.policy import ncc
-from unicache.policy.ncc_memory import budgeted
+from unicache.policy.ncc_memory import budgeted, shrink_reclaims
 
 #: at most this many Read events per chunk record and node
 MAX_READS_PER_RECORD = 4
@@ -142,7 +144,8 @@ def replicas_round(
 ) -> ReplicaDecision:
     """One round of NCC for every VM whose guest has more than one NUMA node.
 
-    1. The VM's reports become reads (home node, reading node), then writes, then aging.
+    1. The VM's reports become reads (home node, reading node), then writes, then aging,
+       then (with ``chunk_size``) a reclaim on each node short of free memory (2:1 shrink).
     2. :func:`~unicache.policy.ncc.ncc_round` decides replicas on the VM's nodes, with
        generation off on nodes short of free memory.
     3. Replicas made and dropped become actions; the live replicas go into the tables.
@@ -176,6 +179,13 @@ def replicas_round(
         colored = frozenset(n.node for n in vm.colored_nodes())
         events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
         vm_params = _vm_params(vm, memory, params, chunk_size)
+        latest = next((r.node_memory for r in reversed(mine) if r.node_memory), ())
+        fresh = [m for m in latest if m.node in guest_nodes]
+        if chunk_size > 0 and prev.ncc.replicas and fresh:
+            # the agent's shrink, after aging as in its round, for memory reported this
+            # round only (a silent guest's old figure would shrink it again every round);
+            # no new replica is made on a tight node, so only older ones are given back
+            events += shrink_reclaims(fresh, vm_params, chunk_size)
         if len(events) == 1 and not prev.ncc.replicas:
             # only the aging, and no replica for it to age (the VM read and wrote nothing
             # NCC replays): ncc_round would hand its state back with the clock one on
