@@ -46,7 +46,7 @@ def ncc_iozone(
     :param as_json: print JSON instead of a table.
     """
     from unicache_sim.experiments.ncc_iozone import IozoneResult, IozoneSpec, run_config
-    from unicache_sim.repro_ncc import summarize
+    from unicache_sim.experiments.ncc_iozone_summary import summarize
 
     results: dict[int, list[IozoneResult]] = {}
     try:

@@ -14,10 +14,11 @@ from typing import Any
 
 from unicache.topology.toml import load_model
 
-from unicache_sim.experiments.ncc_iozone import PHASES, IozoneResult, IozoneSpec, run_iozone
+from unicache_sim.experiments.ncc_iozone import IozoneResult, IozoneSpec, run_iozone
+from unicache_sim.experiments.ncc_iozone_summary import PhaseSummary, summarize
+from unicache_sim.figures import plot_ncc_iozone
 from unicache_sim.repro_run import ReproReport
 from unicache_sim.repro_table import ReproRow, Verdict
-from unicache_sim.spread import Spread
 
 NCC_MODEL = "opteron-242-2node"
 THREADS = (2, 4, 6, 8, 10)
@@ -47,38 +48,6 @@ class NccIozoneTask:
         return run_iozone(load_model(NCC_MODEL), IozoneSpec(threads=self.threads, seed=self.seed))
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseSummary:
-    """One test at one thread count over seeds (what the CLI prints and the rows cite)."""
-
-    threads: int
-    phase: str
-    mb_s_without: Spread
-    mb_s_with: Spread
-    speedup_pct: Spread
-    local_without: Spread
-    local_with: Spread
-
-
-def summarize(by_threads: Mapping[int, Sequence[IozoneResult]]) -> list[PhaseSummary]:
-    """Medians and ranges over seeds of every test at every thread count."""
-    out = []
-    for threads, runs in sorted(by_threads.items()):
-        for phase in PHASES:
-            out.append(
-                PhaseSummary(
-                    threads,
-                    phase,
-                    Spread.of([r.without.phase(phase).mb_s for r in runs]),
-                    Spread.of([r.with_replicas.phase(phase).mb_s for r in runs]),
-                    Spread.of([r.speedup_pct(phase) for r in runs]),
-                    Spread.of([100 * r.without.phase(phase).local_ratio for r in runs]),
-                    Spread.of([100 * r.with_replicas.phase(phase).local_ratio for r in runs]),
-                )
-            )
-    return out
-
-
 @dataclass
 class NccIozoneExperiment:
     """NCC Tables 3-5 and Figure 4."""
@@ -101,7 +70,13 @@ class NccIozoneExperiment:
         for task, result in sorted(results.items(), key=lambda i: str(i[0].label)):
             if isinstance(task, NccIozoneTask) and isinstance(result, IozoneResult):
                 by_threads.setdefault(task.threads, []).append(result)
-        return ReproReport(tuple(iozone_rows(summarize(by_threads))))
+        rows = summarize(by_threads)
+        paths: list[Path] = []
+        if rows:
+            figures.mkdir(parents=True, exist_ok=True)
+            paths.append(figures / "sim-ncc-iozone.png")
+            plot_ncc_iozone(rows, TABLE5, paths[-1], f"{NCC_MODEL}: iozone, NCC off / on")
+        return ReproReport(tuple(iozone_rows(rows)), tuple(paths))
 
 
 def _at(rows: Sequence[PhaseSummary], threads: int, phase: str) -> PhaseSummary:
