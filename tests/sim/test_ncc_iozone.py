@@ -16,7 +16,8 @@ from unicache_sim.experiments.ncc_iozone import IozoneSpec, run_config, run_iozo
 
 TOPO = load_model("opteron-242-2node")
 #: 4 MiB files on 32 MiB nodes, rounds every 3 ms simulated: quick, and replicas are made
-SMALL = IozoneSpec(scale=32, round_s=0.1)
+#: where NCC does not step aside (the mechanism tests: the daemon's --always-place)
+SMALL = IozoneSpec(scale=32, round_s=0.1, step_aside=False)
 
 
 def test_a_write_drops_replicas_and_no_read_is_ever_served_from_an_older_fill(
@@ -51,7 +52,7 @@ def test_a_write_drops_replicas_and_no_read_is_ever_served_from_an_older_fill(
     monkeypatch.setattr(guest, "fill", on_fill)
     monkeypatch.setattr(guest, "replica_for", on_serve)
     spec = IozoneSpec(
-        threads=4, scale=32, round_s=0.05, seed=2,
+        threads=4, scale=32, round_s=0.05, seed=2, step_aside=False,
         phases=("write", "read", "re-read", "backward read", "re-write", "read", "re-read"),
     )
     run = run_config(TOPO, spec, replicas=True)
@@ -62,7 +63,7 @@ def test_a_write_drops_replicas_and_no_read_is_ever_served_from_an_older_fill(
 
 def test_replicas_raise_local_hits_of_backward_and_stride_reads() -> None:
     for seed in (1, 2, 3):
-        result = run_iozone(TOPO, IozoneSpec(threads=4, scale=32, round_s=0.1, seed=seed))
+        result = run_iozone(TOPO, replace(SMALL, threads=4, seed=seed))
         for phase in ("backward read", "stride read"):
             before = result.without.phase(phase).local_ratio
             after = result.with_replicas.phase(phase).local_ratio
@@ -78,10 +79,27 @@ def test_replicas_raise_local_hits_of_backward_and_stride_reads() -> None:
     )
 
 
+def test_ncc_steps_aside_where_its_replicas_would_churn_and_is_never_slower() -> None:
+    # the paper's NCC (no step-aside) loses on stride reads: whole-chunk fills that MQ
+    # evicts before a later read; the product's step-aside makes fewer and loses nothing
+    paper_worst = 1.0
+    for seed in (1, 2):
+        spec = replace(SMALL, threads=6, seed=seed)
+        off = run_config(TOPO, spec, replicas=False)
+        paper = run_config(TOPO, spec, replicas=True)
+        product = run_config(TOPO, replace(spec, step_aside=True), replicas=True)
+        assert paper.aside_rounds == 0 and paper.replicated > 0
+        assert product.aside_rounds > 0 and product.replicated < paper.replicated
+        for o, p, q in zip(off.phases, product.phases, paper.phases, strict=True):
+            assert o.seconds / p.seconds >= 0.98, (seed, o.phase)
+            paper_worst = min(paper_worst, o.seconds / q.seconds)
+    assert paper_worst < 0.98  # what the rule is for
+
+
 def test_a_memory_tight_node_shrinks_its_replicas_two_to_one() -> None:
     # the system holds 36 % of a node: 8 files of 128 MB leave a node 14 % free, so the
     # replicas (up to the 10 % budget) push it under the 10 % floor
-    spec = IozoneSpec(threads=8, scale=32, round_s=0.05, system_mb=368.0)
+    spec = IozoneSpec(threads=8, scale=32, round_s=0.05, system_mb=368.0, step_aside=False)
     tight = run_config(TOPO, spec, replicas=True)
     assert tight.tight_rounds > 0
     assert tight.drops.get(RULE_RECLAIM, 0) > 0  # the host's round gave replicas back

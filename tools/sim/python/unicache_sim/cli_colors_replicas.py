@@ -183,6 +183,14 @@ def ncc(
     scale: Annotated[
         int, typer.Option(help="iozone: sizes and the round divided by this (8: 16 MiB files)")
     ] = 8,
+    always_place: Annotated[
+        bool,
+        typer.Option(
+            "--always-place",
+            help="NCC replicates without its gain prediction and step-aside, as the "
+            "daemon's --always-place (the paper's NCC; never slower no longer holds)",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     plot: Annotated[Path | None, typer.Option(help="grep: write a bar-chart PNG")] = None,
 ) -> None:
@@ -194,12 +202,19 @@ def ncc(
     if case == "iozone":
         from unicache_sim.cli_ncc_iozone import ncc_iozone
 
-        ncc_iozone(model, threads, seeds, round_s, system_mb, scale, as_json)
+        ncc_iozone(model, threads, seeds, round_s, system_mb, scale, as_json, always_place)
         return
     try:
         if case != "grep":
             raise UnicacheError(f"--case: unknown {case!r}; known: grep, iozone")
-        spec = NccSpec(tree_mb=tree_mb, file_kb=file_kb, shells=shells, greps=greps, seed=seed)
+        spec = NccSpec(
+            tree_mb=tree_mb,
+            file_kb=file_kb,
+            shells=shells,
+            greps=greps,
+            seed=seed,
+            step_aside=not always_place,
+        )
         spec.check()
         topo = load_model(model)
         with Progress(console=stderr, transient=True) as progress:

@@ -33,6 +33,7 @@ def ncc_iozone(
     system_mb: float,
     scale: int,
     as_json: bool,
+    always_place: bool = False,
 ) -> None:
     """Run iozone at each thread count and seed, without and with the product's NCC, and
     print per test the throughput, speedup and local page hits (median, range over seeds).
@@ -44,6 +45,7 @@ def ncc_iozone(
     :param system_mb: a node's memory the system holds, MiB at the paper's scale.
     :param scale: sizes (and the round) divided by this.
     :param as_json: print JSON instead of a table.
+    :param always_place: NCC never steps aside (the daemon's ``--always-place``).
     """
     from unicache_sim.experiments.ncc_iozone import IozoneResult, IozoneSpec, run_config
     from unicache_sim.experiments.ncc_iozone_summary import summarize
@@ -53,7 +55,9 @@ def ncc_iozone(
         counts = _parse_threads(threads)
         seed_list = parse_seeds(seeds)
         topo = load_model(model)
-        base = IozoneSpec(round_s=round_s, system_mb=system_mb, scale=scale)
+        base = IozoneSpec(
+            round_s=round_s, system_mb=system_mb, scale=scale, step_aside=not always_place
+        )
         base.check()
         with progress_steps(2 * len(counts) * len(seed_list)) as step:
             for t in counts:

@@ -43,6 +43,7 @@ from unicache.errors import ConfigError
 from unicache.model import DropReplica, GuestNode, Replicate, Vcpu, VcpuId, Vm
 from unicache.policy.ncc import NccParams
 from unicache.policy.ncc_memory import replica_budget
+from unicache.policy.nccgain import NCC_NO_GAIN, ReplicaCost, replica_cost_for
 from unicache.policy.replicas import ReplicaState, replicas_round
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
@@ -81,6 +82,8 @@ class IozoneSpec:
     :param slice_records: records a thread runs before the next thread of its CPU.
     :param phases: the tests, in order.
     :param seed: seed of the scheduler's draws and the page allocator.
+    :param step_aside: NCC steps aside where replicas do not pay (``False``: never, as the
+        daemon's ``--always-place``).
     """
 
     threads: int = 2
@@ -92,6 +95,7 @@ class IozoneSpec:
     slice_records: int = 64
     phases: tuple[str, ...] = PHASES
     seed: int = 1
+    step_aside: bool = True
 
     def check(self) -> None:
         """Refuse impossible parameters.
@@ -164,6 +168,8 @@ class IozoneRun:
     :param replica_peak_bytes: most replica memory a node held.
     :param replica_budget_bytes: the agent's budget of a node.
     :param node_bytes: memory of a node (scaled).
+    :param aside_rounds: rounds in which NCC made no replicas on a node it predicted no
+        gain for (an ``NCC_NO_GAIN`` refusal).
     """
 
     replicas: bool
@@ -179,6 +185,7 @@ class IozoneRun:
     replica_peak_bytes: int = 0
     replica_budget_bytes: int = 0
     node_bytes: int = 0
+    aside_rounds: int = 0
 
     def phase(self, name: str) -> PhaseRun:
         """The run of one test."""
@@ -245,14 +252,22 @@ def _vm(cfg: SimConfig, node_bytes: int) -> Vm:
 class _Host:
     """The daemon's NCC round every ``period`` cycles, over the guest's reports."""
 
-    def __init__(self, cfg: SimConfig, guest: GuestCache, period: float, interval_s: float):
+    def __init__(
+        self,
+        cfg: SimConfig,
+        guest: GuestCache,
+        period: float,
+        interval_s: float,
+        cost: ReplicaCost | None,
+    ) -> None:
         self.vm = _vm(cfg, guest.node_bytes)
         self.guest = guest
+        self.cost = cost
         self.period = period
         self.interval_s = interval_s
         self.next_at = period
         self.state = ReplicaState()
-        self.rounds = self.tight_rounds = self.replicated = 0
+        self.rounds = self.tight_rounds = self.replicated = self.aside_rounds = 0
         self.drops: dict[str, int] = {}
 
     def maybe_round(self, now: float) -> None:
@@ -266,9 +281,11 @@ class _Host:
             ):
                 self.tight_rounds += 1
             decision = replicas_round(
-                [self.vm], [report], self.state, params, chunk_size=self.guest.chunk
+                [self.vm], [report], self.state, params, chunk_size=self.guest.chunk, cost=self.cost
             )
             self.state = decision.state
+            if any(r.kind == NCC_NO_GAIN for r in decision.refusals):
+                self.aside_rounds += 1
             for act in decision.actions:
                 if isinstance(act, Replicate):
                     self.replicated += 1
@@ -298,7 +315,8 @@ def run_config(topo: Topology, spec: IozoneSpec, replicas: bool) -> IozoneRun:
         engine, len(cfg.nodes), node_bytes, system, [spec.file_bytes] * spec.threads, chunk
     )
     hz = cfg.clock_ghz * 1e9
-    host = _Host(cfg, guest, spec.round_s / spec.scale * hz, spec.round_s)
+    cost = replica_cost_for(topo, chunk) if spec.step_aside else None
+    host = _Host(cfg, guest, spec.round_s / spec.scale * hz, spec.round_s, cost)
     compute = compute_per_byte(cfg)
     record = spec.record_kb * 1024
     records = spec.file_bytes // record
@@ -363,6 +381,7 @@ def run_config(topo: Topology, spec: IozoneSpec, replicas: bool) -> IozoneRun:
         max(guest.replica_peak),
         replica_budget(node_bytes),
         node_bytes,
+        host.aside_rounds,
     )
 
 
