@@ -95,9 +95,10 @@ class DaemonConfig:
     :param rounds: stop after this many rounds (tests and the demo); ``None`` = forever.
     :param metrics_port: serve Prometheus metrics on 127.0.0.1:PORT (``None`` = off).
     :param connect: libvirt URI; ``None`` tries qemu:///system, then unicache's own QEMU.
-    :param always_place: SCU places every VM, SRM colors every stream and OBS pins every
-        vCPU, without their cost models, watches and step-asides (checks the mechanisms
-        where they cannot gain; "never slower" no longer holds).
+    :param always_place: SCU places every VM, SRM colors every stream, NCC replicates every
+        chunk read twice from a remote node and OBS pins every vCPU, without their cost
+        models, watches and step-asides (checks the mechanisms where they cannot gain;
+        "never slower" no longer holds).
     :param place: the ``[place]`` table: capacity and profile of VM placement
         (``unicache place`` and the libvirt hook; docs/placement.md "Capacity").
     """
@@ -234,12 +235,13 @@ async def run_daemon(
     policy = UnicachePolicy(
         topo, config.unify, obs_options=obs_options, scu_options=scu_options,
         color_step_aside=not config.always_place,
+        replica_step_aside=not config.always_place,
     )
     note(f"topology {topo.name}: {len(policy.units)} cache units with --unify {config.unify}")
     if config.always_place:
-        note("--always-place: SCU places every VM, SRM colors every stream and OBS pins every "
-             "vCPU, without their cost models, watches and step-asides (never slower no "
-             "longer holds)")
+        note("--always-place: SCU places every VM, SRM colors every stream, NCC replicates "
+             "every chunk read twice remotely and OBS pins every vCPU, without their cost "
+             "models, watches and step-asides (never slower no longer holds)")
     if len(policy.units) < 2:
         note("only one cache unit: SCU has nothing to unify (try --unify l2)")
     if policy.scu.options.cost_source != "model":

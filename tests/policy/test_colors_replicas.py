@@ -21,7 +21,8 @@ from unicache.model import (
 )
 from unicache.policy import srm
 from unicache.policy.colors import SRM_BOUNDED, ColorOptions, ColorState, colors_round
-from unicache.policy.ncc import NCC_THRESHOLD, NccParams
+from unicache.policy.ncc import NCC_THRESHOLD, RULE_RECLAIM, NccParams, Reclaim
+from unicache.policy.ncc_memory import replica_bytes, shrink_reclaims
 from unicache.policy.replicas import NCC_BOUNDED, ReplicaState, replicas_round
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
@@ -203,6 +204,41 @@ def test_no_replicas_on_a_node_short_of_memory() -> None:
     decision = replicas_round([vm], [_remote("vm0", ChunkId(9, 3), 0, 1, 4, memory=tight)],
                               ReplicaState(), NccParams())
     assert not decision.actions
+
+
+def test_a_tight_node_gives_back_two_thirds_of_what_it_lacks_in_mq_order() -> None:
+    """The agent's 2:1 shrink, mirrored by the host: a node below the floor drops
+    ceil(2n/3) of the n replicas it lacks, least used first; the other node keeps its own."""
+    vm = _vm(colored=0, cpu_nodes=2)
+    state = ReplicaState()
+    chunks = [ChunkId(9, i) for i in range(6)]
+    for seq, chunk in enumerate(chunks):  # replicas of chunks 0..5 on node 1, and 0 on node 0
+        state = replicas_round([vm], [_remote("vm0", chunk, 0, 1, 2, seq=seq)], state,
+                               NccParams(), chunk_size=CHUNK).state
+    state = replicas_round([vm], [_remote("vm0", ChunkId(8, 0), 1, 0, 2, seq=6)], state,
+                           NccParams(), chunk_size=CHUNK).state
+    hot = _remote("vm0", chunks[0], 0, 1, 4, seq=7)  # chunk 0 is hit again: MQ keeps it
+    unit = replica_bytes(CHUNK)
+    total = 100 * unit
+    lacking = 3 * unit  # three replicas' worth below the 10 % floor
+    tight = (NodeMemory(0, total // 2, total), NodeMemory(1, total // 10 - lacking, total))
+    tight_report = GuestReport("vm0", 8, 1.0, (), guest_nodes=(0, 1), node_memory=tight)
+    decision = replicas_round([vm], [hot, tight_report], state, NccParams(), chunk_size=CHUNK)
+    dropped = [a for a in decision.actions if isinstance(a, DropReplica)]
+    assert [(a.node, a.chunk) for a in dropped] == [(1, chunks[1]), (1, chunks[2])]
+    assert all(a.rule == RULE_RECLAIM for a in dropped)
+    assert decision.replica_nodes["vm0"][chunks[0]] == {1}
+    assert decision.replica_nodes["vm0"][ChunkId(8, 0)] == {0}
+    assert shrink_reclaims(tight, NccParams(), CHUNK) == (Reclaim(1, 3),)
+    # a round without a report shrinks nothing more (the last figure is not re-applied)
+    silent = replicas_round([vm], [], decision.state, NccParams(), chunk_size=CHUNK)
+    assert not silent.actions
+    # with memory back, nothing more is dropped
+    calm = (NodeMemory(0, total // 2, total), NodeMemory(1, total // 2, total))
+    again = replicas_round([vm], [GuestReport("vm0", 9, 1.0, (), guest_nodes=(0, 1),
+                                              node_memory=calm)],
+                           decision.state, NccParams(), chunk_size=CHUNK)
+    assert not again.actions
 
 
 def test_reads_from_the_home_node_never_replicate() -> None:

@@ -160,7 +160,7 @@ def test_a_node_at_the_agents_budget_evicts_as_the_daemons_round_does() -> None:
         state = replicas_round([vm], [report], state, NccParams(), chunk_size=chunk).state
     assert len(state.vms[0].ncc.replicas) == capacity
     for seed in SEEDS:
-        spec = replace(SPEC, seed=seed, shells=4, greps=8)
+        spec = replace(SPEC, seed=seed, shells=4, greps=8, step_aside=False)  # the mechanism
         run = run_config(small, from_topology(small), spec, replicas=True)
         assert run.replica_budget_bytes == replica_budget(32 << 20)
         assert run.replicas_dropped > 0 and run.within_budget

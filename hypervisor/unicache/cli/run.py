@@ -76,10 +76,10 @@ def run(
         bool,
         typer.Option(
             "--always-place",
-            help="SCU places every VM, SRM colors every stream and OBS pins every vCPU, "
-            "without their cost models, watches and step-asides: to check the mechanisms on "
-            "a host where they cannot gain (one LLC, --unify l2, no LLC counters). Never "
-            "slower no longer holds.",
+            help="SCU places every VM, SRM colors every stream, NCC replicates every chunk "
+            "read twice remotely and OBS pins every vCPU, without their cost models, watches "
+            "and step-asides: to check the mechanisms on a host where they cannot gain (one "
+            "LLC, --unify l2, one NUMA node, no LLC counters). Never slower no longer holds.",
         ),
     ] = False,
     metrics_port: Annotated[

@@ -83,11 +83,14 @@ class Read:
     :param key: the chunk.
     :param node: the node of the reading vCPU.
     :param home: the node holding the primary copy.
+    :param nbytes: the bytes it read (0: unknown), what a replica serving it saves
+        (:mod:`unicache.policy.nccgain` weighs a replica's reads by them).
     """
 
     key: ReplicaKey
     node: int
     home: int
+    nbytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +181,14 @@ class Replica:
     :param node: the node holding it.
     :param freq: accesses, aged (>= 1).
     :param last: logical time of the last access (the policy's event counter).
+    :param served: bytes it served in rounds after the one that made it (never aged).
     """
 
     key: ReplicaKey
     node: int
     freq: int
     last: int
+    served: int = 0
 
     @property
     def queue(self) -> int:
@@ -226,17 +231,31 @@ class NccState:
 
 
 @dataclass(frozen=True, slots=True)
+class Retired:
+    """A replica dropped this round, and what it served in its life.
+
+    :param node: the node that held it.
+    :param served: bytes it served (:attr:`Replica.served`).
+    """
+
+    node: int
+    served: int
+
+
+@dataclass(frozen=True, slots=True)
 class NccDecision:
     """What one NCC round decided.
 
     :param actions: replicate/drop/reclaim actions, in order.
     :param served: for each read, the node whose copy serves it (home or replica node).
     :param state: the state after the round.
+    :param retired: the replicas dropped, in order (what they served: NCC's gain observed).
     """
 
     actions: tuple[NccAction, ...]
     served: tuple[int, ...]
     state: NccState
+    retired: tuple[Retired, ...] = ()
 
 
 def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
@@ -275,9 +294,13 @@ class _Work:
         for c in state.counters:
             self.counters.setdefault(c.key, {})[c.node] = c.count
         self.disabled = state.disabled
+        self.aside: frozenset[int] = frozenset()
         self.clock = state.clock
         self.actions: list[NccAction] = []
         self.served: list[int] = []
+        self.retired: list[Retired] = []
+        # replicas made this round: the guest has no copy yet, so their reads save nothing
+        self.fresh: set[tuple[ReplicaKey, int]] = set()
 
     def add(self, replica: Replica) -> None:
         held = self.replicas.setdefault(replica.key, {})
@@ -286,7 +309,11 @@ class _Work:
 
     def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
         held = self.replicas[key]
-        del held[node]
+        gone = held.pop(node)
+        if (key, node) in self.fresh:
+            self.fresh.discard((key, node))  # made and dropped in one round: never filled
+        else:
+            self.retired.append(Retired(node, gone.served))
         if not held:
             del self.replicas[key]
         self.keys_on[node].pop(key, None)
@@ -305,7 +332,10 @@ class _Work:
             return
         have = self.replicas.get(ev.key, {}).get(ev.node)
         if have is not None:
-            self.replicas[ev.key][ev.node] = Replica(ev.key, ev.node, have.freq + 1, self.clock)
+            saved = 0 if (ev.key, ev.node) in self.fresh else ev.nbytes
+            self.replicas[ev.key][ev.node] = Replica(
+                ev.key, ev.node, have.freq + 1, self.clock, have.served + saved
+            )
             self.served.append(ev.node)
             return
         self.served.append(ev.home)
@@ -314,8 +344,8 @@ class _Work:
         per_node[ev.node] = count
         if count < self.params.ncc_threshold:
             return
-        if ev.node in self.disabled:
-            return  # RULE_PRESSURE: generation is off on this node
+        if ev.node in self.disabled or ev.node in self.aside:
+            return  # RULE_PRESSURE, or nccgain's step-aside: generation is off on this node
         if self.params.max_replicas_per_node == 0:
             return
         if len(self.keys_on.get(ev.node, ())) >= self.params.max_replicas_per_node:
@@ -325,6 +355,7 @@ class _Work:
                 victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
             )
         self.add(Replica(ev.key, ev.node, 1, self.clock))
+        self.fresh.add((ev.key, ev.node))
         del per_node[ev.node]
         if not per_node:
             del self.counters[ev.key]
@@ -361,7 +392,7 @@ class _Work:
     def age(self) -> None:
         for held in self.replicas.values():
             for node, r in held.items():
-                held[node] = Replica(r.key, r.node, max(1, r.freq - 1), r.last)
+                held[node] = Replica(r.key, r.node, max(1, r.freq - 1), r.last, r.served)
 
     def state(self) -> NccState:
         return NccState(
@@ -397,11 +428,12 @@ def ncc_round(
     memory: Iterable[NodeMemory],
     events: Iterable[NccEvent],
     params: NccParams,
+    aside: frozenset[int] = frozenset(),
 ) -> NccDecision:
     """One round of NCC: free-memory check, then the events in order.
 
     1. Nodes below ``min_free_ratio`` free memory stop generating replicas (others
-       resume); existing replicas stay until reclaimed.
+       resume), and so do the ``aside`` nodes; existing replicas stay until reclaimed.
     2. A read from the home node is served by the primary; from another node, by its
        replica if any (a hit: frequency + 1, MRU); otherwise the primary serves it and
        the node's counter grows; at ``ncc_threshold`` a replica is made (MQ victim
@@ -416,10 +448,12 @@ def ncc_round(
     :param memory: free memory per node, observed this round.
     :param events: the events of the round, in order.
     :param params: the parameters.
-    :returns: actions, which node served each read, and the new state.
+    :param aside: nodes where no replica is predicted to pay (:mod:`unicache.policy.nccgain`).
+    :returns: actions, which node served each read, the new state, the replicas dropped.
     """
     work = _Work(state, params)
     work.disabled = memory_tight_nodes(memory, params)
+    work.aside = aside
     for ev in events:
         work.clock += 1
         if isinstance(ev, Read):
@@ -432,7 +466,7 @@ def ncc_round(
             work.reclaim(ev)
         else:
             work.age()
-    return NccDecision(tuple(work.actions), tuple(work.served), work.state())
+    return NccDecision(tuple(work.actions), tuple(work.served), work.state(), tuple(work.retired))
 
 
 class NccPolicy:
@@ -479,7 +513,11 @@ class NccPolicy:
             )
 
     def decide(
-        self, state: NccState, memory: Iterable[NodeMemory], events: Iterable[NccEvent]
+        self,
+        state: NccState,
+        memory: Iterable[NodeMemory],
+        events: Iterable[NccEvent],
+        aside: frozenset[int] = frozenset(),
     ) -> NccDecision:
         """One round (see :func:`ncc_round`); the same inputs give the same decision."""
-        return ncc_round(state, memory, events, self.params)
+        return ncc_round(state, memory, events, self.params, aside)

@@ -11,6 +11,11 @@ never has to refuse a replica for want of room; the simulator drives the same ro
 the same parameters and charges its replicas with the same functions, so its memory
 figure is the product's. A test holds them to the agent's own
 (``guest-agent/unicache_agent/replica_files.py``, ``replica_store.py``).
+
+When a node's free share is below the §3.2 timer's floor, the agent frees ``ceil(2n/3)`` of
+the ``n`` pages it lacks from its replicas (the 2:1 shrink); :func:`shrink_reclaims` turns
+the same shortfall into NCC's ``Reclaim`` events, so the host's round drops the same share
+of replicas in its MQ order and its table stops listing what the agent gave back.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from unicache.policy.ncc import NccParams
+from unicache.model import NodeMemory
+from unicache.policy.ncc import NccParams, Reclaim
 
 #: the agent's default replica budget per node, a share of the node's memory (issue #20:
 #: replicas may cost at most 10 % memory)
@@ -81,3 +87,27 @@ def budgeted(
     if capacity >= params.max_replicas_per_node:
         return params
     return replace(params, max_replicas_per_node=capacity)
+
+
+def shrink_reclaims(
+    memory: Iterable[NodeMemory], params: NccParams, chunk_size: int
+) -> tuple[Reclaim, ...]:
+    """§3.2 reclaim hooks driven by the timer: a ``Reclaim`` for each node below the floor.
+
+    A node whose free memory is under ``min_free_ratio`` of its total lacks ``floor - free``
+    bytes; in whole replicas of ``chunk_size`` (:func:`replica_bytes`, rounded up) that is
+    the ``pages`` of its ``Reclaim``, of which NCC's round drops ``ceil(2n/3)`` replicas in MQ
+    order, as the agent's shrink frees ``ceil(2n/3)`` of the pages the node lacks.
+
+    :param memory: free memory per node.
+    :param params: NCC's parameters (``min_free_ratio``).
+    :param chunk_size: bytes per chunk (positive).
+    :returns: one ``Reclaim`` per tight node, by node.
+    """
+    unit = replica_bytes(chunk_size)
+    out = []
+    for m in sorted(memory, key=lambda m: m.node):
+        floor = int(m.total_bytes * params.min_free_ratio)
+        if m.total_bytes > 0 and m.free_bytes < floor:
+            out.append(Reclaim(m.node, -(-(floor - m.free_bytes) // unit)))
+    return tuple(out)

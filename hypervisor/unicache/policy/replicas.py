@@ -11,7 +11,9 @@ of different VMs are unrelated):
   the shim, becomes a ``Write`` after the reads: every replica of it is dropped (§3.2
   "Cache Coherence");
 * the report's free memory per node drives the §3.2 timer (generation off when tight);
-* one ``Age`` per round (MQ aging);
+* one ``Age`` per round (MQ aging), then a ``Reclaim`` of the replicas a tight node lacks
+  (the agent's 2:1 shrink, :func:`~unicache.policy.ncc_memory.shrink_reclaims`), so the
+  host's table stops listing the replicas the agent gave back;
 * bounded: at most ``MAX_READS_PER_ROUND`` reads per VM and round, and the
   ``MAX_COUNTERS_PER_VM`` largest remote-read counters are kept; a write costs something
   only for a chunk NCC knows (a replica, a counter, a read this round), the others are
@@ -21,6 +23,10 @@ of different VMs are unrelated):
   naming a node the VM lacks is dropped;
 * every drop is counted, in one ``NCC_BOUNDED`` refusal per VM and round: read events
   (over the budget, or naming a node the VM lacks), counters trimmed, writes not replayed;
+* never slower (:mod:`unicache.policy.nccgain`): a node whose replicas miss more of the
+  other nodes' chunks than they can hold, or whose dropped replicas served fewer reads
+  than the topology says pay for their copies, makes no new ones, and an ``NCC_NO_GAIN``
+  refusal says why;
 * chunks whose page cache is on a colored node are left alone: SRM-buffer confined them
   there on purpose (a colored node's memory is on the VM's own host node, so it is not
   remote), and a replica would spread them over every color again.
@@ -35,7 +41,16 @@ from dataclasses import dataclass, field, replace
 
 from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Refusal, Replicate, Vm
 from unicache.policy import ncc
-from unicache.policy.ncc_memory import budgeted
+from unicache.policy.ncc_memory import budgeted, shrink_reclaims
+from unicache.policy.nccgain import (
+    NCC_NO_GAIN,
+    GainVerdict,
+    NodeLedger,
+    ReplicaCost,
+    judge,
+    predict,
+    remote_chunks,
+)
 
 #: at most this many Read events per chunk record and node
 MAX_READS_PER_RECORD = 4
@@ -55,11 +70,14 @@ class VmReplicas:
     :param vm: the VM.
     :param ncc: the policy's state.
     :param memory: the guest nodes' free memory from the last report that had it.
+    :param gain: per node, what its replicas served before they were dropped, and whether
+        NCC steps aside there (:mod:`unicache.policy.nccgain`).
     """
 
     vm: str
     ncc: ncc.NccState = field(default_factory=ncc.NccState)
     memory: tuple[NodeMemory, ...] = ()
+    gain: tuple[NodeLedger, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +136,9 @@ def _events(
                         continue
                     n = min(wanted, MAX_READS_PER_ROUND - len(reads))
                     dropped += wanted - n
-                    reads += [ncc.Read(key, node, access.home_node)] * n
+                    # the node's share of the record's bytes, over the events standing for it
+                    nbytes = access.bytes_read * count // max(access.reads, count, 1)
+                    reads += [ncc.Read(key, node, access.home_node, nbytes // max(n, 1))] * n
             if access.writes > 0:
                 written.add(key)
     if not written and not modified:  # nothing written: no pass over what NCC holds
@@ -139,13 +159,19 @@ def replicas_round(
     params: ncc.NccParams,
     max_reads: int = MAX_READS_PER_RECORD,
     chunk_size: int = 0,
+    cost: ReplicaCost | None = None,
 ) -> ReplicaDecision:
     """One round of NCC for every VM whose guest has more than one NUMA node.
 
-    1. The VM's reports become reads (home node, reading node), then writes, then aging.
+    1. The VM's reports become reads (home node, reading node), then writes, then aging,
+       then (with ``chunk_size``) a reclaim on each node short of free memory (2:1 shrink).
     2. :func:`~unicache.policy.ncc.ncc_round` decides replicas on the VM's nodes, with
        generation off on nodes short of free memory.
     3. Replicas made and dropped become actions; the live replicas go into the tables.
+    4. With ``cost``, what the dropped replicas served is judged per node
+       (:mod:`~unicache.policy.nccgain`): a node whose remotely-read working set
+       overflows its replicas, or whose dropped replicas did not pay, makes no new ones
+       (step 2's ``aside``), and an ``NCC_NO_GAIN`` refusal says why.
 
     :param vms: the managed VMs.
     :param reports: this round's guest reports.
@@ -155,6 +181,8 @@ def replicas_round(
     :param chunk_size: bytes per chunk: a node holds no more replicas than the guest
         agent's budget takes (:func:`~unicache.policy.ncc_memory.budgeted`; 0: no cap
         beyond ``params``).
+    :param cost: what a replica costs and saves on this machine
+        (:func:`~unicache.policy.nccgain.replica_cost_for`; None: NCC never steps aside).
     :returns: the actions, every replicated chunk's nodes, and the new state.
     """
     by_vm: dict[str, list[GuestReport]] = {}
@@ -176,6 +204,23 @@ def replicas_round(
         colored = frozenset(n.node for n in vm.colored_nodes())
         events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
         vm_params = _vm_params(vm, memory, params, chunk_size)
+        latest = next((r.node_memory for r in reversed(mine) if r.node_memory), ())
+        fresh = [m for m in latest if m.node in guest_nodes]
+        if chunk_size > 0 and prev.ncc.replicas and fresh:
+            # the agent's shrink, after aging as in its round, for memory reported this
+            # round only (a silent guest's old figure would shrink it again every round);
+            # no new replica is made on a tight node, so only older ones are given back
+            events += shrink_reclaims(fresh, vm_params, chunk_size)
+        verdict = GainVerdict(prev.gain)
+        if cost is not None:
+            verdict = predict(
+                prev.gain,
+                remote_chunks(events, prev.ncc),
+                guest_nodes,
+                vm_params.max_replicas_per_node,
+                vm_params.ncc_threshold,
+                cost,
+            )
         if len(events) == 1 and not prev.ncc.replicas:
             # only the aging, and no replica for it to age (the VM read and wrote nothing
             # NCC replays): ncc_round would hand its state back with the clock one on
@@ -183,7 +228,7 @@ def replicas_round(
             again = replace(prev.ncc, disabled=tight, clock=prev.ncc.clock + 1)
             decision = ncc.NccDecision((), (), again)
         else:
-            decision = ncc.ncc_round(prev.ncc, memory, events, vm_params)
+            decision = ncc.ncc_round(prev.ncc, memory, events, vm_params, verdict.aside)
         kept = decision.state
         trimmed = len(kept.counters) - MAX_COUNTERS_PER_VM
         if trimmed > 0:
@@ -192,13 +237,19 @@ def replicas_round(
         why = _bounded(vm.name, sorted(guest_nodes), dropped, max(trimmed, 0), unknown)
         if why:
             refusals.append(Refusal(NCC_BOUNDED, why))
+        if cost is not None:
+            judged = judge(verdict, decision.retired, cost)
+            why = "; ".join(verdict.reasons + judged.reasons)
+            if why:
+                refusals.append(Refusal(NCC_NO_GAIN, f"NCC makes no replicas for {vm.name}: {why}"))
+            verdict = judged
         # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
         actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
         held: dict[ChunkId, set[int]] = {}
         for replica in kept.replicas:
             held.setdefault(replica.key.chunk, set()).add(replica.node)
         nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
-        out.append(VmReplicas(vm.name, kept, tuple(memory)))
+        out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
 
 

@@ -16,6 +16,7 @@ from unicache.model import ChunkId, Decision, Observation, VcpuId
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.guestboot import GuestState, forget_guests, stamp_tables
 from unicache.policy.ncc import NccParams
+from unicache.policy.nccgain import replica_cost_for
 from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
 from unicache.policy.obsoptions import obs_options_for
 from unicache.policy.replicas import ReplicaState, replicas_round
@@ -67,6 +68,8 @@ class UnicachePolicy:
     :param ncc_params: NCC parameters (defaults from the paper).
     :param color_step_aside: SRM colors a VM's streams only where its co-runners' LLC
         counters predict a gain (``False``: always, the daemon's ``--always-place``).
+    :param replica_step_aside: NCC makes replicas only on nodes where they are predicted to
+        pay (``False``: wherever §3.2 says, the daemon's ``--always-place``).
     """
 
     name = "unicache"
@@ -79,6 +82,7 @@ class UnicachePolicy:
         scu_options: ScuOptions | None = None,
         ncc_params: NccParams | None = None,
         color_step_aside: bool = True,
+        replica_step_aside: bool = True,
     ) -> None:
         self.topology = topology
         self.unify = unify
@@ -97,6 +101,10 @@ class UnicachePolicy:
         )
         self._group_of_unit = {u.id: u.llc_group for u in self.units}
         self.ncc_params = ncc_params or NccParams()
+        # what a replica costs and saves here: NCC steps aside where replicas do not pay
+        self.replica_cost = (
+            replica_cost_for(topology, self.scu.options.chunk_size) if replica_step_aside else None
+        )
 
     def start(self, state: RoundState) -> None:
         """Validate a restored state (idempotent)."""
@@ -133,6 +141,7 @@ class UnicachePolicy:
             guests.replicas,
             self.ncc_params,
             chunk_size=self.scu.options.chunk_size,
+            cost=self.replica_cost,
         )
         extras: dict[str, dict[ChunkId, ChunkExtras]] = {}
         for vm, nodes in colors.color_nodes.items():

@@ -152,6 +152,14 @@ def srm(
 
 
 def ncc(
+    case: Annotated[
+        str,
+        typer.Option(
+            help="grep (§5 Figure 3, Table 1: parallel greps over a tree); iozone (§5 "
+            "Tables 3-5, Figure 4: iozone threads writing and reading their own files, "
+            "migrating between nodes from test to test, memory tight as threads grow)"
+        ),
+    ] = "grep",
     model: Annotated[
         str, typer.Option(help="machine model with two or more NUMA nodes")
     ] = "opteron-242-2node",
@@ -159,16 +167,54 @@ def ncc(
     file_kb: Annotated[float, typer.Option(help="mean file size, KB")] = 100.0,
     shells: Annotated[int, typer.Option(help="parallel shells (§5: 2 to 10)")] = 2,
     greps: Annotated[int, typer.Option(help="greps in all shells together (§5: 120)")] = 120,
-    seed: Annotated[int, typer.Option(help="random seed of file sizes and pages")] = 1,
+    seed: Annotated[int, typer.Option(help="grep: random seed of file sizes and pages")] = 1,
+    threads: Annotated[
+        str, typer.Option(help="iozone: thread counts, comma-separated (§5: 2 to 10)")
+    ] = "2,4,6,8,10",
+    seeds: Annotated[str, typer.Option(help="iozone: seeds N (1..N), A-B or a list")] = "5",
+    round_s: Annotated[
+        float, typer.Option(help="iozone: the daemon's round, s (its default 1 s; the paper's "
+                            "kernel makes a replica within the read)")
+    ] = 1.0,
+    system_mb: Annotated[
+        float, typer.Option(help="iozone: a node's memory held by the system, MiB at the "
+                            "paper's 1 GiB node (the paper gives none)")
+    ] = 204.8,
+    scale: Annotated[
+        int, typer.Option(help="iozone: sizes and the round divided by this (8: 16 MiB files)")
+    ] = 8,
+    always_place: Annotated[
+        bool,
+        typer.Option(
+            "--always-place",
+            help="NCC replicates without its gain prediction and step-aside, as the "
+            "daemon's --always-place (the paper's NCC; never slower no longer holds)",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="write a bar-chart PNG")] = None,
+    plot: Annotated[Path | None, typer.Option(help="grep: write a bar-chart PNG")] = None,
 ) -> None:
-    """NCC paper §5: parallel greps over a tree on a cc-NUMA machine, first-touch page cache
-    with and without NCC replicas (local page-hit ratio and run time)."""
+    """NCC paper §5 on a cc-NUMA machine, first-touch page cache with and without the
+    product's NCC replicas. grep: parallel greps over a tree (local page-hit ratio and run
+    time); iozone: per test, throughput, speedup and local page hits over seeds."""
     from unicache_sim.experiments.ncc_replicas import NccSpec, run_ncc
 
+    if case == "iozone":
+        from unicache_sim.cli_ncc_iozone import ncc_iozone
+
+        ncc_iozone(model, threads, seeds, round_s, system_mb, scale, as_json, always_place)
+        return
     try:
-        spec = NccSpec(tree_mb=tree_mb, file_kb=file_kb, shells=shells, greps=greps, seed=seed)
+        if case != "grep":
+            raise UnicacheError(f"--case: unknown {case!r}; known: grep, iozone")
+        spec = NccSpec(
+            tree_mb=tree_mb,
+            file_kb=file_kb,
+            shells=shells,
+            greps=greps,
+            seed=seed,
+            step_aside=not always_place,
+        )
         spec.check()
         topo = load_model(model)
         with Progress(console=stderr, transient=True) as progress:

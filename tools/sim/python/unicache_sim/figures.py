@@ -6,16 +6,20 @@
   (Figure 16 against ``T_l``, Figure 13 against the number of greps, §4.5 per seed).
 * NCC paper §5 grep: local page-hit ratio (Figure 3) and mean grep run time (Table 1),
   without and with replicas, as bars.
+* NCC paper §5 iozone: local page hits per test (Figure 4) and the speedup of backward and
+  stride reads against the thread count (Table 5), beside the paper's.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from unicache.errors import ConfigError
 
+from unicache_sim.experiments.ncc_iozone_summary import PhaseSummary
 from unicache_sim.experiments.ncc_replicas import NccResult
 from unicache_sim.experiments.srm_cases import CaseResult
 from unicache_sim.experiments.srm_colors import SrmPoint
@@ -93,8 +97,10 @@ def plot_srm_case(result: CaseResult, path: Path, title: str) -> None:
     for label, points in result.curves.items():
         xs = [x for x, _ in points]
         mids = [statistics.median(v) for _, v in points]
-        err = [[m - min(v) for m, (_, v) in zip(mids, points, strict=True)],
-               [max(v) - m for m, (_, v) in zip(mids, points, strict=True)]]
+        err = [
+            [m - min(v) for m, (_, v) in zip(mids, points, strict=True)],
+            [max(v) - m for m, (_, v) in zip(mids, points, strict=True)],
+        ]
         ax.errorbar(xs, mids, yerr=err, marker="o", capsize=3, label=label)
     if result.name == "sweep-tl":
         ax.set_xscale("log", base=2)
@@ -139,5 +145,70 @@ def plot_ncc(result: NccResult, path: Path, title: str) -> None:
     ax_b.set_ylim(0, 1.15 * max(times))
     ax_b.set_ylabel("mean grep run time (ms)")
     ax_b.set_title("(b) run time of one grep")
+    fig.suptitle(title)
+    save_figure(plt, fig, path)
+
+
+def plot_ncc_iozone(
+    rows: Sequence[PhaseSummary],
+    paper: Mapping[int, tuple[float, float]],
+    path: Path,
+    title: str,
+) -> None:
+    """Write the iozone experiment: (a) local page hits per test at the most threads,
+    without and with replicas (Figure 4); (b) backward and stride reads' speedup against
+    the thread count, medians with their range, beside the paper's Table 5.
+
+    :param rows: the summaries over seeds.
+    :param paper: Table 5's (backward, stride) speedups in percent, by thread count.
+    :param path: output file.
+    :param title: figure title.
+    :raises ConfigError: if matplotlib is missing or the file cannot be written.
+    """
+    plt = pyplot()
+    many = max(r.threads for r in rows)
+    at = [r for r in rows if r.threads == many]
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
+    xs = range(len(at))
+    ax_a.bar(
+        [x - 0.2 for x in xs],
+        [r.local_without.median for r in at],
+        0.4,
+        color="tab:grey",
+        label="first touch",
+    )
+    ax_a.bar(
+        [x + 0.2 for x in xs],
+        [r.local_with.median for r in at],
+        0.4,
+        color="tab:blue",
+        label="NCC replicas",
+    )
+    ax_a.set_xticks(list(xs), [r.phase for r in at], rotation=30, ha="right")
+    ax_a.set_ylim(0, 105)
+    ax_a.set_ylabel("local page hits (%)")
+    ax_a.set_title(f"(a) local page hits, {many} threads")
+    ax_a.legend()
+    for phase, color, index in (
+        ("backward read", "tab:orange", 0),
+        ("stride read", "tab:green", 1),
+    ):
+        mine = [r for r in rows if r.phase == phase]
+        threads = [r.threads for r in mine]
+        mid = [r.speedup_pct.median for r in mine]
+        err = [
+            [m - r.speedup_pct.low for m, r in zip(mid, mine, strict=True)],
+            [r.speedup_pct.high - m for m, r in zip(mid, mine, strict=True)],
+        ]
+        ax_b.errorbar(threads, mid, yerr=err, marker="o", color=color, label=f"{phase}")
+        known = sorted(t for t in paper if t in threads)
+        ax_b.plot(
+            known, [paper[t][index] for t in known], "--", color=color, label=f"{phase}, paper"
+        )
+    ax_b.axhline(0, color="black", linewidth=0.5)
+    ax_b.set_xlabel("iozone threads")
+    ax_b.set_ylabel("speedup with replicas (%)")
+    ax_b.set_title("(b) speedup (Table 5)")
+    ax_b.legend(fontsize="small")
     fig.suptitle(title)
     save_figure(plt, fig, path)

@@ -12,6 +12,7 @@ from unicache.errors import ConfigError
 from unicache_sim.repro_colors import ColorsReplicasExperiment
 from unicache_sim.repro_dmc import DmcExperiment
 from unicache_sim.repro_mfc import MfcExperiment
+from unicache_sim.repro_ncc import NccIozoneExperiment
 from unicache_sim.repro_obs import ObsExperiment
 from unicache_sim.repro_run import ReproExperiment
 from unicache_sim.repro_srm_cases import SrmCasesExperiment
@@ -37,6 +38,7 @@ def experiments(quick: bool, only: tuple[str, ...] | None = None) -> list[ReproE
         MfcExperiment(quick),
         ObsExperiment(quick),
         ColorsReplicasExperiment(quick),
+        NccIozoneExperiment(quick),
         SrmCasesExperiment(quick),
         DmcExperiment(quick),
     ]
@@ -99,20 +101,6 @@ def not_attempted() -> list[ReproRow]:
             "tar, gcc, cscope alone and together",
             "-0.5% alone, +6.7% together",
             "no build or indexing workload in the simulator",
-        ),
-        _row(
-            "NCC",
-            "Tables 3-5",
-            "iozone threads 2-10",
-            "up to +14.3% (stride read)",
-            "no iozone-like workload with writes and memory pressure yet",
-        ),
-        _row(
-            "NCC",
-            "Figure 4",
-            "iozone's local page hits",
-            "higher for every access type",
-            "no iozone-like workload with writes and memory pressure yet",
         ),
         _row(
             "NCC",

@@ -51,6 +51,7 @@ from unicache.policy.ncc import (
     ReplicaKey,
 )
 from unicache.policy.ncc_memory import budgeted, replica_budget, replica_bytes
+from unicache.policy.nccgain import NodeLedger, judge, predict, remote_chunks, replica_cost_for
 from unicache.policy.scuoptions import scu_options_for
 from unicache.topology import Topology, Unify
 
@@ -74,6 +75,8 @@ class NccSpec:
     :param greps: greps in total, split evenly over the shells (§5: 120).
     :param batch_files: files a shell issues per policy round.
     :param seed: seed of the file sizes and the page allocator.
+    :param step_aside: NCC steps aside where replicas do not pay (``False``: never, as the
+        daemon's ``--always-place``).
     """
 
     tree_mb: float = 40.0
@@ -82,6 +85,7 @@ class NccSpec:
     greps: int = 120
     batch_files: int = 40
     seed: int = 1
+    step_aside: bool = True
 
     def check(self) -> None:
         """Refuse impossible parameters.
@@ -117,6 +121,8 @@ class NccRun:
         chunk and node, shared by its shells; charged as the guest agent charges it).
     :param replica_budget_bytes: the guest agent's replica budget of one node.
     :param node_bytes: memory of the smallest node.
+    :param aside_rounds: policy rounds in which NCC made no replicas on a node whose
+        dropped replicas did not pay (the daemon's ``NCC_NO_GAIN``).
     """
 
     replicas: bool
@@ -131,6 +137,7 @@ class NccRun:
     replica_bytes_peak: int = 0
     replica_budget_bytes: int = 0
     node_bytes: int = 0
+    aside_rounds: int = 0
 
     @property
     def replica_memory_ratio(self) -> float:
@@ -246,6 +253,11 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
     policy = NccPolicy(budgeted(NccParams(), frames, tree.chunk))
     state = NccState()
     policy.start(state)
+    # the daemon's step-aside (replicas_round): nodes whose dropped replicas did not pay
+    cost = replica_cost_for(topo, tree.chunk)
+    capacity = policy.params.max_replicas_per_node
+    ledgers: tuple[NodeLedger, ...] = ()
+    aside_rounds = 0
     # one engine thread per CPU runs that CPU's shells in turn, a batch each (a batch of
     # 40 files of 100 KB takes about 3 ms: a scheduler time slice)
     queues: dict[int, deque[_Shell]] = {}
@@ -301,11 +313,24 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
             home = tree.touch(f, sh.node)
             for index, offset, length in tree.chunks(f):
                 reads.append((f, index, offset, length))
-                events.append(Read(ReplicaKey(VM_NAME, ChunkId(f, index)), sh.node, home))
+                chunk_key = ReplicaKey(VM_NAME, ChunkId(f, index))
+                events.append(Read(chunk_key, sh.node, home, length))
         actions: list[NccAction] = []
         if replicas:
-            decision = policy.decide(state, _memory(engine, cfg), events)
+            verdict = predict(
+                ledgers,
+                remote_chunks(events, state),
+                range(len(cfg.nodes)),
+                capacity,
+                policy.params.ncc_threshold,
+                cost,
+            )
+            aside = verdict.aside if spec.step_aside else frozenset()
+            decision = policy.decide(state, _memory(engine, cfg), events, aside)
             state = decision.state
+            judged = judge(verdict, decision.retired, cost)
+            ledgers = judged.ledgers
+            aside_rounds += bool(aside)
             served = list(decision.served)
             actions = list(decision.actions)
         else:
@@ -369,6 +394,7 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
         peak,
         replica_budget(node_bytes),
         node_bytes,
+        aside_rounds,
     )
 
 
