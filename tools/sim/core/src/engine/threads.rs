@@ -165,6 +165,38 @@ impl Engine {
             .collect()
     }
 
+    /// The number of runnable threads on `cpu` ([`Engine::is_runnable`]; 0 for a CPU the
+    /// machine lacks): what a wake-up or a newly idle CPU asks of one CPU, without the
+    /// whole machine's list.
+    pub fn runnable_count(&self, cpu: u32) -> u32 {
+        match self.cpu_free.get(cpu as usize) {
+            Some(_) => self.sched.queued_on(cpu as usize).len() as u32,
+            None => 0,
+        }
+    }
+
+    /// Of `cpus`, in their order, those with no runnable thread (CPUs the machine lacks
+    /// left out).
+    pub fn idle_among(&self, cpus: &[u32]) -> Vec<u32> {
+        cpus.iter()
+            .copied()
+            .filter(|&c| {
+                (c as usize) < self.cpu_free.len() && self.sched.queued_on(c as usize).is_empty()
+            })
+            .collect()
+    }
+
+    /// (CPU, runnable threads) of every CPU with at least `min` runnable threads, by CPU:
+    /// the donors a newly idle CPU may pull from.
+    pub fn crowded_cpus(&self, min: u32) -> Vec<(u32, u32)> {
+        (0..self.cpu_free.len())
+            .filter_map(|cpu| {
+                let n = self.sched.queued_on(cpu).len() as u32;
+                (n >= min).then_some((cpu as u32, n))
+            })
+            .collect()
+    }
+
     /// The runnable threads on `cpu` ([`Engine::is_runnable`]), by id.
     pub fn runnable_on(&self, cpu: u32) -> Vec<usize> {
         let mut out = match self.cpu_free.get(cpu as usize) {
