@@ -178,10 +178,12 @@ class MultiHost:
             return
         groups, nodes = self._group, self._node
         group, node = groups[cpu], nodes[cpu]
-        crowded = [(c, n) for c, n in self.engine.crowded_cpus(2) if nodes[c] == node]
-        # sort keys: same LLC group first, most runnable, CPU id
-        crowded.sort(key=lambda cn: (groups[cn[0]] != group, -cn[1], cn[0]))
-        for donor, _ in crowded:
+        # same LLC group first, most runnable, CPU id (sorted as keys: no call per donor)
+        crowded = [
+            (groups[c] != group, -n, c) for c, n in self.engine.crowded_cpus(2) if nodes[c] == node
+        ]
+        crowded.sort()
+        for _, _, donor in crowded:
             for tid in reversed(self.engine.runnable_on(donor)):
                 host = self.host_of.get(tid)
                 if host is None:
