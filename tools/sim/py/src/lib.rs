@@ -304,6 +304,21 @@ impl PyEngine {
         self.inner.runnable_per_cpu()
     }
 
+    /// The number of runnable threads on `cpu` (0 for a CPU the machine lacks).
+    fn runnable_count(&self, cpu: u32) -> u32 {
+        self.inner.runnable_count(cpu)
+    }
+
+    /// Of `cpus`, in their order, those with no runnable thread.
+    fn idle_among(&self, cpus: Vec<u32>) -> Vec<u32> {
+        self.inner.idle_among(&cpus)
+    }
+
+    /// (CPU, runnable threads) of every CPU with at least `min` runnable threads, by CPU.
+    fn crowded_cpus(&self, min: u32) -> Vec<(u32, u32)> {
+        self.inner.crowded_cpus(min)
+    }
+
     /// The runnable threads on `cpu`, by id.
     fn runnable_on(&self, cpu: u32) -> Vec<usize> {
         self.inner.runnable_on(cpu)

@@ -73,9 +73,11 @@ class MultiHost:
         self.moves = 0
         # the machine's shape, read on every wake-up and idle balance
         self._group = tuple(cfg.group_of(c) for c in range(cfg.n_cpus))
-        self._node_cpus: dict[int, tuple[int, ...]] = {}
-        for cpu, node in enumerate(cfg.cpu_node):
-            self._node_cpus[node] = (*self._node_cpus.get(node, ()), cpu)
+        self._node = tuple(cfg.cpu_node)
+        #: per LLC group, its CPUs in order (a wake-up looks at its own group only)
+        self._group_cpus: dict[int, tuple[int, ...]] = {}
+        for cpu, group in enumerate(self._group):
+            self._group_cpus[group] = (*self._group_cpus.get(group, ()), cpu)
 
     def add_thread(self, vm: str, tid: int, vcpu: int) -> None:
         """Register a guest thread of ``vm`` running on its vCPU ``vcpu``."""
@@ -157,11 +159,14 @@ class MultiHost:
         host = self.host_of[tid]
         vcpu = host.thread_vcpu[tid]
         here = host.vcpu_cpu[vcpu]
-        runnable = self.engine.runnable_per_cpu()
-        if runnable[here] == 0:
+        if self.engine.runnable_count(here) == 0:
             return
-        to = self._idle_cpu(here, host.affinity[vcpu], runnable, anywhere=False)
-        if to is not None:
+        # select_idle_sibling: an idle CPU of the set in here's LLC group, the next one
+        # after here (so that wakers spread), asked of that group's CPUs only
+        cpus = host.affinity[vcpu]
+        idle = [c for c in self.engine.idle_among(self._group_cpus[self._group[here]]) if c in cpus]
+        if idle:
+            to = next((c for c in idle if c > here), idle[0])
             # the thread was asleep: no hop, only the refill the caches will charge
             host.move_vcpu(vcpu, to, 0.0)
             self.moves += 1
@@ -169,15 +174,16 @@ class MultiHost:
     def idle(self, cpu: int) -> None:
         """Rule 2: the last runnable thread of ``cpu`` went to sleep; it pulls a waiting
         vCPU of its LLC group, else of its node."""
-        runnable = self.engine.runnable_per_cpu()
-        if runnable[cpu] > 0:
+        if self.engine.runnable_count(cpu) > 0:
             return
-        groups = self._group
-        group = groups[cpu]
-        donors = [c for c in self._node_cpus[self.cfg.cpu_node[cpu]] if runnable[c] >= 2]
-        # sort keys: same LLC group first, most runnable, CPU id
-        donors.sort(key=lambda c: (groups[c] != group, -runnable[c], c))
-        for donor in donors:
+        groups, nodes = self._group, self._node
+        group, node = groups[cpu], nodes[cpu]
+        # same LLC group first, most runnable, CPU id (sorted as keys: no call per donor)
+        crowded = [
+            (groups[c] != group, -n, c) for c, n in self.engine.crowded_cpus(2) if nodes[c] == node
+        ]
+        crowded.sort()
+        for _, _, donor in crowded:
             for tid in reversed(self.engine.runnable_on(donor)):
                 host = self.host_of.get(tid)
                 if host is None:
@@ -230,16 +236,14 @@ class MultiHost:
             host.move_vcpu(vcpu, to)
             self.moves += 1
 
-    def _idle_cpu(
-        self, here: int, cpus: frozenset[int], runnable: Sequence[int], anywhere: bool = True
-    ) -> int | None:
+    def _idle_cpu(self, here: int, cpus: frozenset[int], runnable: Sequence[int]) -> int | None:
         """An idle CPU of ``cpus``: of ``here``'s LLC group first, the next one after
-        ``here`` in CPU order (so that wakers spread), else (``anywhere``) any in the set."""
+        ``here`` in CPU order (so that wakers spread), else any in the set."""
         groups = self._group
         group = groups[here]
         idle = sorted(c for c in cpus if runnable[c] == 0)
         same = [c for c in idle if groups[c] == group]
-        pool = same or (idle if anywhere else [])
+        pool = same or idle
         if not pool:
             return None
         return next((c for c in pool if c > here), pool[0])

@@ -133,11 +133,14 @@ class SimHost:
         :param run: the read starts a run in the chunk (``uc_count``: a read continuing the
             thread's previous one inside the chunk adds bytes only).
         """
-        acc = self._reads.setdefault(chunk, _ChunkReads())
+        acc = self._reads.get(chunk)
+        if acc is None:  # built for a chunk's first read only (this runs on every read)
+            acc = self._reads[chunk] = _ChunkReads()
         acc.bytes_read += nbytes
         acc.reads += run
         vcpu = self.thread_vcpu[tid]
-        acc.vcpu_bytes[vcpu] = acc.vcpu_bytes.get(vcpu, 0) + nbytes
+        per_vcpu = acc.vcpu_bytes
+        per_vcpu[vcpu] = per_vcpu.get(vcpu, 0) + nbytes
 
     # --- Host port --------------------------------------------------------------------
 
@@ -334,17 +337,18 @@ class GuestShim:
         """Queue one read call of thread ``tid`` inside one chunk (``length`` bytes at file
         offset ``offset`` of a file of ``file_bytes``): run it where the rule says."""
         host = self.host
-        previous = self._seq.get(tid)
-        self._seq[tid] = (chunk, offset + length)
-        prev_end = shimrule.NO_PREVIOUS_END
-        if previous is not None and previous[0].file_id == chunk.file_id:
-            prev_end = previous[1]
+        seq = self._seq
+        previous = seq.get(tid)
+        seq[tid] = (chunk, offset + length)
         # a read continuing the thread's previous one inside the chunk is the same run
-        host.record_read(tid, chunk, length, run=previous != (chunk, offset))
-        entry = host.entries.get(chunk)
+        host.record_read(tid, chunk, length, previous != (chunk, offset))
         table = host.table
+        entry = host.entries.get(chunk) if table is not None else None
         kind: Literal["read", "nt"] = "read"
         if entry is not None and table is not None:
+            prev_end = shimrule.NO_PREVIOUS_END
+            if previous is not None and previous[0].file_id == chunk.file_id:
+                prev_end = previous[1]
             # a sequential reader counts the rest of the chunk (uc_span)
             span = length
             if length < table.min_read_size:

@@ -13,11 +13,15 @@
 //! * `objects`: memory objects and the physical frames behind their pages;
 //! * `threads`: threads, their operation queues and accounting;
 //! * `run`: the scheduler, one step of an operation, and accesses outside any thread;
+//! * `sched`: the scheduler's index of which thread goes next;
 //! * `coherence`: one line outside any thread, a store's invalidation, where a line is (DMC).
 
 mod coherence;
 mod objects;
 mod run;
+mod sched;
+#[cfg(test)]
+mod sched_tests;
 mod threads;
 
 use crate::config::MachineConfig;
@@ -40,6 +44,7 @@ pub struct Engine {
     threads: Vec<threads::Thread>,
     retired: Vec<bool>,
     cpu_free: Vec<f64>,
+    sched: sched::Schedule,
     line_shift: u32,
     interleave_next: u32,
 }
@@ -64,6 +69,7 @@ impl Engine {
             threads: Vec::new(),
             retired: Vec::new(),
             cpu_free: vec![0.0; ncpu],
+            sched: sched::Schedule::new(ncpu),
             line_shift,
             interleave_next: 0,
         })

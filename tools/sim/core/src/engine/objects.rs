@@ -66,6 +66,8 @@ impl Engine {
         }
         let page = self.machine.config().page_size as u64;
         let n = size.div_ceil(page) as usize;
+        // the directory's rows for its pages, set aside now rather than grown page by page
+        self.machine.reserve_pages(n as u64);
         self.objects.push(Object {
             frames: vec![NO_FRAME; n],
             slots: vec![0; n],

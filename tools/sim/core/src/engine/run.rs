@@ -1,7 +1,8 @@
-//! Running in simulated time: the scheduler that picks the thread able to start earliest,
-//! one step (at most a page) of its first operation, and the accesses of the caches'
-//! other users, outside any thread.
+//! Running in simulated time: the scheduler that takes the thread able to start earliest
+//! (from the index of `sched`), one step (at most a page) of its first operation, and the
+//! accesses of the caches' other users, outside any thread.
 
+use super::sched::Choice;
 use super::{Engine, Op};
 use crate::error::{Result, SimError};
 use crate::machine::{AccessKind, Source};
@@ -21,52 +22,29 @@ impl Engine {
     /// Run until a thread needs operations or the next start would be at/after `deadline`.
     pub fn run(&mut self, deadline: f64) -> Result<Stop> {
         loop {
-            let mut need: Option<(usize, f64)> = None;
-            let mut best: Option<(usize, f64)> = None;
-            for (i, t) in self.threads.iter().enumerate() {
-                if self.retired[i] {
-                    continue;
-                }
-                if t.ops.is_empty() {
-                    if need.is_none_or(|(_, tt)| t.time < tt) {
-                        need = Some((i, t.time));
-                    }
-                    continue;
-                }
-                let start = if let Some(Op::Sleep { until }) = t.ops.front() {
-                    // a sleeping thread waits for its time, not for its CPU
-                    if *until > t.time {
-                        *until
-                    } else {
-                        t.time
-                    }
-                } else {
-                    let free = self.cpu_free[t.cpu as usize];
-                    if free > t.time {
-                        free
-                    } else {
-                        t.time
-                    }
-                };
-                // equal starts (threads queued on one CPU): the one that has waited longest
-                // goes first, so a CPU's threads take turns page by page
-                if best
-                    .is_none_or(|(b, s)| start < s || (start == s && t.time < self.threads[b].time))
-                {
-                    best = Some((i, start));
-                }
+            if let Some(stop) = self.run_once(deadline)? {
+                return Ok(stop);
             }
-            if let Some((i, _)) = need {
-                return Ok(Stop::NeedOps(i));
-            }
-            let Some((i, start)) = best else {
-                return Ok(Stop::Idle);
-            };
-            if start >= deadline {
-                return Ok(Stop::Deadline);
-            }
-            self.step(i, start)?;
         }
+    }
+
+    /// One turn of [`Engine::run`]: the scheduler's choice ([`sched`](super::sched)), then
+    /// one step of it, or why it stops (`None`: it stepped).
+    pub(super) fn run_once(&mut self, deadline: f64) -> Result<Option<Stop>> {
+        let (i, start) = match self.sched.choice() {
+            Choice::Feed(i) => return Ok(Some(Stop::NeedOps(i))),
+            Choice::Idle => return Ok(Some(Stop::Idle)),
+            Choice::Step(i, start) => (i, start),
+        };
+        if start >= deadline {
+            return Ok(Some(Stop::Deadline));
+        }
+        let stepped = self.step(i, start);
+        // the thread changed; refiling it also refreshes the CPU it was queued on, the one
+        // whose free time the step moved
+        self.sched
+            .refile(i, &self.threads, &self.retired, &self.cpu_free);
+        stepped.map(|()| None)
     }
 
     /// Access `len` bytes of object `obj` from `offset` on `cpu` at time `now`, outside any

@@ -65,6 +65,7 @@ impl Engine {
     /// Add a thread on `cpu` at time `start`.
     pub fn add_thread(&mut self, cpu: u32, start: f64) -> Result<usize> {
         self.check_cpu(cpu)?;
+        check_time("a thread's start", start)?;
         self.threads.push(Thread {
             cpu,
             time: start,
@@ -72,13 +73,16 @@ impl Engine {
             stats: ThreadStats::default(),
         });
         self.retired.push(false);
-        Ok(self.threads.len() - 1)
+        let tid = self.threads.len() - 1;
+        self.refile(tid);
+        Ok(tid)
     }
 
     /// Stop scheduling thread `tid` (it never asks for operations again).
     pub fn retire(&mut self, tid: usize) -> Result<()> {
         self.thread(tid)?;
         self.retired[tid] = true;
+        self.refile(tid);
         Ok(())
     }
 
@@ -86,8 +90,13 @@ impl Engine {
     pub fn push(&mut self, tid: usize, op: Op) -> Result<()> {
         match op {
             Op::Access {
-                obj, offset, len, ..
+                obj,
+                offset,
+                len,
+                compute_per_byte,
+                ..
             } => {
+                check_cost("compute per byte", compute_per_byte)?;
                 let size = self.object_size(obj)?;
                 if offset.checked_add(len).is_none_or(|end| end > size) {
                     return Err(SimError::Config(format!(
@@ -95,17 +104,25 @@ impl Engine {
                     )));
                 }
             }
-            Op::Migrate { cpu, .. } => self.check_cpu(cpu)?,
-            Op::Compute { .. } | Op::Sleep { .. } => {}
+            Op::Migrate { cpu, cycles } => {
+                self.check_cpu(cpu)?;
+                check_cost("a migration's cycles", cycles)?;
+            }
+            Op::Compute { cycles } => check_cost("compute cycles", cycles)?,
+            Op::Sleep { until } => check_time("a sleep's end", until)?,
         }
         self.thread(tid)?;
         self.threads[tid].ops.push_back(op);
+        if self.threads[tid].ops.len() == 1 {
+            self.refile(tid);
+        }
         Ok(())
     }
 
     /// Move thread `tid` to `cpu` now, charging `cycles` (used when a vCPU is re-placed).
     pub fn move_thread(&mut self, tid: usize, cpu: u32, cycles: f64) -> Result<()> {
         self.check_cpu(cpu)?;
+        check_cost("a move's cycles", cycles)?;
         self.thread(tid)?;
         let t = &mut self.threads[tid];
         if t.cpu != cpu {
@@ -113,6 +130,7 @@ impl Engine {
             t.time += cycles;
             t.stats.migration_cycles += cycles;
             t.stats.migrations += 1;
+            self.refile(tid);
         }
         Ok(())
     }
@@ -135,26 +153,58 @@ impl Engine {
     /// Whether thread `tid` is runnable: not retired, with work queued that is not a
     /// sleep (what a scheduler sees as a task on a run queue).
     pub fn is_runnable(&self, tid: usize) -> Result<bool> {
-        let t = self.thread(tid)?;
-        Ok(!self.retired[tid] && !matches!(t.ops.front(), None | Some(Op::Sleep { .. })))
+        self.thread(tid)?;
+        // the scheduler's index queues exactly these threads on their CPU
+        Ok(self.sched.is_queued(tid))
     }
 
     /// Per CPU, the runnable threads on it ([`Engine::is_runnable`]).
     pub fn runnable_per_cpu(&self) -> Vec<u32> {
-        let mut out = vec![0u32; self.cpu_free.len()];
-        for tid in 0..self.threads.len() {
-            if self.is_runnable(tid).unwrap_or(false) {
-                out[self.threads[tid].cpu as usize] += 1;
-            }
+        (0..self.cpu_free.len())
+            .map(|cpu| self.sched.queued_on(cpu).len() as u32)
+            .collect()
+    }
+
+    /// The number of runnable threads on `cpu` ([`Engine::is_runnable`]; 0 for a CPU the
+    /// machine lacks): what a wake-up or a newly idle CPU asks of one CPU, without the
+    /// whole machine's list.
+    pub fn runnable_count(&self, cpu: u32) -> u32 {
+        match self.cpu_free.get(cpu as usize) {
+            Some(_) => self.sched.queued_on(cpu as usize).len() as u32,
+            None => 0,
         }
-        out
+    }
+
+    /// Of `cpus`, in their order, those with no runnable thread (CPUs the machine lacks
+    /// left out).
+    pub fn idle_among(&self, cpus: &[u32]) -> Vec<u32> {
+        cpus.iter()
+            .copied()
+            .filter(|&c| {
+                (c as usize) < self.cpu_free.len() && self.sched.queued_on(c as usize).is_empty()
+            })
+            .collect()
+    }
+
+    /// (CPU, runnable threads) of every CPU with at least `min` runnable threads, by CPU:
+    /// the donors a newly idle CPU may pull from.
+    pub fn crowded_cpus(&self, min: u32) -> Vec<(u32, u32)> {
+        (0..self.cpu_free.len())
+            .filter_map(|cpu| {
+                let n = self.sched.queued_on(cpu).len() as u32;
+                (n >= min).then_some((cpu as u32, n))
+            })
+            .collect()
     }
 
     /// The runnable threads on `cpu` ([`Engine::is_runnable`]), by id.
     pub fn runnable_on(&self, cpu: u32) -> Vec<usize> {
-        (0..self.threads.len())
-            .filter(|&tid| self.threads[tid].cpu == cpu && self.is_runnable(tid).unwrap_or(false))
-            .collect()
+        let mut out = match self.cpu_free.get(cpu as usize) {
+            Some(_) => self.sched.queued_on(cpu as usize).to_vec(),
+            None => Vec::new(),
+        };
+        out.sort_unstable();
+        out
     }
 
     /// Number of threads.
@@ -180,10 +230,36 @@ impl Engine {
         Ok(())
     }
 
+    /// File thread `tid` again in the scheduler's index, after any change to it.
+    fn refile(&mut self, tid: usize) {
+        self.sched
+            .refile(tid, &self.threads, &self.retired, &self.cpu_free);
+    }
+
     /// Thread `tid`, checked.
     fn thread(&self, tid: usize) -> Result<&Thread> {
         self.threads
             .get(tid)
             .ok_or(SimError::NotFound("thread", tid as u64))
     }
+}
+
+/// A time must be finite: the scheduler orders threads by their clocks.
+fn check_time(what: &str, value: f64) -> Result<()> {
+    if !value.is_finite() {
+        return Err(SimError::Config(format!(
+            "{what} must be finite, not {value}"
+        )));
+    }
+    Ok(())
+}
+
+/// A cost must be finite and not negative: a thread's clock only moves forward.
+fn check_cost(what: &str, value: f64) -> Result<()> {
+    if !(value.is_finite() && value >= 0.0) {
+        return Err(SimError::Config(format!(
+            "{what} must be finite and not negative, not {value}"
+        )));
+    }
+    Ok(())
 }

@@ -11,6 +11,9 @@ pub const MAX_SLOT: u64 = (u32::MAX - 1) as u64;
 /// can be read as one word (`Machine::held_anywhere`).
 pub(super) const DIR_PAD: usize = 8;
 
+/// The most directory bytes [`Machine::reserve_pages`] sets aside ahead of use.
+const DIR_RESERVE_MAX: usize = 1 << 30;
+
 /// The directory as the hot path reads it: its pointer and row width, taken once per
 /// access (see [`Machine::dir_mut`]).
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +74,7 @@ impl Machine {
         }
         self.frame_of_page.push(frame);
         self.n_slots += lpp as usize;
-        self.dir.resize(self.n_slots * self.n_groups + DIR_PAD, 0);
+        self.grow_dir();
         Ok(first as u32)
     }
 
@@ -91,9 +94,40 @@ impl Machine {
         let need = max_line as usize + 1;
         if self.n_slots < need {
             self.n_slots = need;
-            self.dir.resize(need * self.n_groups + DIR_PAD, 0);
+            self.grow_dir();
         }
         Ok(())
+    }
+
+    /// Make the directory hold `n_slots` rows and the pad, doubling if it must grow.
+    fn grow_dir(&mut self) {
+        let need = self.n_slots * self.n_groups + DIR_PAD;
+        if need > self.dir.len() {
+            self.resize_dir(need.max(2 * self.dir.len()));
+        }
+    }
+
+    /// Room in the directory for `pages` more pages than it has room for now (an engine
+    /// object's, declared before it is touched), up to [`DIR_RESERVE_MAX`] bytes:
+    /// registering those pages then neither copies nor clears the directory.
+    pub fn reserve_pages(&mut self, pages: u64) {
+        let bytes = ((pages << self.lpp_shift) as usize).saturating_mul(self.n_groups);
+        let want = self.dir.len().max(DIR_PAD).saturating_add(bytes).min(DIR_RESERVE_MAX);
+        if want > self.dir.len() {
+            // doubling: many small objects do not reallocate it once each
+            self.resize_dir(want.max(2 * self.dir.len()).min(DIR_RESERVE_MAX));
+        }
+    }
+
+    /// A fresh zeroed directory of `len` bytes holding the rows in use: the allocator's
+    /// zeroed pages (no `memset` of new rows; untouched ones cost no memory), one copy
+    /// of the rows in use. Its length is its capacity; every byte past the last row is
+    /// zero.
+    fn resize_dir(&mut self, len: usize) {
+        let used = (self.n_slots * self.n_groups + DIR_PAD).min(self.dir.len());
+        let mut grown = vec![0u8; len];
+        grown[..used].copy_from_slice(&self.dir[..used]);
+        self.dir = grown;
     }
 
     /// The directory for one access (it must not be resized while the `Dir` is used).

@@ -40,6 +40,9 @@ class TenantVm:
     #: per vCPU, the node its memory comes from
     nodes: dict[int, int]
     objects: list[int] = field(default_factory=list)
+    #: the chunks its reads named so far, one value each: a read names the same object
+    #: (no new value per read, and the shim's lookups compare by identity)
+    chunk_ids: dict[tuple[int, int], ChunkId] = field(default_factory=dict)
 
 
 @cache
@@ -77,10 +80,17 @@ class Worker:
         self.done: list[tuple[float, float]] = []
         self.offset = 0
         self.sleeping = False
+        #: its VM's guest shim (None: no shim; set by :meth:`Tenants.start`)
+        self.shim: GuestShim | None = None
         # what every request of the flavor needs, worked out once (the hot path reads it)
         work = vm.flavor.workload
+        self.work = work
         self.files = work.kind is Kind.FILES
         self.whole = work.access == "whole"
+        #: random reads: the aligned read offsets of one file (0: no read size)
+        self.per_file = work.file_bytes // work.read_bytes if work.read_bytes else 0
+        #: the bytes of one read call of a whole read (the program's buffer, else a chunk)
+        self.buffer = work.read_bytes if self.whole else 0
         #: files (whole reads) or slots (random reads) a request picks from
         self.choices = work.files if self.whole else _slots(work)
         #: the Zipf CDF over the choices (None: uniform)
@@ -104,6 +114,7 @@ class Tenants:
 
     def start(self, w: Worker) -> None:
         """The thread's first work at time 0."""
+        w.shim = self.shims.get(w.vm.name) if self.shims is not None else None
         if w.vm.flavor.workload.kind is not Kind.FILES:
             self._batch_step(w)
         elif w.rate > 0:
@@ -123,8 +134,9 @@ class Tenants:
             self._request(w, w.next_arrival)
             w.next_arrival += w.rng.expovariate(w.rate)
             return
-        if w.serving is not None:
-            w.done.append((w.serving, now - w.serving))
+        serving = w.serving
+        if serving is not None:
+            w.done.append((serving, now - serving))
             w.serving = None
         if w.rate <= 0:
             self._request(w, now)
@@ -138,7 +150,7 @@ class Tenants:
             self.multihost.idle(self.engine.thread_cpu(w.tid))
 
     def _request(self, w: Worker, arrival: float) -> None:
-        work = w.vm.flavor.workload
+        work = w.work
         w.serving = arrival
         if work.cycles_per_request > 0:
             self.engine.push_compute(w.tid, work.cycles_per_request)
@@ -151,27 +163,27 @@ class Tenants:
             self._read(w, rank, 0, work.file_bytes)
             return
         slot = rank * _SCATTER % n  # hot keys scattered over the store, as a hash does
-        per_file = work.file_bytes // work.read_bytes
-        self._read(w, slot // per_file, (slot % per_file) * work.read_bytes, work.read_bytes)
+        per_file, length = w.per_file, work.read_bytes
+        self._read(w, slot // per_file, (slot % per_file) * length, length)
 
     def _read(self, w: Worker, file: int, start: int, length: int) -> None:
-        work = w.vm.flavor.workload
+        # once per read call: names looked up once per request (the driver's hot path)
+        work, tid, shim, chunk = w.work, w.tid, w.shim, self.chunk
         obj = w.vm.objects[file]
-        shim = self.shims.get(w.vm.name) if self.shims is not None else None
-        chunk = self.chunk
-        buffer = work.read_bytes if w.whole and work.read_bytes else chunk
-        compute = work.cycles_per_byte
-        offset = start
-        end = start + length
+        buffer = w.buffer or chunk
+        compute, file_bytes = work.cycles_per_byte, work.file_bytes
+        push_access, chunk_ids = self.engine.push_access, w.vm.chunk_ids
+        offset, end = start, start + length
         while offset < end:
             index = offset // chunk
             size = min(buffer, (index + 1) * chunk - offset, end - offset)
-            if shim is not None:
-                shim.read_chunk(
-                    w.tid, obj, ChunkId(file, index), offset, size, compute, work.file_bytes
-                )
+            if shim is None:
+                push_access(tid, obj, offset, size, "read", compute)
             else:
-                self.engine.push_access(w.tid, obj, offset, size, "read", compute)
+                chunk_id = chunk_ids.get((file, index))
+                if chunk_id is None:
+                    chunk_id = chunk_ids[file, index] = ChunkId(file, index)
+                shim.read_chunk(tid, obj, chunk_id, offset, size, compute, file_bytes)
             offset += size
 
     def _batch_step(self, w: Worker) -> None:
