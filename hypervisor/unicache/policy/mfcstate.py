@@ -107,6 +107,8 @@ class MfcParams:
 
 #: the units of a chunk no unit holds (one object for them all)
 NO_UNITS: frozenset[int] = frozenset()
+
+
 class _NoReads(Mapping[int, int]):
     """An empty read-only mapping that copies (``copy``, ``deepcopy``) and pickles as
     itself: a ``MappingProxyType`` does neither, so a table holding it could not be copied
