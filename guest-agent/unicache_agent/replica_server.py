@@ -26,7 +26,7 @@ import os
 import socket
 import stat
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .replica_store import ReplicaStore
 from .shm import MAX_NODES, file_id_of
@@ -70,6 +70,9 @@ class ReplicaServer:
         self.clients: Dict[int, socket.socket] = {}
         self.requests = 0
         self.rejected = 0
+        #: run after a request is read and before it is answered (the serving process
+        #: applies the store calls sent before it: replica_service)
+        self.before_answer: Optional[Callable[[], None]] = None
         self._fstypes: Dict[int, str] = {}
 
     def fds(self) -> List[int]:
@@ -118,6 +121,8 @@ class ReplicaServer:
                 _close_all(fds)
                 self._close(conn)
                 return
+            if self.before_answer is not None:
+                self.before_answer()
             try:
                 status, reply_fd, rid = self._answer(data, fds, flags)
             finally:

@@ -83,19 +83,30 @@ class ReplicaService:
             log.debug("replica process unreachable: %s", err)
 
     def _serve(self, calls: Connection) -> None:
+        stop: list[bool] = []
+
+        def run_calls() -> None:
+            # the table before the requests that follow it: also before each request the
+            # server reads in a turn, since a call sent before that request is in the pipe
+            # by the time the request is read (a turn drains several requests)
+            while not stop and calls.poll():
+                msg = calls.recv()
+                if msg is None:
+                    stop.append(True)
+                    return
+                method, args = msg
+                try:
+                    getattr(self.server.store, method)(*args)
+                except Exception:  # one failed call stops no answer
+                    log.exception("replica store call %s failed", method)
+
+        self.server.before_answer = run_calls
         try:
-            while True:
+            while not stop:
                 ready, _, _ = select.select([calls.fileno(), *self.server.fds()], [], [])
-                while calls.poll():  # the table before the requests that follow it
-                    msg = calls.recv()
-                    if msg is None:
-                        return
-                    method, args = msg
-                    try:
-                        getattr(self.server.store, method)(*args)
-                    except Exception:  # one failed call stops no answer
-                        log.exception("replica store call %s failed", method)
-                self.server.handle(ready)
+                run_calls()
+                if not stop:
+                    self.server.handle(ready)
         except EOFError:  # the agent is gone
             pass
         finally:

@@ -31,7 +31,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from unicache.errors import ConfigError, StateError
-from unicache.model import ChunkId, DropReplica, NodeMemory, Replicate
+from unicache.model import DropReplica, NodeMemory, Replicate
+from unicache.policy.nccevents import Age as Age
+from unicache.policy.nccevents import NccAction as NccAction
+from unicache.policy.nccevents import NccEvent as NccEvent
+from unicache.policy.nccevents import PrimaryReclaimed as PrimaryReclaimed
+from unicache.policy.nccevents import Read as Read
+from unicache.policy.nccevents import Reclaim as Reclaim
+from unicache.policy.nccevents import ReclaimPrimary as ReclaimPrimary
+from unicache.policy.nccevents import ReplicaKey as ReplicaKey
+from unicache.policy.nccevents import Write as Write
 
 #: §3.2 "Generation of NCC entries": remote reads from one node before a replica is made
 NCC_THRESHOLD = 2
@@ -50,107 +59,6 @@ RULE_MQ_EVICT = "§3.2 MQ victim Q_0..Q_7"
 RULE_WRITE = "§3.2 coherence write-invalidate"
 RULE_PRIMARY_RECLAIMED = "§3.2 NC entry reclaimed"
 RULE_RECLAIM = "§3.2 reclaim 2:1"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class ReplicaKey:
-    """A chunk of one VM (guests choose file ids, so the VM is part of the key).
-
-    :param vm: the VM.
-    :param chunk: the chunk.
-    """
-
-    vm: str
-    chunk: ChunkId
-
-    def __str__(self) -> str:
-        return f"{self.vm}/{self.chunk}"
-
-    @staticmethod
-    def of(action: Replicate | DropReplica) -> ReplicaKey:
-        """The chunk a replica action is about.
-
-        :param action: a replica made or dropped.
-        :returns: its VM and chunk as a key.
-        """
-        return ReplicaKey(action.vm, action.chunk)
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """A guest read of a chunk by a vCPU running on ``node``.
-
-    :param key: the chunk.
-    :param node: the node of the reading vCPU.
-    :param home: the node holding the primary copy.
-    :param nbytes: the bytes it read (0: unknown), what a replica serving it saves
-        (:mod:`unicache.policy.nccgain` weighs a replica's reads by them).
-    """
-
-    key: ReplicaKey
-    node: int
-    home: int
-    nbytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """A write (or memory-mapped write) to a chunk.
-
-    :param key: the chunk.
-    """
-
-    key: ReplicaKey
-
-
-@dataclass(frozen=True, slots=True)
-class PrimaryReclaimed:
-    """The primary copy of a chunk was reclaimed.
-
-    :param key: the chunk.
-    """
-
-    key: ReplicaKey
-
-
-@dataclass(frozen=True, slots=True)
-class Reclaim:
-    """The host must free pages (chunks) on a node.
-
-    :param node: the node.
-    :param pages: how many chunks to free.
-    """
-
-    node: int
-    pages: int
-
-
-@dataclass(frozen=True, slots=True)
-class Age:
-    """The primary cache refilled its inactive list: age every replica (MQ aging)."""
-
-
-#: every event the policy handles, in the order they happened
-NccEvent = Read | Write | PrimaryReclaimed | Reclaim | Age
-
-
-@dataclass(frozen=True, slots=True)
-class ReclaimPrimary:
-    """The primary cache's share of a reclaim: the caller frees this many primary chunks.
-
-    :param node: the node.
-    :param pages: how many chunks.
-    :param reason: one line for humans.
-    """
-
-    node: int
-    pages: int
-    reason: str
-
-
-#: every action the policy returns: the model's replica actions (the host carries them out
-#: through the VM's placement table), and the primary cache's share of a reclaim
-NccAction = Replicate | DropReplica | ReclaimPrimary
 
 
 @dataclass(frozen=True, slots=True)
