@@ -1,6 +1,9 @@
 """NCC's events and actions: what a round of :mod:`unicache.policy.ncc` reads (a read, a
 write, a reclaim, an aging) and returns (the model's replica actions and the primary
-cache's share of a reclaim), keyed by :class:`ReplicaKey`.
+cache's share of a reclaim), keyed by :class:`ReplicaKey`. The events are the ones the
+dual-layered file cache paper's §3.2 handles: "Generation of NCC entries" (remote reads),
+"Cache Coherence" (a write), "Hooks for reclaiming" (the 2:1 shrink) and "Management of
+NCC entries" (the MQ queues' aging).
 
 Split from :mod:`unicache.policy.ncc`, which re-exports every name here. Pure values.
 """
