@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from unicache.policy.ncc import NccEvent, NccState, Read, ReplicaKey, Retired
+from unicache.policy.obshome import remote_gap_for
 from unicache.topology import Topology
 
 #: a replica must save this many times its copy (never slower: a 2x error still pays)
@@ -110,13 +111,18 @@ def replica_cost_for(topology: Topology, chunk_size: int) -> ReplicaCost:
 
 
 def _remote_ratio(topology: Topology) -> tuple[float, str]:
-    """How much slower a remote read is than a local one, and where that came from."""
+    """How much slower a remote read is than a local one, and where that came from.
+
+    From the DRAM latencies as OBS's homes read them (:func:`remote_gap_for`); a machine
+    without them falls back to its SLIT distances, not to the paper's default gap,
+    because a replica's break-even must come from this machine.
+    """
     nodes = topology.nodes
     if len(nodes) < 2:
         return 1.0, "one NUMA node"
-    local = nodes[0].dram_latency_cycles
-    if topology.remote_latency_cycles and local:
-        return topology.remote_latency_cycles / local, "remote/local DRAM latency"
+    if topology.remote_latency_cycles and any(n.dram_latency_cycles for n in nodes):
+        gap, source = remote_gap_for(topology)
+        return 1.0 + gap, source
     ratios = [
         d / n.distances[n.id]
         for n in nodes
