@@ -9,7 +9,9 @@ from unicache.errors import ConfigError, PolicyRefusal
 from unicache.policy.place import place_vm
 from unicache.policy.placefleet import Arrival, parse_arrivals, place_fleet
 from unicache.policy.placeoptions import PlaceOptions, Profile
-from unicache.policy.placetypes import VmRequest
+from unicache.policy.placeroom import flavor_weight, host_room
+from unicache.policy.placetypes import PlacedVm, VmRequest
+from unicache.topology import Unify
 
 from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16
 
@@ -122,3 +124,39 @@ def test_compact_with_overcommit_fills_free_cpus_before_stacking_a_group() -> No
 def test_a_bad_arrival_is_one_error_naming_it(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_arrivals(text, "f")
+
+
+def test_until_refused_stops_at_the_first_refusal_and_bounds_every_prefix() -> None:
+    arrivals = [Arrival(VmRequest(f"vm-{i}", 4, 1024, Profile.COMPACT)) for i in range(6)]
+    arrivals.insert(2, Arrival(VmRequest("huge-1", 64, 1024, Profile.COMPACT)))
+    whole = place_fleet(TOPO_OPTERON_16, arrivals)
+    stopped = place_fleet(TOPO_OPTERON_16, arrivals, until_refused=True)
+    assert [r.request.name for r in whole.refused] == ["huge-1", "vm-4", "vm-5"]
+    assert [r.request.name for r in stopped.refused] == ["huge-1"]
+    assert stopped.placed == whole.placed[:2]
+    # every prefix up to the first refusal is placed whole, and none past it
+    for n in range(len(arrivals) + 1):
+        assert bool(place_fleet(TOPO_OPTERON_16, arrivals[:n]).refused) == (n > 2)
+
+
+def test_host_room_weighs_unobserved_vcpus_as_flavor_weight_does() -> None:
+    # host_room works each flavor's weight out once; names shared across flavors (which
+    # make flavor_weight also count the other flavor's VMs) take the exact path
+    vms = (
+        PlacedVm("a-1", "a", (frozenset({0}), frozenset({1})), (2.0, None)),
+        PlacedVm("a-2", "a", (frozenset({2}),), (None,)),
+        PlacedVm("b-1", "b", (frozenset({3}),), (0.5,)),
+        PlacedVm("shared", "a", (frozenset({4}),), (3.0,)),
+        PlacedVm("shared", "b", (frozenset({5}),), (None,)),
+        PlacedVm("c-1", "", (frozenset({6}),), ()),
+    )
+    room = host_room(TOPO_OPTERON_16, Unify.L2, vms, PlaceOptions())
+    unit_of = {cpu: u.id for u in TOPO_OPTERON_16.units(Unify.L2) for cpu in u.cpus}
+    host = (2.0 + 0.5 + 3.0) / 3
+    for vm in vms:
+        mine = flavor_weight(vms, VmRequest(vm.name, 1, flavor=vm.flavor))
+        for index, covered in enumerate(vm.vcpu_units):
+            weight = vm.weights[index] if index < len(vm.weights) else None
+            expected = weight if weight is not None else (host if mine is None else mine)
+            (cpu,) = covered
+            assert room.load[unit_of[cpu]] == expected

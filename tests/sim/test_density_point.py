@@ -18,6 +18,7 @@ from unicache_sim.experiments.density_point import (
     linux_start_cpus,
     place_unicache,
     run_point,
+    unicache_cap,
 )
 from unicache_sim.mixes import mix_vms
 from unicache_sim.tenants import Flavor, Mix, load_catalogue
@@ -80,6 +81,18 @@ def test_a_host_that_cannot_admit_the_vms_runs_nothing() -> None:
     assert "vCPU slots" in admit_linux(TOPO_OPTERON_16, flavors, 1.0) or "MiB" in admit_linux(
         TOPO_OPTERON_16, flavors, 1.0
     )
+
+
+def test_unicache_cap_is_the_largest_prefix_place_unicache_admits() -> None:
+    # one pass to the first refusal gives what asking every prefix gives
+    for weights in ((("kv", 1), ("web", 1)), (("analytics", 2), ("stream", 1), ("idle", 1))):
+        flavors = _flavors(24, weights)
+        for overcommit in (1.0, 2.0):
+            cap = unicache_cap(TOPO_OPTERON_16, flavors, overcommit)
+            admitted = [not place_unicache(TOPO_OPTERON_16, flavors[:n], overcommit)[1]
+                        for n in range(len(flavors) + 1)]
+            assert admitted == [n <= cap for n in range(len(flavors) + 1)]
+            assert 0 < cap < len(flavors)
 
 
 def test_linux_starts_vcpus_spread_and_unicache_pins_them_to_llc_groups() -> None:

@@ -231,6 +231,7 @@ def place_fleet(
     options: PlaceOptions | None = None,
     unify: Unify = Unify.LLC,
     placed: Sequence[PlacedVm] = (),
+    until_refused: bool = False,
 ) -> FleetResult:
     """Place ``arrivals`` in order on one host, each seeing all placed before it.
 
@@ -239,6 +240,8 @@ def place_fleet(
     :param options: capacity and defaults.
     :param unify: what one LLC group is.
     :param placed: VMs on the host before the first arrival.
+    :param until_refused: stop at the first refusal (the arrivals after it are neither
+        placed nor refused): how many of the first arrivals the host takes, in one pass.
     """
     options = options or PlaceOptions()
     on_host = list(placed)
@@ -249,6 +252,8 @@ def place_fleet(
             placement = place_vm(topology, arrival.request, on_host, options, unify)
         except PolicyRefusal as refusal:
             refused.append(Refused(arrival.request, refusal.kind, refusal.error_message))
+            if until_refused:
+                break
             continue
         done.append(placement)
         on_host = [vm for vm in on_host if vm.name != arrival.request.name]

@@ -98,10 +98,11 @@ def host_room(
     )
     vms = tuple(placed)
     host = _host_weight(vms)
+    weights = _FlavorWeights(vms)
     for vm in vms:
         # a vCPU not observed is expected to weigh what its flavor's observed vCPUs weigh,
         # else what the host's do (OBS-X needs a number for every task)
-        mine = flavor_weight(vms, VmRequest(vm.name, 1, flavor=vm.flavor))
+        mine = weights.of(vm)
         fallback = host if mine is None else mine
         for index, covered in enumerate(vm.vcpu_units):
             known = [unit for unit in covered if unit in units]
@@ -122,6 +123,33 @@ def _host_weight(vms: Sequence[PlacedVm]) -> float:
     known = [w for vm in vms for w in vm.weights if w is not None]
     mean = sum(known) / len(known) if known else 0.0
     return mean or DEFAULT_WEIGHT
+
+
+class _FlavorWeights:
+    """:func:`flavor_weight` of every placed VM's own flavor, each worked out once.
+
+    A VM's request matches the VMs of its flavor and those of its name; with names unique
+    within their flavor (as every caller's are) the second adds none, so the weight is its
+    flavor's, the same sum in the same order. A name also used by a VM of another flavor
+    takes :func:`flavor_weight` itself. Keeps :func:`host_room` linear in the VMs (it is
+    called once per VM a fleet places).
+    """
+
+    def __init__(self, vms: Sequence[PlacedVm]) -> None:
+        self.vms = vms
+        self.by_kind: dict[str, float | None] = {}
+        self.flavors_of_name: dict[str, set[str]] = {}
+        for vm in vms:
+            self.flavors_of_name.setdefault(vm.name, set()).add(vm.flavor)
+
+    def of(self, vm: PlacedVm) -> float | None:
+        request = VmRequest(vm.name, 1, flavor=vm.flavor)
+        kind = request.kind
+        if self.flavors_of_name[vm.name] != {kind}:
+            return flavor_weight(self.vms, request)
+        if kind not in self.by_kind:
+            self.by_kind[kind] = flavor_weight(self.vms, request)
+        return self.by_kind[kind]
 
 
 def flavor_weight(vms: Sequence[PlacedVm], request: VmRequest) -> float | None:

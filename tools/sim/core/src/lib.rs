@@ -14,6 +14,7 @@ pub mod config;
 pub mod dram;
 pub mod engine;
 pub mod error;
+pub mod hugealloc;
 pub mod machine;
 pub mod pages;
 pub mod rng;

@@ -6,7 +6,6 @@ mod error;
 mod trace;
 
 use std::time::Instant;
-
 use pyo3::prelude::*;
 use unicache_sim_core as core;
 use unicache_sim_core::{
@@ -15,6 +14,9 @@ use unicache_sim_core::{
 
 use crate::error::{config_err, simulator_error, ToPyResult};
 use crate::trace::PyTrace;
+
+#[global_allocator]
+static ALLOCATOR: core::hugealloc::HugeAlloc = core::hugealloc::HugeAlloc;
 
 fn parse_kind(py: Python<'_>, kind: &str) -> PyResult<AccessKind> {
     match kind {
@@ -468,10 +470,8 @@ impl PyEngine {
         let kind = parse_kind(py, kind)?;
         let ncpu = self.n_cpus() as u32;
         if cpu >= ncpu || (!trace.cpus.is_empty() && trace.max_cpu >= ncpu) {
-            return Err(config_err(
-                py,
-                format!("trace names a cpu outside 0..{ncpu}"),
-            ));
+            let msg = format!("trace names a cpu outside 0..{ncpu}");
+            return Err(config_err(py, msg));
         }
         let m = self.inner.machine_mut();
         ToPyResult(m.prepare_trace(trace.max_line)).into_py(py)?;

@@ -50,7 +50,7 @@ from unicache_sim.experiments.density_point import (
     DensityTiming,
     PointOutcome,
     admit_linux,
-    place_unicache,
+    unicache_cap,
 )
 from unicache_sim.mixes import mix_vms
 from unicache_sim.tenants import Catalogue, Flavor, Mix, SloKind
@@ -178,15 +178,12 @@ def admission_cap(topo: Topology, flavors: Sequence[Flavor], policy: str,
                   overcommit: float) -> int:
     """The most of the first VMs of ``flavors`` the host admits under ``policy``: Linux
     by vCPU slots and memory, unicache by ``unicache place`` refusing one."""
+    if policy != "linux":
+        return unicache_cap(topo, flavors, overcommit)
     lo, hi = 0, len(flavors)  # the answer is in [lo, hi]; lo admitted
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        part = flavors[:mid]
-        if policy == "linux":
-            refused = admit_linux(topo, part, overcommit)
-        else:
-            refused = place_unicache(topo, part, overcommit)[1]
-        if refused:
+        if admit_linux(topo, flavors[:mid], overcommit):
             hi = mid - 1
         else:
             lo = mid

@@ -197,12 +197,8 @@ def place_unicache(
     :returns: per VM, (vCPU -> its CPU set, vCPU -> its memory node), and the first
         refusal's reason (empty: every VM placed).
     """
-    names = vm_names(flavors)
-    arrivals = [
-        Arrival(VmRequest(name, f.vcpus, f.memory_mib, Profile(f.profile), f.name))
-        for name, f in zip(names, flavors, strict=True)
-    ]
-    fleet = place_fleet(topo, arrivals, PlaceOptions(cpu_overcommit=overcommit), Unify.LLC)
+    fleet = place_fleet(topo, _arrivals(flavors), PlaceOptions(cpu_overcommit=overcommit),
+                        Unify.LLC)
     if fleet.refused:
         return [], fleet.refused[0].reason
     out = []
@@ -213,6 +209,22 @@ def place_unicache(
         }
         out.append((affinity, nodes))
     return out, ""
+
+
+def unicache_cap(topo: Topology, flavors: Sequence[Flavor], overcommit: float) -> int:
+    """How many of the first VMs of ``flavors`` :func:`place_unicache` places without a
+    refusal: a VM's placement sees only those before it, so the first refusal of one pass
+    over all of them bounds every prefix."""
+    fleet = place_fleet(topo, _arrivals(flavors), PlaceOptions(cpu_overcommit=overcommit),
+                        Unify.LLC, until_refused=True)
+    return len(fleet.placed)
+
+
+def _arrivals(flavors: Sequence[Flavor]) -> list[Arrival]:
+    return [
+        Arrival(VmRequest(name, f.vcpus, f.memory_mib, Profile(f.profile), f.name))
+        for name, f in zip(vm_names(flavors), flavors, strict=True)
+    ]
 
 
 def linux_start_cpus(cfg: SimConfig, flavors: Sequence[Flavor]) -> list[dict[int, int]]:
