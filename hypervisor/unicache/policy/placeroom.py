@@ -128,11 +128,11 @@ def _host_weight(vms: Sequence[PlacedVm]) -> float:
 class _FlavorWeights:
     """:func:`flavor_weight` of every placed VM's own flavor, each worked out once.
 
-    A VM's request matches the VMs of its flavor and those of its name; with names unique
-    within their flavor (as every caller's are) the second adds none, so the weight is its
-    flavor's, the same sum in the same order. A name also used by a VM of another flavor
-    takes :func:`flavor_weight` itself. Keeps :func:`host_room` linear in the VMs (it is
-    called once per VM a fleet places).
+    A VM's request matches the VMs of its flavor and those of its name; when only VMs of
+    its flavor carry its name (as with every caller's unique names) the second adds none,
+    so the weight is its flavor's, the same sum in the same order. A name also carried by
+    a VM of another flavor takes :func:`flavor_weight` itself. Keeps :func:`host_room`
+    linear in the VMs (it is called once per VM a fleet places).
     """
 
     def __init__(self, vms: Sequence[PlacedVm]) -> None:
