@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uc_migrate.c - migration: moves the reading thread to the vCPU the rule of uc_decide.h
- * picks (MFC section 4.2, 4.5), spending the chunk's budget, and settles the vCPU claims.
+ * picks (MFC section 4.2, 4.5), spending the chunk's budget, and settles the vCPU claims;
+ * and gives a pinned thread its own CPUs back once the table places nothing.
  */
 #include "uc_shim.h"
 
@@ -132,4 +133,20 @@ void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct u
 		uc_pinned = 1;
 	}
 	uc_claims_settle(claims, nclaims, d, f.tid, f.now_ns);
+}
+
+/* Give a thread the shim pinned the CPUs it had when the shim loaded (uc_call.c: a table
+ * that places nothing). Tried once: a failure (no CPU of that set left in the thread's
+ * cpuset) is not retried on every read. */
+void uc_unpin(void)
+{
+	cpu_set_t orig;
+	unsigned i;
+
+	CPU_ZERO(&orig);
+	for (i = 0; i < UC_MASK_WORDS * 64u && i < CPU_SETSIZE; i++)
+		if (uc_orig_words[i / 64] >> (i % 64) & 1u)
+			CPU_SET(i, &orig);
+	(void)sched_setaffinity(0, sizeof(orig), &orig);
+	uc_pinned = 0;
 }

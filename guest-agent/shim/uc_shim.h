@@ -210,6 +210,7 @@ struct uc_hit {
 	uint32_t replica_nodes;
 	int color_node;
 	int found;
+	uint32_t nentries; /* the table's entries: 0 when it places nothing (SCU left the VM alone) */
 };
 
 int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h);
@@ -282,6 +283,7 @@ extern UC_TLS int uc_pinned;
 void uc_tid_atfork_child(void);
 uint64_t uc_span(int fd, uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h);
 void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct uc_hit *h);
+void uc_unpin(void);
 
 /* --- fault guard (uc_guard.c) --------------------------------------------------------- */
 

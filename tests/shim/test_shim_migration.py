@@ -203,8 +203,10 @@ def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
         os.sched_setaffinity(r.proc.pid, {0})
         assert len(r.pread(0, 32768)) == 32768
         assert r.ask("affinity") == "1"  # moved, and so pinned to vCPU 1
-        # the table no longer places the chunk, and another live reader now holds vCPU 1
-        shim_env.table.publish(2, CHUNK, 16384, [])
+        # the table no longer places the chunk (it still places another one), and another
+        # live reader now holds vCPU 1
+        shim_env.table.publish(2, CHUNK, 16384,
+                               [ShmEntry(shim_env.file_id(f), 1, frozenset({1}))])
         now_ms = time.monotonic_ns() // 1_000_000
         _plant(counters, {1: (now_ms + 60_000) << CLAIM_TID_BITS | (tid + 1)})
         # a read below the table's min_read_size moves it too: the move is for CPU, not
@@ -213,6 +215,27 @@ def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
         assert r.ask("affinity") == "0"  # the rule over its allowed CPUs: the free vCPU 0
         claims = counters.claims()
         assert claims[0] & CLAIM_TID_MAX == tid and claims[1] & CLAIM_TID_MAX == tid + 1
+
+
+def test_pinned_reader_gets_its_own_cpus_back_once_the_table_places_nothing(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    # SCU left the VM alone or withdrew its placement: the guest's scheduler, not the
+    # shim, places the threads again (a thread left pinned could stay piled on one vCPU)
+    f = tmp_path / "data"
+    f.write_bytes(bytes(range(256)) * 1024)
+    shim_env.table.publish(1, CHUNK, 16384, [ShmEntry(shim_env.file_id(f), 0, frozenset({1}))])
+    with Reader(shim_env, f) as r:
+        loaded_with = r.ask("affinity")  # the shim has loaded, with these CPUs
+        os.sched_setaffinity(r.proc.pid, {0})
+        assert len(r.pread(0, 32768)) == 32768
+        assert r.ask("affinity") == "1"  # moved, and so pinned to vCPU 1
+        shim_env.table.publish(2, CHUNK, 16384, [])
+        assert len(r.pread(0, 4096)) == 4096
+        assert r.ask("affinity") == loaded_with
+        # not pinned any more: a thread the user pins stays where the user put it
+        os.sched_setaffinity(r.proc.pid, {0})
+        assert len(r.pread(0, 32768)) == 32768
+        assert r.ask("affinity") == "0"
 
 
 def test_a_sequential_reader_in_small_buffers_migrates_a_random_one_does_not(

@@ -116,6 +116,39 @@ def test_shim_runs_readers_of_one_unit_where_the_shims_rule_puts_them() -> None:
     assert set(shim.claims.snapshot()) == {home, following}
 
 
+def test_shim_gives_a_pinned_thread_back_to_the_guests_scheduler_once_the_table_places_nothing(
+) -> None:
+    # uc_unpin (tests/shim/test_shim_migration.py checks the C side): a withdrawn placement
+    # must not leave the threads it moved piled on one chunk's home vCPU
+    host, tid, obj = _host()
+    chunk = ChunkId(1, 0)
+    placed = PlacementTable(
+        "vm0", 1, CHUNK, 4096, (PlacementEntry(chunk, frozenset({12}), True, BUDGET_UNLIMITED),)
+    )
+    host.act([PublishPlacement("vm0", placed, "test")])
+    shim = GuestShim(host)
+    shim.read_chunk(tid, obj, chunk, 0, CHUNK, 0.0, CHUNK)
+    assert host.engine.run() == ("need", tid)
+    assert host.thread_vcpu[tid] == 12
+    # a table that still places another chunk: the thread stays where it is (still pinned)
+    other = PlacementTable(
+        "vm0", 2, CHUNK, 4096,
+        (PlacementEntry(ChunkId(9, 0), frozenset({4}), True, BUDGET_UNLIMITED),),
+    )
+    host.act([PublishPlacement("vm0", other, "test")])
+    shim.read_chunk(tid, obj, chunk, 0, CHUNK, 0.0, CHUNK)
+    assert host.engine.run() == ("need", tid)
+    assert host.thread_vcpu[tid] == 12
+    host.act([PublishPlacement("vm0", PlacementTable("vm0", 3, CHUNK, 4096, ()), "test")])
+    shim.read_chunk(tid, obj, chunk, 0, CHUNK, 0.0, CHUNK)
+    assert host.engine.run() == ("need", tid)
+    assert host.thread_vcpu[tid] == 0 and host.engine.thread_cpu(tid) == 0
+    # unpinned: an unplaced read no longer moves it
+    shim.read_chunk(tid, obj, chunk, 0, CHUNK, 0.0, CHUNK)
+    assert host.engine.run() == ("need", tid)
+    assert host.engine.thread_stats(tid).migrations == 2
+
+
 def test_live_loop_at_the_daemons_round_still_gains_at_8_mib() -> None:
     spec = MfcSpec(min_measure_bytes=48 * 1024 * 1024, measure_factor=2.0)
     (point,) = run_mfc(TOPO_OPTERON_16, spec, [8.0])

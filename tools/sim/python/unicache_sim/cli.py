@@ -26,14 +26,15 @@ from unicache_sim.cli_grid import grid
 from unicache_sim.cli_obs import obs
 from unicache_sim.experiments.dmc_whatif import MIGRATION_MODES
 from unicache_sim.experiments.mfc_read import (
-    BASELINES,
     CORUNNERS,
     DISTRIBUTIONS,
+    LINUX_SAME_READERS,
     PATHS,
     SETUPS,
     WORKLOADS,
     MfcSpec,
     PointResult,
+    baselines_for,
     run_mfc,
 )
 from unicache_sim.experiments.sched_hop import DEFAULT_HOPS
@@ -59,6 +60,7 @@ def _points_json(points: list[PointResult]) -> list[dict[str, object]]:
             {
                 "ws_mb": p.ws_mb,
                 "speedup": p.speedup,
+                "same_readers_speedup": p.same_readers_speedup,
                 "of_oracle": p.of_oracle,
                 "baselines": {r.baseline: asdict(r) for r in p.results},
             }
@@ -202,7 +204,8 @@ def mfc(
             seed=seed,
         )
         with Progress(console=stderr, transient=True) as progress:
-            task = progress.add_task("simulating", total=len(sizes) * len(BASELINES))
+            names = baselines_for(spec)
+            task = progress.add_task("simulating", total=len(sizes) * len(names))
 
             def step(label: str) -> None:
                 progress.update(task, advance=1, description=label)
@@ -226,19 +229,23 @@ def mfc(
         )
     table = Table(title=f"MFC {workload} ({dist}) on {model}, {threads} thread(s){whatif}")
     table.add_column("WS MiB", justify="right")
-    for b in BASELINES:
+    for b in names:
         table.add_column(f"{b} MB/s", justify="right")
     table.add_column("speedup", justify="right")
+    if LINUX_SAME_READERS in names:
+        # the parallel set-up: what unicache changes over Linux with as many readers
+        table.add_column("x same readers", justify="right")
     table.add_column("of oracle", justify="right")
-    for b in BASELINES:
+    for b in names:
         table.add_column(f"DRAM/B {b}", justify="right")
     for p in points:
         table.add_row(
             f"{p.ws_mb:g}",
-            *(f"{p.get(b).mb_per_s:,.0f}" for b in BASELINES),
+            *(f"{p.get(b).mb_per_s:,.0f}" for b in names),
             f"{p.speedup:.2f}",
+            *([f"{p.same_readers_speedup:.2f}"] if LINUX_SAME_READERS in names else []),
             f"{p.of_oracle:.2f}",
-            *(f"{p.get(b).dram_per_byte:.3f}" for b in BASELINES),
+            *(f"{p.get(b).dram_per_byte:.3f}" for b in names),
         )
     Console().print(table)
     if plot is not None:

@@ -154,7 +154,8 @@ class MfcExperiment:
         rows += _one_reader_rows(speed, example, "Figure 3", "uniform")
         rows += _one_reader_rows(speed, example, "Figure 4", "zipf")
         rows += _dram_rows(by_key, example)
-        rows += _parallel_rows(speed, example)
+        same = {k: Spread.of([r.same_readers_speedup for r in v]) for k, v in by_key.items()}
+        rows += _parallel_rows(speed, same, example)
         rows += NOT_ATTEMPTED
         paths = (
             plot_one_reader(speed, figures / "mfc-fig3-4.png"),
@@ -275,8 +276,16 @@ def _dram_rows(
 
 def _parallel_rows(
     speed: Mapping[Key, Spread],
+    same: Mapping[Key, Spread],
     example: Mapping[Key, MfcTask],
 ) -> list[ReproRow]:
+    """Figures 6, 7 and 9; each row also gives unicache over Linux with as many readers
+    (``linux-same-readers``): what the set-up's extra readers do on their own is not
+    unicache's."""
+
+    def against_same(key: Key) -> str:
+        return f"; {same[key].text(unit='x')} of Linux with as many readers"
+
     rows = []
     for figure, dist, peaks in (
         ("Figure 6", "uniform", FIG6_PEAK),
@@ -302,7 +311,8 @@ def _parallel_rows(
                         f" (of {', '.join(f'{ws:g}' for ws in sorted(mine))} MiB)"
                         if len(mine) > 1
                         else ""
-                    ),
+                    )
+                    + against_same((figure, w, dist, best_ws, 1.0)),
                     verdict,
                     why,
                 )
@@ -319,7 +329,7 @@ def _parallel_rows(
                 f"{w}, parallel, DRAM at {bw:g} of its bandwidth, {ws:g} MiB",
                 example[("Figure 9", w, "uniform", ws, bw)].command(),
                 f"{paper:.2f}x",
-                spread.text(unit="x"),
+                spread.text(unit="x") + against_same(("Figure 9", w, "uniform", ws, bw)),
                 verdict,
                 why,
             )

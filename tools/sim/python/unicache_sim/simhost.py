@@ -115,6 +115,9 @@ class SimHost:
         self.table: PlacementTable | None = None
         #: the table's entries by chunk
         self.entries: dict[ChunkId, PlacementEntry] = {}
+        #: per thread, the vCPU the guest's scheduler gives it when nothing pins it: the even
+        #: spread it started from (a thread the shim unpins goes back there)
+        self.spread_vcpu: dict[int, int] = {}
         self.tick = 0
         self.seq = 0
         self._reads: dict[ChunkId, _ChunkReads] = {}
@@ -123,8 +126,9 @@ class SimHost:
     # --- guest side -------------------------------------------------------------------
 
     def add_thread(self, tid: int, vcpu: int) -> None:
-        """Register a reader thread running on a vCPU."""
+        """Register a reader thread running on a vCPU (where the guest's scheduler spread it)."""
         self.thread_vcpu[tid] = vcpu
+        self.spread_vcpu[tid] = vcpu
         self._marks[tid] = _ThreadMark()
 
     def record_read(self, tid: int, chunk: ChunkId, nbytes: int, run: bool = True) -> None:
@@ -363,11 +367,27 @@ class GuestShim:
             if not entry.caching and span >= table.min_read_size:
                 kind = "nt"
             self._place(tid, entry.vcpus, entry.migration_budget, chunk, span, table.min_read_size)
+        elif table is not None and tid in self._pinned and not host.entries:
+            # a table that places nothing (SCU left the VM alone): the thread gets its own
+            # CPUs back (``uc_unpin``) and the guest's scheduler spreads it again
+            self._unpin(tid)
         elif table is not None and tid in self._pinned:
             # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget, no
             # min_read_size (a move for CPU, not for data)
             self._place(tid, self._allowed, shimrule.BUDGET_UNLIMITED, chunk, length, 0)
         host.engine.push_access(tid, obj, offset, length, kind, compute)
+
+    def _unpin(self, tid: int) -> None:
+        """``uc_unpin``: the thread is no longer pinned; the guest's scheduler balances the
+        runnable threads over the vCPUs, modelled as its return to the vCPU it was spread to
+        (a move between vCPUs costs what the shim's moves cost)."""
+        host = self.host
+        self._pinned.discard(tid)
+        src, dst = host.thread_vcpu[tid], host.spread_vcpu[tid]
+        if src != dst:
+            host.thread_vcpu[tid] = dst
+            cost = host.cfg.migration_cost(host.vcpu_cpu[src], host.vcpu_cpu[dst])
+            host.engine.push_migrate(tid, host.vcpu_cpu[dst], cost)
 
     def _place(
         self,

@@ -8,6 +8,7 @@
   guest follows the published tables with the shim's rule (``unicache_sim.shimrule``).
   ``path="whatif"`` runs instead the in-kernel MFC what-if: ``mfc_access`` synchronously
   on every read, as MFC's kernel did — a figure of that path is not a figure of unicache.
+* ``linux-same-readers`` (the parallel set-up only): Linux with unicache's reader count.
 * ``oracle``: one shared cache of the machine's total on-chip size (every level's
   instances merged), free migration: the limit.
 
@@ -43,6 +44,9 @@ from unicache_sim.experiments.mfc_baselines import (
 from unicache_sim.livetiming import LoopTiming
 
 BASELINES = ("linux", "unicache", "oracle")
+#: the parallel set-up's fourth baseline: Linux with as many readers as unicache, so that a
+#: loss of the set-up itself (twice the readers on the same CPUs) is not read as unicache's
+LINUX_SAME_READERS = "linux-same-readers"
 WORKLOADS = tuple(CYCLES_PER_BYTE)
 DISTRIBUTIONS = ("uniform", "zipf")
 #: how unicache runs: the product's loop, or the in-kernel MFC what-if
@@ -154,7 +158,7 @@ class MfcSpec:
 class BaselineResult:
     """One baseline at one working set.
 
-    :param baseline: linux, unicache or oracle.
+    :param baseline: one of ``baselines_for`` (linux, unicache, oracle, ...).
     :param mb_per_s: file bytes read per second (MB = 10^6 bytes, as the paper).
     :param dram_per_byte: DRAM bytes read per file byte.
     :param migrations: thread migrations per file read.
@@ -177,7 +181,7 @@ class PointResult:
     """All baselines at one working-set size.
 
     :param ws_mb: working set in MiB.
-    :param results: one per baseline, in ``BASELINES`` order.
+    :param results: one per baseline, in ``baselines_for`` order.
     """
 
     ws_mb: float
@@ -191,6 +195,14 @@ class PointResult:
     def speedup(self) -> float:
         """unicache over linux."""
         return self.get("unicache").mb_per_s / self.get("linux").mb_per_s
+
+    @property
+    def same_readers_speedup(self) -> float:
+        """unicache over Linux running as many readers (the speedup itself in the equal
+        set-up): what turning unicache on changes, whatever the set-up."""
+        same = next((r for r in self.results if r.baseline == LINUX_SAME_READERS), None)
+        base = same if same is not None else self.get("linux")
+        return self.get("unicache").mb_per_s / base.mb_per_s
 
     @property
     def of_oracle(self) -> float:
@@ -230,7 +242,7 @@ def run_baseline(
 ) -> BaselineResult:
     """Simulate one baseline at one working-set size.
 
-    :param baseline: linux, unicache or oracle.
+    :param baseline: one of ``baselines_for`` (linux, unicache, oracle, ...).
     :param topo: the machine model.
     :param cfg: its simulator configuration (the oracle machine is derived here).
     :param spec: the experiment.
@@ -245,7 +257,7 @@ def run_baseline(
     n_files = max(1, ws_bytes // spec.file_bytes)
     ws = n_files * spec.file_bytes
     policy: Baseline
-    if baseline == "linux":
+    if baseline in ("linux", LINUX_SAME_READERS):
         policy = Linux(machine, spec, engine)
     elif baseline == "oracle":
         policy = Oracle(machine, spec, engine)
@@ -275,7 +287,7 @@ def run_baseline(
         spec.min_measure_bytes,
         int(spec.measure_factor * ws),
         # every baseline measures as many bytes, the parallel set-up's Linux too
-        max(readers(spec, b) for b in BASELINES) * spec.min_measure_per_reader,
+        max(readers(spec, b) for b in baselines_for(spec)) * spec.min_measure_per_reader,
     )
     tick = spec.balance_interval_s * machine.clock_ghz * 1e9
     issued = 0
@@ -334,8 +346,15 @@ def run_baseline(
     )
 
 
+def baselines_for(spec: MfcSpec) -> tuple[str, ...]:
+    """The baselines one point runs: ``BASELINES``, and in the parallel set-up also Linux
+    with unicache's reader count."""
+    return (*BASELINES, LINUX_SAME_READERS) if spec.setup == "parallel" else BASELINES
+
+
 def readers(spec: MfcSpec, baseline: str) -> int:
-    """Reader threads of one baseline: equal, or MFC §6.3's twice as many under unicache."""
+    """Reader threads of one baseline: equal, or MFC §6.3's twice as many under unicache
+    (and under ``linux-same-readers``)."""
     if spec.setup == "parallel" and baseline != "linux":
         return 2 * spec.threads
     return spec.threads
@@ -364,10 +383,11 @@ def run_mfc(
         # file sequence (one seed's picks): a different stretch of a random sequence
         # differs by a few percent on its own
         by_name: dict[str, BaselineResult] = {}
-        for baseline in ("unicache", *(b for b in BASELINES if b != "unicache")):
+        names = baselines_for(spec)
+        for baseline in ("unicache", *(b for b in names if b != "unicache")):
             warm = by_name["unicache"].warm_bytes if by_name else None
             by_name[baseline] = run_baseline(baseline, topo, cfg, spec, int(ws * MIB), warm)
             if progress is not None:
                 progress(f"{ws:g} MiB {baseline}")
-        out.append(PointResult(ws, tuple(by_name[b] for b in BASELINES)))
+        out.append(PointResult(ws, tuple(by_name[b] for b in names)))
     return out
