@@ -65,6 +65,17 @@ def test_whatif_and_parallel_setup_are_named_in_the_output() -> None:
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert (doc["spec"]["path"], doc["spec"]["setup"]) == ("whatif", "parallel")
+    # and Linux with unicache's reader count, so that the set-up's own effect is not
+    # read as unicache's
+    point = doc["points"][0]
+    same = point["baselines"]["linux-same-readers"]
+    assert point["same_readers_speedup"] == pytest.approx(
+        point["baselines"]["unicache"]["mb_per_s"] / same["mb_per_s"]
+    )
+    assert same["reads"] > 0
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.stderr
+    assert "same" in table.stdout
 
 
 def test_unify_is_the_daemons_option_and_named_in_the_output() -> None:
