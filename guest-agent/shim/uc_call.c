@@ -32,16 +32,15 @@ int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 	if (c->off < 0 || !uc_lookup(c->file_id, (uint64_t)c->off, &h))
 		return 1;
 	c->chunk_size = h.chunk_size;
+	/*
+	 * a table that sends no chunk to a vCPU (SCU left the VM alone, or withdrew its
+	 * placement; colors and replicas may stay): a thread the shim pinned gets its own CPUs
+	 * back, for the guest's scheduler to balance; otherwise it could stay piled on a
+	 * chunk's home vCPU for good
+	 */
+	if (__builtin_expect(uc_pinned, 0) && !h.homes)
+		uc_unpin();
 	if (!h.found) {
-		/*
-		 * a table that places nothing (SCU left the VM alone, or withdrew its placement):
-		 * a thread the shim pinned gets its own CPUs back, for the guest's scheduler to
-		 * balance; otherwise it could stay piled on a chunk's home vCPU for good
-		 */
-		if (__builtin_expect(uc_pinned, 0) && h.nentries == 0) {
-			uc_unpin();
-			return 1;
-		}
 		/* a pinned thread leaves a vCPU another reader holds (uc_decide.h, unplaced) */
 		if (__builtin_expect(uc_pinned, 0)) {
 			memcpy(h.mask, uc_orig_words, sizeof(h.mask));

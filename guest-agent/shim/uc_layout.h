@@ -57,6 +57,8 @@
 #define UC_ENTRY_CACHING 2u
 #define UC_ENTRY_COLOR 4u            /* color_node is valid (SRM-buffer) */
 #define UC_ENTRY_REPLICA 8u          /* replica_nodes is valid (NCC) */
+/* table buffer flags: some entry has home vCPUs (without it, the table moves no thread) */
+#define UC_TABLE_HOMES 2u
 
 /* migration budget meaning "no limit" */
 #define UC_BUDGET_UNLIMITED 0xffffffffu
@@ -94,7 +96,7 @@ struct uc_table_buf {
 	uint64_t chunk_size;    /* bytes, power of two */
 	uint64_t min_read_size; /* MFC section 4.5: shorter reads never migrate */
 	uint32_t nentries;
-	uint32_t flags;         /* bit 0: valid */
+	uint32_t flags;         /* bit 0: valid; UC_TABLE_HOMES */
 	uint8_t pad[24];
 };
 

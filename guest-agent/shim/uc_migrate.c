@@ -2,7 +2,7 @@
 /*
  * uc_migrate.c - migration: moves the reading thread to the vCPU the rule of uc_decide.h
  * picks (MFC section 4.2, 4.5), spending the chunk's budget, and settles the vCPU claims;
- * and gives a pinned thread its own CPUs back once the table places nothing.
+ * and gives a pinned thread its own CPUs back once the table sends no chunk to a vCPU.
  */
 #include "uc_shim.h"
 
@@ -136,7 +136,7 @@ void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct u
 }
 
 /* Give a thread the shim pinned the CPUs it had when the shim loaded (uc_call.c: a table
- * that places nothing). Tried once: a failure (no CPU of that set left in the thread's
+ * without home vCPUs). Tried once: a failure (no CPU of that set left in the thread's
  * cpuset) is not retried on every read. */
 void uc_unpin(void)
 {

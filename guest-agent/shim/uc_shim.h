@@ -210,7 +210,7 @@ struct uc_hit {
 	uint32_t replica_nodes;
 	int color_node;
 	int found;
-	uint32_t nentries; /* the table's entries: 0 when it places nothing (SCU left the VM alone) */
+	int homes; /* some entry of the table has home vCPUs (UC_TABLE_HOMES) */
 };
 
 int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h);

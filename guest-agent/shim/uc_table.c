@@ -39,7 +39,7 @@ int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h)
 		h->chunk_size = cs;
 		h->min_read_size = __atomic_load_n(&b->min_read_size, __ATOMIC_RELAXED);
 		h->found = 0;
-		h->nentries = __atomic_load_n(&b->nentries, __ATOMIC_RELAXED);
+		h->homes = !!(__atomic_load_n(&b->flags, __ATOMIC_RELAXED) & UC_TABLE_HOMES);
 		chunk = off / cs;
 		slot = uc_bucket_hash(file_id, chunk) & bmask;
 		for (i = 0; i <= bmask; i++, slot = (slot + 1) & bmask) {

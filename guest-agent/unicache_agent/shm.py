@@ -46,6 +46,10 @@ ENTRY_USED = 1
 ENTRY_CACHING = 2
 ENTRY_COLOR = 4
 ENTRY_REPLICA = 8
+#: table buffer flags: valid, and some entry has home vCPUs (the shim unpins the threads it
+#: moved once a table has none: uc_call.c)
+TABLE_VALID = 1
+TABLE_HOMES = 2
 BUDGET_UNLIMITED = 0xFFFFFFFF
 #: vCPU claim word: bits 0..23 the holder's tid (0 free), bits 24..63 its expiry in
 #: CLOCK_MONOTONIC ms modulo 2**40 (uc_layout.h; the rule: uc_decide.h)
@@ -383,6 +387,7 @@ class TableWriter:
             raise ShmError(f"chunk_size must be a power of two, not {chunk_size}")
         slots: Dict[int, bytes] = {}
         index: Dict[Tuple[int, int], int] = {}
+        homes = False
         mask_bits = self.nbuckets - 1
         for e in entries:
             key = (e.file_id & _M64, e.chunk & _M64)
@@ -390,6 +395,7 @@ class TableWriter:
             for v in e.vcpus:
                 if 0 <= v < MAX_VCPUS:
                     mask[v // 64] |= 1 << (v % 64)
+            homes = homes or any(mask)
             flags = ENTRY_USED | (ENTRY_CACHING if e.caching else 0)
             budget = min(max(e.migration_budget, 0), BUDGET_UNLIMITED)
             color = 0
@@ -423,7 +429,9 @@ class TableWriter:
         for slot, packed in slots.items():
             off = ebase + slot * _ENTRY.size
             self._map[off:off + _ENTRY.size] = packed
-        _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, len(index), 1)
+        table_flags = TABLE_VALID | (TABLE_HOMES if homes else 0)
+        _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, len(index),
+                       table_flags)
         _U64.pack_into(self._map, base, seq + 1)  # even: done
         _U32.pack_into(self._map, _HDR_ACTIVE_OFF, target)
         self._gen += 1

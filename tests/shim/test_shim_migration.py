@@ -217,10 +217,11 @@ def test_pinned_reader_of_an_unplaced_chunk_leaves_a_vcpu_another_reader_holds(
         assert claims[0] & CLAIM_TID_MAX == tid and claims[1] & CLAIM_TID_MAX == tid + 1
 
 
-def test_pinned_reader_gets_its_own_cpus_back_once_the_table_places_nothing(
+def test_pinned_reader_gets_its_own_cpus_back_once_the_table_sends_no_chunk_to_a_vcpu(
         shim_env: ShimEnv, tmp_path: Path) -> None:
     # SCU left the VM alone or withdrew its placement: the guest's scheduler, not the
-    # shim, places the threads again (a thread left pinned could stay piled on one vCPU)
+    # shim, places the threads again (a thread left pinned could stay piled on one vCPU);
+    # a table of colors only (SRM's, for a VM SCU leaves alone) moves no thread either
     f = tmp_path / "data"
     f.write_bytes(bytes(range(256)) * 1024)
     shim_env.table.publish(1, CHUNK, 16384, [ShmEntry(shim_env.file_id(f), 0, frozenset({1}))])
@@ -229,7 +230,8 @@ def test_pinned_reader_gets_its_own_cpus_back_once_the_table_places_nothing(
         os.sched_setaffinity(r.proc.pid, {0})
         assert len(r.pread(0, 32768)) == 32768
         assert r.ask("affinity") == "1"  # moved, and so pinned to vCPU 1
-        shim_env.table.publish(2, CHUNK, 16384, [])
+        colors_only = ShmEntry(shim_env.file_id(f), 0, frozenset(), color_node=0)
+        shim_env.table.publish(2, CHUNK, 16384, [colors_only])
         assert len(r.pread(0, 4096)) == 4096
         assert r.ask("affinity") == loaded_with
         # not pinned any more: a thread the user pins stays where the user put it

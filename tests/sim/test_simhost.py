@@ -116,7 +116,7 @@ def test_shim_runs_readers_of_one_unit_where_the_shims_rule_puts_them() -> None:
     assert set(shim.claims.snapshot()) == {home, following}
 
 
-def test_shim_gives_a_pinned_thread_back_to_the_guests_scheduler_once_the_table_places_nothing(
+def test_shim_gives_a_pinned_thread_back_to_the_guests_scheduler_once_no_chunk_has_a_vcpu(
 ) -> None:
     # uc_unpin (tests/shim/test_shim_migration.py checks the C side): a withdrawn placement
     # must not leave the threads it moved piled on one chunk's home vCPU
@@ -139,7 +139,9 @@ def test_shim_gives_a_pinned_thread_back_to_the_guests_scheduler_once_the_table_
     shim.read_chunk(tid, obj, chunk, 0, CHUNK, 0.0, CHUNK)
     assert host.engine.run() == ("need", tid)
     assert host.thread_vcpu[tid] == 12
-    host.act([PublishPlacement("vm0", PlacementTable("vm0", 3, CHUNK, 4096, ()), "test")])
+    # SRM's colors only, as a VM SCU leaves alone gets: no chunk has a vCPU
+    colors_only = (PlacementEntry(chunk, frozenset(), color_node=0),)
+    host.act([PublishPlacement("vm0", PlacementTable("vm0", 3, CHUNK, 4096, colors_only), "t")])
     shim.read_chunk(tid, obj, chunk, 0, CHUNK, 0.0, CHUNK)
     assert host.engine.run() == ("need", tid)
     assert host.thread_vcpu[tid] == 0 and host.engine.thread_cpu(tid) == 0

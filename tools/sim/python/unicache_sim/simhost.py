@@ -118,6 +118,8 @@ class SimHost:
         #: per thread, the vCPU the guest's scheduler gives it when nothing pins it: the even
         #: spread it started from (a thread the shim unpins goes back there)
         self.spread_vcpu: dict[int, int] = {}
+        #: some entry of the table has home vCPUs (``UC_TABLE_HOMES``)
+        self.homes = False
         self.tick = 0
         self.seq = 0
         self._reads: dict[ChunkId, _ChunkReads] = {}
@@ -241,6 +243,7 @@ class SimHost:
             elif isinstance(action, PublishPlacement) and action.vm == self.vm:
                 self.table = action.table
                 self.entries = {e.chunk: e for e in action.table.entries}
+                self.homes = any(e.vcpus for e in action.table.entries)
             applied.append(action)
         return ActResult(tuple(applied), tuple(failed))
 
@@ -347,6 +350,11 @@ class GuestShim:
         # a read continuing the thread's previous one inside the chunk is the same run
         host.record_read(tid, chunk, length, previous != (chunk, offset))
         table = host.table
+        if table is not None and not host.homes and tid in self._pinned:
+            # a table that sends no chunk to a vCPU (SCU left the VM alone; colors and
+            # replicas may stay): the thread gets its own CPUs back (``uc_unpin``) and the
+            # guest's scheduler spreads it again
+            self._unpin(tid)
         entry = host.entries.get(chunk) if table is not None else None
         kind: Literal["read", "nt"] = "read"
         if entry is not None and table is not None:
@@ -367,10 +375,6 @@ class GuestShim:
             if not entry.caching and span >= table.min_read_size:
                 kind = "nt"
             self._place(tid, entry.vcpus, entry.migration_budget, chunk, span, table.min_read_size)
-        elif table is not None and tid in self._pinned and not host.entries:
-            # a table that places nothing (SCU left the VM alone): the thread gets its own
-            # CPUs back (``uc_unpin``) and the guest's scheduler spreads it again
-            self._unpin(tid)
         elif table is not None and tid in self._pinned:
             # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget, no
             # min_read_size (a move for CPU, not for data)
