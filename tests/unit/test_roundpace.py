@@ -8,7 +8,12 @@ import asyncio
 import time
 
 from unicache.model import ChunkAccess, ChunkId, GuestReport
-from unicache.roundpace import EARLY_ROUND_MIN_S, RoundPacer, RoundTrigger
+from unicache.roundpace import (
+    EARLY_ROUND_MIN_S,
+    EARLY_ROUNDS_PER_INTERVAL,
+    RoundPacer,
+    RoundTrigger,
+)
 
 
 def _report(vm: str, *chunks: tuple[int, int]) -> GuestReport:
@@ -62,7 +67,25 @@ def test_a_steady_guest_asks_for_no_extra_round() -> None:
     assert t.early_rounds == 0
 
 
-def test_a_guest_naming_new_chunks_in_every_report_gets_one_early_round_an_interval() -> None:
+def test_a_guest_starting_a_few_new_files_in_an_interval_gets_an_early_round_for_each() -> None:
+    t = RoundTrigger(1.0)
+    _round(t, 0.0)
+    now = 0.2
+    for chunk in range(1, EARLY_ROUNDS_PER_INTERVAL + 1):  # a new file every 0.2 s
+        assert t.arrived(_report("vm", (chunk, 0)), now)
+        assert t.next_start() <= now + EARLY_ROUND_MIN_S
+        assert _round(t, now, _report("vm", (chunk, 0)))
+        now = round(now + 0.2, 3)
+    # one more in the same interval waits for the periodic round
+    late = _report("vm", (EARLY_ROUNDS_PER_INTERVAL + 1, 0))
+    assert not t.arrived(late, now)
+    assert t.next_start() == 1.0
+    # an interval after the first early ask, the VM may ask again
+    assert t.arrived(_report("vm", (99, 0)), 1.25)
+
+
+def test_a_guest_naming_new_chunks_in_every_report_gets_a_few_early_rounds_an_interval(
+) -> None:
     t = RoundTrigger(1.0)
     _round(t, 0.0)
     now, rounds = 0.05, 0
@@ -72,8 +95,9 @@ def test_a_guest_naming_new_chunks_in_every_report_gets_one_early_round_an_inter
             _round(t, now, _report("vm", (chunk, 0)))
             rounds += 1
         now = round(now + EARLY_ROUND_MIN_S, 3)
-    assert 1 <= t.early_rounds <= 10  # at most one a second, not ten
-    assert rounds <= 20  # the periodic rounds and those
+    # at most EARLY_ROUNDS_PER_INTERVAL a second, not ten
+    assert EARLY_ROUNDS_PER_INTERVAL <= t.early_rounds <= 10 * EARLY_ROUNDS_PER_INTERVAL
+    assert rounds <= 10 + 10 * EARLY_ROUNDS_PER_INTERVAL  # the periodic rounds and those
     t.took((), [], now, periodic=True)  # the VM went away: nothing of it is kept
     assert t.asked == {}
 
