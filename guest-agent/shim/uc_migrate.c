@@ -140,13 +140,7 @@ void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct u
  * cpuset) is not retried on every read. */
 void uc_unpin(void)
 {
-	cpu_set_t orig;
-	unsigned i;
-
-	CPU_ZERO(&orig);
-	for (i = 0; i < UC_MASK_WORDS * 64u && i < CPU_SETSIZE; i++)
-		if (uc_orig_words[i / 64] >> (i % 64) & 1u)
-			CPU_SET(i, &orig);
-	(void)sched_setaffinity(0, sizeof(orig), &orig);
+	if (uc_orig_valid)
+		(void)sched_setaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask);
 	uc_pinned = 0;
 }

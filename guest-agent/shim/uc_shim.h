@@ -167,6 +167,9 @@ extern struct uc_state uc;
 /* the CPUs the process could use when the shim loaded, as the rule's vCPU bit mask (empty
  * when unknown: then no migration) */
 extern uint64_t uc_orig_words[UC_MASK_WORDS];
+/* the same CPUs as a set, and whether sched_getaffinity gave them (uc_unpin) */
+extern cpu_set_t uc_orig_mask;
+extern int uc_orig_valid;
 
 static inline long long uc_now_ns(void)
 {

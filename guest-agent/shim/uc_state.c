@@ -9,8 +9,8 @@
 struct uc_state uc;
 
 /* the CPUs the process could use when the shim loaded: migrations stay inside them */
-static cpu_set_t uc_orig_mask;
-static int uc_orig_valid;
+cpu_set_t uc_orig_mask;
+int uc_orig_valid;
 /* the same, as the rule's vCPU bit mask (empty when unknown: then no migration) */
 uint64_t uc_orig_words[UC_MASK_WORDS];
 
