@@ -7,8 +7,8 @@ table's version never goes back (a guest applies only newer ones). What the shut
 undid does not survive: the daemon restores every pin and weight it changed and its
 guest channels start afresh, so :func:`after_restart` drops OBS's record of pins and
 weights set (OBS pins and credits again in the first round), OBS's last rebalance (a tick
-of the stopped daemon's count) and SCU's record of tables sent (it sends each VM's table
-again).
+of the stopped daemon's count) and SCU's record of tables sent and of what they were
+built on (it sends each VM's table again).
 
 The state goes through the project's one checkpoint (:class:`unicache.statefile.Checkpoint`:
 whole, 0600, checksummed), as JSON that ``cattrs`` converts from and to the frozen
@@ -35,6 +35,7 @@ from unicache.errors import StateError
 from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
 from unicache.policy.mfcstate import use_map, use_pairs
 from unicache.policy.round import RoundState
+from unicache.policy.scu import ScuState
 from unicache.statefile import Checkpoint
 
 #: the checkpoint's kind and format version
@@ -118,6 +119,16 @@ def _converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook(MfcTable, unstructure_table)
     conv.register_structure_hook(MfcTable, structure_table)
+    # what SCU's published tables were built on is not saved (the restart publishes every
+    # table again, after_restart); a file that holds it, of an earlier build, loads
+    conv.register_unstructure_hook(
+        ScuState,
+        cattrs.gen.make_dict_unstructure_fn(ScuState, conv, built_on=omit, built_extras=omit),
+    )
+    conv.register_structure_hook(
+        ScuState,
+        cattrs.gen.make_dict_structure_fn(ScuState, conv, built_on=omit, built_extras=omit),
+    )
     return conv
 
 
@@ -145,7 +156,7 @@ def after_restart(state: RoundState) -> RoundState:
     return replace(
         state,
         obs=replace(state.obs, pinned=frozenset(), cpu_weights={}, last_rebalance=0),
-        scu=replace(state.scu, published={}),
+        scu=replace(state.scu, published={}, built_on={}, built_extras={}),
     )
 
 

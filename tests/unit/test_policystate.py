@@ -4,12 +4,20 @@ learned comes back whole; what the shutdown undid does not; a bad file is refuse
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from unicache import policystate
 from unicache.errors import StateError
-from unicache.model import ChunkAccess, ChunkId, GuestReport, Observation, VcpuId
+from unicache.model import (
+    ChunkAccess,
+    ChunkId,
+    GuestReport,
+    Observation,
+    PublishPlacement,
+    VcpuId,
+)
 from unicache.policy.obs import ObsState
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
@@ -41,7 +49,9 @@ def test_a_lived_state_comes_back_equal_through_json() -> None:
     assert state.scu.table is not None and state.colors.vms and state.replicas.vms
     assert state.obs.unit_of and state.scu.versions
     back = policystate.decode(json.loads(json.dumps(policystate.encode(state))))
-    assert back == state
+    # what the published tables were built on is not saved: a restart publishes them again
+    assert state.scu.built_on and back.scu.built_on == {} and back.scu.built_extras == {}
+    assert back == replace(state, scu=replace(state.scu, built_on={}, built_extras={}))
     # the table's per-unit sums are rebuilt, not trusted from the file
     for unit in TOPO_OPTERON_16.units():
         assert back.scu.table is not None
@@ -61,6 +71,22 @@ def test_a_restart_keeps_what_was_learned_and_forgets_what_the_shutdown_undid() 
     assert kept.scu.table == state.scu.table and kept.scu.versions == state.scu.versions
     assert kept.scu.watched == state.scu.watched and kept.obs.unit_of == state.obs.unit_of
     assert not kept.obs.pinned and not kept.obs.cpu_weights and not kept.scu.published
+    # nor what they were built on: every VM's table is built and sent again
+    assert not kept.scu.built_on and not kept.scu.built_extras
+
+
+def test_a_restart_publishes_every_table_again_even_one_whose_inputs_did_not_change() -> None:
+    state = _lived_state()
+    policy = UnicachePolicy(TOPO_OPTERON_16, Unify.LLC, color_step_aside=False)
+    vm = _vm(colored=2, cpu_nodes=2)
+    samples = tuple(sample("vm0", v.id.index, 10**6 * (1 + v.id.index)) for v in vm.vcpus)
+    quiet = Observation(99, (vm,), samples, ())
+    same, _ = policy.decide(quiet, state)
+    again, _ = policy.decide(quiet, policystate.after_restart(state))
+    tables = [a for a in again.actions if isinstance(a, PublishPlacement)]
+    assert not [a for a in same.actions if isinstance(a, PublishPlacement)]
+    assert [t.vm for t in tables] == ["vm0"]
+    assert tables[0].table.entries == state.scu.published["vm0"]
 
 
 def test_the_state_is_saved_private_and_checked(tmp_path: Path) -> None:
@@ -89,7 +115,9 @@ def test_a_file_of_the_format_before_lazy_aging_loads_and_aged_counts_save_curre
     state = _lived_state(rounds=8)
     doc = json.loads(json.dumps(policystate.encode(state)))
     assert all("aged" not in chunk for _, chunk in doc["scu"]["table"]["chunks"])
-    assert policystate.decode(doc) == state
-    # a file written before the state recorded the extras tables were built with
-    del doc["scu"]["built_extras"]
-    assert policystate.decode(doc).scu.table == state.scu.table
+    unbuilt = replace(state, scu=replace(state.scu, built_on={}, built_extras={}))
+    assert policystate.decode(doc) == unbuilt
+    # a file of an earlier build, which saved what the tables were built on, loads
+    doc["scu"]["built_on"] = [["vm0", [False, [[0, 1]]]]]
+    doc["scu"]["built_extras"] = [["vm0", [[{"file_id": 3, "index": 0}, {"color_node": 1}]]]]
+    assert policystate.decode(doc) == unbuilt

@@ -37,7 +37,7 @@ from typing import Any
 from unicache.errors import ConfigError
 from unicache.host.base import ActResult
 from unicache.loop import run_rounds_sync
-from unicache.model import Action, Observation
+from unicache.model import Action, Observation, PinVcpu
 from unicache.policy.mfc import MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu import ScuState
@@ -123,13 +123,14 @@ class PolicyBenchResult:
 
 
 class _FleetHost:
-    """The synthetic fleet as a host of the loop: observes the next round, acts on nothing,
-    and stamps the time between the two (the decision)."""
+    """The synthetic fleet as a host of the loop: observes the next round, applies the
+    round's pins to the fleet, and stamps the time between the two (the decision)."""
 
     name = "synthetic-fleet"
 
-    def __init__(self, observations: Iterator[Observation]) -> None:
+    def __init__(self, observations: Iterator[Observation], fleet: Any) -> None:
         self.observations = observations
+        self.fleet = fleet
         self.handed = (0.0, 0.0)
         self.last = (0.0, 0.0)
 
@@ -142,6 +143,7 @@ class _FleetHost:
     def act(self, actions: Sequence[Action]) -> ActResult:
         wall, cpu = time.perf_counter(), time.thread_time()
         self.last = (wall - self.handed[0], cpu - self.handed[1])
+        self.fleet.apply(a for a in actions if isinstance(a, PinVcpu))
         return ActResult(applied=tuple(actions))
 
 
@@ -171,7 +173,7 @@ def run_point(
     fleet.seed_table(table, 1 << min(agings + 1, 30))
     state = RoundState(scu=ScuState(table=table))
     observations = (fleet.observation(t) for t in range(1, WARMUP_ROUNDS + rounds + 1))
-    host = _FleetHost(observations)
+    host = _FleetHost(observations, fleet)
     walls: list[float] = []
     cpus: list[float] = []
     for done, result in enumerate(run_rounds_sync(host, policy, state), start=1):

@@ -20,7 +20,11 @@ load is defined so that nobody can read a flattering figure into it without sayi
   node and reads per node) and one of ``COLOR_EVERY`` a colored guest node (SRM colors its
   streams);
 * **counter samples**: one per vCPU per round, software events as on this machine (busy
-  share, task clock, guest bytes: OBS's cache weight comes from the guest's bytes).
+  share, task clock, guest bytes: OBS's cache weight comes from the guest's bytes);
+* **pins take effect**: a vCPU pinned by a round's ``PinVcpu`` has that affinity, and
+  runs on its first CPU, in the next round's observation (:meth:`SyntheticFleet.apply`),
+  as on a host that applies the round's actions (a host that applied nothing would be
+  asked to pin every vCPU again every round).
 
 Deterministic from ``seed``. Benchmark code, not the product's (``tools/bench/``).
 """
@@ -28,7 +32,8 @@ Deterministic from ``seed``. Benchmark code, not the product's (``tools/bench/``
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from unicache.model import (
     ChunkAccess,
@@ -38,6 +43,7 @@ from unicache.model import (
     GuestNode,
     GuestReport,
     Observation,
+    PinVcpu,
     Vcpu,
     VcpuId,
     Vm,
@@ -123,6 +129,29 @@ class SyntheticFleet:
                 GuestNode(1, frozenset(), half, frozenset({0, 1})),
             )
         return Vm(name, vcpus, VM_MEMORY, nodes)
+
+    def apply(self, pins: Iterable[PinVcpu]) -> None:
+        """The pins of a round, in effect from the next observation on (the vCPU runs on
+        the first CPU of its new set)."""
+        by_vm: dict[str, dict[int, PinVcpu]] = {}
+        for pin in pins:
+            by_vm.setdefault(pin.vcpu.vm, {})[pin.vcpu.index] = pin
+        if not by_vm:
+            return
+        vms = []
+        for vm in self.vms:
+            mine = by_vm.get(vm.name)
+            if mine is None:
+                vms.append(vm)
+                continue
+            vcpus = tuple(
+                v
+                if v.id.index not in mine
+                else replace(v, cpus=mine[v.id.index].cpus, cpu=min(mine[v.id.index].cpus))
+                for v in vm.vcpus
+            )
+            vms.append(replace(vm, vcpus=vcpus))
+        self.vms = tuple(vms)
 
     def seed_table(self, table: MfcTable, use: int) -> int:
         """Put every chunk of every VM in ``table``, uncached, with ``use`` uses on the unit

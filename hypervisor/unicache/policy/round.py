@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from unicache.model import ChunkId, Decision, Observation, VcpuId
+from unicache.model import Decision, Observation, VcpuId
 from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.guestboot import GuestState, forget_guests, stamp_tables
 from unicache.policy.ncc import NccParams
@@ -22,7 +22,7 @@ from unicache.policy.obsoptions import obs_options_for
 from unicache.policy.replicas import ReplicaState, replicas_round
 from unicache.policy.scu import ScuPolicy, ScuState
 from unicache.policy.scuoptions import ScuOptions, scu_options_for
-from unicache.policy.scutable import ChunkExtras
+from unicache.policy.scutable import VmExtras
 from unicache.policy.srm import page_colors
 from unicache.topology import Topology, Unify
 
@@ -143,14 +143,13 @@ class UnicachePolicy:
             chunk_size=self.scu.options.chunk_size,
             cost=self.replica_cost,
         )
-        extras: dict[str, dict[ChunkId, ChunkExtras]] = {}
-        for vm, nodes in colors.color_nodes.items():
-            for chunk, node in nodes.items():
-                extras.setdefault(vm, {})[chunk] = ChunkExtras(color_node=node)
-        for vm, held in replicas.replica_nodes.items():
-            for chunk, where in held.items():
-                color = extras.get(vm, {}).get(chunk, ChunkExtras()).color_node
-                extras.setdefault(vm, {})[chunk] = ChunkExtras(color, where)
+        # per VM, SRM's colors and NCC's replicas as they hand them over (not merged a
+        # chunk at a time: a fleet's replicas run to hundreds of thousands of chunks)
+        extras = {
+            vm: VmExtras(colors.color_nodes.get(vm), replicas.replica_nodes.get(vm))
+            for vm in colors.color_nodes.keys() | replicas.replica_nodes.keys()
+            if colors.color_nodes.get(vm) or replicas.replica_nodes.get(vm)
+        }
         scu_decision, scu_state = self.scu.decide(obs, guests.scu, obs_state.unit_of, extras)
         tables = stamp_tables(scu_decision.actions, guests.id_spaces)
         decision = Decision(

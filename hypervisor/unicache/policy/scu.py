@@ -42,7 +42,7 @@ from unicache.policy.mfc import (
 )
 from unicache.policy.scuoptions import ScuOptions
 from unicache.policy.scupublish import TableBasis, TableInputs, TablesBuilt, publish_tables
-from unicache.policy.scutable import ChunkExtras
+from unicache.policy.scutable import VmExtras
 from unicache.policy.watch import ReadRates, read_rates, watch_round
 from unicache.topology import CacheLevel, CacheUnit, Scope
 
@@ -85,6 +85,9 @@ class ScuState:
         its table without a rebuild.
     :param built_extras: per VM, the colors and replicas its last table was built with
         (compared in one step, where the table's entries would take a pass).
+
+    ``built_on`` and ``built_extras`` describe the tables published, so they are not
+    saved across a restart, which publishes every table again (``policystate``).
     """
 
     table: MfcTable | None = None
@@ -96,7 +99,7 @@ class ScuState:
     doubts: Mapping[str, int] = field(default_factory=dict)
     trusts: Mapping[str, int] = field(default_factory=dict)
     built_on: Mapping[str, TableBasis] = field(default_factory=dict)
-    built_extras: Mapping[str, Mapping[ChunkId, ChunkExtras]] = field(default_factory=dict)
+    built_extras: Mapping[str, VmExtras] = field(default_factory=dict)
 
 
 class ScuPolicy:
@@ -147,7 +150,7 @@ class ScuPolicy:
         obs: Observation,
         state: ScuState,
         vcpu_units: Mapping[VcpuId, int],
-        extras: Mapping[str, Mapping[ChunkId, ChunkExtras]] | None = None,
+        extras: Mapping[str, VmExtras] | None = None,
     ) -> tuple[Decision, ScuState]:
         """One round: replay reported reads through ``mfc_access``, publish tables.
 
@@ -300,6 +303,7 @@ class ScuPolicy:
         if cost is None:
             return {}, {}, {}
         units = self._unit_by_id
+        chunk_size = self.options.chunk_size
         reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
         seconds: dict[str, float] = {}
         for report in obs.reports:
@@ -308,28 +312,31 @@ class ScuPolicy:
             for access in report.chunks:
                 if access.reads <= 0:
                     continue
-                size = min(access.bytes_read // access.reads, self.options.chunk_size)
+                size = min(access.bytes_read // access.reads, chunk_size)
                 old_size, old_reads = per_chunk.get(access.chunk, (0, 0))
                 per_chunk[access.chunk] = (max(size, old_size), old_reads + access.reads)
         # running readers per unit: busy vCPU time, which stays put when threads migrate
         # (the vCPUs a thread passes through in a round do not each count as a reader)
-        running: dict[tuple[str, int], float] = {}
+        running: dict[str, dict[int, float]] = {}
         for sample in obs.samples:
             unit = by_vm.get(sample.vcpu.vm, {}).get(sample.vcpu.index)
             if unit is not None:
-                key = (sample.vcpu.vm, unit)
-                running[key] = running.get(key, 0.0) + max(sample.busy, 0.0)
+                in_vm = running.setdefault(sample.vcpu.vm, {})
+                in_vm[unit] = in_vm.get(unit, 0.0) + max(sample.busy, 0.0)
         out = {}
         doubts: dict[str, int] = {}
         # a VM without reads this round keeps what trust it had (a VM that left, none)
         live = {vm.name for vm in obs.vms}
         trusts = {vm: n for vm, n in state.trusts.items() if vm not in reads and vm in live}
+        # what the prediction takes from the units a VM spans, with its readers in each:
+        # the same for every VM pinned alike (a fleet's VMs span few combinations)
+        facts: dict[tuple[tuple[int, int], ...], tuple[int, int, int]] = {}
         for vm, per_chunk in reads.items():
             spanned = sorted(set(by_vm.get(vm, {}).values()))
             if not spanned or not per_chunk:
                 continue
-            busy = sum(running.get((vm, u), 0.0) for u in spanned)
-            in_unit = {u: round(running.get((vm, u), 0.0)) for u in spanned}
+            mine = running.get(vm, {})
+            busy = sum(mine.get(u, 0.0) for u in spanned)
             # a VM OBS keeps in fewer units than it has vCPUs for (a cluster of vCPUs that
             # share data, policy.cluster) is judged over the units OBS-X would spread it
             # to, its readers spread evenly: never over the one unit its cluster sits in
@@ -337,14 +344,25 @@ class ScuPolicy:
             if len(spanned) < spread:
                 others = [u for u in self._largest_first if u.id not in spanned]
                 spanned += [u.id for u in others[: spread - len(spanned)]]
-                in_unit = dict.fromkeys(spanned, round(busy / len(spanned)))
+                even = round(busy / len(spanned))
+                in_unit = tuple((u, even) for u in spanned)
+            else:
+                in_unit = tuple((u, round(mine.get(u, 0.0))) for u in spanned)
+            fact = facts.get(in_unit)
+            if fact is None:
+                fact = facts[in_unit] = (
+                    min(self._reach(units[u], n) for u, n in in_unit),
+                    sum(units[u].capacity_bytes for u in spanned),
+                    min(self._cores(units[u]) for u in spanned),
+                )
+            unit_bytes, spanned_bytes, cores_per_unit = fact
             estimate = cost.predict_gain(
                 list(per_chunk.values()),
-                min(self._reach(units[u], in_unit[u]) for u in spanned),
-                sum(units[u].capacity_bytes for u in spanned),
+                unit_bytes,
+                spanned_bytes,
                 len(spanned),
                 readers=max(1, round(busy)),
-                cores_per_unit=min(self._cores(units[u]) for u in spanned),
+                cores_per_unit=cores_per_unit,
                 busy_cycles=busy * seconds[vm] * (cost.clock_hz or 0.0),
             )
             # a VM placed last round stays placed while it is predicted not to lose, and

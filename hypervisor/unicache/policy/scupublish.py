@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from unicache.model import ChunkDecision, ChunkId, PlacementEntry, PlacementTable, PublishPlacement
+from unicache.model import ChunkDecision, PlacementEntry, PlacementTable, PublishPlacement
 from unicache.policy.mfc import ChunkKey, MfcTable
 from unicache.policy.scuoptions import ScuOptions
-from unicache.policy.scutable import ChunkExtras, patched_entries, placement_entries
+from unicache.policy.scutable import NO_EXTRAS, VmExtras, patched_entries, placement_entries
 
 #: what a VM's table is built on besides its chunks and extras: left alone, and its
 #: ``(vCPU index, unit)`` pairs
@@ -40,7 +40,7 @@ class TablesBuilt:
     versions: Mapping[str, int]
     published: Mapping[str, tuple[PlacementEntry, ...]]
     built_on: Mapping[str, TableBasis]
-    built_extras: Mapping[str, Mapping[ChunkId, ChunkExtras]]
+    built_extras: Mapping[str, VmExtras]
     actions: list[PublishPlacement] = field(default_factory=list)
 
 
@@ -59,7 +59,7 @@ class TableInputs:
     live: frozenset[str] | set[str]
     left_alone: frozenset[str]
     units_of: Mapping[str, Mapping[int, int]]
-    extras: Mapping[str, Mapping[ChunkId, ChunkExtras]]
+    extras: Mapping[str, VmExtras]
     touched: set[str]
     aging: bool
 
@@ -100,28 +100,48 @@ def publish_tables(
     for vm in sorted(live):
         units = inputs.units_of.get(vm, {})
         basis: TableBasis = (vm in left_alone, tuple(sorted(units.items())))
-        vm_extras = inputs.extras.get(vm, {})
-        previous = published.get(vm)
-        same_basis = (
-            previous is not None
-            and built_on.get(vm) == basis
-            and _same_extras(built_extras.get(vm), vm_extras)
-        )
-        if same_basis and vm not in changed:
+        vm_extras = inputs.extras.get(vm, NO_EXTRAS)
+        # a table built empty was never published (nothing to send): it is still known,
+        # so an unchanged VM without one (most VMs SCU leaves alone) costs no build
+        previous = published.get(vm, () if vm in built_on else None)
+        built = built_extras.get(vm)
+        same_units = previous is not None and built_on.get(vm) == basis
+        same_extras = built is not None and _same_extras(built, vm_extras)
+        if same_units and same_extras and vm not in changed:
             continue  # nothing its table is built on changed: the same table again
         built_on[vm] = basis
         built_extras[vm] = vm_extras
-        if (
-            same_basis
+        patchable = (
+            same_units
             and previous is not None
-            and vm not in left_alone
+            and built is not None
+            and not built.adds_nothing_somewhere()
+            and not vm_extras.adds_nothing_somewhere()
+        )
+        if patchable and previous is not None and built is not None and vm in left_alone:
+            # a table of colors and replicas only: the entries of the chunks whose
+            # extras changed again, the others kept
+            entries = patched_entries(
+                previous,
+                [(c, None) for c in vm_extras.changed_since(built)],
+                units,
+                vm_extras,
+                budget,
+                opts.params.min_read_size,
+            )
+        elif (
+            patchable
+            and previous is not None
+            and built is not None
             and len(previous) < opts.max_entries  # neither table cut: each entry is its
             and table.count_of(vm) <= opts.max_entries  # chunk's alone
         ):
-            # only some chunks changed: their entries again, the others kept
+            # only some chunks or their extras changed: their entries again, the others
+            # kept
+            again = table.changed_chunks(vm) | vm_extras.changed_since(built)
             entries = patched_entries(
                 previous,
-                [(c, table.chunk(ChunkKey(vm, c))) for c in table.changed_chunks(vm)],
+                [(c, table.chunk(ChunkKey(vm, c))) for c in again],
                 units,
                 vm_extras,
                 budget,
@@ -156,11 +176,9 @@ def publish_tables(
     return TablesBuilt(versions, published, built_on, built_extras, actions)
 
 
-def _same_extras(
-    built: Mapping[ChunkId, ChunkExtras] | None, extras: Mapping[ChunkId, ChunkExtras]
-) -> bool:
+def _same_extras(built: VmExtras, extras: VmExtras) -> bool:
     """Whether a table built with ``built`` carries exactly ``extras`` (SRM's colors,
     NCC's replicas)."""
-    if built is None or any(e.color_node < 0 and not e.replica_nodes for e in extras.values()):
+    if extras.adds_nothing_somewhere():
         return False  # an extra that adds nothing cannot be told from its absence: rebuild
     return built == extras

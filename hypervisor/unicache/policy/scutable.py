@@ -10,9 +10,9 @@ and carries the colors (SRM-buffer) and replicas (NCC) other policies decided. P
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from unicache.model import ChunkId, PlacementEntry
 from unicache.policy.mfcstate import ChunkKey, ChunkState
@@ -28,6 +28,79 @@ class ChunkExtras:
 
     color_node: int = -1
     replica_nodes: frozenset[int] = frozenset()
+
+
+class VmExtras(Mapping[ChunkId, ChunkExtras]):
+    """One VM's extras as SRM and NCC hand them over: its colored chunks' color nodes and
+    its replicated chunks' replica nodes, seen as one map ``chunk -> ChunkExtras``.
+
+    Kept as the two maps, not merged a chunk at a time each round: two rounds' extras
+    compare in one step where the policies hand back the same maps, and otherwise map
+    by map in C, not entry by entry (a VM's replicas grow to thousands of chunks).
+
+    :param colors: colored chunk -> its color node (SRM-buffer).
+    :param replicas: replicated chunk -> its replica nodes (NCC).
+    """
+
+    __slots__ = ("colors", "replicas")
+
+    def __init__(
+        self,
+        colors: Mapping[ChunkId, int] | None = None,
+        replicas: Mapping[ChunkId, frozenset[int]] | None = None,
+    ) -> None:
+        self.colors: Mapping[ChunkId, int] = colors or {}
+        self.replicas: Mapping[ChunkId, frozenset[int]] = replicas or {}
+
+    def __getitem__(self, chunk: ChunkId) -> ChunkExtras:
+        color = self.colors.get(chunk, -1)
+        nodes = self.replicas.get(chunk)
+        if nodes is None:
+            if chunk not in self.colors:
+                raise KeyError(chunk)
+            return ChunkExtras(color)
+        return ChunkExtras(color, nodes)
+
+    def __contains__(self, chunk: object) -> bool:
+        return chunk in self.colors or chunk in self.replicas
+
+    def __iter__(self) -> Iterator[ChunkId]:
+        yield from self.colors
+        yield from (c for c in self.replicas if c not in self.colors)
+
+    def __len__(self) -> int:
+        return len(self.colors) + sum(1 for c in self.replicas if c not in self.colors)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VmExtras):
+            return NotImplemented
+        # a tuple compares its items identity first: the same maps are equal at once
+        return (self.colors, self.replicas) == (other.colors, other.replicas)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"VmExtras(colors={self.colors!r}, replicas={self.replicas!r})"
+
+    def adds_nothing_somewhere(self) -> bool:
+        """Whether some chunk's extras add nothing to its entry (no color, no replica):
+        such an extra cannot be told from its absence in a built table."""
+        if min(self.colors.values(), default=0) >= 0 and all(self.replicas.values()):
+            return False  # (the usual answer, from two passes in C)
+        return any(self.colors.get(c, -1) < 0 and not self.replicas.get(c) for c in self)
+
+    def changed_since(self, before: VmExtras) -> set[ChunkId]:
+        """The chunks whose extras differ from ``before``'s (added, changed, dropped)."""
+        out: set[ChunkId] = set()
+        for now, then in ((self.colors, before.colors), (self.replicas, before.replicas)):
+            if now is not then:
+                # values are ints and frozensets: the items compare as a set, in C
+                out.update(chunk for chunk, _ in now.items() ^ then.items())
+        return out
+
+
+#: a VM without colors or replicas
+NO_EXTRAS = VmExtras()
 
 
 def placement_entries(
@@ -132,5 +205,17 @@ def _with_extras(
     entry: PlacementEntry | None, chunk: ChunkId, extra: ChunkExtras
 ) -> PlacementEntry:
     # SRM colors and NCC replicas ride on SCU's entry, or on one that never migrates
-    entry = entry or PlacementEntry(chunk, frozenset())
-    return replace(entry, color_node=extra.color_node, replica_nodes=extra.replica_nodes)
+    # (the constructor, not dataclasses.replace: a call per colored or replicated chunk)
+    if entry is None:
+        return PlacementEntry(
+            chunk, frozenset(), color_node=extra.color_node, replica_nodes=extra.replica_nodes
+        )
+    return PlacementEntry(
+        entry.chunk,
+        entry.vcpus,
+        entry.caching,
+        entry.migration_budget,
+        entry.unit,
+        extra.color_node,
+        extra.replica_nodes,
+    )
