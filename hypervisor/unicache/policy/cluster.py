@@ -62,10 +62,11 @@ def shared_fractions(reports: Iterable[GuestReport]) -> dict[str, float]:
     for report in reports:
         for access in report.chunks:
             # vcpu_bytes is guest input: count each vCPU once, bytes never negative
-            readers = {v for v, n in access.vcpu_bytes if n > 0}
+            # (a record of one vCPU's reads needs no set to say so)
+            vcpu_bytes = access.vcpu_bytes
             nbytes = max(access.bytes_read, 0)
             total[report.vm] = total.get(report.vm, 0) + nbytes
-            if len(readers) >= 2:
+            if len(vcpu_bytes) >= 2 and len({v for v, n in vcpu_bytes if n > 0}) >= 2:
                 shared[report.vm] = shared.get(report.vm, 0) + nbytes
     return {vm: shared.get(vm, 0) / n for vm, n in total.items() if n > 0}
 

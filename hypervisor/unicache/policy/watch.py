@@ -148,7 +148,8 @@ def watch_round(
             # the first interval of a standing is not counted: caches fill or drain in it
             if now.was_placed is standing:
                 now = _counted(now, standing, rate)
-            now = replace(now, was_placed=standing)
+            else:
+                now = replace(now, was_placed=standing)
         if now.hold_until:
             verdicts[vm] = WatchVerdict(
                 f"the watch keeps it unplaced until round {now.hold_until}: placed, it read "
