@@ -158,6 +158,10 @@ class CostModel:
             return GainEstimate(0.0, "no reads to place")
         if units <= 1:
             return GainEstimate(0.0, "its vCPUs sit in one unit: nothing to unify")
+        if sum(size for size, _ in chunk_reads) <= min(unit_bytes, spanned_bytes):
+            # all of it fits one unit: what follows would find no gain (a fleet's usual
+            # VM, spared the sort)
+            return GainEstimate(0.0, f"its hot data fits one unit ({unit_bytes >> 20} MiB)")
         hot = sorted(chunk_reads, key=lambda c: (-c[1], c[0]))
         linux = _hot_bytes(hot, unit_bytes)
         gained = _hot_bytes(hot, spanned_bytes) - linux

@@ -310,11 +310,15 @@ class ScuPolicy:
             seconds[report.vm] = max(seconds.get(report.vm, 0.0), report.interval_s)
             per_chunk = reads.setdefault(report.vm, {})
             for access in report.chunks:
-                if access.reads <= 0:
+                n = access.reads
+                if n <= 0:
                     continue
-                size = min(access.bytes_read // access.reads, chunk_size)
-                old_size, old_reads = per_chunk.get(access.chunk, (0, 0))
-                per_chunk[access.chunk] = (max(size, old_size), old_reads + access.reads)
+                size = min(access.bytes_read // n, chunk_size)
+                old = per_chunk.get(access.chunk)
+                if old is None:
+                    per_chunk[access.chunk] = (max(size, 0), n)
+                else:
+                    per_chunk[access.chunk] = (max(size, old[0]), old[1] + n)
         # running readers per unit: busy vCPU time, which stays put when threads migrate
         # (the vCPUs a thread passes through in a round do not each count as a reader)
         running: dict[str, dict[int, float]] = {}
