@@ -27,11 +27,13 @@ Pure: no I/O, no clock, no threads; the same state and events give the same deci
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from unicache.errors import ConfigError, StateError
 from unicache.model import DropReplica, NodeMemory, Replicate
+from unicache.policy.ncccounters import Counters, Flat, flat
+from unicache.policy.ncccounters import RemoteCount as RemoteCount
 from unicache.policy.nccevents import Age as Age
 from unicache.policy.nccevents import NccAction as NccAction
 from unicache.policy.nccevents import NccEvent as NccEvent
@@ -102,20 +104,6 @@ class Replica:
     def queue(self) -> int:
         """MQ queue index: ``Q_i`` holds frequencies ``2^i .. 2^(i+1)-1``, capped at Q_7."""
         return min(MQ_QUEUES - 1, max(1, self.freq).bit_length() - 1)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class RemoteCount:
-    """Remote reads of a chunk from one node since its last write or replica.
-
-    :param key: the chunk.
-    :param node: the reading node.
-    :param count: reads.
-    """
-
-    key: ReplicaKey
-    node: int
-    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,17 +178,17 @@ class _Work:
     never a scan of every counter a guest's reports have made (issue #12: a flood of
     writes once took minutes a round). A node's chunks map to their chunk's own
     node -> replica map, so a node's replicas are found without hashing their keys again.
+    Chunks are plain tuples here (:data:`Flat`): a round hashes each many times.
     """
 
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
-        self.replicas: dict[ReplicaKey, dict[int, Replica]] = {}
-        self.keys_on: dict[int, dict[ReplicaKey, dict[int, Replica]]] = {}
+        self.replicas: dict[Flat, dict[int, Replica]] = {}
+        self.keys_on: dict[int, dict[Flat, dict[int, Replica]]] = {}
         for r in state.replicas:
-            self.add(r)
-        self.counters: dict[ReplicaKey, dict[int, int]] = {}
-        for c in state.counters:
-            self.counters.setdefault(c.key, {})[c.node] = c.count
+            self.add(flat(r.key), r)
+        # looked up in the state's tuple, not copied (:mod:`unicache.policy.ncccounters`)
+        self.counters = Counters(state.counters)
         self.disabled = state.disabled
         self.aside: frozenset[int] = frozenset()
         self.clock = state.clock
@@ -208,28 +196,30 @@ class _Work:
         self.served: list[int] = []
         self.retired: list[Retired] = []
         # replicas made this round: the guest has no copy yet, so their reads save nothing
-        self.fresh: set[tuple[ReplicaKey, int]] = set()
+        self.fresh: set[tuple[Flat, int]] = set()
 
-    def add(self, replica: Replica) -> None:
-        held = self.replicas.setdefault(replica.key, {})
+    def add(self, chunk: Flat, replica: Replica) -> None:
+        held = self.replicas.setdefault(chunk, {})
         held[replica.node] = replica
-        self.keys_on.setdefault(replica.node, {})[replica.key] = held
+        self.keys_on.setdefault(replica.node, {})[chunk] = held
 
-    def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
-        held = self.replicas[key]
+    def drop(self, chunk: Flat, node: int, rule: str, why: str) -> None:
+        held = self.replicas[chunk]
         gone = held.pop(node)
-        if (key, node) in self.fresh:
-            self.fresh.discard((key, node))  # made and dropped in one round: never filled
+        if (chunk, node) in self.fresh:
+            self.fresh.discard((chunk, node))  # made and dropped in one round: never filled
         else:
             self.retired.append(Retired(node, gone.served))
         if not held:
-            del self.replicas[key]
-        self.keys_on[node].pop(key, None)
+            del self.replicas[chunk]
+        self.keys_on[node].pop(chunk, None)
+        key = gone.key
         self.actions.append(DropReplica(key.vm, key.chunk, node, rule, f"{rule}: {why}"))
 
     def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
-        for node in sorted(self.replicas.get(key, ())):
-            self.drop(key, node, rule, why)
+        chunk = flat(key)
+        for node in sorted(self.replicas.get(chunk, ())):
+            self.drop(chunk, node, rule, why)
 
     def on_node(self, node: int) -> list[Replica]:
         return [held[node] for held in self.keys_on.get(node, {}).values()]
@@ -238,18 +228,20 @@ class _Work:
         if ev.node == ev.home:
             self.served.append(ev.home)
             return
-        have = self.replicas.get(ev.key, {}).get(ev.node)
+        chunk = flat(ev.key)
+        held = self.replicas.get(chunk, {})
+        have = held.get(ev.node)
         if have is not None:
-            saved = 0 if (ev.key, ev.node) in self.fresh else ev.nbytes
-            self.replicas[ev.key][ev.node] = Replica(
-                ev.key, ev.node, have.freq + 1, self.clock, have.served + saved
+            saved = 0 if (chunk, ev.node) in self.fresh else ev.nbytes
+            held[ev.node] = Replica(
+                have.key, ev.node, have.freq + 1, self.clock, have.served + saved
             )
             self.served.append(ev.node)
             return
         self.served.append(ev.home)
-        per_node = self.counters.setdefault(ev.key, {})
-        count = per_node.get(ev.node, 0) + 1
-        per_node[ev.node] = count
+        had = self.counters.get(chunk, ev.node)
+        count = 1 if had is None else had.count + 1
+        self.counters.put(chunk, ev.node, RemoteCount(ev.key, ev.node, count))
         if count < self.params.ncc_threshold:
             return
         if ev.node in self.disabled or ev.node in self.aside:
@@ -260,13 +252,14 @@ class _Work:
             # mq_order's first, without sorting the node's replicas for one
             victim = min(self.on_node(ev.node), key=_mq_key)
             self.drop(
-                victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
+                flat(victim.key),
+                victim.node,
+                RULE_MQ_EVICT,
+                f"node {ev.node} full, Q_{victim.queue}",
             )
-        self.add(Replica(ev.key, ev.node, 1, self.clock))
-        self.fresh.add((ev.key, ev.node))
-        del per_node[ev.node]
-        if not per_node:
-            del self.counters[ev.key]
+        self.add(chunk, Replica(ev.key, ev.node, 1, self.clock))
+        self.fresh.add((chunk, ev.node))
+        self.counters.put(chunk, ev.node, None)
         self.actions.append(
             Replicate(
                 ev.key.vm,
@@ -279,14 +272,14 @@ class _Work:
 
     def write(self, ev: Write) -> None:
         self.drop_all(ev.key, RULE_WRITE, "chunk written")
-        self.counters.pop(ev.key, None)
+        self.counters.drop_chunk(flat(ev.key))
 
     def reclaim(self, ev: Reclaim) -> None:
         ratio = self.params.reclaim_ratio
         want = -(-ev.pages * ratio // (ratio + 1))  # ceil: 3 pages -> 2 replicas + 1 primary
         victims = mq_order(self.on_node(ev.node))[:want]
         for v in victims:
-            self.drop(v.key, v.node, RULE_RECLAIM, f"node {ev.node} asked for {ev.pages}")
+            self.drop(flat(v.key), v.node, RULE_RECLAIM, f"node {ev.node} asked for {ev.pages}")
         primary = ev.pages - len(victims)
         if primary > 0:
             self.actions.append(
@@ -298,23 +291,30 @@ class _Work:
             )
 
     def age(self) -> None:
+        # a replica at frequency one stays there: only the others are made again
         for held in self.replicas.values():
             for node, r in held.items():
-                held[node] = Replica(r.key, r.node, max(1, r.freq - 1), r.last, r.served)
+                if r.freq > 1:
+                    held[node] = Replica(r.key, node, r.freq - 1, r.last, r.served)
 
     def state(self) -> NccState:
+        # sorted by the plain chunk, then node: the dataclasses' own order (one replica,
+        # or counter, per chunk and node), compared in C
+        replicas = self.replicas
         return NccState(
-            replicas=tuple(sorted(r for held in self.replicas.values() for r in held.values())),
-            counters=tuple(
-                sorted(
-                    RemoteCount(k, n, c)
-                    for k, per_node in self.counters.items()
-                    for n, c in per_node.items()
-                )
-            ),
+            replicas=tuple(_in_order(replicas)),
+            counters=self.counters.result(),
             disabled=self.disabled,
             clock=self.clock,
         )
+
+
+def _in_order(by_chunk: dict[Flat, dict[int, Replica]]) -> Iterator[Replica]:
+    """Replicas kept by plain chunk, then node, in the order of the chunk and the node."""
+    for chunk in sorted(by_chunk):
+        per_node = by_chunk[chunk]
+        for node in sorted(per_node):
+            yield per_node[node]
 
 
 def memory_tight_nodes(memory: Iterable[NodeMemory], params: NccParams) -> frozenset[int]:
