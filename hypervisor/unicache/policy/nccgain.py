@@ -310,6 +310,27 @@ def judge(verdict: GainVerdict, retired: Iterable[Retired], cost: ReplicaCost) -
     return GainVerdict(tuple(out), aside, tuple(reasons))
 
 
+def quiet(ledgers: tuple[NodeLedger, ...], nodes: Iterable[int]) -> bool:
+    """Whether :func:`predict` then :func:`judge` would hand ``ledgers`` back as they are,
+    with no node aside and nothing to say, for a round without remote reads or dropped
+    replicas: every one of ``nodes`` has a ledger of full windows of zeros and is not aside
+    (a VM whose guest has read nothing remote for ``WINDOW_ROUNDS`` rounds).
+
+    :param ledgers: the ledgers after the previous round, by node.
+    :param nodes: the VM's nodes.
+    """
+    if [ledger.node for ledger in ledgers] != sorted(set(nodes)):
+        return False
+    return all(
+        not ledger.aside and ledger.remote == ledger.retired == ledger.served == _QUIET
+        for ledger in ledgers
+    )
+
+
+#: a window of rounds in which nothing happened
+_QUIET = (0,) * WINDOW_ROUNDS
+
+
 def _slide(window: tuple[int, ...], now: int) -> tuple[int, ...]:
     """A window of the last ``WINDOW_ROUNDS`` rounds with this round's figure; the same
     tuple when nothing moves (a full window of zeros, a quiet node's, stays as it is)."""

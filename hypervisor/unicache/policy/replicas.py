@@ -36,6 +36,7 @@ Pure: no I/O, no clock; the same state and observation give the same decision.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -58,6 +59,7 @@ from unicache.policy.nccgain import (
     ReplicaCost,
     judge,
     predict,
+    quiet,
     remote_chunks,
 )
 
@@ -87,6 +89,17 @@ class VmReplicas:
     ncc: ncc.NccState = field(default_factory=ncc.NccState)
     memory: tuple[NodeMemory, ...] = ()
     gain: tuple[NodeLedger, ...] = ()
+    #: per replicated chunk, the nodes holding it: derived from ``ncc.replicas`` once, then
+    #: handed on while they stay (so is the map SCU's tables compare); not saved, not
+    #: compared (None: not derived yet, as after a restart)
+    nodes: Mapping[ChunkId, frozenset[int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def with_nodes(self, nodes: Mapping[ChunkId, frozenset[int]]) -> VmReplicas:
+        """This state, new, with its replicas' nodes derived (set once, before it is seen)."""
+        object.__setattr__(self, "nodes", nodes)
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +220,7 @@ def replicas_round(
     out: list[VmReplicas] = []
     actions: list[Replicate | DropReplica] = []
     refusals: list[Refusal] = []
-    nodes: dict[str, dict[ChunkId, frozenset[int]]] = {}
+    nodes: dict[str, Mapping[ChunkId, frozenset[int]]] = {}
     before = {v.vm: v for v in state.vms}  # one lookup per VM, not a scan (a fleet's VMs)
     budgets: dict[tuple[int, ...], ncc.NccParams] = {}  # node sizes -> their parameters
     for vm in sorted(vms, key=lambda v: v.name):
@@ -232,10 +245,17 @@ def replicas_round(
             # no new replica is made on a tight node, so only older ones are given back
             events += shrink_reclaims(fresh, vm_params, chunk_size)
         verdict = GainVerdict(prev.gain)
-        if cost is not None:
+        remote = {} if cost is None else remote_chunks(events, prev.ncc)
+        # a VM that has read nothing remote for a window keeps its ledgers as they are
+        steady = (
+            not remote and not math.isinf(cost.break_even) and quiet(prev.gain, guest_nodes)
+            if cost is not None
+            else False
+        )
+        if cost is not None and not steady:
             verdict = predict(
                 prev.gain,
-                remote_chunks(events, prev.ncc),
+                remote,
                 guest_nodes,
                 vm_params.max_replicas_per_node,
                 vm_params.ncc_threshold,
@@ -260,7 +280,7 @@ def replicas_round(
         why = _bounded(vm.name, sorted(guest_nodes), dropped, max(trimmed, 0), unknown)
         if why:
             refusals.append(Refusal(NCC_BOUNDED, why))
-        if cost is not None:
+        if cost is not None and not (steady and not decision.retired):
             judged = judge(verdict, decision.retired, cost)
             why = "; ".join(verdict.reasons + judged.reasons)
             if why:
@@ -268,8 +288,13 @@ def replicas_round(
             verdict = judged
         # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
         actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
-        nodes[vm.name] = _nodes_of(kept.replicas)
-        out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers))
+        vm_nodes = prev.nodes
+        if vm_nodes is None or any(
+            isinstance(a, Replicate | DropReplica) for a in decision.actions
+        ):
+            vm_nodes = _nodes_of(kept.replicas)  # replicas made or dropped (or a restart)
+        nodes[vm.name] = vm_nodes
+        out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers).with_nodes(vm_nodes))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
 
 
