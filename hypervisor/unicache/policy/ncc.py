@@ -28,11 +28,11 @@ Pure: no I/O, no clock, no threads; the same state and events give the same deci
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError, StateError
 from unicache.model import DropReplica, NodeMemory, Replicate
-from unicache.policy.ncccounters import Counters, Flat, flat
+from unicache.policy.ncccounters import CounterKey, Counters, Flat, flat
 from unicache.policy.ncccounters import RemoteCount as RemoteCount
 from unicache.policy.nccevents import Age as Age
 from unicache.policy.nccevents import NccAction as NccAction
@@ -120,6 +120,17 @@ class NccState:
     counters: tuple[RemoteCount, ...] = ()
     disabled: frozenset[int] = frozenset()
     clock: int = 0
+    #: the counters' plain keys, for the next round to bisect (:mod:`~unicache.policy.
+    #: ncccounters`): made from ``counters`` once, then handed on; not saved, not compared
+    #: (None: not made yet, as after a restart)
+    counter_keys: tuple[CounterKey, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def with_counter_keys(self, keys: tuple[CounterKey, ...] | None) -> NccState:
+        """This state, new, with its counters' keys (set once, before it is seen)."""
+        object.__setattr__(self, "counter_keys", keys)
+        return self
 
     def replica_nodes(self, key: ReplicaKey) -> frozenset[int]:
         """Nodes holding a replica of a chunk."""
@@ -184,11 +195,18 @@ class _Work:
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
         self.replicas: dict[Flat, dict[int, Replica]] = {}
-        self.keys_on: dict[int, dict[Flat, dict[int, Replica]]] = {}
         for r in state.replicas:
-            self.add(flat(r.key), r)
+            chunk = (r.key.vm, r.key.chunk.file_id, r.key.chunk.index)  # flat(), inline
+            held = self.replicas.get(chunk)
+            if held is None:
+                self.replicas[chunk] = {r.node: r}
+            else:
+                held[r.node] = r
+        # a node's chunks, made when a node's replicas are first counted (most rounds
+        # make no replica, and so never need them)
+        self._keys_on: dict[int, dict[Flat, dict[int, Replica]]] | None = None
         # looked up in the state's tuple, not copied (:mod:`unicache.policy.ncccounters`)
-        self.counters = Counters(state.counters)
+        self.counters = Counters(state.counters, state.counter_keys)
         self.disabled = state.disabled
         self.aside: frozenset[int] = frozenset()
         self.clock = state.clock
@@ -197,6 +215,15 @@ class _Work:
         self.retired: list[Retired] = []
         # replicas made this round: the guest has no copy yet, so their reads save nothing
         self.fresh: set[tuple[Flat, int]] = set()
+
+    @property
+    def keys_on(self) -> dict[int, dict[Flat, dict[int, Replica]]]:
+        if self._keys_on is None:
+            self._keys_on = {}
+            for chunk, held in self.replicas.items():
+                for node in held:
+                    self._keys_on.setdefault(node, {})[chunk] = held
+        return self._keys_on
 
     def add(self, chunk: Flat, replica: Replica) -> None:
         held = self.replicas.setdefault(chunk, {})
@@ -212,7 +239,8 @@ class _Work:
             self.retired.append(Retired(node, gone.served))
         if not held:
             del self.replicas[chunk]
-        self.keys_on[node].pop(chunk, None)
+        if self._keys_on is not None:  # (not made yet: it will be made without it)
+            self._keys_on[node].pop(chunk, None)
         key = gone.key
         self.actions.append(DropReplica(key.vm, key.chunk, node, rule, f"{rule}: {why}"))
 
@@ -224,20 +252,35 @@ class _Work:
     def on_node(self, node: int) -> list[Replica]:
         return [held[node] for held in self.keys_on.get(node, {}).values()]
 
-    def read(self, ev: Read) -> None:
+    def reads(self, ev: Read, repeats: int) -> None:
+        """``repeats`` reads in a row, each an event (the clock one on for each): those
+        the home node or a replica serves are the same for every repeat, so served at once."""
         if ev.node == ev.home:
-            self.served.append(ev.home)
+            self.clock += repeats
+            self.served += [ev.home] * repeats
             return
         chunk = flat(ev.key)
-        held = self.replicas.get(chunk, {})
-        have = held.get(ev.node)
-        if have is not None:
-            saved = 0 if (chunk, ev.node) in self.fresh else ev.nbytes
-            held[ev.node] = Replica(
-                have.key, ev.node, have.freq + 1, self.clock, have.served + saved
-            )
-            self.served.append(ev.node)
-            return
+        while repeats:
+            held = self.replicas.get(chunk, {})
+            have = held.get(ev.node)
+            if have is not None:  # a hit, and so is every read left
+                saved = 0 if (chunk, ev.node) in self.fresh else ev.nbytes
+                self.clock += repeats
+                held[ev.node] = Replica(
+                    have.key,
+                    ev.node,
+                    have.freq + repeats,
+                    self.clock,
+                    have.served + saved * repeats,
+                )
+                self.served += [ev.node] * repeats
+                return
+            self.clock += 1
+            self.miss(ev, chunk)
+            repeats -= 1
+
+    def miss(self, ev: Read, chunk: Flat) -> None:
+        """A remote read no replica serves: counted, and at the threshold replicated."""
         self.served.append(ev.home)
         had = self.counters.get(chunk, ev.node)
         count = 1 if had is None else had.count + 1
@@ -301,12 +344,10 @@ class _Work:
         # sorted by the plain chunk, then node: the dataclasses' own order (one replica,
         # or counter, per chunk and node), compared in C
         replicas = self.replicas
+        counters, keys = self.counters.result()
         return NccState(
-            replicas=tuple(_in_order(replicas)),
-            counters=self.counters.result(),
-            disabled=self.disabled,
-            clock=self.clock,
-        )
+            tuple(_in_order(replicas)), counters, self.disabled, self.clock
+        ).with_counter_keys(keys)
 
 
 def _in_order(by_chunk: dict[Flat, dict[int, Replica]]) -> Iterator[Replica]:
@@ -362,11 +403,20 @@ def ncc_round(
     work = _Work(state, params)
     work.disabled = memory_tight_nodes(memory, params)
     work.aside = aside
-    for ev in events:
-        work.clock += 1
+    queue = list(events)
+    i = 0
+    while i < len(queue):
+        ev = queue[i]
+        i += 1
         if isinstance(ev, Read):
-            work.read(ev)
-        elif isinstance(ev, Write):
+            # a record's reads from one node are one event, repeated (policy.replicas)
+            repeats = 1
+            while i < len(queue) and queue[i] is ev:
+                repeats, i = repeats + 1, i + 1
+            work.reads(ev, repeats)
+            continue
+        work.clock += 1
+        if isinstance(ev, Write):
             work.write(ev)
         elif isinstance(ev, PrimaryReclaimed):
             work.drop_all(ev.key, RULE_PRIMARY_RECLAIMED, "primary copy reclaimed")

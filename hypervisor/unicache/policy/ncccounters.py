@@ -1,12 +1,14 @@
 """NCC's remote-read counters during one round: the state's sorted tuple and the round's changes.
 
-A guest's counters (:class:`~unicache.policy.ncc.RemoteCount`, up to
-``MAX_COUNTERS_PER_VM`` a VM) outlive most rounds unchanged: a round reads a few chunks and
-counts a few of them. So :func:`~unicache.policy.ncc.ncc_round` does not copy them into a
-map every round: a counter is looked up in the state's tuple (sorted by chunk, then node)
-by bisection, and what the round changes is kept aside, by chunk then node. The new tuple
-is the old one with the changes merged in, in order: the same tuple when nothing changed.
-A round costs what it counts, not what the VM's guest made NCC remember.
+A guest's counters (:class:`RemoteCount`, up to ``MAX_COUNTERS_PER_VM`` a VM) outlive most
+rounds unchanged: a round reads a few chunks and counts a few of them. So
+:func:`~unicache.policy.ncc.ncc_round` does not copy them into a map every round: a counter
+is looked up in the state's tuple (sorted by chunk, then node) by bisection over the
+counters' plain keys (:data:`CounterKey`, compared in C), and what the round changes is
+kept aside, by chunk then node. The new tuple is the old one with the changes merged in,
+in order (the same tuple when nothing changed), and so are its keys, which the next round
+bisects again (:attr:`~unicache.policy.ncc.NccState.counter_keys`: made once, then handed
+on). A round costs what it counts, not what the VM's guest made NCC remember.
 
 Chunks are plain tuples ``(vm, file id, index)``, whose order is the
 :class:`~unicache.policy.ncc.ReplicaKey`'s. Pure: plain values, no I/O.
@@ -14,13 +16,15 @@ Chunks are plain tuples ``(vm, file id, index)``, whose order is the
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from unicache.policy.nccevents import ReplicaKey
 
 #: a chunk as a plain tuple, ``(vm, file id, index)``, in :class:`ReplicaKey` order
 Flat = tuple[str, int, int]
+#: a counter's chunk and node as a plain tuple, in :class:`RemoteCount` order
+CounterKey = tuple[str, int, int, int]
 
 
 def flat(key: ReplicaKey) -> Flat:
@@ -42,74 +46,77 @@ class RemoteCount:
     count: int
 
 
+def counter_keys(counters: tuple[RemoteCount, ...]) -> tuple[CounterKey, ...]:
+    """The plain keys of counters, in their order."""
+    return tuple((c.key.vm, c.key.chunk.file_id, c.key.chunk.index, c.node) for c in counters)
+
+
 class Counters:
     """The counters of one round: the state's tuple, and the changes made to it so far.
 
     :param base: the state's counters, sorted by chunk then node (one per chunk and node).
+    :param keys: their plain keys (None: made from them when first needed).
     """
 
-    def __init__(self, base: tuple[RemoteCount, ...]) -> None:
+    def __init__(self, base: tuple[RemoteCount, ...], keys: tuple[CounterKey, ...] | None) -> None:
         self.base = base
+        self._keys = keys
         # chunk -> node -> its counter now (None: dropped this round)
         self.changes: dict[Flat, dict[int, RemoteCount | None]] = {}
+
+    @property
+    def keys(self) -> tuple[CounterKey, ...]:
+        if self._keys is None:
+            self._keys = counter_keys(self.base)
+        return self._keys
 
     def get(self, chunk: Flat, node: int) -> RemoteCount | None:
         """The counter of a chunk's reads from a node, if any."""
         changed = self.changes.get(chunk)
         if changed is not None and node in changed:
             return changed[node]
+        keys = self.keys
         want = (*chunk, node)
-        i = bisect_left(self.base, want, key=_order)
-        if i < len(self.base) and _order(self.base[i]) == want:
-            return self.base[i]
-        return None
+        i = bisect_left(keys, want)
+        return self.base[i] if i < len(keys) and keys[i] == want else None
 
     def put(self, chunk: Flat, node: int, counter: RemoteCount | None) -> None:
         """Set (or, with None, drop) the counter of a chunk's reads from a node."""
         self.changes.setdefault(chunk, {})[node] = counter
 
-    def drop_chunk(self, chunk: Flat) -> bool:
-        """Drop every counter of a chunk; whether it had any."""
-        lo = bisect_left(self.base, chunk, key=_chunk)
-        hi = bisect_right(self.base, chunk, key=_chunk, lo=lo)
+    def drop_chunk(self, chunk: Flat) -> None:
+        """Drop every counter of a chunk."""
+        keys = self.keys
         changed = self.changes.setdefault(chunk, {})
-        had = any(c is not None for c in changed.values())
-        for c in self.base[lo:hi]:
-            if changed.get(c.node, c) is not None:
-                had = True
-            changed[c.node] = None
         for node in changed:
             changed[node] = None
-        return had
+        i = bisect_left(keys, chunk)  # a chunk sorts before its (chunk, node) keys
+        while i < len(keys) and keys[i][:3] == chunk:
+            changed[keys[i][3]] = None
+            i += 1
 
-    def result(self) -> tuple[RemoteCount, ...]:
-        """The counters after the round, sorted by chunk then node."""
+    def result(self) -> tuple[tuple[RemoteCount, ...], tuple[CounterKey, ...] | None]:
+        """The counters after the round, sorted by chunk then node, and their keys."""
         if not self.changes:
-            return self.base
-        base = self.base
+            return self.base, self._keys
+        base, keys = self.base, self.keys
         out: list[RemoteCount] = []
+        out_keys: list[CounterKey] = []
         at = 0
         for chunk in sorted(self.changes):
             changed = self.changes[chunk]
             for node in sorted(changed):
                 want = (*chunk, node)
-                i = bisect_left(base, want, key=_order, lo=at)
+                i = bisect_left(keys, want, lo=at)
                 out += base[at:i]
-                if i < len(base) and _order(base[i]) == want:
+                out_keys += keys[at:i]
+                if i < len(keys) and keys[i] == want:
                     i += 1  # the old counter, replaced or dropped
                 now = changed[node]
                 if now is not None:
                     out.append(now)
+                    out_keys.append(want)
                 at = i
         out += base[at:]
-        return tuple(out)
-
-
-def _order(c: RemoteCount) -> tuple[str, int, int, int]:
-    key = c.key
-    return (key.vm, key.chunk.file_id, key.chunk.index, c.node)
-
-
-def _chunk(c: RemoteCount) -> Flat:
-    key = c.key
-    return (key.vm, key.chunk.file_id, key.chunk.index)
+        out_keys += keys[at:]
+        return tuple(out), tuple(out_keys)

@@ -268,7 +268,7 @@ def replicas_round(
             tight = ncc.memory_tight_nodes(memory, vm_params)
             again = ncc.NccState(
                 _aged(prev.ncc.replicas), prev.ncc.counters, tight, prev.ncc.clock + 1
-            )
+            ).with_counter_keys(prev.ncc.counter_keys)
             decision = ncc.NccDecision((), (), again)
         else:
             decision = ncc.ncc_round(prev.ncc, memory, events, vm_params, verdict.aside)
