@@ -1,6 +1,7 @@
 """NCC's remote-read counters during one round: the state's sorted tuple and the round's changes.
 
-A guest's counters (:class:`RemoteCount`, up to ``MAX_COUNTERS_PER_VM`` a VM) outlive most
+The counters are §3.2's "Generation of NCC entries" (reads of a chunk from one remote node
+before it is replicated). A guest's counters (:class:`RemoteCount`, up to ``MAX_COUNTERS_PER_VM`` a VM) outlive most
 rounds unchanged: a round reads a few chunks and counts a few of them. So
 :func:`~unicache.policy.ncc.ncc_round` does not copy them into a map every round: a counter
 is looked up in the state's tuple (sorted by chunk, then node) by bisection over the
