@@ -1,15 +1,16 @@
 """NCC's remote-read counters during one round: the state's sorted tuple and the round's changes.
 
-The counters are §3.2's "Generation of NCC entries" (reads of a chunk from one remote node
-before it is replicated). A guest's counters (:class:`RemoteCount`, up to ``MAX_COUNTERS_PER_VM`` a VM) outlive most
-rounds unchanged: a round reads a few chunks and counts a few of them. So
-:func:`~unicache.policy.ncc.ncc_round` does not copy them into a map every round: a counter
-is looked up in the state's tuple (sorted by chunk, then node) by bisection over the
-counters' plain keys (:data:`CounterKey`, compared in C), and what the round changes is
-kept aside, by chunk then node. The new tuple is the old one with the changes merged in,
-in order (the same tuple when nothing changed), and so are its keys, which the next round
-bisects again (:attr:`~unicache.policy.ncc.NccState.counter_keys`: made once, then handed
-on). A round costs what it counts, not what the VM's guest made NCC remember.
+The counters are §3.2's "Generation of NCC entries": a chunk's reads from one remote node
+before it is replicated. A guest's counters (:class:`RemoteCount`, up to
+``MAX_COUNTERS_PER_VM`` a VM) outlive most rounds unchanged: a round reads a few chunks and
+counts a few of them. So :func:`~unicache.policy.ncc.ncc_round` does not copy them into a
+map of maps every round: the state keeps, with its sorted tuple, the counters' plain keys
+(:data:`CounterKey`, hashed and compared in C; made once, then handed on:
+:attr:`~unicache.policy.ncc.NccState.counter_keys`), a round that looks a counter up maps
+the keys to the counters in C, and what it changes is kept aside, by chunk then node. The
+new tuple is the old one with the changes, sorted by key in C (the same tuple when
+nothing changed). A round costs what it counts, not what the VM's guest made NCC
+remember, in Python.
 
 Chunks are plain tuples ``(vm, file id, index)``, whose order is the
 :class:`~unicache.policy.ncc.ReplicaKey`'s. Pure: plain values, no I/O.
@@ -62,6 +63,7 @@ class Counters:
     def __init__(self, base: tuple[RemoteCount, ...], keys: tuple[CounterKey, ...] | None) -> None:
         self.base = base
         self._keys = keys
+        self._index: dict[CounterKey, RemoteCount] | None = None
         # chunk -> node -> its counter now (None: dropped this round)
         self.changes: dict[Flat, dict[int, RemoteCount | None]] = {}
 
@@ -76,10 +78,9 @@ class Counters:
         changed = self.changes.get(chunk)
         if changed is not None and node in changed:
             return changed[node]
-        keys = self.keys
-        want = (*chunk, node)
-        i = bisect_left(keys, want)
-        return self.base[i] if i < len(keys) and keys[i] == want else None
+        if self._index is None:  # made in C from the keys, on the first look-up
+            self._index = dict(zip(self.keys, self.base, strict=True))
+        return self._index.get((*chunk, node))
 
     def put(self, chunk: Flat, node: int, counter: RemoteCount | None) -> None:
         """Set (or, with None, drop) the counter of a chunk's reads from a node."""
@@ -100,24 +101,14 @@ class Counters:
         """The counters after the round, sorted by chunk then node, and their keys."""
         if not self.changes:
             return self.base, self._keys
-        base, keys = self.base, self.keys
-        out: list[RemoteCount] = []
-        out_keys: list[CounterKey] = []
-        at = 0
-        for chunk in sorted(self.changes):
-            changed = self.changes[chunk]
-            for node in sorted(changed):
-                want = (*chunk, node)
-                i = bisect_left(keys, want, lo=at)
-                out += base[at:i]
-                out_keys += keys[at:i]
-                if i < len(keys) and keys[i] == want:
-                    i += 1  # the old counter, replaced or dropped
-                now = changed[node]
-                if now is not None:
-                    out.append(now)
-                    out_keys.append(want)
-                at = i
-        out += base[at:]
-        out_keys += keys[at:]
-        return tuple(out), tuple(out_keys)
+        # the counters by key, changed, then in key order: every pass over all of them is
+        # C's (a map from two tuples, a sort of plain tuples, a look-up of each)
+        merged = dict(self._index or zip(self.keys, self.base, strict=True))
+        for chunk, changed in self.changes.items():
+            for node, now in changed.items():
+                if now is None:
+                    merged.pop((*chunk, node), None)
+                else:
+                    merged[(*chunk, node)] = now
+        keys = sorted(merged)
+        return tuple(map(merged.__getitem__, keys)), tuple(keys)

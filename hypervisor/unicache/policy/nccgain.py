@@ -180,7 +180,11 @@ def remote_chunks(events: Iterable[NccEvent], known: NccState) -> dict[int, int]
     """
     # chunks as plain tuples (vm, file id, index): hashed in C, not by two dataclasses
     read: dict[int, set[tuple[str, int, int]]] = {}
+    last = None
     for ev in events:
+        if ev is last:
+            continue  # a record's reads from one node: one event, repeated (policy.replicas)
+        last = ev
         if isinstance(ev, Read) and ev.node != ev.home:
             key = ev.key
             read.setdefault(ev.node, set()).add((key.vm, key.chunk.file_id, key.chunk.index))
@@ -310,16 +314,18 @@ def judge(verdict: GainVerdict, retired: Iterable[Retired], cost: ReplicaCost) -
     return GainVerdict(tuple(out), aside, tuple(reasons))
 
 
-def quiet(ledgers: tuple[NodeLedger, ...], nodes: Iterable[int]) -> bool:
+def quiet(ledgers: tuple[NodeLedger, ...], nodes: Iterable[int], cost: ReplicaCost) -> bool:
     """Whether :func:`predict` then :func:`judge` would hand ``ledgers`` back as they are,
     with no node aside and nothing to say, for a round without remote reads or dropped
-    replicas: every one of ``nodes`` has a ledger of full windows of zeros and is not aside
-    (a VM whose guest has read nothing remote for ``WINDOW_ROUNDS`` rounds).
+    replicas: a replica may pay here, and every one of ``nodes`` has a ledger of full
+    windows of zeros and is not aside (a VM whose guest has read nothing remote for
+    ``WINDOW_ROUNDS`` rounds).
 
     :param ledgers: the ledgers after the previous round, by node.
     :param nodes: the VM's nodes.
+    :param cost: the cost model.
     """
-    if [ledger.node for ledger in ledgers] != sorted(set(nodes)):
+    if math.isinf(cost.break_even) or [ledger.node for ledger in ledgers] != sorted(set(nodes)):
         return False
     return all(
         not ledger.aside and ledger.remote == ledger.retired == ledger.served == _QUIET

@@ -36,7 +36,6 @@ Pure: no I/O, no clock; the same state and observation give the same decision.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -247,11 +246,7 @@ def replicas_round(
         verdict = GainVerdict(prev.gain)
         remote = {} if cost is None else remote_chunks(events, prev.ncc)
         # a VM that has read nothing remote for a window keeps its ledgers as they are
-        steady = (
-            not remote and not math.isinf(cost.break_even) and quiet(prev.gain, guest_nodes)
-            if cost is not None
-            else False
-        )
+        steady = cost is not None and not remote and quiet(prev.gain, guest_nodes, cost)
         if cost is not None and not steady:
             verdict = predict(
                 prev.gain,
