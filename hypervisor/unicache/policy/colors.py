@@ -29,8 +29,8 @@ Pure: no I/O, no clock; the same state and observation give the same decision.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError
 from unicache.model import (
@@ -170,15 +170,14 @@ class ColorDecision:
     refusals: tuple[Refusal, ...] = ()
 
 
-def _params(vm: Vm, options: ColorOptions) -> srm.SrmParams:
-    return srm.SrmParams(n_colors=len(vm.colored_nodes()), t_l=options.t_l_chunks)
-
-
 def _runs(
-    vm: Vm, misses: list[srm.BufferMiss], colors: tuple[int, ...], why: dict[int, str]
+    vm: Vm,
+    nodes: tuple[GuestNode, ...],
+    misses: list[srm.BufferMiss],
+    colors: tuple[int, ...],
+    why: dict[int, str],
 ) -> list[AssignColor]:
     """Group consecutive chunks of one file with one color into one action each."""
-    nodes = vm.colored_nodes()
     actions: list[AssignColor] = []
     start = 0
     for i in range(1, len(misses) + 1):
@@ -209,12 +208,17 @@ def _runs(
 
 
 def _vm_round(
-    vm: Vm, reports: list[GuestReport], prev: VmColors | None, options: ColorOptions
-) -> tuple[VmColors, list[AssignColor], dict[int, int], str]:
-    """Figure 7 over one VM's reports: its colored chunks, the new runs, the bytes of
-    streaming files each vCPU read (the stream's own LLC traffic, for the step-aside), and
-    what the bounds dropped ("" when nothing)."""
-    params = _params(vm, options)
+    vm: Vm,
+    nodes: tuple[GuestNode, ...],
+    reports: list[GuestReport],
+    prev: VmColors | None,
+    options: ColorOptions,
+) -> tuple[VmColors, Callable[[], list[AssignColor]], dict[int, int], str]:
+    """Figure 7 over one VM's colored ``nodes`` and reports: its colored chunks, the new
+    runs (built when called: the step-aside may drop them), the bytes of streaming files
+    each vCPU read (the stream's own LLC traffic, for the step-aside), and what the bounds
+    dropped ("" when nothing)."""
+    params = srm.SrmParams(n_colors=len(nodes), t_l=options.t_l_chunks)
     if prev is None or len(prev.srm.free) != params.n_colors:
         prev = VmColors(vm.name, srm.SrmState.initial(params))  # the colored zone changed
     locality = detect_weak_locality(reports, options.chunk_size, prev.seen)
@@ -275,14 +279,13 @@ def _vm_round(
         else:
             previous = colored.get(before)
         why[i] = rule if previous == colors[i] else f"{rule}, {srm.RULE_ROTATE}"
-    actions = _runs(vm, misses, colors, why)
     for miss, color in zip(misses, colors, strict=True):
         colored[ChunkId(miss.file_id, miss.block)] = color
     kept = list(colored.items())[-options.max_colored_chunks :]  # dicts keep insertion order
     colored_now = tuple(ColoredChunk(c, k) for c, k in kept)
     return (
         VmColors(vm.name, decision.state, locality.seen, colored_now, prev.gate),
-        actions,
+        lambda: _runs(vm, nodes, misses, colors, why),
         streamed,
         _bounded(vm.name, len(todo) - len(misses), len(colored) - len(kept), options),
     )
@@ -339,12 +342,13 @@ def colors_round(
     refusals: list[Refusal] = []
     nodes: dict[str, dict[ChunkId, int]] = {}
     for vm in sorted(vms, key=lambda v: v.name):
-        colored_nodes = vm.colored_nodes()
+        colored_nodes = vm.colored_nodes() if vm.nodes else ()  # most VMs: no guest nodes
         if not colored_nodes:
             continue
-        vm_state, vm_actions, streamed, bounded = _vm_round(
-            vm, by_vm.get(vm.name, []), before.get(vm.name), options
+        vm_state, runs, streamed, bounded = _vm_round(
+            vm, colored_nodes, by_vm.get(vm.name, []), before.get(vm.name), options
         )
+        colored_now = True
         if bounded:
             refusals.append(Refusal(SRM_BOUNDED, bounded))
         if options.step_aside and streamed:
@@ -356,7 +360,7 @@ def colors_round(
             gate, gain = gate_round(
                 vm_state.gate, counters, _llc_share(colored_nodes, options), round_no
             )
-            vm_state = replace(vm_state, gate=gate)
+            colored_now = gain.pays
             if not gain.pays:
                 refusals.append(
                     Refusal(
@@ -364,9 +368,12 @@ def colors_round(
                         f"SRM leaves {vm.name}'s streams uncolored: {gain.reason}",
                     )
                 )
-                vm_state, vm_actions = replace(vm_state, colored=()), []
+            # the state's own fields, not dataclasses.replace (every streaming VM, every round)
+            colored = vm_state.colored if gain.pays else ()
+            vm_state = VmColors(vm.name, vm_state.srm, vm_state.seen, colored, gate)
         out.append(vm_state)
-        actions += vm_actions
+        if colored_now:
+            actions += runs()
         nodes[vm.name] = {c.chunk: colored_nodes[c.color].node for c in vm_state.colored}
     return ColorDecision(tuple(actions), nodes, ColorState(tuple(out), round_no), tuple(refusals))
 

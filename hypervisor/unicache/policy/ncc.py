@@ -27,11 +27,13 @@ Pure: no I/O, no clock, no threads; the same state and events give the same deci
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError, StateError
 from unicache.model import DropReplica, NodeMemory, Replicate
+from unicache.policy.ncccounters import CounterKey, Counters, Flat, flat
+from unicache.policy.ncccounters import RemoteCount as RemoteCount
 from unicache.policy.nccevents import Age as Age
 from unicache.policy.nccevents import NccAction as NccAction
 from unicache.policy.nccevents import NccEvent as NccEvent
@@ -104,20 +106,6 @@ class Replica:
         return min(MQ_QUEUES - 1, max(1, self.freq).bit_length() - 1)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class RemoteCount:
-    """Remote reads of a chunk from one node since its last write or replica.
-
-    :param key: the chunk.
-    :param node: the reading node.
-    :param count: reads.
-    """
-
-    key: ReplicaKey
-    node: int
-    count: int
-
-
 @dataclass(frozen=True, slots=True)
 class NccState:
     """Everything NCC remembers between rounds (immutable; each round returns a new one).
@@ -132,6 +120,17 @@ class NccState:
     counters: tuple[RemoteCount, ...] = ()
     disabled: frozenset[int] = frozenset()
     clock: int = 0
+    #: the counters' plain keys, for the next round to bisect (:mod:`~unicache.policy.
+    #: ncccounters`): made from ``counters`` once, then handed on; not saved, not compared
+    #: (None: not made yet, as after a restart)
+    counter_keys: tuple[CounterKey, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def with_counter_keys(self, keys: tuple[CounterKey, ...] | None) -> NccState:
+        """This state, new, with its counters' keys (set once, before it is seen)."""
+        object.__setattr__(self, "counter_keys", keys)
+        return self
 
     def replica_nodes(self, key: ReplicaKey) -> frozenset[int]:
         """Nodes holding a replica of a chunk."""
@@ -190,17 +189,24 @@ class _Work:
     never a scan of every counter a guest's reports have made (issue #12: a flood of
     writes once took minutes a round). A node's chunks map to their chunk's own
     node -> replica map, so a node's replicas are found without hashing their keys again.
+    Chunks are plain tuples here (:data:`Flat`): a round hashes each many times.
     """
 
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
-        self.replicas: dict[ReplicaKey, dict[int, Replica]] = {}
-        self.keys_on: dict[int, dict[ReplicaKey, dict[int, Replica]]] = {}
+        self.replicas: dict[Flat, dict[int, Replica]] = {}
         for r in state.replicas:
-            self.add(r)
-        self.counters: dict[ReplicaKey, dict[int, int]] = {}
-        for c in state.counters:
-            self.counters.setdefault(c.key, {})[c.node] = c.count
+            chunk = (r.key.vm, r.key.chunk.file_id, r.key.chunk.index)  # flat(), inline
+            held = self.replicas.get(chunk)
+            if held is None:
+                self.replicas[chunk] = {r.node: r}
+            else:
+                held[r.node] = r
+        # a node's chunks, made when a node's replicas are first counted (most rounds
+        # make no replica, and so never need them)
+        self._keys_on: dict[int, dict[Flat, dict[int, Replica]]] | None = None
+        # looked up in the state's tuple, not copied (:mod:`unicache.policy.ncccounters`)
+        self.counters = Counters(state.counters, state.counter_keys)
         self.disabled = state.disabled
         self.aside: frozenset[int] = frozenset()
         self.clock = state.clock
@@ -208,48 +214,77 @@ class _Work:
         self.served: list[int] = []
         self.retired: list[Retired] = []
         # replicas made this round: the guest has no copy yet, so their reads save nothing
-        self.fresh: set[tuple[ReplicaKey, int]] = set()
+        self.fresh: set[tuple[Flat, int]] = set()
 
-    def add(self, replica: Replica) -> None:
-        held = self.replicas.setdefault(replica.key, {})
+    @property
+    def keys_on(self) -> dict[int, dict[Flat, dict[int, Replica]]]:
+        if self._keys_on is None:
+            self._keys_on = {}
+            for chunk, held in self.replicas.items():
+                for node in held:
+                    self._keys_on.setdefault(node, {})[chunk] = held
+        return self._keys_on
+
+    def add(self, chunk: Flat, replica: Replica) -> None:
+        held = self.replicas.setdefault(chunk, {})
         held[replica.node] = replica
-        self.keys_on.setdefault(replica.node, {})[replica.key] = held
+        self.keys_on.setdefault(replica.node, {})[chunk] = held
 
-    def drop(self, key: ReplicaKey, node: int, rule: str, why: str) -> None:
-        held = self.replicas[key]
+    def drop(self, chunk: Flat, node: int, rule: str, why: str) -> None:
+        held = self.replicas[chunk]
         gone = held.pop(node)
-        if (key, node) in self.fresh:
-            self.fresh.discard((key, node))  # made and dropped in one round: never filled
+        if (chunk, node) in self.fresh:
+            self.fresh.discard((chunk, node))  # made and dropped in one round: never filled
         else:
             self.retired.append(Retired(node, gone.served))
         if not held:
-            del self.replicas[key]
-        self.keys_on[node].pop(key, None)
+            del self.replicas[chunk]
+        if self._keys_on is not None:  # (not made yet: it will be made without it)
+            self._keys_on[node].pop(chunk, None)
+        key = gone.key
         self.actions.append(DropReplica(key.vm, key.chunk, node, rule, f"{rule}: {why}"))
 
     def drop_all(self, key: ReplicaKey, rule: str, why: str) -> None:
-        for node in sorted(self.replicas.get(key, ())):
-            self.drop(key, node, rule, why)
+        chunk = flat(key)
+        for node in sorted(self.replicas.get(chunk, ())):
+            self.drop(chunk, node, rule, why)
 
     def on_node(self, node: int) -> list[Replica]:
         return [held[node] for held in self.keys_on.get(node, {}).values()]
 
-    def read(self, ev: Read) -> None:
+    def reads(self, ev: Read, repeats: int) -> None:
+        """``repeats`` reads in a row, each an event (the clock one on for each): those
+        the home node or a replica serves are the same for every repeat, so served at once."""
         if ev.node == ev.home:
-            self.served.append(ev.home)
+            self.clock += repeats
+            self.served += [ev.home] * repeats
             return
-        have = self.replicas.get(ev.key, {}).get(ev.node)
-        if have is not None:
-            saved = 0 if (ev.key, ev.node) in self.fresh else ev.nbytes
-            self.replicas[ev.key][ev.node] = Replica(
-                ev.key, ev.node, have.freq + 1, self.clock, have.served + saved
-            )
-            self.served.append(ev.node)
-            return
+        chunk = flat(ev.key)
+        while repeats:
+            held = self.replicas.get(chunk, {})
+            have = held.get(ev.node)
+            if have is not None:  # a hit, and so is every read left
+                saved = 0 if (chunk, ev.node) in self.fresh else ev.nbytes
+                self.clock += repeats
+                held[ev.node] = Replica(
+                    have.key,
+                    ev.node,
+                    have.freq + repeats,
+                    self.clock,
+                    have.served + saved * repeats,
+                )
+                self.served += [ev.node] * repeats
+                return
+            self.clock += 1
+            self.miss(ev, chunk)
+            repeats -= 1
+
+    def miss(self, ev: Read, chunk: Flat) -> None:
+        """A remote read no replica serves: counted, and at the threshold replicated."""
         self.served.append(ev.home)
-        per_node = self.counters.setdefault(ev.key, {})
-        count = per_node.get(ev.node, 0) + 1
-        per_node[ev.node] = count
+        had = self.counters.get(chunk, ev.node)
+        count = 1 if had is None else had.count + 1
+        self.counters.put(chunk, ev.node, RemoteCount(ev.key, ev.node, count))
         if count < self.params.ncc_threshold:
             return
         if ev.node in self.disabled or ev.node in self.aside:
@@ -260,13 +295,14 @@ class _Work:
             # mq_order's first, without sorting the node's replicas for one
             victim = min(self.on_node(ev.node), key=_mq_key)
             self.drop(
-                victim.key, victim.node, RULE_MQ_EVICT, f"node {ev.node} full, Q_{victim.queue}"
+                flat(victim.key),
+                victim.node,
+                RULE_MQ_EVICT,
+                f"node {ev.node} full, Q_{victim.queue}",
             )
-        self.add(Replica(ev.key, ev.node, 1, self.clock))
-        self.fresh.add((ev.key, ev.node))
-        del per_node[ev.node]
-        if not per_node:
-            del self.counters[ev.key]
+        self.add(chunk, Replica(ev.key, ev.node, 1, self.clock))
+        self.fresh.add((chunk, ev.node))
+        self.counters.put(chunk, ev.node, None)
         self.actions.append(
             Replicate(
                 ev.key.vm,
@@ -279,14 +315,14 @@ class _Work:
 
     def write(self, ev: Write) -> None:
         self.drop_all(ev.key, RULE_WRITE, "chunk written")
-        self.counters.pop(ev.key, None)
+        self.counters.drop_chunk(flat(ev.key))
 
     def reclaim(self, ev: Reclaim) -> None:
         ratio = self.params.reclaim_ratio
         want = -(-ev.pages * ratio // (ratio + 1))  # ceil: 3 pages -> 2 replicas + 1 primary
         victims = mq_order(self.on_node(ev.node))[:want]
         for v in victims:
-            self.drop(v.key, v.node, RULE_RECLAIM, f"node {ev.node} asked for {ev.pages}")
+            self.drop(flat(v.key), v.node, RULE_RECLAIM, f"node {ev.node} asked for {ev.pages}")
         primary = ev.pages - len(victims)
         if primary > 0:
             self.actions.append(
@@ -298,23 +334,28 @@ class _Work:
             )
 
     def age(self) -> None:
+        # a replica at frequency one stays there: only the others are made again
         for held in self.replicas.values():
             for node, r in held.items():
-                held[node] = Replica(r.key, r.node, max(1, r.freq - 1), r.last, r.served)
+                if r.freq > 1:
+                    held[node] = Replica(r.key, node, r.freq - 1, r.last, r.served)
 
     def state(self) -> NccState:
+        # sorted by the plain chunk, then node: the dataclasses' own order (one replica,
+        # or counter, per chunk and node), compared in C
+        replicas = self.replicas
+        counters, keys = self.counters.result()
         return NccState(
-            replicas=tuple(sorted(r for held in self.replicas.values() for r in held.values())),
-            counters=tuple(
-                sorted(
-                    RemoteCount(k, n, c)
-                    for k, per_node in self.counters.items()
-                    for n, c in per_node.items()
-                )
-            ),
-            disabled=self.disabled,
-            clock=self.clock,
-        )
+            tuple(_in_order(replicas)), counters, self.disabled, self.clock
+        ).with_counter_keys(keys)
+
+
+def _in_order(by_chunk: dict[Flat, dict[int, Replica]]) -> Iterator[Replica]:
+    """Replicas kept by plain chunk, then node, in the order of the chunk and the node."""
+    for chunk in sorted(by_chunk):
+        per_node = by_chunk[chunk]
+        for node in sorted(per_node):
+            yield per_node[node]
 
 
 def memory_tight_nodes(memory: Iterable[NodeMemory], params: NccParams) -> frozenset[int]:
@@ -362,11 +403,20 @@ def ncc_round(
     work = _Work(state, params)
     work.disabled = memory_tight_nodes(memory, params)
     work.aside = aside
-    for ev in events:
-        work.clock += 1
+    queue = list(events)
+    i = 0
+    while i < len(queue):
+        ev = queue[i]
+        i += 1
         if isinstance(ev, Read):
-            work.read(ev)
-        elif isinstance(ev, Write):
+            # a record's reads from one node are one event, repeated (policy.replicas)
+            repeats = 1
+            while i < len(queue) and queue[i] is ev:
+                repeats, i = repeats + 1, i + 1
+            work.reads(ev, repeats)
+            continue
+        work.clock += 1
+        if isinstance(ev, Write):
             work.write(ev)
         elif isinstance(ev, PrimaryReclaimed):
             work.drop_all(ev.key, RULE_PRIMARY_RECLAIMED, "primary copy reclaimed")

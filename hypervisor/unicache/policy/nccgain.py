@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from unicache.policy.ncc import NccEvent, NccState, Read, ReplicaKey, Retired
+from unicache.policy.ncc import NccEvent, NccState, Read, Retired
 from unicache.policy.obshome import remote_gap_for
 from unicache.topology import Topology
 
@@ -178,12 +178,23 @@ def remote_chunks(events: Iterable[NccEvent], known: NccState) -> dict[int, int]
     :param known: NCC's state before the round.
     :returns: reading node -> chunks.
     """
-    held = {(r.key, r.node) for r in known.replicas}
-    missed: dict[int, set[ReplicaKey]] = {}
+    # chunks as plain tuples (vm, file id, index): hashed in C, not by two dataclasses
+    read: dict[int, set[tuple[str, int, int]]] = {}
+    last = None
     for ev in events:
-        if isinstance(ev, Read) and ev.node != ev.home and (ev.key, ev.node) not in held:
-            missed.setdefault(ev.node, set()).add(ev.key)
-    return {node: len(keys) for node, keys in missed.items()}
+        if ev is last:
+            continue  # a record's reads from one node: one event, repeated (policy.replicas)
+        last = ev
+        if isinstance(ev, Read) and ev.node != ev.home:
+            key = ev.key
+            read.setdefault(ev.node, set()).add((key.vm, key.chunk.file_id, key.chunk.index))
+    if not read:
+        return {}  # no remote read: no pass over the replicas (most VMs, most rounds)
+    for r in known.replicas:
+        keys = read.get(r.node)
+        if keys:
+            keys.discard((r.key.vm, r.key.chunk.file_id, r.key.chunk.index))
+    return {node: len(keys) for node, keys in read.items() if keys}
 
 
 def predict(
@@ -218,17 +229,23 @@ def predict(
     out: list[NodeLedger] = []
     reasons: list[str] = []
     aside: set[int] = set()
+    never = math.isinf(cost.break_even)
     for node in sorted(set(nodes)):
-        old = before.get(node, NodeLedger(node))
-        window = (*old.remote, remote.get(node, 0))[-WINDOW_ROUNDS:]
-        ledger = replace(old, remote=window)
-        reading = remote.get(node, 0) > 0  # only a node that reads is told why (no noise)
-        if math.isinf(cost.break_even):
+        old = before.get(node) or NodeLedger(node)
+        now = remote.get(node, 0)
+        window = _slide(old.remote, now)
+        # the ledger's own fields, not dataclasses.replace: a fleet's VMs, every round (and
+        # the ledger itself when its window stays, a quiet node's)
+        ledger = old
+        if window is not old.remote:
+            ledger = NodeLedger(node, window, old.retired, old.served, old.aside, old.strikes)
+        reading = now > 0  # only a node that reads is told why (no noise)
+        if never:
             aside.add(node)
             if reading:
                 reasons.append(f"node {node}: no read is remote here ({cost.source})")
         elif old.aside > 0:
-            ledger = replace(ledger, aside=old.aside - 1)
+            ledger = NodeLedger(node, window, old.retired, old.served, old.aside - 1, old.strikes)
             aside.add(node)
             if reading:
                 reasons.append(
@@ -270,18 +287,22 @@ def judge(verdict: GainVerdict, retired: Iterable[Retired], cost: ReplicaCost) -
     for old in verdict.ledgers:
         node = old.node
         if node in verdict.aside:
-            out.append(replace(old, retired=(), served=()))
+            if old.retired or old.served:
+                old = NodeLedger(node, old.remote, (), (), old.aside, old.strikes)
+            out.append(old)
             continue
-        window = (*old.retired, count.get(node, 0))[-WINDOW_ROUNDS:]
-        bytes_ = (*old.served, served.get(node, 0))[-WINDOW_ROUNDS:]
-        ledger = replace(old, retired=window, served=bytes_)
+        window = _slide(old.retired, count.get(node, 0))
+        bytes_ = _slide(old.served, served.get(node, 0))
+        ledger = old
+        if window is not old.retired or bytes_ is not old.served:
+            ledger = NodeLedger(node, old.remote, window, bytes_, old.aside, old.strikes)
         if sum(window) >= MIN_RETIRED:
             if cost.pays(sum(bytes_), sum(window)):
-                ledger = replace(ledger, strikes=0)
+                ledger = NodeLedger(node, old.remote, window, bytes_, old.aside, 0)
             else:
                 strikes = old.strikes + 1
                 rounds = min(PROBE_ROUNDS << (strikes - 1), MAX_ASIDE_ROUNDS)
-                ledger = replace(ledger, retired=(), served=(), aside=rounds, strikes=strikes)
+                ledger = NodeLedger(node, old.remote, (), (), rounds, strikes)
                 reads = sum(bytes_) / cost.chunk_bytes / sum(window)
                 reasons.append(
                     f"node {node}: its last {sum(window)} replicas dropped served {reads:.1f} "
@@ -291,6 +312,37 @@ def judge(verdict: GainVerdict, retired: Iterable[Retired], cost: ReplicaCost) -
         out.append(ledger)
     aside = frozenset(ledger.node for ledger in out if ledger.aside > 0)
     return GainVerdict(tuple(out), aside, tuple(reasons))
+
+
+def quiet(ledgers: tuple[NodeLedger, ...], nodes: Iterable[int], cost: ReplicaCost) -> bool:
+    """Whether :func:`predict` then :func:`judge` would hand ``ledgers`` back as they are,
+    with no node aside and nothing to say, for a round without remote reads or dropped
+    replicas: a replica may pay here, and every one of ``nodes`` has a ledger of full
+    windows of zeros and is not aside (a VM whose guest has read nothing remote for
+    ``WINDOW_ROUNDS`` rounds).
+
+    :param ledgers: the ledgers after the previous round, by node.
+    :param nodes: the VM's nodes.
+    :param cost: the cost model.
+    """
+    if math.isinf(cost.break_even) or [ledger.node for ledger in ledgers] != sorted(set(nodes)):
+        return False
+    return all(
+        not ledger.aside and ledger.remote == ledger.retired == ledger.served == _QUIET
+        for ledger in ledgers
+    )
+
+
+#: a window of rounds in which nothing happened
+_QUIET = (0,) * WINDOW_ROUNDS
+
+
+def _slide(window: tuple[int, ...], now: int) -> tuple[int, ...]:
+    """A window of the last ``WINDOW_ROUNDS`` rounds with this round's figure; the same
+    tuple when nothing moves (a full window of zeros, a quiet node's, stays as it is)."""
+    if not now and len(window) == WINDOW_ROUNDS and not any(window):
+        return window
+    return (*window, now)[-WINDOW_ROUNDS:]
 
 
 def _pays_after(cost: ReplicaCost) -> str:

@@ -39,7 +39,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from unicache.model import ChunkId, DropReplica, GuestReport, NodeMemory, Refusal, Replicate, Vm
+from unicache.model import (
+    ChunkAccess,
+    ChunkId,
+    DropReplica,
+    GuestReport,
+    NodeMemory,
+    Refusal,
+    Replicate,
+    Vm,
+)
 from unicache.policy import ncc
 from unicache.policy.ncc_memory import budgeted, shrink_reclaims
 from unicache.policy.nccgain import (
@@ -49,6 +58,7 @@ from unicache.policy.nccgain import (
     ReplicaCost,
     judge,
     predict,
+    quiet,
     remote_chunks,
 )
 
@@ -78,6 +88,17 @@ class VmReplicas:
     ncc: ncc.NccState = field(default_factory=ncc.NccState)
     memory: tuple[NodeMemory, ...] = ()
     gain: tuple[NodeLedger, ...] = ()
+    #: per replicated chunk, the nodes holding it: derived from ``ncc.replicas`` once, then
+    #: handed on while they stay (so is the map SCU's tables compare); not saved, not
+    #: compared (None: not derived yet, as after a restart)
+    nodes: Mapping[ChunkId, frozenset[int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def with_nodes(self, nodes: Mapping[ChunkId, frozenset[int]]) -> VmReplicas:
+        """This state, new, with its replicas' nodes derived (set once, before it is seen)."""
+        object.__setattr__(self, "nodes", nodes)
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +147,10 @@ def _events(
     dropped = 0
     for report in sorted(reports, key=lambda r: r.seq):
         modified |= report.modified_files
-        for access in sorted(report.chunks, key=lambda a: a.chunk):
+        # only the records NCC replays (a read with a home node, a write), in chunk order
+        # (the plain chunk's, ChunkId's own): most of a fleet's records are neither
+        replayed = [a for a in report.chunks if a.home_node >= 0 or a.writes > 0]
+        for access in sorted(replayed, key=_chunk_order):
             key = ncc.ReplicaKey(vm, access.chunk)
             if access.home_node >= 0 and access.home_node not in colored:
                 for node, count in access.node_reads:
@@ -150,6 +174,10 @@ def _events(
     writes = [ncc.Write(k) for k in sorted(held) if k in written or k.chunk.file_id in modified]
     unknown = len(written - held) + len(modified - {k.chunk.file_id for k in held})
     return [*reads, *writes, ncc.Age()], dropped, unknown
+
+
+def _chunk_order(access: ChunkAccess) -> tuple[int, int]:
+    return (access.chunk.file_id, access.chunk.index)
 
 
 def replicas_round(
@@ -191,19 +219,23 @@ def replicas_round(
     out: list[VmReplicas] = []
     actions: list[Replicate | DropReplica] = []
     refusals: list[Refusal] = []
-    nodes: dict[str, dict[ChunkId, frozenset[int]]] = {}
+    nodes: dict[str, Mapping[ChunkId, frozenset[int]]] = {}
     before = {v.vm: v for v in state.vms}  # one lookup per VM, not a scan (a fleet's VMs)
+    budgets: dict[tuple[int, ...], ncc.NccParams] = {}  # node sizes -> their parameters
     for vm in sorted(vms, key=lambda v: v.name):
+        known = before.get(vm.name)
+        if len(vm.nodes) < 2 and (known is None or not known.ncc.replicas):
+            continue  # one guest node and no replica: nothing for NCC (a fleet's most VMs)
         mine = by_vm.get(vm.name, [])
         guest_nodes = frozenset(n.node for n in vm.nodes)  # the backend's, not the guest's
-        prev = before.get(vm.name) or VmReplicas(vm.name)
+        prev = known or VmReplicas(vm.name)
         if len(guest_nodes) < 2 and not prev.ncc.replicas:
             continue
         memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
         memory = tuple(m for m in memory if m.node in guest_nodes)
         colored = frozenset(n.node for n in vm.colored_nodes())
         events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
-        vm_params = _vm_params(vm, memory, params, chunk_size)
+        vm_params = _vm_params(vm, memory, params, chunk_size, budgets)
         latest = next((r.node_memory for r in reversed(mine) if r.node_memory), ())
         fresh = [m for m in latest if m.node in guest_nodes]
         if chunk_size > 0 and prev.ncc.replicas and fresh:
@@ -212,20 +244,26 @@ def replicas_round(
             # no new replica is made on a tight node, so only older ones are given back
             events += shrink_reclaims(fresh, vm_params, chunk_size)
         verdict = GainVerdict(prev.gain)
-        if cost is not None:
+        remote = {} if cost is None else remote_chunks(events, prev.ncc)
+        # a VM that has read nothing remote for a window keeps its ledgers as they are
+        steady = cost is not None and not remote and quiet(prev.gain, guest_nodes, cost)
+        if cost is not None and not steady:
             verdict = predict(
                 prev.gain,
-                remote_chunks(events, prev.ncc),
+                remote,
                 guest_nodes,
                 vm_params.max_replicas_per_node,
                 vm_params.ncc_threshold,
                 cost,
             )
-        if len(events) == 1 and not prev.ncc.replicas:
-            # only the aging, and no replica for it to age (the VM read and wrote nothing
-            # NCC replays): ncc_round would hand its state back with the clock one on
+        if len(events) == 1:
+            # only the aging (the VM read and wrote nothing NCC replays): ncc_round would
+            # hand its state back aged, with the clock one on; the replicas at frequency
+            # one, most of them, stay as they are (and so does a tuple of only those)
             tight = ncc.memory_tight_nodes(memory, vm_params)
-            again = replace(prev.ncc, disabled=tight, clock=prev.ncc.clock + 1)
+            again = ncc.NccState(
+                _aged(prev.ncc.replicas), prev.ncc.counters, tight, prev.ncc.clock + 1
+            ).with_counter_keys(prev.ncc.counter_keys)
             decision = ncc.NccDecision((), (), again)
         else:
             decision = ncc.ncc_round(prev.ncc, memory, events, vm_params, verdict.aside)
@@ -237,7 +275,7 @@ def replicas_round(
         why = _bounded(vm.name, sorted(guest_nodes), dropped, max(trimmed, 0), unknown)
         if why:
             refusals.append(Refusal(NCC_BOUNDED, why))
-        if cost is not None:
+        if cost is not None and not (steady and not decision.retired):
             judged = judge(verdict, decision.retired, cost)
             why = "; ".join(verdict.reasons + judged.reasons)
             if why:
@@ -245,24 +283,64 @@ def replicas_round(
             verdict = judged
         # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
         actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
-        held: dict[ChunkId, set[int]] = {}
-        for replica in kept.replicas:
-            held.setdefault(replica.key.chunk, set()).add(replica.node)
-        nodes[vm.name] = {c: frozenset(n) for c, n in held.items()}
-        out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers))
+        vm_nodes = prev.nodes
+        if vm_nodes is None or any(
+            isinstance(a, Replicate | DropReplica) for a in decision.actions
+        ):
+            vm_nodes = _nodes_of(kept.replicas)  # replicas made or dropped (or a restart)
+        nodes[vm.name] = vm_nodes
+        out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers).with_nodes(vm_nodes))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
 
 
+def _aged(replicas: tuple[ncc.Replica, ...]) -> tuple[ncc.Replica, ...]:
+    """Replicas after one aging (MQ: every frequency down one, never below one), in the
+    same order; the same tuple when every one is at frequency one."""
+    if all(r.freq == 1 for r in replicas):
+        return replicas
+    return tuple(
+        r if r.freq == 1 else ncc.Replica(r.key, r.node, r.freq - 1, r.last, r.served)
+        for r in replicas
+    )
+
+
 def _vm_params(
-    vm: Vm, memory: tuple[NodeMemory, ...], params: ncc.NccParams, chunk_size: int
+    vm: Vm,
+    memory: tuple[NodeMemory, ...],
+    params: ncc.NccParams,
+    chunk_size: int,
+    budgets: dict[tuple[int, ...], ncc.NccParams],
 ) -> ncc.NccParams:
     """NCC's parameters for one VM: a node's replicas capped by the agent's budget on the
-    VM's smallest node with vCPUs (its guest's own count if reported, else the backend's)."""
+    VM's smallest node with vCPUs (its guest's own count if reported, else the backend's).
+    ``budgets`` keeps them by node sizes for the round (a fleet's VMs share a few)."""
     if chunk_size <= 0:
         return params
     readers = {n.node: n.memory_bytes for n in vm.nodes if n.vcpus}
     reported = {m.node: m.total_bytes for m in memory if m.node in readers}
-    return budgeted(params, {**readers, **reported}.values(), chunk_size)
+    sizes = tuple({**readers, **reported}.values())
+    if sizes not in budgets:
+        budgets[sizes] = budgeted(params, sizes, chunk_size)
+    return budgets[sizes]
+
+
+def _nodes_of(replicas: tuple[ncc.Replica, ...]) -> dict[ChunkId, frozenset[int]]:
+    """The nodes holding each replicated chunk of one VM, from its replicas sorted by chunk
+    (a chunk's replicas are next to each other: its ChunkId is hashed once)."""
+    out: dict[ChunkId, frozenset[int]] = {}
+    chunk: ChunkId | None = None
+    nodes: list[int] = []
+    for r in replicas:
+        this = r.key.chunk
+        if chunk is not None and this.index == chunk.index and this.file_id == chunk.file_id:
+            nodes.append(r.node)
+            continue
+        if chunk is not None:
+            out[chunk] = frozenset(nodes)
+        chunk, nodes = this, [r.node]
+    if chunk is not None:
+        out[chunk] = frozenset(nodes)
+    return out
 
 
 def _bounded(vm: str, nodes: list[int], reads: int, counters: int, writes: int) -> str:
