@@ -39,7 +39,7 @@ impl Machine {
         debug_assert!((slot as usize + 1) * self.n_groups <= self.dir.len());
         // The directory counts the copies in the cpu's group, its own levels included: with
         // none, every lookup would miss (and a miss changes nothing), so skip them.
-        if unsafe { *dir.at(slot, g) } != 0 {
+        let result = if unsafe { *dir.at(slot, g) } != 0 {
             if kind == AccessKind::NonTemporal {
                 let hit = w.walk(
                     self,
@@ -83,8 +83,11 @@ impl Machine {
                     return self.count(Source::Level(i), *self.hit_cycles.at(i));
                 }
             }
-        }
-        let result = self.serve_miss(cpu, phys, slot, now);
+            // in none of the cpu's levels, and the group's count (unchanged) is not zero
+            self.serve_miss(cpu, phys, slot, now, true)
+        } else {
+            self.serve_miss(cpu, phys, slot, now, false)
+        };
         if kind != AccessKind::NonTemporal {
             let n = w.levels(self);
             self.fill_w::<I, V, TRACE>(w, dir, cpu, phys, slot, n);

@@ -237,12 +237,46 @@ impl Machine {
             let mut k = 0;
             while k < lines.len() {
                 let cpu = *cpus.at(k) as usize;
-                let run = cpus[k..].iter().take_while(|&&c| c as usize == cpu).count();
+                let run = run_length(&cpus[k..], cpus[k]);
                 let w = V::of(self, cpu);
                 for &l in &lines[k..k + run] {
                     self.access_w::<I, V, true>(w, cpu, l, l as u32, kind, 0.0);
                 }
                 k += run;
+            }
+        }
+    }
+}
+
+/// How many entries of `cpus` from the first equal `cpu`: 16 at a time while a whole
+/// chunk does (an OR of differences, without an early exit, which the compiler turns into
+/// vector code), then one by one. (The one-by-one scan took about 8% of the samples of a
+/// multicore trace run.)
+#[inline(always)]
+fn run_length(cpus: &[u32], cpu: u32) -> usize {
+    const CHUNK: usize = 16;
+    let mut n = 0;
+    for chunk in cpus.chunks_exact(CHUNK) {
+        if chunk.iter().fold(0, |acc, &c| acc | (c ^ cpu)) != 0 {
+            break;
+        }
+        n += CHUNK;
+    }
+    n + cpus[n..].iter().take_while(|&&c| c == cpu).count()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn run_length_counts_the_leading_entries_of_one_cpu() {
+        for len in [0usize, 1, 15, 16, 17, 31, 32, 33, 70] {
+            for first_other in 0..=len {
+                let mut cpus = vec![3u32; len];
+                if first_other < len {
+                    cpus[first_other] = 5;
+                }
+                let expected = cpus.iter().take_while(|&&c| c == 3).count();
+                assert_eq!(super::run_length(&cpus, 3), expected, "{len} {first_other}");
             }
         }
     }

@@ -29,7 +29,9 @@ impl Machine {
         (src, cycles)
     }
 
-    /// Where a line in none of `cpu`'s own levels comes from, counted.
+    /// Where a line in none of `cpu`'s own levels comes from, counted; `same`: whether
+    /// its group holds a copy (the caller has read the directory, and passes a constant
+    /// from each of its branches, so each gets only its half of this function).
     #[inline(always)]
     pub(super) fn serve_miss(
         &mut self,
@@ -37,9 +39,8 @@ impl Machine {
         phys: u64,
         slot: u32,
         now: f64,
+        same: bool,
     ) -> (Source, f64) {
-        let own = *self.group_of.at(cpu) as usize;
-        let same = *self.dir.at(slot as usize * self.n_groups + own) > 0;
         // with one group, "any group" is the cpu's own
         let elsewhere = !same && self.n_groups > 1 && self.held_anywhere(slot);
         // the simulator's lines are never dirty: without clean forwarding, DRAM serves them
