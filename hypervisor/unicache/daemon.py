@@ -26,6 +26,7 @@ from unicache.decisionlog import (
     DecisionLog,
 )
 from unicache.errors import ConfigError, StateError, UnicacheError
+from unicache.gcpace import GcPacer
 from unicache.host.base import ActResult
 from unicache.host.libvirt.weights import LibvirtWeights
 from unicache.host.linux.cgroup import CgroupWeights, probe_cpu_weight
@@ -56,6 +57,8 @@ DEFAULT_LOG_MAX_MIB = 64
 #: is late: its actions are dropped (roundworker.py)
 ROUND_DEADLINE_INTERVALS = 5
 ROUND_DEADLINE_MIN_S = 5.0
+#: a full collection between rounds this long (seconds) or longer is said in the log
+GC_NOTE_S = 0.1
 
 #: keys a config file may hold (an unknown key is an error, not a warning)
 CONFIG_KEYS = frozenset(
@@ -329,6 +332,7 @@ async def run_daemon(
         return decision, state
 
     rounds = 0
+    collector = GcPacer()
     try:
         async with contextlib.aclosing(
             run_rounds(vms, policy, state, config.rounds, decide)
@@ -348,6 +352,12 @@ async def run_daemon(
                 rounds += 1
                 if config.rounds is not None and rounds >= config.rounds:
                     break
+                # the collector's work between rounds, not in the next one (gcpace)
+                swept = collector.settle()
+                if swept.full and swept.seconds >= GC_NOTE_S:
+                    note(f"gc: a collection over all {swept.frozen} objects took "
+                         f"{swept.seconds * 1e3:.0f} ms between rounds (one every "
+                         f"{collector.full_every_s:.0f} s; the others look at a round's own)")
                 obs = rnd.observation
                 pacer.trigger.took(obs.reports, [vm.name for vm in obs.vms], pacer.clock(),
                                    periodic=not vms.early)
@@ -363,6 +373,7 @@ async def run_daemon(
         source.close()  # after channel.close(): restores the agent sockets' placeholders
         decisions.flush()
         decisions.close()
+        collector.release()
     return 0
 
 

@@ -22,6 +22,9 @@ POINT_KEYS = {
     "state_bytes",
     "bytes_per_chunk",
     "peak_rss_mib",
+    "gc_p50_ms",
+    "gc_max_ms",
+    "gc_full_ms",
     "round_ms",
 }
 
@@ -57,6 +60,8 @@ def test_bench_policy_json_has_its_schema(tmp_path) -> None:
         assert point["rounds"] == len(point["round_ms"]) == 2
         assert 0 < point["tracked_chunks"] <= 40 and point["bytes_per_chunk"] > 0
         assert point["p50_ms"] <= point["p99_ms"] <= point["max_ms"]
+        # the daemon's collector pacing ran between the rounds, its first pass full
+        assert point["gc_full_ms"] > 0 and 0 <= point["gc_p50_ms"] <= point["gc_max_ms"]
     assert png.read_bytes()[:4] == b"\x89PNG"
     # make bench records this JSON: it holds the recorder's schema and makes its table
     rec = load_bench("record")

@@ -12,7 +12,12 @@ replay and the simulator drive it) over a synthetic host whose observations are
 * ``state_bytes``: the round state's size after the timed rounds (every object reachable
   from it, counted once, ``sys.getsizeof``), and ``bytes_per_chunk`` = that / the chunks
   SCU's table tracks;
-* ``peak_rss_mib``: the process's peak resident memory (``ru_maxrss``) after the point.
+* ``peak_rss_mib``: the process's peak resident memory (``ru_maxrss``) after the point;
+* ``gc_p50_ms`` / ``gc_max_ms`` / ``gc_full_ms``: the daemon's collector pacing
+  (:mod:`unicache.gcpace`) between rounds, as the daemon runs it after each round: what
+  it costs is said here and kept out of the rounds' times, as the daemon keeps it out of
+  its rounds (without it, CPython's own full collections land in rounds: 300-400 ms at
+  1 M chunks).
 
 The table is seeded, warm-up rounds run untimed (OBS places every vCPU, SRM and NCC
 start), then ``rounds`` timed rounds, which include SCU's agings (every
@@ -35,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from unicache.errors import ConfigError
+from unicache.gcpace import GcPacer, GcPass
 from unicache.host.base import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation, PinVcpu
@@ -74,6 +80,11 @@ class PointResult:
     :param state_bytes: the round state's size.
     :param bytes_per_chunk: ``state_bytes / tracked_chunks``.
     :param peak_rss_mib: the process's peak RSS after the point.
+    :param gc_p50_ms: median wall time of the collector's pass between two timed rounds
+        (:mod:`unicache.gcpace`, off the rounds' clock, as in the daemon).
+    :param gc_max_ms: the longest of those passes.
+    :param gc_full_ms: the full pass over every object (the first, after the table is
+        seeded; the daemon runs one every ``gcpace.FULL_EVERY_S`` between rounds).
     :param round_ms: every timed round's wall time.
     """
 
@@ -90,6 +101,9 @@ class PointResult:
     state_bytes: int
     bytes_per_chunk: float
     peak_rss_mib: float
+    gc_p50_ms: float = 0.0
+    gc_max_ms: float = 0.0
+    gc_full_ms: float = 0.0
     round_ms: tuple[float, ...] = field(default=())
 
 
@@ -124,19 +138,24 @@ class PolicyBenchResult:
 
 class _FleetHost:
     """The synthetic fleet as a host of the loop: observes the next round, applies the
-    round's pins to the fleet, and stamps the time between the two (the decision)."""
+    round's pins to the fleet, and stamps the time between the two (the decision).
+
+    Between rounds it runs the daemon's collector pacing (:mod:`unicache.gcpace`), as the
+    daemon does after each round: what it costs is measured apart (``gc_*``)."""
 
     name = "synthetic-fleet"
 
     def __init__(self, observations: Iterator[Observation], fleet: Any) -> None:
         self.observations = observations
         self.fleet = fleet
+        self.collector = GcPacer()
+        self.passes: list[GcPass] = []
         self.handed = (0.0, 0.0)
         self.last = (0.0, 0.0)
 
     def observe(self) -> Observation | None:
         obs = next(self.observations, None)
-        gc.collect()  # the previous round's garbage is not this round's cost
+        self.passes.append(self.collector.settle())
         self.handed = (time.perf_counter(), time.thread_time())
         return obs
 
@@ -170,19 +189,25 @@ def run_point(
     # no seeded chunk ages out before the timed rounds end (policy_load's docstring)
     agings = (WARMUP_ROUNDS + rounds) // options.update_period + 1
     table = MfcTable(options.params, [UnitView(u.id, u.capacity_bytes) for u in policy.units])
-    fleet.seed_table(table, 1 << min(agings + 1, 30))
+    fleet.seed_table(table, 1 << min(agings + 1, 62))
     state = RoundState(scu=ScuState(table=table))
     observations = (fleet.observation(t) for t in range(1, WARMUP_ROUNDS + rounds + 1))
     host = _FleetHost(observations, fleet)
     walls: list[float] = []
     cpus: list[float] = []
-    for done, result in enumerate(run_rounds_sync(host, policy, state), start=1):
-        state = result.state
-        if done > WARMUP_ROUNDS:
-            walls.append(host.last[0] * 1e3)
-            cpus.append(host.last[1] * 1e3)
-        if tick is not None:
-            tick("warm-up" if done <= WARMUP_ROUNDS else "timed")
+    try:
+        for done, result in enumerate(run_rounds_sync(host, policy, state), start=1):
+            state = result.state
+            if done > WARMUP_ROUNDS:
+                walls.append(host.last[0] * 1e3)
+                cpus.append(host.last[1] * 1e3)
+            if tick is not None:
+                tick("warm-up" if done <= WARMUP_ROUNDS else "timed")
+    finally:
+        host.collector.release()
+    # the passes before the timed rounds (the first is full) and between them
+    full = [p.seconds * 1e3 for p in host.passes if p.full]
+    between = [p.seconds * 1e3 for p in host.passes[WARMUP_ROUNDS + 1 :]]
     tracked = len(state.scu.table.chunks) if state.scu.table is not None else 0
     size = deep_size(state)
     return PointResult(
@@ -199,6 +224,9 @@ def run_point(
         state_bytes=size,
         bytes_per_chunk=round(size / max(tracked, 1), 1),
         peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        gc_p50_ms=round(statistics.median(between), 3) if between else 0.0,
+        gc_max_ms=round(max(between), 3) if between else 0.0,
+        gc_full_ms=round(max(full), 3) if full else 0.0,
         round_ms=tuple(round(w, 3) for w in walls),
     )
 
@@ -206,7 +234,7 @@ def run_point(
 def run_policy_bench(
     vms: Sequence[int],
     chunks: Sequence[int],
-    rounds: int = 40,
+    rounds: int = 100,
     changed_fraction: float = 0.005,
     zipf_s: float = 1.0,
     vcpus: int = 2,

@@ -47,10 +47,12 @@ def _shim(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
 
 def _policy(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
     head = ("VMs", "chunks", "records/round", "p50 ms", "p99 ms", "CPU p99 ms", "B/chunk",
-            "peak RSS MiB")
+            "peak RSS MiB", "gc between rounds p50 / max ms", "full gc ms")
     return head, [(f"{p['vms']:,}", f"{p['tracked_chunks']:,}", f"{p['records_per_round']:,}",
                    f"{p['p50_ms']:.1f}", f"{p['p99_ms']:.1f}", f"{p['cpu_p99_ms']:.1f}",
-                   f"{p['bytes_per_chunk']:.0f}", f"{p['peak_rss_mib']:.0f}")
+                   f"{p['bytes_per_chunk']:.0f}", f"{p['peak_rss_mib']:.0f}",
+                   f"{p.get('gc_p50_ms', 0.0):.1f} / {p.get('gc_max_ms', 0.0):.1f}",
+                   f"{p.get('gc_full_ms', 0.0):.0f}")
                   for p in doc["points"]]
 
 

@@ -103,7 +103,9 @@ def policy(
         help="VMs on the host; several sizes separated by commas (one point each).")] = "1000",
     chunks: Annotated[str, typer.Option(
         help="Chunks SCU tracks, over all VMs; several sizes separated by commas.")] = "1000000",
-    rounds: Annotated[int, typer.Option(help="Timed rounds per point (after 3 warm-up).")] = 40,
+    rounds: Annotated[int, typer.Option(
+        help="Timed rounds per point (after 3 warm-up; NCC's replicas grow over the first "
+             "few dozen).")] = 100,
     changed_fraction: Annotated[float, typer.Option(
         help="Chunk records in one round's reports, as a fraction of --chunks (the load: "
              "docs/PERFORMANCE.md).")] = 0.005,
@@ -149,12 +151,13 @@ def policy(
     table = Table(title=f"policy round on {res.model} ({res.units} units), changed fraction "
                         f"{changed_fraction:g}, {rounds} timed rounds")
     for col in ("VMs", "chunks", "records/round", "p50 ms", "p99 ms", "CPU p99 ms",
-                "B/chunk", "peak RSS MiB"):
+                "B/chunk", "peak RSS MiB", "gc between rounds p50/max ms", "full gc ms"):
         table.add_column(col, justify="right")
     for p in res.points:
         table.add_row(f"{p.vms:,}", f"{p.tracked_chunks:,}", f"{p.records_per_round:,}",
                       f"{p.p50_ms:.1f}", f"{p.p99_ms:.1f}", f"{p.cpu_p99_ms:.1f}",
-                      f"{p.bytes_per_chunk:.0f}", f"{p.peak_rss_mib:.0f}")
+                      f"{p.bytes_per_chunk:.0f}", f"{p.peak_rss_mib:.0f}",
+                      f"{p.gc_p50_ms:.1f}/{p.gc_max_ms:.1f}", f"{p.gc_full_ms:.0f}")
     Console().print(table)
 
 

@@ -441,7 +441,6 @@ class ObsPolicy:
         best: tuple[float, VcpuId, int, int, str] | None = None
         for viewer in viewers:
             move = rebalance_view(
-                self.units,
                 self.options.imbalance_margin,
                 views,
                 viewer,

@@ -10,7 +10,7 @@ asks every view (:mod:`.obsviews`) and takes the best move. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from unicache.model import VcpuId
 from unicache.policy.obshome import at_home
@@ -19,7 +19,6 @@ from unicache.topology import CacheUnit
 
 
 def rebalance_view(
-    units: Sequence[CacheUnit],
     imbalance_margin: float,
     views: LoadViews,
     viewer: str | None,
@@ -37,10 +36,16 @@ def rebalance_view(
     the unit has the CPU time for it (``share``: the host's busy CPUs per CPU, with the
     margin). Returns (how far the vCPU's weight is from half the gap, the vCPU, from, to,
     why), or None."""
-    loads = views.loads(viewer)
-    # sort keys: load, then unit id (deterministic ties)
-    heavy = max(units, key=lambda u: (loads[u.id], -u.id)).id
-    if not room or loads[heavy] <= 0.0:  # no load: nothing to level
+    loads = views.loads(viewer)  # every unit's (the views are of the host's units)
+    # the heaviest: the highest load, then the lowest unit id (deterministic ties); found
+    # in C, as this runs once per VM
+    values = list(loads.values())
+    top = max(values)
+    if values.count(top) == 1:
+        heavy = list(loads)[values.index(top)]
+    else:
+        heavy = min(unit for unit, load in loads.items() if load == top)
+    if not room or top <= 0.0:  # no load: nothing to level
         return None
     average = loads[heavy] / len(views.members[heavy])
     # a clustered vCPU stays with the vCPUs it shares data with; a view moves only
@@ -50,13 +55,16 @@ def rebalance_view(
     # each vCPU to the lightest unit with room on its home nodes (policy.obshome;
     # every unit for one without a home)
     useful: list[tuple[float, VcpuId, int, float]] = []
+    # the lightest unit with room per home (a VM's vCPUs mostly share one): sort keys
+    # load, then unit id
+    lightest: dict[frozenset[int] | None, CacheUnit | None] = {}
     for v in overweight:
         home = (homes or {}).get(v)
-        dst = min(
-            (u for u in room if at_home(u, home)),
-            key=lambda u: (loads[u.id], u.id),
-            default=None,
-        )
+        if home not in lightest:
+            # (unit ids are unique: the tuples never compare their units)
+            fits = [(loads[u.id], u.id, u) for u in room if at_home(u, home)]
+            lightest[home] = min(fits)[2] if fits else None
+        dst = lightest[home]
         if dst is None:
             continue
         light, weight = dst.id, weights.get(v, 0.0)

@@ -89,6 +89,14 @@ class LoadViews:
             # from the viewer's first guest-reported vCPU on: its own vCPUs and the
             # host-measured ones, in their places
             measured = self._measured_at[unit]
+            if not measured:
+                # no host-measured weight in the unit (software counters): the prefix
+                # before the first, then the viewer's own, in their order (all after it)
+                total = self._prefix[unit][first]
+                for vcpu in self._own[viewer][unit]:
+                    total += self._weights.get(vcpu, 0.0)
+                out[unit] = total
+                continue
             later = measured[bisect.bisect_left(measured, first) :]
             places = sorted({*later, *self._own_at[viewer][unit]})
             members = self.members[unit]
