@@ -95,13 +95,20 @@ def step_aside(
         heavy_floor,
         pinned_vms,
     )
-    stall = {v: miss_cost.stall_share(w, v in round_.trusted) for v, w in round_.weights.items()}
     # a VM the first rule floats keeps its own CPUs, which may be one unit (``unicache
     # place`` pins there): the second rule weighs that unit's wait too
     candidates = {
         vm: vcpus
         for vm, vcpus in round_.vcpus_of.items()
         if vm in round_.unplaced and vm not in round_.clustered
+    }
+    # what a pin could save: only the second rule's candidates are weighed
+    weights = round_.weights
+    stall = {
+        v: miss_cost.stall_share(weights[v], v in round_.trusted)
+        for vcpus in candidates.values()
+        for v in vcpus
+        if v in weights
     }
     crowd = confinement(
         units,

@@ -192,6 +192,9 @@ def confinement(
     rounds: dict[str, int] = {}
     reasons: dict[str, str] = {}
     floats: dict[VcpuId, frozenset[int]] = {}
+    # each pool said once (its wait is Erlang's C again), however many VMs name it
+    said_unit: dict[int, str] = {}
+    said_node: dict[int, str] = {}
     for vm, vcpus in sorted(candidates.items()):
         mine = [v for v in vcpus if v in unit_of]
         ran = sum(busy.get(v, 0.0) for v in mine)
@@ -223,9 +226,13 @@ def confinement(
         where = ""
         if busiest is not None:
             unit = by_id[unit_of[busiest]]
+            if unit.id not in said_unit:
+                said_unit[unit.id] = str(unit_wait[unit.id])
+            if unit.node not in said_node:
+                said_node[unit.node] = str(node_wait[unit.node])
             where = (
-                f" (unit {unit.id}: {unit_wait[unit.id]}; node {unit.node}: "
-                f"{node_wait[unit.node]}; waits in mean run bursts, M/M/c)"
+                f" (unit {unit.id}: {said_unit[unit.id]}; node {unit.node}: "
+                f"{said_node[unit.node]}; waits in mean run bursts, M/M/c)"
             )
         reasons[vm] = (
             f"OBS leaves {vm}'s vCPUs to the host's scheduler over their NUMA node: held "
