@@ -1,7 +1,7 @@
-"""NCC's replica index is handed from round to round (#19): a round takes over the one its
-input state holds, or builds one from the state's tuple; either way it decides the same,
-a second round from one state (or a copy of it) never sees the first round's changes, and
-the index is never saved."""
+"""NCC's replica index and counters are handed from round to round (#19): a round takes
+over the ones its input state holds, or builds them from the state's tuples; either way
+it decides the same, a second round from one state (or a copy of it) never sees the first
+round's changes, and neither is ever saved."""
 
 from __future__ import annotations
 
@@ -79,6 +79,8 @@ def test_rounds_on_a_handed_index_decide_what_rounds_from_the_tuples_decide(
         handed, rebuilt = got_decision.state, want_decision.state
         held = handed.index
         assert held is not None and held.token is handed.replicas
+        counters = handed.counter_index
+        assert counters is not None and counters.token is handed.counters
         assert handed.replicas == tuple(
             sorted(r for per_node in held.by_chunk.values() for r in per_node.values())
         )
@@ -108,6 +110,7 @@ def test_the_index_is_never_saved_and_a_restored_state_decides_the_same() -> Non
     state = RoundState(replicas=made.state)
     back = policystate.decode(json.loads(json.dumps(policystate.encode(state))))
     assert back == state and back.replicas.vms[0].ncc.index is None
+    assert back.replicas.vms[0].ncc.counter_index is None
     report = [_remote("vm0", ChunkId(5, 0), 0, 1, 3), _remote("vm0", ChunkId(6, 0), 0, 1, 2)]
     assert replicas_round([vm], report, back.replicas, NccParams()) == replicas_round(
         [vm], report, made.state, NccParams()

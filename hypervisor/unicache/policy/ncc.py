@@ -109,6 +109,9 @@ class NccState:
     #: (:mod:`~unicache.policy.nccreplicas`; its token names ``replicas``); not saved, not
     #: compared (None: not made yet, or taken over by a round)
     index: ReplicaIndex | None = field(default=None, init=False, repr=False, compare=False)
+    #: its counters in lists kept in order, for the next round to take over the same way
+    #: (:class:`~unicache.policy.ncccounters.Counters`; its token names ``counters``)
+    counter_index: Counters | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_counter_keys(self, keys: tuple[CounterKey, ...] | None) -> NccState:
         """This state, new, with its counters' keys (set once, before it is seen)."""
@@ -120,6 +123,21 @@ class NccState:
         index.token = self.replicas
         object.__setattr__(self, "index", index)
         return self
+
+    def with_counter_index(self, counters: Counters) -> NccState:
+        """This state, new, handed the counters it came from (set once)."""
+        counters.token = self.counters
+        object.__setattr__(self, "counter_index", counters)
+        return self
+
+    def take_counters(self) -> Counters:
+        """Its counters, taken over as :meth:`take_index` takes the replicas' index."""
+        carried = self.counter_index
+        if carried is None or carried.token is not self.counters:
+            return Counters(self.counters, self.counter_keys)
+        carried.token = None
+        object.__setattr__(self, "counter_index", None)
+        return carried
 
     def take_index(self) -> ReplicaIndex:
         """Its replicas' index, taken over (a round then changes it); made again from the
@@ -181,8 +199,8 @@ class _Work:
         self.params = params
         self.index = state.take_index()
         self.replicas = self.index.by_chunk  # chunk -> node -> replica (read only here)
-        # looked up in the state's tuple, not copied (:mod:`unicache.policy.ncccounters`)
-        self.counters = Counters(state.counters, state.counter_keys)
+        # the previous round's lists, taken over, or the state's tuple bisected (ncccounters)
+        self.counters = state.take_counters()
         self.disabled = state.disabled
         self.aside: frozenset[int] = frozenset()
         self.clock = state.clock
@@ -305,7 +323,8 @@ class _Work:
         # or counter, per chunk and node), in C; the index handed on with it
         counters, keys = self.counters.result()
         state = NccState(self.index.replicas(), counters, self.disabled, self.clock)
-        return state.with_counter_keys(keys).with_index(self.index)
+        state = state.with_counter_keys(keys).with_index(self.index)
+        return state.with_counter_index(self.counters)
 
 
 def aged(state: NccState, disabled: frozenset[int]) -> NccState:
@@ -318,8 +337,10 @@ def aged(state: NccState, disabled: frozenset[int]) -> NccState:
     """
     index = state.take_index()
     index.age()
+    counters = state.take_counters()
     again = NccState(index.replicas(), state.counters, disabled, state.clock + 1)
-    return again.with_counter_keys(state.counter_keys).with_index(index)
+    again = again.with_counter_keys(state.counter_keys).with_index(index)
+    return again.with_counter_index(counters)
 
 
 def memory_tight_nodes(memory: Iterable[NodeMemory], params: NccParams) -> frozenset[int]:
