@@ -27,7 +27,7 @@ Pure: no I/O, no clock, no threads; the same state and events give the same deci
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError, StateError
@@ -43,11 +43,13 @@ from unicache.policy.nccevents import Reclaim as Reclaim
 from unicache.policy.nccevents import ReclaimPrimary as ReclaimPrimary
 from unicache.policy.nccevents import ReplicaKey as ReplicaKey
 from unicache.policy.nccevents import Write as Write
+from unicache.policy.nccreplicas import MQ_QUEUES as MQ_QUEUES
+from unicache.policy.nccreplicas import Replica as Replica
+from unicache.policy.nccreplicas import ReplicaIndex, mq_key
+from unicache.policy.nccreplicas import mq_order as mq_order
 
 #: §3.2 "Generation of NCC entries": remote reads from one node before a replica is made
 NCC_THRESHOLD = 2
-#: §3.2 "Management of NCC entries": MQ with eight LRU queues Q_0 .. Q_7
-MQ_QUEUES = 8
 #: §3.2 "Hooks for reclaiming": replicas shrink twice as fast as the primary cache
 NCC_RECLAIM_RATIO = 2
 #: §3.2 "Generation of NCC entries": generation off below this share of free memory
@@ -83,29 +85,6 @@ class NccParams:
             raise ConfigError(f"invalid NccParams: {self}")
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Replica:
-    """One replica and its MQ bookkeeping.
-
-    :param key: the chunk.
-    :param node: the node holding it.
-    :param freq: accesses, aged (>= 1).
-    :param last: logical time of the last access (the policy's event counter).
-    :param served: bytes it served in rounds after the one that made it (never aged).
-    """
-
-    key: ReplicaKey
-    node: int
-    freq: int
-    last: int
-    served: int = 0
-
-    @property
-    def queue(self) -> int:
-        """MQ queue index: ``Q_i`` holds frequencies ``2^i .. 2^(i+1)-1``, capped at Q_7."""
-        return min(MQ_QUEUES - 1, max(1, self.freq).bit_length() - 1)
-
-
 @dataclass(frozen=True, slots=True)
 class NccState:
     """Everything NCC remembers between rounds (immutable; each round returns a new one).
@@ -126,11 +105,49 @@ class NccState:
     counter_keys: tuple[CounterKey, ...] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    #: its replicas kept by chunk and node, for the next round to take over
+    #: (:mod:`~unicache.policy.nccreplicas`; its token names ``replicas``); not saved, not
+    #: compared (None: not made yet, or taken over by a round)
+    index: ReplicaIndex | None = field(default=None, init=False, repr=False, compare=False)
+    #: its counters in lists kept in order, for the next round to take over the same way
+    #: (:class:`~unicache.policy.ncccounters.Counters`; its token names ``counters``)
+    counter_index: Counters | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_counter_keys(self, keys: tuple[CounterKey, ...] | None) -> NccState:
         """This state, new, with its counters' keys (set once, before it is seen)."""
         object.__setattr__(self, "counter_keys", keys)
         return self
+
+    def with_index(self, index: ReplicaIndex) -> NccState:
+        """This state, new, handed the index its replicas came from (set once)."""
+        index.token = self.replicas
+        object.__setattr__(self, "index", index)
+        return self
+
+    def with_counter_index(self, counters: Counters) -> NccState:
+        """This state, new, handed the counters it came from (set once)."""
+        counters.token = self.counters
+        object.__setattr__(self, "counter_index", counters)
+        return self
+
+    def take_counters(self) -> Counters:
+        """Its counters, taken over as :meth:`take_index` takes the replicas' index."""
+        carried = self.counter_index
+        if carried is None or carried.token is not self.counters:
+            return Counters(self.counters, self.counter_keys)
+        carried.token = None
+        object.__setattr__(self, "counter_index", None)
+        return carried
+
+    def take_index(self) -> ReplicaIndex:
+        """Its replicas' index, taken over (a round then changes it); made again from the
+        replicas when this state holds none, or one that stands for another tuple."""
+        index = self.index
+        if index is None or index.token is not self.replicas:
+            return ReplicaIndex(self.replicas)
+        index.token = None  # taken: a second round from this state (or a copy) makes its own
+        object.__setattr__(self, "index", None)
+        return index
 
     def replica_nodes(self, key: ReplicaKey) -> frozenset[int]:
         """Nodes holding a replica of a chunk."""
@@ -165,22 +182,6 @@ class NccDecision:
     retired: tuple[Retired, ...] = ()
 
 
-def mq_order(replicas: Iterable[Replica]) -> tuple[Replica, ...]:
-    """Replicas in MQ victim order: lower queue first, then least recently used.
-
-    :param replicas: replicas of one node.
-    :returns: them, first victim first.
-    """
-    return tuple(sorted(replicas, key=_mq_key))
-
-
-def _mq_key(replica: Replica) -> tuple[int, int, ReplicaKey]:
-    """Sort key of MQ victim order (one replica per chunk on a node: no ties)."""
-    # Replica.queue, inline (a call per replica of a full node otherwise)
-    queue = min(MQ_QUEUES - 1, max(1, replica.freq).bit_length() - 1)
-    return (queue, replica.last, replica.key)
-
-
 class _Work:
     """Mutable scratch copy of a state, used only inside :func:`ncc_round`.
 
@@ -189,24 +190,17 @@ class _Work:
     never a scan of every counter a guest's reports have made (issue #12: a flood of
     writes once took minutes a round). A node's chunks map to their chunk's own
     node -> replica map, so a node's replicas are found without hashing their keys again.
-    Chunks are plain tuples here (:data:`Flat`): a round hashes each many times.
+    Chunks are plain tuples here (:data:`Flat`): a round hashes each many times. The
+    replicas' index is the previous round's, taken over (:mod:`~unicache.policy.
+    nccreplicas`): a round costs what it changes, not what the VM holds.
     """
 
     def __init__(self, state: NccState, params: NccParams) -> None:
         self.params = params
-        self.replicas: dict[Flat, dict[int, Replica]] = {}
-        for r in state.replicas:
-            chunk = (r.key.vm, r.key.chunk.file_id, r.key.chunk.index)  # flat(), inline
-            held = self.replicas.get(chunk)
-            if held is None:
-                self.replicas[chunk] = {r.node: r}
-            else:
-                held[r.node] = r
-        # a node's chunks, made when a node's replicas are first counted (most rounds
-        # make no replica, and so never need them)
-        self._keys_on: dict[int, dict[Flat, dict[int, Replica]]] | None = None
-        # looked up in the state's tuple, not copied (:mod:`unicache.policy.ncccounters`)
-        self.counters = Counters(state.counters, state.counter_keys)
+        self.index = state.take_index()
+        self.replicas = self.index.by_chunk  # chunk -> node -> replica (read only here)
+        # the previous round's lists, taken over, or the state's tuple bisected (ncccounters)
+        self.counters = state.take_counters()
         self.disabled = state.disabled
         self.aside: frozenset[int] = frozenset()
         self.clock = state.clock
@@ -218,29 +212,14 @@ class _Work:
 
     @property
     def keys_on(self) -> dict[int, dict[Flat, dict[int, Replica]]]:
-        if self._keys_on is None:
-            self._keys_on = {}
-            for chunk, held in self.replicas.items():
-                for node in held:
-                    self._keys_on.setdefault(node, {})[chunk] = held
-        return self._keys_on
-
-    def add(self, chunk: Flat, replica: Replica) -> None:
-        held = self.replicas.setdefault(chunk, {})
-        held[replica.node] = replica
-        self.keys_on.setdefault(replica.node, {})[chunk] = held
+        return self.index.keys_on
 
     def drop(self, chunk: Flat, node: int, rule: str, why: str) -> None:
-        held = self.replicas[chunk]
-        gone = held.pop(node)
+        gone = self.index.pop(chunk, node)
         if (chunk, node) in self.fresh:
             self.fresh.discard((chunk, node))  # made and dropped in one round: never filled
         else:
             self.retired.append(Retired(node, gone.served))
-        if not held:
-            del self.replicas[chunk]
-        if self._keys_on is not None:  # (not made yet: it will be made without it)
-            self._keys_on[node].pop(chunk, None)
         key = gone.key
         self.actions.append(DropReplica(key.vm, key.chunk, node, rule, f"{rule}: {why}"))
 
@@ -266,12 +245,15 @@ class _Work:
             if have is not None:  # a hit, and so is every read left
                 saved = 0 if (chunk, ev.node) in self.fresh else ev.nbytes
                 self.clock += repeats
-                held[ev.node] = Replica(
-                    have.key,
-                    ev.node,
-                    have.freq + repeats,
-                    self.clock,
-                    have.served + saved * repeats,
+                self.index.put(
+                    chunk,
+                    Replica(
+                        have.key,
+                        ev.node,
+                        have.freq + repeats,
+                        self.clock,
+                        have.served + saved * repeats,
+                    ),
                 )
                 self.served += [ev.node] * repeats
                 return
@@ -293,14 +275,14 @@ class _Work:
             return
         if len(self.keys_on.get(ev.node, ())) >= self.params.max_replicas_per_node:
             # mq_order's first, without sorting the node's replicas for one
-            victim = min(self.on_node(ev.node), key=_mq_key)
+            victim = min(self.on_node(ev.node), key=mq_key)
             self.drop(
                 flat(victim.key),
                 victim.node,
                 RULE_MQ_EVICT,
                 f"node {ev.node} full, Q_{victim.queue}",
             )
-        self.add(chunk, Replica(ev.key, ev.node, 1, self.clock))
+        self.index.put(chunk, Replica(ev.key, ev.node, 1, self.clock))
         self.fresh.add((chunk, ev.node))
         self.counters.put(chunk, ev.node, None)
         self.actions.append(
@@ -334,28 +316,31 @@ class _Work:
             )
 
     def age(self) -> None:
-        # a replica at frequency one stays there: only the others are made again
-        for held in self.replicas.values():
-            for node, r in held.items():
-                if r.freq > 1:
-                    held[node] = Replica(r.key, node, r.freq - 1, r.last, r.served)
+        self.index.age()  # only the replicas above frequency one are made again
 
     def state(self) -> NccState:
         # sorted by the plain chunk, then node: the dataclasses' own order (one replica,
-        # or counter, per chunk and node), compared in C
-        replicas = self.replicas
+        # or counter, per chunk and node), in C; the index handed on with it
         counters, keys = self.counters.result()
-        return NccState(
-            tuple(_in_order(replicas)), counters, self.disabled, self.clock
-        ).with_counter_keys(keys)
+        state = NccState(self.index.replicas(), counters, self.disabled, self.clock)
+        state = state.with_counter_keys(keys).with_index(self.index)
+        return state.with_counter_index(self.counters)
 
 
-def _in_order(by_chunk: dict[Flat, dict[int, Replica]]) -> Iterator[Replica]:
-    """Replicas kept by plain chunk, then node, in the order of the chunk and the node."""
-    for chunk in sorted(by_chunk):
-        per_node = by_chunk[chunk]
-        for node in sorted(per_node):
-            yield per_node[node]
+def aged(state: NccState, disabled: frozenset[int]) -> NccState:
+    """The state after a round of nothing but the aging (what :func:`ncc_round` returns
+    for it, at the cost of the replicas above frequency one).
+
+    :param state: the state after the previous round.
+    :param disabled: the nodes where generation is off (:func:`memory_tight_nodes`).
+    :returns: the state, aged, with the clock one on.
+    """
+    index = state.take_index()
+    index.age()
+    counters = state.take_counters()
+    again = NccState(index.replicas(), state.counters, disabled, state.clock + 1)
+    again = again.with_counter_keys(state.counter_keys).with_index(index)
+    return again.with_counter_index(counters)
 
 
 def memory_tight_nodes(memory: Iterable[NodeMemory], params: NccParams) -> frozenset[int]:

@@ -1,4 +1,4 @@
-"""NCC's remote-read counters during one round: the state's sorted tuple and the round's changes.
+"""NCC's remote-read counters from round to round: the state's sorted tuple and lists kept in order.
 
 The counters are §3.2's "Generation of NCC entries": a chunk's reads from one remote node
 before it is replicated. A guest's counters (:class:`RemoteCount`, up to
@@ -6,14 +6,15 @@ before it is replicated. A guest's counters (:class:`RemoteCount`, up to
 counts a few of them. So :func:`~unicache.policy.ncc.ncc_round` does not copy them into a
 map of maps every round: the state keeps, with its sorted tuple, the counters' plain keys
 (:data:`CounterKey`, hashed and compared in C; made once, then handed on:
-:attr:`~unicache.policy.ncc.NccState.counter_keys`), a round that looks a counter up maps
-the keys to the counters in C, and what it changes is kept aside, by chunk then node. The
-new tuple is the old one with the changes, sorted by key in C (the same tuple when
-nothing changed). A round costs what it counts, not what the VM's guest made NCC
-remember, in Python.
+:attr:`~unicache.policy.ncc.NccState.counter_keys`), a round looks a counter up by
+bisecting them, and what it changes it changes in lists kept in order, handed on with the
+state (:class:`Counters`). The new tuple is a copy of the list, in C (the same
+tuple when nothing changed). A round costs what it counts, not what the VM's guest made
+NCC remember.
 
 Chunks are plain tuples ``(vm, file id, index)``, whose order is the
-:class:`~unicache.policy.ncc.ReplicaKey`'s. Pure: plain values, no I/O.
+:class:`~unicache.policy.ncc.ReplicaKey`'s. Plain values, and lists owned by one round at a
+time; no I/O.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ def counter_keys(counters: tuple[RemoteCount, ...]) -> tuple[CounterKey, ...]:
 
 
 class Counters:
-    """The counters of one round: the state's tuple, and the changes made to it so far.
+    """The counters of one round, handed on to the next with the state they make.
+
+    Looked up by bisection of their plain keys (in C); the first change makes lists of the
+    keys and counters in order, changed in place from then on (a counter is put or dropped
+    where bisection finds it), so the state's tuple is a copy of a list. Handed on with
+    the state (:attr:`~unicache.policy.ncc.NccState.counter_index`, not saved, not
+    compared), a VM's counters are listed once, not every round it counts a read in.
 
     :param base: the state's counters, sorted by chunk then node (one per chunk and node).
     :param keys: their plain keys (None: made from them when first needed).
@@ -63,9 +70,11 @@ class Counters:
     def __init__(self, base: tuple[RemoteCount, ...], keys: tuple[CounterKey, ...] | None) -> None:
         self.base = base
         self._keys = keys
-        self._index: dict[CounterKey, RemoteCount] | None = None
-        # chunk -> node -> its counter now (None: dropped this round)
-        self.changes: dict[Flat, dict[int, RemoteCount | None]] = {}
+        # keys and counters in order, changed in place (None: nothing changed yet)
+        self._order: tuple[list[CounterKey], list[RemoteCount]] | None = None
+        self._changed = False
+        #: the counters tuple of the state that may take these over (None: taken)
+        self.token: tuple[RemoteCount, ...] | None = None
 
     @property
     def keys(self) -> tuple[CounterKey, ...]:
@@ -73,42 +82,51 @@ class Counters:
             self._keys = counter_keys(self.base)
         return self._keys
 
+    def _lists(self) -> tuple[list[CounterKey], list[RemoteCount]]:
+        if self._order is None:
+            self._order = (list(self.keys), list(self.base))
+        return self._order
+
     def get(self, chunk: Flat, node: int) -> RemoteCount | None:
         """The counter of a chunk's reads from a node, if any."""
-        changed = self.changes.get(chunk)
-        if changed is not None and node in changed:
-            return changed[node]
-        if self._index is None:  # made in C from the keys, on the first look-up
-            self._index = dict(zip(self.keys, self.base, strict=True))
-        return self._index.get((*chunk, node))
+        keys, counters = self._order or (self.keys, self.base)
+        key = (*chunk, node)
+        at = bisect_left(keys, key)
+        return counters[at] if at < len(keys) and keys[at] == key else None
 
     def put(self, chunk: Flat, node: int, counter: RemoteCount | None) -> None:
         """Set (or, with None, drop) the counter of a chunk's reads from a node."""
-        self.changes.setdefault(chunk, {})[node] = counter
+        keys, counters = self._lists()
+        key = (*chunk, node)
+        at = bisect_left(keys, key)
+        present = at < len(keys) and keys[at] == key
+        if counter is None:
+            if present:
+                del keys[at], counters[at]
+                self._changed = True
+        elif present:
+            counters[at] = counter
+            self._changed = True
+        else:
+            keys.insert(at, key)
+            counters.insert(at, counter)
+            self._changed = True
 
     def drop_chunk(self, chunk: Flat) -> None:
         """Drop every counter of a chunk."""
-        keys = self.keys
-        changed = self.changes.setdefault(chunk, {})
-        for node in changed:
-            changed[node] = None
-        i = bisect_left(keys, chunk)  # a chunk sorts before its (chunk, node) keys
-        while i < len(keys) and keys[i][:3] == chunk:
-            changed[keys[i][3]] = None
-            i += 1
+        keys, counters = self._order or (self.keys, self.base)
+        at = end = bisect_left(keys, chunk)  # a chunk sorts before its (chunk, node) keys
+        while end < len(keys) and keys[end][:3] == chunk:
+            end += 1
+        if end > at:
+            keys, counters = self._lists()
+            del keys[at:end], counters[at:end]
+            self._changed = True
 
     def result(self) -> tuple[tuple[RemoteCount, ...], tuple[CounterKey, ...] | None]:
         """The counters after the round, sorted by chunk then node, and their keys."""
-        if not self.changes:
-            return self.base, self._keys
-        # the counters by key, changed, then in key order: every pass over all of them is
-        # C's (a map from two tuples, a sort of plain tuples, a look-up of each)
-        merged = dict(self._index or zip(self.keys, self.base, strict=True))
-        for chunk, changed in self.changes.items():
-            for node, now in changed.items():
-                if now is None:
-                    merged.pop((*chunk, node), None)
-                else:
-                    merged[(*chunk, node)] = now
-        keys = sorted(merged)
-        return tuple(map(merged.__getitem__, keys)), tuple(keys)
+        if self._changed and self._order is not None:
+            keys, counters = self._order
+            self.base, self._keys = tuple(counters), tuple(keys)
+            self._changed = False
+        return self.base, self._keys

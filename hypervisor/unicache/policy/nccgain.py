@@ -41,6 +41,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from unicache.model import ChunkId
 from unicache.policy.ncc import NccEvent, NccState, Read, Retired
 from unicache.policy.obshome import remote_gap_for
 from unicache.topology import Topology
@@ -170,12 +171,18 @@ class GainVerdict:
     reasons: tuple[str, ...] = ()
 
 
-def remote_chunks(events: Iterable[NccEvent], known: NccState) -> dict[int, int]:
+def remote_chunks(
+    events: Iterable[NccEvent],
+    known: NccState,
+    held: Mapping[ChunkId, frozenset[int]] | None = None,
+) -> dict[int, int]:
     """Chunks each node read from another node's primary copy in one round without a
     replica of its own to serve them (NCC's state before the round): its replicas' misses.
 
-    :param events: the round's events.
+    :param events: the round's events (of one VM).
     :param known: NCC's state before the round.
+    :param held: the nodes holding each chunk's replicas in ``known``, if derived
+        (looked up per chunk read instead of a pass over the replicas).
     :returns: reading node -> chunks.
     """
     # chunks as plain tuples (vm, file id, index): hashed in C, not by two dataclasses
@@ -190,6 +197,13 @@ def remote_chunks(events: Iterable[NccEvent], known: NccState) -> dict[int, int]
             read.setdefault(ev.node, set()).add((key.vm, key.chunk.file_id, key.chunk.index))
     if not read:
         return {}  # no remote read: no pass over the replicas (most VMs, most rounds)
+    if held is not None:
+        # (one VM's events: a chunk's plain tuple names its ChunkId)
+        return {
+            node: n
+            for node, keys in read.items()
+            if (n := sum(1 for _, f, i in keys if node not in held.get(ChunkId(f, i), ())))
+        }
     for r in known.replicas:
         keys = read.get(r.node)
         if keys:

@@ -244,7 +244,7 @@ def replicas_round(
             # no new replica is made on a tight node, so only older ones are given back
             events += shrink_reclaims(fresh, vm_params, chunk_size)
         verdict = GainVerdict(prev.gain)
-        remote = {} if cost is None else remote_chunks(events, prev.ncc)
+        remote = {} if cost is None else remote_chunks(events, prev.ncc, prev.nodes)
         # a VM that has read nothing remote for a window keeps its ledgers as they are
         steady = cost is not None and not remote and quiet(prev.gain, guest_nodes, cost)
         if cost is not None and not steady:
@@ -261,10 +261,7 @@ def replicas_round(
             # hand its state back aged, with the clock one on; the replicas at frequency
             # one, most of them, stay as they are (and so does a tuple of only those)
             tight = ncc.memory_tight_nodes(memory, vm_params)
-            again = ncc.NccState(
-                _aged(prev.ncc.replicas), prev.ncc.counters, tight, prev.ncc.clock + 1
-            ).with_counter_keys(prev.ncc.counter_keys)
-            decision = ncc.NccDecision((), (), again)
+            decision = ncc.NccDecision((), (), ncc.aged(prev.ncc, tight))
         else:
             decision = ncc.ncc_round(prev.ncc, memory, events, vm_params, verdict.aside)
         kept = decision.state
@@ -284,24 +281,14 @@ def replicas_round(
         # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
         actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
         vm_nodes = prev.nodes
-        if vm_nodes is None or any(
-            isinstance(a, Replicate | DropReplica) for a in decision.actions
-        ):
-            vm_nodes = _nodes_of(kept.replicas)  # replicas made or dropped (or a restart)
+        changed = [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
+        if vm_nodes is None:
+            vm_nodes = _nodes_of(kept.replicas)  # (a restart)
+        elif changed:
+            vm_nodes = _nodes_after(vm_nodes, changed)  # replicas made or dropped
         nodes[vm.name] = vm_nodes
         out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers).with_nodes(vm_nodes))
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
-
-
-def _aged(replicas: tuple[ncc.Replica, ...]) -> tuple[ncc.Replica, ...]:
-    """Replicas after one aging (MQ: every frequency down one, never below one), in the
-    same order; the same tuple when every one is at frequency one."""
-    if all(r.freq == 1 for r in replicas):
-        return replicas
-    return tuple(
-        r if r.freq == 1 else ncc.Replica(r.key, r.node, r.freq - 1, r.last, r.served)
-        for r in replicas
-    )
 
 
 def _vm_params(
@@ -340,6 +327,23 @@ def _nodes_of(replicas: tuple[ncc.Replica, ...]) -> dict[ChunkId, frozenset[int]
         chunk, nodes = this, [r.node]
     if chunk is not None:
         out[chunk] = frozenset(nodes)
+    return out
+
+
+def _nodes_after(
+    before: Mapping[ChunkId, frozenset[int]], changed: list[Replicate | DropReplica]
+) -> dict[ChunkId, frozenset[int]]:
+    """The nodes holding each replicated chunk after the replicas made and dropped, in
+    order (a new map: the one before may be a table's still)."""
+    out = dict(before)
+    for action in changed:
+        held = out.get(action.chunk, frozenset())
+        if isinstance(action, Replicate):
+            out[action.chunk] = held | {action.node}
+        elif held - {action.node}:
+            out[action.chunk] = held - {action.node}
+        else:
+            out.pop(action.chunk, None)
     return out
 
 
