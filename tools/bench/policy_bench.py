@@ -55,6 +55,9 @@ from unicache.topology.toml import load_model
 WARMUP_ROUNDS = 3
 #: the JSON document's schema version
 SCHEMA = 1
+#: the seeded chunks' use count is below ``1 << SEED_USE_BITS`` (one int object of the
+#: size a 64-bit count takes), which bounds the rounds before an aging would empty it
+SEED_USE_BITS = 62
 
 
 def _load() -> ModuleType:
@@ -188,9 +191,13 @@ def run_point(
     fleet = load.SyntheticFleet(spec, frozenset(c.cpu for c in topo.cpus), options.chunk_size)
     # no seeded chunk ages out before the timed rounds end (policy_load's docstring)
     agings = (WARMUP_ROUNDS + rounds) // options.update_period + 1
+    if agings + 1 > SEED_USE_BITS:
+        most = (SEED_USE_BITS - 1) * options.update_period - 1 - WARMUP_ROUNDS
+        raise ConfigError(f"--rounds must be at most {most}: the seeded chunks would age out")
     table = MfcTable(options.params, [UnitView(u.id, u.capacity_bytes) for u in policy.units])
-    fleet.seed_table(table, 1 << min(agings + 1, 62))
-    state = RoundState(scu=ScuState(table=table))
+    fleet.seed_table(table, 1 << (agings + 1))
+    replicas = fleet.seed_replicas(policy.ncc_params, options.chunk_size)
+    state = RoundState(scu=ScuState(table=table), replicas=replicas)
     observations = (fleet.observation(t) for t in range(1, WARMUP_ROUNDS + rounds + 1))
     host = _FleetHost(observations, fleet)
     walls: list[float] = []

@@ -21,6 +21,11 @@ load is defined so that nobody can read a flattering figure into it without sayi
   streams);
 * **counter samples**: one per vCPU per round, software events as on this machine (busy
   share, task clock, guest bytes: OBS's cache weight comes from the guest's bytes);
+* **replicas at their bound**: NCC starts as a long-running daemon's would, each
+  two-node VM holding a replica of every one of its chunks on each of its nodes, up to
+  the node's capacity (``max_replicas_per_node`` under the agent's budget), each read
+  once (:meth:`SyntheticFleet.seed_replicas`): the state a VM's NCC round costs most
+  with, which rounds from an empty state reach only after thousands of rounds;
 * **pins take effect**: a vCPU pinned by a round's ``PinVcpu`` has that affinity, and
   runs on its first CPU, in the next round's observation (:meth:`SyntheticFleet.apply`),
   as on a host that applies the round's actions (a host that applied nothing would be
@@ -49,6 +54,9 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.mfc import ChunkKey, ChunkState, MfcTable
+from unicache.policy.ncc import NccParams, NccState, Replica, ReplicaKey
+from unicache.policy.ncc_memory import budgeted
+from unicache.policy.replicas import ReplicaState, VmReplicas
 
 #: chunks per synthetic file
 FILE_CHUNKS = 8
@@ -152,6 +160,23 @@ class SyntheticFleet:
             )
             vms.append(replace(vm, vcpus=vcpus))
         self.vms = tuple(vms)
+
+    def seed_replicas(self, params: NccParams, chunk_size: int) -> ReplicaState:
+        """NCC's state with every two-node VM's replicas at their bound: a replica of each
+        of its chunks on each node, at most the node's capacity (the agent's budget)."""
+        vms = []
+        for vm in sorted(self.vms, key=lambda v: v.name):
+            if len(vm.nodes) != 2 or vm.nodes[1].colors:
+                continue
+            cap = budgeted(params, (n.memory_bytes for n in vm.nodes), chunk_size)
+            held = self.chunks_of[vm.name][: cap.max_replicas_per_node]
+            replicas = sorted(
+                Replica(ReplicaKey(vm.name, chunk), node.node, 1, 0)
+                for chunk in held
+                for node in vm.nodes
+            )
+            vms.append(VmReplicas(vm.name, NccState(replicas=tuple(replicas))))
+        return ReplicaState(tuple(vms))
 
     def seed_table(self, table: MfcTable, use: int) -> int:
         """Put every chunk of every VM in ``table``, uncached, with ``use`` uses on the unit
