@@ -104,8 +104,8 @@ def policy(
     chunks: Annotated[str, typer.Option(
         help="Chunks SCU tracks, over all VMs; several sizes separated by commas.")] = "1000000",
     rounds: Annotated[int, typer.Option(
-        help="Timed rounds per point (after 3 warm-up; NCC's replicas grow over the first "
-             "few dozen).")] = 100,
+        help="Timed rounds per point (after 3 warm-up; at most 240, after which the "
+             "seeded chunks would age out).")] = 100,
     changed_fraction: Annotated[float, typer.Option(
         help="Chunk records in one round's reports, as a fraction of --chunks (the load: "
              "docs/PERFORMANCE.md).")] = 0.005,
