@@ -109,26 +109,19 @@ def _converter() -> cattrs.Converter:
         rename="use", unstruct_hook=unstructure_use, struct_hook=structure_use
     )
     omit = cattrs.gen.override(omit=True)
-    conv.register_unstructure_hook(
-        ChunkState,
-        cattrs.gen.make_dict_unstructure_fn(ChunkState, conv, aged=omit, use_pairs=saved_use),
-    )
-    conv.register_structure_hook(
-        ChunkState,
-        cattrs.gen.make_dict_structure_fn(ChunkState, conv, aged=omit, use_pairs=saved_use),
-    )
+
+    def fields_as(cls: Any, **overrides: Any) -> None:
+        # both ways, with the same fields renamed or left out
+        gen = cattrs.gen
+        conv.register_unstructure_hook(cls, gen.make_dict_unstructure_fn(cls, conv, **overrides))
+        conv.register_structure_hook(cls, gen.make_dict_structure_fn(cls, conv, **overrides))
+
+    fields_as(ChunkState, aged=omit, use_pairs=saved_use)
     conv.register_unstructure_hook(MfcTable, unstructure_table)
     conv.register_structure_hook(MfcTable, structure_table)
     # what SCU's published tables were built on is not saved (the restart publishes every
     # table again, after_restart); a file that holds it, of an earlier build, loads
-    conv.register_unstructure_hook(
-        ScuState,
-        cattrs.gen.make_dict_unstructure_fn(ScuState, conv, built_on=omit, built_extras=omit),
-    )
-    conv.register_structure_hook(
-        ScuState,
-        cattrs.gen.make_dict_structure_fn(ScuState, conv, built_on=omit, built_extras=omit),
-    )
+    fields_as(ScuState, built_on=omit, built_extras=omit)
     return conv
 
 
