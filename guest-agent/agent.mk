@@ -1,14 +1,17 @@
 # guest-agent/agent.mk — included by the top Makefile.
 # shim-build: guest-agent/shim/libunicache.so (and the test drivers uc_selftest and
-# libuc_decide.so).
+# libuc_decide.so, the benchmark's driver uc_bench and its control libuc_null.so).
 SHIM_DIR := guest-agent/shim
 SHIM_SRCS := $(wildcard $(SHIM_DIR)/*.c $(SHIM_DIR)/*.h) $(SHIM_DIR)/Makefile
 
-$(SHIM_DIR)/libunicache.so $(SHIM_DIR)/uc_selftest $(SHIM_DIR)/libuc_decide.so &: $(SHIM_SRCS)
+SHIM_OUTPUTS := $(addprefix $(SHIM_DIR)/,libunicache.so uc_selftest libuc_decide.so uc_bench \
+	libuc_null.so)
+
+$(SHIM_OUTPUTS) &: $(SHIM_SRCS)
 	$(MAKE) -C $(SHIM_DIR) CC=gcc all
 
 .PHONY: shim-build shim-clean agent-fuzz
-shim-build: $(SHIM_DIR)/libunicache.so $(SHIM_DIR)/uc_selftest $(SHIM_DIR)/libuc_decide.so
+shim-build: $(SHIM_OUTPUTS)
 
 shim-clean:
 	$(MAKE) -C $(SHIM_DIR) clean

@@ -1,59 +1,67 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uc_call.c - the per-call logic: what the shim does before a wrapped call (uc_pre:
- * classify the fd, look the chunk up, migrate, pick the path) and after it (uc_post: the
- * fd's offset, the counters, the thread's sequential stream).
+ * the descriptor's file and its decision for this table generation; for a file the table
+ * names, the chunk's entry, migration and the path) and after it (uc_post: the fd's offset,
+ * this thread's run of counts, its sequential stream).
  */
 #include "uc_shim.h"
 
-/* where this thread's last read of a file ended: uc_read_span's prev_end (sequential reads) */
-UC_TLS uint64_t uc_seq_file;
-UC_TLS uint64_t uc_seq_end = UINT64_MAX;
+/* this thread's state between calls (uc_shim.h) */
+UC_TLS struct uc_thread uc_t = {.seq_end = UINT64_MAX};
 
 /*
- * Everything before the real call. Returns 0 when the call passes straight through.
- * `off` < 0 means "current position" (read, readv, preadv2 with -1).
+ * A file the table names, or a thread the shim pinned: the chunk's entry and what the
+ * mechanisms do with it (MFC Figure 2, colors, replicas), in c; only where the mechanisms
+ * may make their system calls (uc_may_act), and keeping errno across them.
  */
-int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
+/* The call left the thread holding a claim it stays on: its run may skip the rule. */
+static void uc_run_may_skip(struct uc_call *c, struct uc_stay stay)
+{
+	if (stay.vcpu < 0 || stay.vcpu >= (int)UC_NO_HOME)
+		return;
+	c->run_ff = (uint8_t)c->fflags;
+	c->run_home = (uint16_t)stay.vcpu;
+	c->run_fresh = (uint16_t)stay.fresh_ms;
+}
+
+static void uc_pre_acting(struct uc_fd *e, uint64_t gen, size_t n, struct uc_call *c)
 {
 	struct uc_hit h;
-	int64_t pos;
+	struct uc_stay stay;
 	uint64_t span;
 
-	if (!uc_ready())
-		return 0;
-	if (!uc_fd_classify(fd, &c->file_id, &pos))
-		return 0;
-	c->off = off >= 0 ? off : pos;
-	c->nt = 0;
-	c->chunk_size = 0;
-	c->color = -1;
-	c->rep_node = -1;
-	if (c->off < 0 || !uc_lookup(c->file_id, (uint64_t)c->off, &h))
-		return 1;
-	c->chunk_size = h.chunk_size;
+	if (!uc_lookup_cached(gen, c->file_id, (uint64_t)c->off, &h))
+		return;
 	/*
 	 * a table that sends no chunk to a vCPU (SCU left the VM alone, or withdrew its
 	 * placement; colors and replicas may stay): a thread the shim pinned gets its own CPUs
 	 * back, for the guest's scheduler to balance; otherwise it could stay piled on a
 	 * chunk's home vCPU for good
 	 */
-	if (__builtin_expect(uc_pinned, 0) && !h.homes)
+	if (__builtin_expect(uc_t.pinned, 0) && !h.homes)
 		uc_unpin();
 	if (!h.found) {
 		/* a pinned thread leaves a vCPU another reader holds (uc_decide.h, unplaced) */
-		if (__builtin_expect(uc_pinned, 0)) {
+		if (__builtin_expect(uc_t.pinned, 0)) {
 			memcpy(h.mask, uc_orig_words, sizeof(h.mask));
 			h.budget = UC_BUDGET_UNLIMITED;
 			h.min_read_size = 0; /* a move for CPU, not for data: any read size */
-			uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h);
+			uc_run_may_skip(c, uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h));
+		} else {
+			/* nothing of the rule's in this chunk for an unpinned thread */
+			c->run_ff = (uint8_t)c->fflags;
 		}
-		return 1;
+		return;
 	}
 	/* MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads */
-	span = uc_span(fd, c->file_id, (uint64_t)c->off, n, &h);
+	span = uc_span(e, c->file_id, (uint64_t)c->off, n, &h);
 	c->nt = !(h.flags & UC_ENTRY_CACHING) && span >= h.min_read_size;
-	uc_maybe_migrate(c->file_id, (uint64_t)c->off, span, &h);
+	stay = uc_maybe_migrate(c->file_id, (uint64_t)c->off, span, &h);
+	/* a plain chunk (caching, no color, no replica) the thread stays on: the next calls in
+	 * it keep the same answer while the claim is fresh (uc_in_run) */
+	if ((h.flags & (UC_ENTRY_CACHING | UC_ENTRY_COLOR | UC_ENTRY_REPLICA)) == UC_ENTRY_CACHING)
+		uc_run_may_skip(c, stay);
 	if (__builtin_expect(h.flags & (UC_ENTRY_COLOR | UC_ENTRY_REPLICA), 0)) {
 		if (h.flags & UC_ENTRY_COLOR)
 			c->color = h.color_node;
@@ -61,26 +69,17 @@ int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c)
 			/* NCC: threads on a node that keeps a replica read it (after migrating) */
 			int node = uc_node_of(sched_getcpu());
 
-			if (node >= 0 && node < (int)UC_MAX_NODES && (h.replica_nodes >> node & 1u))
+			if (node >= 0 && (h.replica_nodes >> node & 1u))
 				c->rep_node = node;
 		}
 	}
-	return 1;
 }
 
-/* Everything after the real call; preserves errno. `cur` = call used the file offset. */
-void uc_post(int fd, const struct uc_call *c, ssize_t r, int cur, int is_write, int nt)
+void uc_pre_named(struct uc_fd *e, uint64_t gen, size_t n, struct uc_call *c)
 {
-	int saved = errno;
+	int e0 = errno;
 
-	if (cur && r > 0 && c->off >= 0)
-		uc_fd_advance(fd, c->off + r);
-	if (c->chunk_size && r >= 0)
-		uc_count(is_write ? -1 : fd, c->file_id, c->off, c->chunk_size, r, is_write, nt,
-			 c->off >= 0 && c->file_id == uc_seq_file && (uint64_t)c->off == uc_seq_end);
-	if (!is_write && r > 0 && c->off >= 0) {
-		uc_seq_file = c->file_id;
-		uc_seq_end = (uint64_t)c->off + (uint64_t)r;
-	}
-	errno = saved;
+	if (uc_may_act())
+		uc_pre_acting(e, gen, n, c);
+	errno = e0;
 }

@@ -16,10 +16,7 @@ int uc_color_enter(int node, struct uc_policy *old)
 	int saved = errno;
 
 	old->set = 0;
-	if (uc.color_off || node < 0 || node >= (int)UC_MAX_NODES)
-		return 0;
-	(void)uc_node_of(-1);
-	if (!(atomic_load(&uc_node_mask) >> node & 1u))
+	if (uc.color_off || !uc_node_exists(node))
 		return 0;
 	memset(old->mask, 0, sizeof(old->mask));
 	if (syscall(SYS_get_mempolicy, &old->mode, old->mask, (unsigned long)UC_POLICY_BITS,

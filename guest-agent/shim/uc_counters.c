@@ -1,9 +1,39 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_counters.c - the shared per-chunk counters: reads, bytes per vCPU, reads per guest
- * node, the chunk's home node and its migrations this interval (its budget).
+ * uc_counters.c - counting: this thread's open run of counts, and the shared per-chunk
+ * counters it goes to (bytes and runs per vCPU, writes, the chunk's home node and its
+ * migrations this interval: its budget).
+ *
+ * A call adds to the thread's run (uc_shim.h, struct uc_run) while it stays on one file on
+ * one vCPU, in one chunk or, for a sequential reader, in the chunks it enters one after
+ * another; the run goes to the shared counters (per chunk, a slot lookup and one atomic
+ * add of a packed cell, uc_layout.h) when the call moves elsewhere, after UC_RUN_CALLS
+ * calls or UC_RUN_CHUNKS chunks, when its descriptor is closed, and when the thread or the
+ * process ends. So a sequential reader pays for the shared counters once per chunk and
+ * without waiting on one miss after another, and the counts are exact: what is still
+ * gathered when a process execs, calls _exit or is killed (at most one run per thread) is
+ * all that is lost. A chunk reaches the agent's early look (the counters' `inserts`) when
+ * its run is sent: a reader that keeps reading a fresh chunk sends it within UC_RUN_CALLS
+ * calls.
  */
 #include "uc_shim.h"
+
+
+static pthread_key_t uc_run_key;
+static int uc_run_key_ok;
+
+/*
+ * Where a chunk's slot is looked for first: consecutive chunks of a file, UC_RUN_CHUNKS to a
+ * group, in consecutive slots, so that a sequential reader's run touches one page and lines
+ * the prefetcher streams; the groups themselves are spread by the hash. The agent reads
+ * every slot and checks its key (uc_slot_key): it needs no index.
+ */
+static inline uint64_t uc_slot_index(uint64_t file_id, uint64_t chunk, uint32_t nslots)
+{
+	uint64_t group = uc_slot_key(file_id, chunk / UC_RUN_CHUNKS * UC_RUN_CHUNKS);
+
+	return (group + chunk % UC_RUN_CHUNKS) & (nslots - 1u);
+}
 
 /* The chunk's slot in the active region; `insert`: take a free one (else count a drop). */
 struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
@@ -27,7 +57,7 @@ struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
 	ssz = cv->slot_size;
 	base = (unsigned char *)ch + UC_CTR_REGIONS_OFF + (size_t)region * nslots * ssz;
 	key = uc_slot_key(file_id, chunk);
-	idx = key & (nslots - 1u);
+	idx = uc_slot_index(file_id, chunk, nslots);
 
 	for (p = 0; p < UC_PROBES && p < nslots; p++, idx = (idx + 1) & (nslots - 1u)) {
 		struct uc_ctr_slot *s = (void *)(base + idx * ssz);
@@ -55,95 +85,233 @@ struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
 	return NULL;
 }
 
-static inline struct uc_ctr_slot *uc_slot(const struct uc_ctr_view *cv, uint64_t file_id,
-					  uint64_t chunk)
+/*
+ * NCC: where a chunk's first page-cache page lives, once per chunk and interval, in tables
+ * where NCC runs (UC_TABLE_NUMA) and processes whose mechanisms may make system calls
+ * (the page-node lookup keeps errno). The descriptor must still name the run's file.
+ */
+static void uc_run_home(struct uc_ctr_slot *s, const struct uc_run *r, uint64_t chunk)
 {
-	return uc_slot_at(cv, file_id, chunk, 1);
+	uint64_t zero = 0;
+	int hn;
+
+	if (!(uc_t.tp.flags & UC_TABLE_NUMA) || r->fd < 0 ||
+	    __atomic_load_n(&s->home, __ATOMIC_RELAXED) != 0 || !uc_may_act())
+		return;
+	if ((unsigned)r->fd >= UC_FD_CACHE ||
+	    atomic_load_explicit(&uc_fds[r->fd].state, memory_order_acquire) != UC_FD_FILE ||
+	    atomic_load_explicit(&uc_fds[r->fd].file_id, memory_order_relaxed) != r->file_id)
+		return;
+	if (!__atomic_compare_exchange_n(&s->home, &zero, UC_HOME_BUSY, 0, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return;
+	hn = uc_page_node(r->fd, chunk * r->chunk_size);
+	if (hn >= 0 && hn < (int)UC_MAX_NODES)
+		__atomic_store_n(&s->home, (uint64_t)hn + 1, __ATOMIC_RELAXED);
 }
 
-static inline uint64_t *uc_vcpu_bytes(struct uc_ctr_slot *s)
+/* A chunk's bytes and runs in run r (uc_run: between lo and hi, read whole in one run). */
+static inline void uc_run_chunk(const struct uc_run *r, uint64_t chunk, uint64_t *bytes,
+				uint32_t *runs)
 {
-	return (uint64_t *)(void *)(s + 1);
+	if (chunk == r->hi) {
+		*bytes = r->cur_bytes;
+		*runs = r->cur_runs;
+	} else if (chunk == r->lo) {
+		*bytes = r->lo_bytes;
+		*runs = r->lo_runs;
+	} else {
+		*bytes = r->chunk_size;
+		*runs = 1;
+	}
+}
+
+/*
+ * Send run r to the shared counters: each of its chunks' slot (looked up, or taken) and
+ * one atomic add of its cell on the run's vCPU. The slots' lines are asked for first, all
+ * of them, so that their misses overlap instead of queueing behind each atomic.
+ */
+static void uc_run_send(const struct uc_run *r)
+{
+	const struct uc_ctr_view *cv = r->cv;
+	struct uc_ctr_hdr *ch = cv->hdr;
+	uint32_t region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
+	unsigned char *base = (unsigned char *)ch + UC_CTR_REGIONS_OFF +
+			      (size_t)region * cv->nslots * cv->slot_size;
+	uint64_t c;
+
+	for (c = r->lo; c <= r->hi; c++) {
+		uint64_t idx = uc_slot_index(r->file_id, c, cv->nslots);
+
+		__builtin_prefetch(base + idx * cv->slot_size, 1);
+		__builtin_prefetch(base + idx * cv->slot_size + 64, 1);
+	}
+	for (c = r->lo; c <= r->hi; c++) {
+		struct uc_ctr_slot *s = uc_slot_at(cv, r->file_id, c, 1);
+		uint64_t bytes;
+		uint32_t runs;
+
+		if (!s)
+			continue;
+		uc_run_chunk(r, c, &bytes, &runs);
+		if (c == r->lo && r->writes)
+			__atomic_fetch_add(&s->writes, r->writes, __ATOMIC_RELAXED);
+		if (c == r->lo && r->nt)
+			__atomic_fetch_add(&s->nt_reads, r->nt, __ATOMIC_RELAXED);
+		if ((runs || bytes) && r->cpu >= 0 && (uint32_t)r->cpu < cv->max_vcpus)
+			__atomic_fetch_add((uint64_t *)(void *)(s + 1) + r->cpu,
+					   uc_cell(runs, bytes), __ATOMIC_RELAXED);
+		else if (runs || bytes) /* a CPU the layout has no cell for: said, not lost */
+			__atomic_fetch_add(&ch->dropped[region], 1, __ATOMIC_RELAXED);
+		if (bytes)
+			uc_run_home(s, r, c);
+	}
+}
+
+/* Send this thread's open run and close it. */
+void uc_run_flush(void)
+{
+	struct uc_thread *t = &uc_t;
+	struct uc_run r;
+
+	if (!t->run_chunks)
+		return;
+	r = (struct uc_run){
+		.cv = t->run_cv,
+		.file_id = t->run_file,
+		.chunk_size = 1ull << t->run_shift,
+		.lo = t->run_hi - (t->run_chunks - 1),
+		.hi = t->run_hi,
+		.lo_bytes = t->run_lo_bytes,
+		.cur_bytes = t->run_bytes,
+		.lo_runs = t->run_lo_runs,
+		.cur_runs = t->run_runs,
+		.calls = t->run_calls,
+		.writes = t->run_writes,
+		.nt = t->run_nt,
+		.fd = t->run_fd,
+		.cpu = t->run_cpu,
+	};
+	t->run_chunks = 0;
+	/* counters replaced since: their region is gone, and so are its counts */
+	if (r.calls && r.cv == uc_ctr())
+		uc_run_send(&r);
+}
+
+static void uc_run_thread_exit(void *unused)
+{
+	(void)unused;
+	uc_run_flush();
+}
+
+/* At load: the key whose destructor sends a thread's open run when the thread ends. Only a
+ * key glibc keeps in the thread's own block (below 32) is used: a higher one could allocate
+ * memory in pthread_setspecific, which a read in a signal handler must not. */
+void uc_run_init(void)
+{
+	uc_run_key_ok = pthread_key_create(&uc_run_key, uc_run_thread_exit) == 0 &&
+			uc_run_key < 32;
+}
+
+/* A descriptor is being closed: a run of this thread on it goes out now. */
+void uc_run_close(int fd)
+{
+	if (uc_t.run_chunks && uc_t.run_fd == fd && !uc_t.busy)
+		uc_run_flush();
+}
+
+/* A fork child starts without its parent's open run (the parent sends it). */
+void uc_run_atfork_child(void)
+{
+	uc_t.run_chunks = 0;
+	uc_t.busy = 0;
+	uc_t.registered = 0;
 }
 
 /*
  * Count one completed call of `n` bytes at `off` (off < 0: offset unknown) on fd, in its
- * chunks (at most UC_MAX_SPLIT). Reads also count per guest node, and the first read of a
- * chunk in an interval records the node of the chunk's first page-cache page (its home,
- * NCC's primary copy).
+ * chunks (at most UC_MAX_SPLIT), into this thread's run: a call in the run's current chunk
+ * on its vCPU joins it, any other sends the run and opens another (a read inside the run
+ * usually never gets here: uc_in_run, uc_run_add).
  *
- * `reads` and the reads per node count runs: a read that continues this thread's previous
- * read of the file inside the same chunk (`cont`, and not at a chunk's start) is part of
- * that run and adds bytes only. So a chunk read in 128 KiB buffers counts as often as one
- * read whole: popularity (MFC's use counts) and the migrations a sequential reader makes
- * (once per chunk, uc_read_span) do not depend on the program's buffer size.
+ * Runs count reads that start somewhere new: a read that continues this thread's previous
+ * read of the file inside the same chunk (`cont`, and not at a chunk's start) adds bytes
+ * only. So a chunk read in 128 KiB buffers counts as often as one read whole: popularity
+ * (MFC's use counts) and the migrations a sequential reader makes (once per chunk,
+ * uc_read_span) do not depend on the program's buffer size.
  */
-void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t n, int is_write,
-	      int nt, int cont)
+void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, int cont)
 {
 	const struct uc_ctr_view *cv = uc_ctr();
+	uint64_t file_id = c->file_id, cs = c->chunk_size;
+	int64_t off = c->off;
+	struct uc_thread *t = &uc_t;
 	uint64_t chunk, left, o;
-	int cpu, i, node;
+	int cpu, i;
 
-	if (off < 0 || cs == 0 || !cv)
+	if (off < 0 || cs == 0 || !cv || t->busy)
 		return;
-	cpu = sched_getcpu();
-	node = is_write ? -1 : uc_node_of(cpu);
+	cpu = uc_cpu();
 	o = (uint64_t)off;
+	t->busy = 1;
+	if (__builtin_expect(!t->registered, 0)) {
+		if (uc_run_key_ok)
+			(void)pthread_setspecific(uc_run_key, t);
+		t->registered = 1;
+	}
 	left = n > 0 ? (uint64_t)n : 0;
-	chunk = o / cs;
+	chunk = uc_chunk_of(o, cs);
 	for (i = 0; i < UC_MAX_SPLIT; i++, chunk++) {
-		uint64_t part = cs - (o % cs);
-		struct uc_ctr_slot *s;
+		uint64_t part = cs - uc_in_chunk(o, cs);
 
 		if (part > left || i == UC_MAX_SPLIT - 1)
 			part = left;
-		s = uc_slot(cv, file_id, chunk);
-		if (s) {
-			if (is_write) {
-				__atomic_fetch_add(&s->writes, 1, __ATOMIC_RELAXED);
-			} else {
-				int run = !(i == 0 && cont && o % cs != 0);
-
-				__atomic_fetch_add(&s->reads, (uint64_t)run, __ATOMIC_RELAXED);
-				__atomic_fetch_add(&s->bytes, part, __ATOMIC_RELAXED);
-				if (nt)
-					__atomic_fetch_add(&s->nt_reads, 1, __ATOMIC_RELAXED);
-				if (cpu >= 0 && (uint32_t)cpu < cv->max_vcpus && part)
-					__atomic_fetch_add(&uc_vcpu_bytes(s)[cpu], part,
-							   __ATOMIC_RELAXED);
-				if (node >= 0 && (uint32_t)node < cv->nnodes)
-					__atomic_fetch_add(&uc_vcpu_bytes(s)[cv->max_vcpus + node],
-							   (uint64_t)run, __ATOMIC_RELAXED);
-				/* one node: the agent knows the home without asking the kernel */
-				if (fd >= 0 && n > 0 && cv->nnodes > 1) {
-					uint64_t *home = &uc_vcpu_bytes(s)[cv->max_vcpus + cv->nnodes];
-					uint64_t zero = 0;
-
-					if (__atomic_load_n(home, __ATOMIC_RELAXED) == 0 &&
-					    __atomic_compare_exchange_n(home, &zero, UC_HOME_BUSY, 0,
-									__ATOMIC_RELAXED,
-									__ATOMIC_RELAXED)) {
-						int hn = uc_page_node(fd, chunk * cs);
-
-						if (hn >= 0 && hn < (int)UC_MAX_NODES)
-							__atomic_store_n(home, (uint64_t)hn + 1,
-									 __ATOMIC_RELAXED);
-					}
-				}
+		if (t->run_chunks != 1 || t->run_cv != cv || t->run_hi != chunk ||
+		    t->run_file != file_id || t->run_cpu != cpu || 1ull << t->run_shift != cs) {
+			uc_run_flush();
+			t->run_cv = cv;
+			t->run_file = file_id;
+			t->run_shift = (uint8_t)__builtin_ctzll(cs);
+			t->run_hi = chunk;
+			t->run_chunks = 1;
+			t->run_bytes = t->run_lo_bytes = 0;
+			t->run_calls = t->run_runs = 0;
+			t->run_lo_runs = t->run_writes = t->run_nt = 0;
+			/* what its next calls may skip: only the call that opens it knows */
+			t->run_ff = i == 0 ? c->run_ff : UC_RUN_SEALED;
+			t->run_home = c->run_home;
+			t->run_fresh = c->run_fresh;
+			t->run_fd = fd;
+			t->run_cpu = cpu;
+		}
+		t->run_calls++;
+		if (is_write) {
+			t->run_writes++;
+			t->run_ff = UC_RUN_SEALED;
+		} else {
+			t->run_runs += !(i == 0 && cont && uc_in_chunk(o, cs) != 0);
+			t->run_bytes += part;
+			if (nt) {
+				t->run_nt++;
+				t->run_ff = UC_RUN_SEALED;
 			}
+			if (fd >= 0)
+				t->run_fd = fd;
 		}
 		left -= part;
 		o += part;
 		if (!left)
 			break;
 	}
+	if (t->run_chunks && t->run_calls >= UC_RUN_CALLS)
+		uc_run_flush();
+	t->busy = 0;
 }
 
 /* Spend one migration of the chunk's budget for this interval (MFC section 4.5). */
 int uc_take_budget(uint64_t file_id, uint64_t chunk, uint32_t budget)
 {
-	struct uc_ctr_slot *s = uc_slot(uc_ctr(), file_id, chunk);
+	struct uc_ctr_slot *s = uc_slot_at(uc_ctr(), file_id, chunk, 1);
 	uint64_t m;
 
 	if (!s) /* no counters (or the region is full): only an unlimited budget migrates */

@@ -61,6 +61,14 @@ int uc_claim_is_free(uint64_t word, uint32_t tid, uint64_t now_ns)
 	       (1ull << (UC_CLAIM_EXPIRY_BITS - 1));
 }
 
+int uc_claim_held_fresh(uint64_t word, uint32_t tid, uint64_t now_ns)
+{
+	uint64_t left = ((word >> UC_CLAIM_TID_BITS) - uc_now_ms(now_ns)) & UC_CLAIM_EXPIRY_MASK;
+
+	return tid != 0 && (word & UC_CLAIM_TID_MAX) == tid && left >= UC_CLAIM_LEASE_MS / 2 &&
+	       left <= UC_CLAIM_LEASE_MS;
+}
+
 uint64_t uc_claim_word(uint32_t tid, uint64_t now_ns)
 {
 	uint64_t expiry = (uc_now_ms(now_ns) + UC_CLAIM_LEASE_MS) & UC_CLAIM_EXPIRY_MASK;
@@ -160,8 +168,9 @@ void uc_claims_settle(uint64_t *claims, uint32_t nclaims, struct uc_decision d, 
 		uint64_t old = __atomic_load_n(&claims[d.vcpu], __ATOMIC_RELAXED);
 		uint64_t want = uc_claim_word(tid, now_ns);
 
-		/* unchanged within the same millisecond: no store, no cache line bouncing */
-		if (old != want && uc_claim_is_free(old, tid, now_ns))
+		/* held with half a lease or more left: no store, no cache line bouncing (a reader
+		 * renews its claim about twice a lease, not on every read) */
+		if (!uc_claim_held_fresh(old, tid, now_ns) && uc_claim_is_free(old, tid, now_ns))
 			(void)__atomic_compare_exchange_n(&claims[d.vcpu], &old, want, 0,
 							  __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 	}

@@ -19,7 +19,8 @@
  *      cur if it is one of the chunk's vCPUs, else home;
  *   6. a limited budget already spent (spent >= budget): NONE; else MIGRATE to target.
  * After STAY or MIGRATE at v the caller settles the claims (uc_claims_settle): it drops
- * its claims on other vCPUs and claims v, unless another live thread holds v.
+ * its claims on other vCPUs and claims v, unless another live thread holds v; a claim on v
+ * it already holds with at least half a lease left is left as it is.
  *
  * A thread the shim moved is pinned to one vCPU, which the guest's scheduler can no longer
  * change: when it reads a chunk the table does not place, the shim asks the rule with the
@@ -64,7 +65,7 @@ struct uc_read_facts {
 	uint64_t file_id;
 	uint64_t chunk;                    /* chunk index */
 	uint64_t spent;                    /* migrations spent on the chunk this interval */
-	uint64_t now_ns;                   /* CLOCK_MONOTONIC */
+	uint64_t now_ns;                   /* CLOCK_MONOTONIC_COARSE: the claims' clock */
 	int32_t cur;                       /* sched_getcpu(): -1 unknown */
 	uint32_t budget;                   /* UC_BUDGET_UNLIMITED: no limit */
 	uint32_t tid;                      /* the reader; 0 or > UC_CLAIM_TID_MAX never claims */
@@ -99,14 +100,18 @@ uint64_t uc_read_span(uint64_t n, uint64_t off, uint64_t chunk_size, uint64_t fi
 /*
  * After STAY or MIGRATE at d.vcpu: release `tid`'s claims on every other vCPU (compare-
  * and-swap: only while it still holds them) and claim d.vcpu until now + the lease if its
- * claim is free for `tid` (never overwriting another live thread's claim). NONE, a NULL
- * table or a tid that does not fit the word (0 or > UC_CLAIM_TID_MAX) change nothing.
+ * claim is free for `tid` (never overwriting another live thread's claim) and `tid` does
+ * not already hold it with at least half a lease left. NONE, a NULL table or a tid that
+ * does not fit the word (0 or > UC_CLAIM_TID_MAX) change nothing.
  */
 void uc_claims_settle(uint64_t *claims, uint32_t nclaims, struct uc_decision d, uint32_t tid,
 		      uint64_t now_ns);
 
 /* Is a claim word free for `tid` at now_ns: no holder, tid itself, or expired? */
 int uc_claim_is_free(uint64_t word, uint32_t tid, uint64_t now_ns);
+
+/* Does `tid` hold this claim with at least half a lease (and at most one) left at now_ns? */
+int uc_claim_held_fresh(uint64_t word, uint32_t tid, uint64_t now_ns);
 
 /* The claim word `tid` writes at now_ns: expiring one lease later. */
 uint64_t uc_claim_word(uint32_t tid, uint64_t now_ns);

@@ -63,3 +63,4 @@ int uc_guard_ready(void)
 		return 0;
 	return 1;
 }
+

@@ -1,136 +1,116 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uc_interpose_write.c - the interposed calls that change a file's bytes: write and pwrite
- * count (uc_post); they and writev, pwritev*, ftruncate* bump the file's generation before
- * and after the real call, so replicas in every process drop. Like every wrapper, they keep
- * the caller's errno across their own work.
+ * count (uc_post); they and writev, pwritev*, ftruncate* bump the generation of a file the
+ * table gives a replica, before and after the real call, so replicas in every process drop.
+ * Like every wrapper, they keep the caller's errno across their own work.
+ *
+ * Why only such files: a process serves a replica only of a chunk its table lookup marks
+ * replicated, and the agent fills one only for such a chunk, so a replica is filled only
+ * after the table that names it is published. A write during which the table changed
+ * bumps after it whenever the new table gives the file a replica (a fill may have run
+ * during the write). The generation is a fast hint besides: every serve also checks the
+ * file's fstat against the fill's (docs/replicas.md "Coherence").
  */
 #include "uc_shim.h"
+
+/* Before a write: the file's entry (NULL: pass through), the table generation and
+ * whether the file has a replica (its generation is then bumped now). No errno is
+ * touched: a bump is an atomic add. */
+static inline struct uc_fd *uc_write_enter(int fd, uint64_t *gen, int *bumped)
+{
+	struct uc_fd *e;
+
+	*bumped = 0;
+	if (!(e = uc_fd_file(fd)) || !(*gen = uc_table_gen()))
+		return NULL;
+	if (uc_fd_flags(e, *gen) & UC_FF_REPLICA) {
+		uc_gen_bump(uc_fd_id(e)); /* before: a replica fill running now fails */
+		*bumped = 1;
+	}
+	return e;
+}
+
+/* After it: bump again when the file had a replica before, or has one in a newer table. */
+static inline void uc_write_leave(struct uc_fd *e, uint64_t gen, int bumped)
+{
+	uint64_t now = uc_table_gen();
+
+	if (bumped || (now && now != gen && (uc_fd_flags(e, now) & UC_FF_REPLICA)))
+		uc_gen_bump(uc_fd_id(e)); /* after: no replica filled during the write survives */
+}
 
 static ssize_t uc_do_pwrite(int fd, const void *buf, size_t n, int64_t off, int cur)
 {
 	struct uc_call c;
+	struct uc_fd *e;
+	uint64_t gen = 0;
 	ssize_t r;
-	int saved, active, e0 = errno;
+	int bumped;
 
-	active = uc_ready() && uc_fd_classify(fd, &c.file_id, &c.off);
-	if (!cur && active)
-		c.off = off;
-	if (active)
-		uc_gen_bump(c.file_id); /* before: a replica fill running now fails */
-	errno = e0;
+	e = uc_write_enter(fd, &gen, &bumped);
+	if (!e)
+		return cur ? UC_REAL(write)(fd, buf, n) : UC_REAL(pwrite64)(fd, buf, n, (off64_t)off);
+	c.off = cur ? atomic_load_explicit(&e->pos, memory_order_relaxed) : off;
 	r = cur ? UC_REAL(write)(fd, buf, n) : UC_REAL(pwrite64)(fd, buf, n, (off64_t)off);
-	if (active) {
-		struct uc_hit h;
-
-		saved = errno;
-		uc_gen_bump(c.file_id); /* after: no replica filled during the write survives */
-		c.chunk_size = (c.off >= 0 && uc_lookup(c.file_id, (uint64_t)c.off, &h))
-				       ? h.chunk_size
-				       : 0;
-		c.nt = 0;
-		uc_post(fd, &c, r, cur, 1, 0);
-		errno = saved;
-	}
+	uc_write_leave(e, gen, bumped);
+	c.file_id = uc_fd_id(e);
+	c.chunk_size = uc_t.tp.chunk_size;
+	c.nt = 0;
+	c.run_ff = UC_RUN_SEALED; /* a write's run takes no read on the fast path */
+	c.run_home = c.run_fresh = UC_NO_HOME;
+	uc_post(fd, &c, r, cur, 1, 0);
 	return r;
 }
 
 UC_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
+	if (!uc_fd_file(fd))
+		return UC_REAL(write)(fd, buf, n);
 	return uc_do_pwrite(fd, buf, n, -1, 1);
 }
 
 UC_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
+	if (!uc_fd_file(fd))
+		return UC_REAL(pwrite)(fd, buf, n, off);
 	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
 }
 
 UC_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off)
 {
+	if (!uc_fd_file(fd))
+		return UC_REAL(pwrite64)(fd, buf, n, off);
 	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
 }
 
 /*
- * Other calls that change a file's bytes: they only bump the file's generation (before and
- * after), so replicas in every process drop at once (counting stays with write/pwrite).
+ * UC_BUMP_WRAP(type, name, params, args) defines the exported `type name params`: the real
+ * call between uc_write_enter and uc_write_leave (writev, pwritev*, ftruncate*: they only
+ * bump; counting stays with write and pwrite).
  */
-static inline void uc_bump_fd(int fd)
-{
-	uint64_t fid;
-	int64_t pos;
-	int e0 = errno;
+#define UC_BUMP_WRAP(type, name, params, args)                                      \
+	UC_EXPORT type name params                                                  \
+	{                                                                           \
+		uint64_t gen = 0;                                                   \
+		int bumped;                                                         \
+		struct uc_fd *e = uc_write_enter(fd, &gen, &bumped);                \
+		type r = UC_REAL(name) args;                                        \
+		if (e)                                                              \
+			uc_write_leave(e, gen, bumped);                             \
+		return r;                                                           \
+	}
 
-	if (uc_ready() && uc_fd_classify(fd, &fid, &pos))
-		uc_gen_bump(fid);
-	errno = e0;
-}
-
-UC_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
-{
-	ssize_t r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(writev)(fd, iov, cnt);
-	uc_bump_fd(fd);
-	return r;
-}
-
-UC_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
-{
-	ssize_t r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(pwritev)(fd, iov, cnt, off);
-	uc_bump_fd(fd);
-	return r;
-}
-
-UC_EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off)
-{
-	ssize_t r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(pwritev64)(fd, iov, cnt, off);
-	uc_bump_fd(fd);
-	return r;
-}
-
-UC_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
-{
-	ssize_t r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(pwritev2)(fd, iov, cnt, off, flags);
-	uc_bump_fd(fd);
-	return r;
-}
-
-UC_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags)
-{
-	ssize_t r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(pwritev64v2)(fd, iov, cnt, off, flags);
-	uc_bump_fd(fd);
-	return r;
-}
-
-UC_EXPORT int ftruncate(int fd, off_t len)
-{
-	int r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(ftruncate)(fd, len);
-	uc_bump_fd(fd);
-	return r;
-}
-
-UC_EXPORT int ftruncate64(int fd, off64_t len)
-{
-	int r;
-
-	uc_bump_fd(fd);
-	r = UC_REAL(ftruncate64)(fd, len);
-	uc_bump_fd(fd);
-	return r;
-}
+UC_BUMP_WRAP(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt))
+UC_BUMP_WRAP(ssize_t, pwritev, (int fd, const struct iovec *iov, int cnt, off_t off),
+	     (fd, iov, cnt, off))
+UC_BUMP_WRAP(ssize_t, pwritev64, (int fd, const struct iovec *iov, int cnt, off64_t off),
+	     (fd, iov, cnt, off))
+UC_BUMP_WRAP(ssize_t, pwritev2,
+	     (int fd, const struct iovec *iov, int cnt, off_t off, int flags),
+	     (fd, iov, cnt, off, flags))
+UC_BUMP_WRAP(ssize_t, pwritev64v2,
+	     (int fd, const struct iovec *iov, int cnt, off64_t off, int flags),
+	     (fd, iov, cnt, off, flags))
+UC_BUMP_WRAP(int, ftruncate, (int fd, off_t len), (fd, len))
+UC_BUMP_WRAP(int, ftruncate64, (int fd, off64_t len), (fd, len))

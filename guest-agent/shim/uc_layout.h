@@ -6,27 +6,44 @@
  * Mirrored in guest-agent/unicache_agent/shm.py; documented in docs/agent.md
  * ("Shared memory layout"). All integers are little-endian, naturally aligned.
  *
- * Table file (UNICACHE_TABLE, default /dev/shm/unicache-table):
- *   [uc_table_hdr 64 B][buffer 0][buffer 1]
+ * Table file (UNICACHE_TABLE, default /dev/shm/unicache-table), layout 5:
+ *   [uc_table_hdr 64 B][uc_table_cpus 256 B][buffer 0][buffer 1]
+ *   uc_table_cpus: the guest node of each CPU as the agent read it from sysfs (UC_NO_NODE:
+ *   none, or a node id >= UC_MAX_NODES), so that no process reads sysfs for it. The agent
+ *   may rewrite it in place, without a new gen, when it restarts on a changed topology:
+ *   readers read it live.
  *   buffer = [uc_table_buf 64 B][nbuckets x uc_entry 64 B]
- *   The agent writes the inactive buffer under that buffer's seqlock, then flips `active`.
+ *   The agent writes the inactive buffer under that buffer's seqlock, flips `active`, then
+ *   bumps `gen`: a reader that sees a new gen sees the new buffer.
+ *   Besides one entry per placed chunk, the table holds one *file entry* per file that any
+ *   chunk entry names (chunk == UC_FILE_CHUNK, flags: USED, the union of its chunks' COLOR
+ *   and REPLICA, and UC_ENTRY_HOMES when one of them has home vCPUs; budget, color,
+ *   replicas and mask 0). File entries count in nentries and in the capacity (nbuckets/2).
+ *   A process looks a file up once per table gen and descriptor; a file without one costs
+ *   no lookup per call.
  *
- * Counters files (layout 4): one per user, UNICACHE_COUNTERS/<euid> (default directory
+ * Counters files (layout 5): one per user, UNICACHE_COUNTERS/<euid> (default directory
  *   /dev/shm/unicache-counters), mode 0600, owned by that user and created whole by the
  *   first process of that user that maps it, in the layout the agent publishes in the table
  *   header (ctr_*). No user can write or shrink another's counters (docs/agent.md,
  *   "Per-user counters"). Each file:
  *   [uc_ctr_hdr 64 B][UC_MAX_VCPUS x u64 vCPU claims][region 0][region 1]
  *   [uc_gen_hdr 64 B][ngens x u64 generations]
- *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64 (bytes per vCPU)
- *   + nnodes x u64 (reads per guest node) + u64 home (guest node + 1 of the chunk's first
- *   page-cache page, 0 unknown), rounded to 64 B.
+ *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64 cells, rounded to
+ *   64 B. A cell holds what was read on one vCPU in the interval, packed so that one atomic
+ *   add counts a run of calls: bits 0..39 bytes, bits 40..63 runs (a read that does not
+ *   continue the thread's previous read of the chunk starts a run). The agent derives the
+ *   chunk's reads and bytes (sums) and its reads per guest node (through uc_table_cpus).
+ *   Cells wrap modulo their width within one interval: 2^40 bytes (1 TiB) and 2^24 runs
+ *   per chunk and vCPU between two harvests, far beyond a cache's bandwidth. A read on a
+ *   CPU at or above max_vcpus (or on an unknown one) counts one in `dropped`.
  *   The shim counts into region `active`; the agent flips `active`, waits a grace period,
  *   harvests and zeroes the other region.
  *   Generations (layout 2): one u64 per hash bucket of file ids, bumped before and after
- *   every write the shim sees and by the agent for writes it learns of (fanotify); a replica
- *   filled under one generation is not served under another. A fast hint only: every serve
- *   is also checked against fstat (docs/replicas.md "Coherence").
+ *   every write the shim sees to a file the table gives a replica, and by the agent for
+ *   writes it learns of (fanotify); a replica filled under one generation is not served
+ *   under another. A fast hint only: every serve is also checked against fstat
+ *   (docs/replicas.md "Coherence").
  *   vCPU claims (layout 3): one u64 per vCPU, the reading thread that holds it and until
  *   when (uc_decide.h: the rule that reads and writes them), updated by compare-and-swap.
  *   Words 0..max_vcpus-1 are used. Fixed size at a fixed offset, so that no header field a
@@ -43,13 +60,14 @@
 
 #define UC_TABLE_MAGIC 0x42544355u   /* "UCTB" */
 #define UC_CTR_MAGIC 0x54434355u     /* "UCCT" */
-/* 2: color/replica entries, generations; 3: claims; 4: per-user counters, ctr_* in table */
-#define UC_LAYOUT_VERSION 4u
+/* 2: color/replica entries, generations; 3: claims; 4: per-user counters, ctr_* in table;
+ * 5: file entries, the CPUs' nodes in the table, packed per-vCPU cells */
+#define UC_LAYOUT_VERSION 5u
 #define UC_MAX_VCPUS 256u            /* vCPU mask bits per entry */
 #define UC_MASK_WORDS (UC_MAX_VCPUS / 64u)
 #define UC_MAX_BUCKETS 65536u        /* hard bound the shim accepts */
 #define UC_MAX_SLOTS 65536u
-#define UC_MAX_NODES 32u             /* replica_nodes bits; per-node read counters */
+#define UC_MAX_NODES 32u             /* replica_nodes and node_mask bits */
 #define UC_MAX_GENS 65536u
 
 /* uc_entry.flags */
@@ -57,8 +75,22 @@
 #define UC_ENTRY_CACHING 2u
 #define UC_ENTRY_COLOR 4u            /* color_node is valid (SRM-buffer) */
 #define UC_ENTRY_REPLICA 8u          /* replica_nodes is valid (NCC) */
-/* table buffer flags: some entry has home vCPUs (without it, the table moves no thread) */
+#define UC_ENTRY_HOMES 16u           /* file entry: some chunk of the file has home vCPUs */
+/* the chunk index of a file entry (chunk indexes are below 2^48) */
+#define UC_FILE_CHUNK 0xffffffffffffffffull
+/* table buffer flags: valid; some entry has home vCPUs (without it, the table moves no
+ * thread); the agent reports home nodes (the host granted `replicas` and two or more guest
+ * nodes have CPUs): the shim then records each chunk's home */
+#define UC_TABLE_VALID 1u
 #define UC_TABLE_HOMES 2u
+#define UC_TABLE_NUMA 4u
+/* uc_table_cpus: a CPU without a node */
+#define UC_NO_NODE 0xffu
+/* uc_ctr_slot.home while one process looks it up, or when the page was not resident */
+#define UC_HOME_BUSY 0xffffull
+/* a counters cell: bytes in the low bits, runs above */
+#define UC_CELL_BYTES_BITS 40u
+#define UC_CELL_BYTES_MASK ((1ull << UC_CELL_BYTES_BITS) - 1ull)
 
 /* migration budget meaning "no limit" */
 #define UC_BUDGET_UNLIMITED 0xffffffffu
@@ -85,9 +117,14 @@ struct uc_table_hdr {
 	/* the counters layout of every user's file (layout 4): uc_ctr_len() */
 	uint32_t ctr_nslots;
 	uint32_t ctr_max_vcpus;
-	uint32_t ctr_nnodes;
+	uint32_t node_mask;  /* guest nodes 0..31 online, memory-only ones too (layout 5) */
 	uint32_t ctr_ngens;
 	uint8_t pad[8];
+};
+
+/* After the header (layout 5): each CPU's guest node, UC_NO_NODE when sysfs names none. */
+struct uc_table_cpus {
+	uint8_t cpu_node[UC_MAX_VCPUS];
 };
 
 struct uc_table_buf {
@@ -95,8 +132,8 @@ struct uc_table_buf {
 	uint64_t version;       /* host table version */
 	uint64_t chunk_size;    /* bytes, power of two */
 	uint64_t min_read_size; /* MFC section 4.5: shorter reads never migrate */
-	uint32_t nentries;
-	uint32_t flags;         /* bit 0: valid; UC_TABLE_HOMES */
+	uint32_t nentries;      /* chunk and file entries */
+	uint32_t flags;         /* UC_TABLE_VALID, UC_TABLE_HOMES, UC_TABLE_NUMA */
 	uint8_t pad[24];
 };
 
@@ -120,7 +157,7 @@ struct uc_ctr_hdr {
 	uint32_t slot_size; /* bytes */
 	uint64_t dropped[2];  /* per region: reads not counted because the region was full */
 	uint64_t clients;     /* processes that mapped the counters (monotonic) */
-	uint32_t nnodes;      /* per-node read counters per slot (<= UC_MAX_NODES) */
+	uint32_t reserved;    /* 0 (layout 4: per-node counters per slot) */
 	uint32_t ngens;       /* file generations, power of two <= UC_MAX_GENS */
 	uint64_t inserts;     /* slots taken, both regions (monotonic): the agent's cue that a
 			       * chunk was read for the first time since its last harvest */
@@ -142,12 +179,14 @@ struct uc_ctr_slot {
 	uint64_t key;        /* 0 = empty; uc_slot_key(file_id, chunk) */
 	uint64_t file_id;
 	uint64_t chunk;
-	uint64_t bytes;
-	uint64_t reads;
 	uint64_t writes;
-	uint64_t migrations;
+	uint64_t migrations; /* this interval: the chunk's migration budget spent */
 	uint64_t nt_reads;
-	/* followed by uint64_t vcpu_bytes[max_vcpus] */
+	/* guest node + 1 of the chunk's first page-cache page (NCC tables only), 0 unknown,
+	 * UC_HOME_BUSY while one process looks it up or when the page was not resident */
+	uint64_t home;
+	uint64_t pad;
+	/* followed by uint64_t cell[max_vcpus]: (runs << UC_CELL_BYTES_BITS) | bytes */
 };
 
 /*
@@ -208,6 +247,7 @@ struct uc_rep_rsp {
 };
 
 _Static_assert(sizeof(struct uc_table_hdr) == 64, "table header is 64 bytes");
+_Static_assert(sizeof(struct uc_table_cpus) == 256, "the CPUs' nodes are 256 bytes");
 _Static_assert(sizeof(struct uc_table_buf) == 64, "table buffer header is 64 bytes");
 _Static_assert(sizeof(struct uc_entry) == 64, "entry is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_hdr) == 64, "counter header is 64 bytes");
@@ -219,24 +259,31 @@ _Static_assert(sizeof(struct uc_rep_rsp) == 16, "replica answer is 16 bytes");
 _Static_assert(UC_CTR_CLAIMS_OFF == sizeof(struct uc_ctr_hdr), "claims follow the header");
 _Static_assert(UC_CTR_REGIONS_OFF % 64 == 0, "regions start on a cache line");
 
-/* Bytes of one counters slot: head, per-vCPU bytes, per-node reads, home; 64 B aligned. */
-static inline uint32_t uc_slot_size(uint32_t max_vcpus, uint32_t nnodes)
+/* Where the buffers start in the table file. */
+#define UC_TABLE_BUFS_OFF (sizeof(struct uc_table_hdr) + sizeof(struct uc_table_cpus))
+
+/* Bytes of one counters slot: head and one cell per vCPU; 64 B aligned. */
+static inline uint32_t uc_slot_size(uint32_t max_vcpus)
 {
-	uint32_t raw = (uint32_t)sizeof(struct uc_ctr_slot) + 8u * (max_vcpus + nnodes + 1u);
+	uint32_t raw = (uint32_t)sizeof(struct uc_ctr_slot) + 8u * max_vcpus;
 
 	return (raw + 63u) / 64u * 64u;
 }
 
 /* Bytes of a counters file of this layout; 0 when a field is out of its bounds. */
-static inline uint64_t uc_ctr_len(uint32_t nslots, uint32_t max_vcpus, uint32_t nnodes,
-				  uint32_t ngens)
+static inline uint64_t uc_ctr_len(uint32_t nslots, uint32_t max_vcpus, uint32_t ngens)
 {
 	if (nslots == 0 || nslots > UC_MAX_SLOTS || (nslots & (nslots - 1u)) || max_vcpus == 0 ||
-	    max_vcpus > UC_MAX_VCPUS || nnodes == 0 || nnodes > UC_MAX_NODES || ngens == 0 ||
-	    ngens > UC_MAX_GENS || (ngens & (ngens - 1u)))
+	    max_vcpus > UC_MAX_VCPUS || ngens == 0 || ngens > UC_MAX_GENS || (ngens & (ngens - 1u)))
 		return 0;
-	return UC_CTR_REGIONS_OFF + 2ull * nslots * uc_slot_size(max_vcpus, nnodes) +
+	return UC_CTR_REGIONS_OFF + 2ull * nslots * uc_slot_size(max_vcpus) +
 	       sizeof(struct uc_gen_hdr) + 8ull * ngens;
+}
+
+/* A cell's add for `runs` runs of `bytes` bytes. */
+static inline uint64_t uc_cell(uint64_t runs, uint64_t bytes)
+{
+	return runs << UC_CELL_BYTES_BITS | (bytes & UC_CELL_BYTES_MASK);
 }
 
 /* splitmix64 finalizer: the one mixing function both sides use */

@@ -57,8 +57,7 @@ static struct uc_ctr_hdr uc_ctr_hdr_of(const struct uc_table_hdr *th)
 	h.layout = UC_LAYOUT_VERSION;
 	h.nslots = th->ctr_nslots;
 	h.max_vcpus = th->ctr_max_vcpus;
-	h.slot_size = uc_slot_size(th->ctr_max_vcpus, th->ctr_nnodes);
-	h.nnodes = th->ctr_nnodes;
+	h.slot_size = uc_slot_size(th->ctr_max_vcpus);
 	h.ngens = th->ctr_ngens;
 	return h;
 }
@@ -95,7 +94,7 @@ static int uc_ctr_matches(const void *p, const struct uc_ctr_hdr *want)
 	memcpy(&have, p, sizeof(have));
 	return have.magic == want->magic && have.layout == want->layout &&
 	       have.nslots == want->nslots && have.max_vcpus == want->max_vcpus &&
-	       have.slot_size == want->slot_size && have.nnodes == want->nnodes &&
+	       have.slot_size == want->slot_size && have.reserved == want->reserved &&
 	       have.ngens == want->ngens;
 }
 
@@ -127,8 +126,7 @@ static void *uc_map_counters(const struct uc_table_hdr *th, size_t *len)
 	char path[sizeof(uc.ctr_dir) + 16];
 	uid_t uid = geteuid();
 	struct uc_ctr_hdr want = uc_ctr_hdr_of(th);
-	size_t need = (size_t)uc_ctr_len(th->ctr_nslots, th->ctr_max_vcpus, th->ctr_nnodes,
-					 th->ctr_ngens);
+	size_t need = (size_t)uc_ctr_len(th->ctr_nslots, th->ctr_max_vcpus, th->ctr_ngens);
 	struct stat st;
 	void *p;
 	int fd, n, attempt;
@@ -190,12 +188,12 @@ int uc_try_map(void)
 	if (th->magic != UC_TABLE_MAGIC || th->layout != UC_LAYOUT_VERSION ||
 	    th->nbuckets == 0 || th->nbuckets > UC_MAX_BUCKETS ||
 	    (th->nbuckets & (th->nbuckets - 1)) ||
-	    !uc_ctr_len(th->ctr_nslots, th->ctr_max_vcpus, th->ctr_nnodes, th->ctr_ngens)) {
+	    !uc_ctr_len(th->ctr_nslots, th->ctr_max_vcpus, th->ctr_ngens)) {
 		uc_warn("bad table header in", uc.table_path);
 		goto fail;
 	}
-	need = sizeof(*th) + 2 * (sizeof(struct uc_table_buf) +
-				  (size_t)th->nbuckets * sizeof(struct uc_entry));
+	need = UC_TABLE_BUFS_OFF + 2 * (sizeof(struct uc_table_buf) +
+					(size_t)th->nbuckets * sizeof(struct uc_entry));
 	if (tlen < need) {
 		uc_warn("short table file", uc.table_path);
 		goto fail;
@@ -208,11 +206,11 @@ int uc_try_map(void)
 		ret = -ENOMEM;
 		goto fail;
 	}
-	views->t = (struct uc_tbl_view){t, th->nbuckets};
+	views->t = (struct uc_tbl_view){t, (const void *)((const unsigned char *)t + sizeof(*th)),
+					th->nbuckets};
 	if (c) {
-		views->c = (struct uc_ctr_view){c, th->ctr_nslots,
-						uc_slot_size(th->ctr_max_vcpus, th->ctr_nnodes),
-						th->ctr_max_vcpus, th->ctr_nnodes};
+		views->c = (struct uc_ctr_view){c, th->ctr_nslots, uc_slot_size(th->ctr_max_vcpus),
+						th->ctr_max_vcpus};
 		uc.ngens = th->ctr_ngens;
 		__atomic_store_n(&uc.gens,
 				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + UC_CTR_REGIONS_OFF +
@@ -220,9 +218,14 @@ int uc_try_map(void)
 								       views->c.slot_size),
 				 __ATOMIC_RELEASE);
 	}
+	/* another salt (a new boot's table): every file id is computed again */
+	if (atomic_load(&uc.salt) && atomic_load(&uc.salt) != th->salt)
+		uc_fd_forget_ids();
+	atomic_store(&uc.salt, th->salt);
 	__atomic_store_n(&uc.table, &views->t, __ATOMIC_RELEASE);
 	__atomic_store_n(&uc.ctr, c ? &views->c : NULL, __ATOMIC_RELEASE);
-	uc.salt = th->salt;
+	atomic_fetch_add(&uc.epoch, 1);
+	__atomic_store_n(&uc.thdr, (const struct uc_table_hdr *)t, __ATOMIC_RELEASE);
 	if (c)
 		__atomic_fetch_add(&c->clients, 1, __ATOMIC_RELAXED);
 	atomic_store_explicit(&uc.mapped, 1, memory_order_release);
@@ -243,4 +246,5 @@ void uc_retire(void)
 {
 	atomic_store_explicit(&uc.mapped, 0, memory_order_release);
 	atomic_store_explicit(&uc.next_try_ns, 0, memory_order_relaxed);
+	uc_t.gen = 0; /* this thread's parameters are the old table's */
 }

@@ -8,23 +8,30 @@
 
 /* this thread's id for the vCPU claims, 0 until asked (reset in a fork child) */
 static UC_TLS uint32_t uc_tid_cached;
-/* the shim moved this thread: it is pinned to one vCPU (a fork child inherits both) */
-UC_TLS int uc_pinned;
-/* the size of file uc_size_file when this thread's stream of it began (uc_span) */
-static UC_TLS uint64_t uc_size_file;
-static UC_TLS uint64_t uc_size = UINT64_MAX;
 
-void uc_tid_atfork_child(void)
+/* The main thread's id is the process id, which the constructor knows: its claims need
+ * no system call at all. */
+void uc_tid_main(void)
 {
-	uc_tid_cached = 0; /* the child's thread has a tid of its own */
+	long pid = (long)getpid();
+
+	uc_tid_cached = pid > 0 && pid <= (long)UC_CLAIM_TID_MAX ? (uint32_t)pid : UINT32_MAX;
 }
 
-/* The vCPU claims' clock: precise, because a claim lasts only UC_CLAIM_LEASE_NS. */
+/* A fork child's only thread is its main one: its id is the child's pid. */
+void uc_tid_atfork_child(void)
+{
+	uc_tid_main();
+}
+
+/* The vCPU claims' clock: CLOCK_MONOTONIC at the tick's resolution (a jiffy, 1-10 ms
+ * against a lease of UC_CLAIM_LEASE_NS), read from the vDSO without the TSC: every
+ * process of the guest reads the same clock, so claims compare alike everywhere. */
 static uint64_t uc_mono_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -68,34 +75,66 @@ static uint64_t uc_spent(uint64_t file_id, uint64_t chunk, uint32_t budget)
 
 /*
  * The read's span (uc_read_span, uc_decide.h): the rest of the chunk for a sequential
- * reader. The file's size matters only when the rest of the chunk could reach
- * min_read_size, and is asked once per stream (one fstat when a stream starts at offset
- * 0, or continues a file whose size this thread has not asked): a file that grows or
- * shrinks while one thread scans it only moves the estimate, never the bytes read.
+ * reader, clipped at the file's size as it was when the descriptor was opened (no fstat
+ * here): a file that grows or shrinks while one thread scans it only moves the estimate,
+ * never the bytes read.
  */
-uint64_t uc_span(int fd, uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h)
+uint64_t uc_span(struct uc_fd *e, uint64_t file_id, uint64_t off, size_t n,
+		 const struct uc_hit *h)
 {
-	uint64_t prev = file_id == uc_seq_file ? uc_seq_end : UINT64_MAX;
-	uint64_t span = uc_read_span(n, off, h->chunk_size, UINT64_MAX, prev);
-	struct stat st;
+	uint64_t prev = file_id == uc_t.seq_file ? uc_t.seq_end : UINT64_MAX;
+	int64_t size = atomic_load_explicit(&e->size, memory_order_relaxed);
 
-	if (n >= h->min_read_size || span < h->min_read_size)
+	if (n >= h->min_read_size)
 		return n;
-	if (off == 0 || uc_size_file != file_id) {
-		if (fstat(fd, &st) < 0)
-			return n;
-		uc_size_file = file_id;
-		uc_size = (uint64_t)st.st_size;
-	}
-	return uc_read_span(n, off, h->chunk_size, uc_size, prev);
+	return uc_read_span(n, off, h->chunk_size, size >= 0 ? (uint64_t)size : UINT64_MAX,
+			    prev);
+}
+
+/*
+ * Steps 1-2 of the rule and the settle, for the common case, without the rule's walk: the
+ * thread already holds the claim of the CPU it runs on, a vCPU of the chunk, with at least
+ * half a lease left. uc_decide would say STAY (a claim the thread holds is free for it)
+ * and uc_claims_settle would change nothing (the thread holds no other claim, and a fresh
+ * one is not renewed), so this is the rule, not a shortcut around it.
+ */
+static int uc_still_home(const struct uc_hit *h, const uint64_t *claims, uint32_t nclaims,
+			 int cur)
+{
+	uint32_t tid = uc_tid_cached;
+
+	if (cur < 0 || (uint32_t)cur >= nclaims || !tid || tid == UINT32_MAX ||
+	    !(h->mask[cur / 64] >> (cur % 64) & 1u))
+		return 0;
+	return uc_claim_held_fresh(__atomic_load_n(&claims[cur], __ATOMIC_RELAXED), tid,
+				   uc_mono_ns());
+}
+
+/* The claim this thread holds on v now, as a stay (vCPU -1 when it holds none). */
+static struct uc_stay uc_stay_on(const uint64_t *claims, uint32_t nclaims, int v)
+{
+	struct uc_stay none = {-1, 0};
+	uint64_t word;
+
+	if (!claims || v < 0 || (uint32_t)v >= nclaims || !uc_tid_cached ||
+	    uc_tid_cached == UINT32_MAX)
+		return none;
+	word = __atomic_load_n(&claims[v], __ATOMIC_RELAXED);
+	if ((word & UC_CLAIM_TID_MAX) != uc_tid_cached)
+		return none;
+	return (struct uc_stay){v, (word >> UC_CLAIM_TID_BITS) - UC_CLAIM_LEASE_MS / 2};
 }
 
 /*
  * Run the read on the vCPU the rule of uc_decide.h picks: stay, or move the thread to that
- * single CPU, spending one migration of the chunk's budget; then claim that vCPU.
+ * single CPU, spending one migration of the chunk's budget; then claim that vCPU. Returns
+ * the claim the thread holds afterwards (uc_in_run's stay), vCPU -1 when the rule said
+ * nothing or took no claim.
  */
-void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct uc_hit *h)
+struct uc_stay uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n,
+				const struct uc_hit *h)
 {
+	struct uc_stay none = {-1, 0};
 	struct uc_read_facts f;
 	struct uc_decision d;
 	uint64_t *claims;
@@ -104,35 +143,38 @@ void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct u
 
 	/* step 1 of the rule, before any clock or counter is read: most reads end here */
 	if (n < h->min_read_size)
-		return;
+		return none;
+	f.cur = uc_cpu();
+	claims = uc_claims(uc_ctr(), &nclaims);
+	if (claims && uc_still_home(h, claims, nclaims, f.cur))
+		return uc_stay_on(claims, nclaims, f.cur);
 	f.n = n;
 	f.min_read_size = h->min_read_size;
 	memcpy(f.mask, h->mask, sizeof(f.mask));
 	memcpy(f.allowed, uc_orig_words, sizeof(f.allowed));
 	f.file_id = file_id;
-	f.chunk = off / h->chunk_size;
+	f.chunk = uc_chunk_of(off, h->chunk_size);
 	f.budget = h->budget;
 	f.spent = uc_spent(file_id, f.chunk, h->budget);
 	f.now_ns = uc_mono_ns();
-	f.cur = sched_getcpu();
 	f.tid = uc_tid();
 	f.pad = 0;
-	claims = uc_claims(uc_ctr(), &nclaims);
 	d = uc_decide(&f, claims, nclaims);
 	if (d.action == UC_ACT_NONE)
-		return;
+		return none;
 	if (d.action == UC_ACT_MIGRATE) {
 		/* MFC section 4.5 competitive rule: spend one; another thread may have been first */
 		if (!uc_take_budget(file_id, f.chunk, h->budget))
-			return;
+			return none;
 		CPU_ZERO(&want);
 		CPU_SET(d.vcpu, &want);
 		/* not moved (a cpuset forbids it): then it does not hold the vCPU either */
 		if (sched_setaffinity(0, sizeof(want), &want) < 0)
-			return;
-		uc_pinned = 1;
+			return none;
+		uc_t.pinned = 1;
 	}
 	uc_claims_settle(claims, nclaims, d, f.tid, f.now_ns);
+	return uc_stay_on(claims, nclaims, d.vcpu);
 }
 
 /* Give a thread the shim pinned the CPUs it had when the shim loaded (uc_call.c: a table
@@ -142,5 +184,5 @@ void uc_unpin(void)
 {
 	if (uc_orig_valid)
 		(void)sched_setaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask);
-	uc_pinned = 0;
+	uc_t.pinned = 0;
 }

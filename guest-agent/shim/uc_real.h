@@ -47,6 +47,14 @@ typedef ssize_t (*uc_pwritev2_t)(int, const struct iovec *, int, off_t, int);
 typedef ssize_t (*uc_pwritev64v2_t)(int, const struct iovec *, int, off64_t, int);
 typedef int (*uc_ftruncate_t)(int, off_t);
 typedef int (*uc_ftruncate64_t)(int, off64_t);
+typedef FILE *(*uc_fopen_t)(const char *, const char *);
+typedef FILE *(*uc_freopen_t)(const char *, const char *, FILE *);
+typedef int (*uc_prctl_t)(int, unsigned long, unsigned long, unsigned long, unsigned long);
+typedef long (*uc_syscall_t)(long, long, long, long, long, long, long);
+typedef int (*uc_openat2_t)(int, const char *, int);
+typedef int (*uc_close_range_t)(unsigned, unsigned, int);
+typedef void (*uc_closefrom_t)(int);
+typedef int (*uc_fcntl_t)(int, int, ...);
 
 struct uc_real_fns {
 	uc_read_t read;
@@ -92,6 +100,18 @@ struct uc_real_fns {
 	uc_pwritev64v2_t pwritev64v2;
 	uc_ftruncate_t ftruncate;
 	uc_ftruncate64_t ftruncate64;
+	uc_fopen_t fopen;
+	uc_fopen_t fopen64;
+	uc_freopen_t freopen;
+	uc_freopen_t freopen64;
+	uc_prctl_t prctl;
+	uc_syscall_t syscall;
+	uc_openat2_t openat_2;
+	uc_openat2_t openat64_2;
+	uc_close_range_t close_range;
+	uc_closefrom_t closefrom;
+	uc_fcntl_t fcntl;
+	uc_fcntl_t fcntl64;
 };
 
 /* filled one function at a time by UC_REAL / UC_REAL_SYM; never reset */

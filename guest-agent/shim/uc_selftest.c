@@ -14,6 +14,9 @@
  *                                          "cpu=N mask=a,b,..." (where the thread ended)
  *   uc_selftest bench FILE SIZE SECONDS    read() throughput in MB/s (pread-style loop
  *                                          over a cached file: lseek 0 + read SIZE)
+ *   uc_selftest seccomp PLACED UNPLACED    each kind of call in a child under a seccomp
+ *                                          filter that allows only that call's system
+ *                                          call: the shim adds none (uc_selftest_seccomp.c)
  *   uc_selftest abbench FILE SIZE SECONDS  the same, in one process under LD_PRELOAD:
  *                                          blocks of 8 calls through the shim's read()
  *                                          alternate with blocks through libc's own
@@ -48,8 +51,10 @@ int main(int argc, char **argv)
 		return cmd_bench(argv);
 	if (argc == 5 && strcmp(argv[1], "abbench") == 0)
 		return cmd_abbench(argv);
+	if (argc == 4 && strcmp(argv[1], "seccomp") == 0)
+		return cmd_seccomp(argv);
 	fprintf(stderr, "usage: uc_selftest check SEED ITERS FILE... | threads SEED ITERS FILE | "
-			"migrate FILE SIZE CPU | "
+			"migrate FILE SIZE CPU | seccomp PLACED UNPLACED | "
 			"bench|abbench FILE SIZE SECONDS\n");
 	return 2;
 }

@@ -8,6 +8,7 @@
  *   uc_selftest_threads.c  threads: 4 threads of random reads against raw syscalls
  *   uc_selftest_migrate.c  migrate: where one read() left the thread
  *   uc_selftest_bench.c    bench, abbench: read() throughput
+ *   uc_selftest_seccomp.c  seccomp: no system call of the shim's on the read path
  */
 #ifndef UC_SELFTEST_H
 #define UC_SELFTEST_H
@@ -28,5 +29,6 @@ int cmd_threads(char **argv);
 int cmd_migrate(char **argv);
 int cmd_bench(char **argv);
 int cmd_abbench(char **argv);
+int cmd_seccomp(char **argv);
 
 #endif /* UC_SELFTEST_H */

@@ -3,12 +3,26 @@
  * uc_shim.h - what the files of libunicache.so share: the settings, the process's state,
  * the real functions, and the functions and small inline helpers used across files.
  *
- * libunicache.so is the LD_PRELOAD half of MFC in a guest.
+ * libunicache.so is the LD_PRELOAD half of MFC in a guest. It is preloaded only into what
+ * the operator scoped (a unit's drop-in, or /etc/ld.so.preload with a cgroup, an
+ * executable or "everywhere" in shim.conf: uc_scope.c), and is off in setuid programs, in
+ * PID 1 and everywhere when the kernel command line says unicache.shim=off.
+ *
+ * The guest's programs come first, so the read path is built in two layers:
+ *   - every call on a regular file costs a few loads: the descriptor's cache line (its file
+ *     id, offset and the decision of the current table generation: does the table name the
+ *     file at all?), the table header's generation, and this thread's open run of counts.
+ *     No system call but the call's own, no lookup, no atomic: counts gather per thread and
+ *     go to the shared counters once per chunk run (uc_counters.c), exactly;
+ *   - only a file the table names (a file entry, uc_layout.h) pays for the chunk lookup and
+ *     the mechanisms, and only a process where they may act makes their system calls
+ *     (uc_sandbox.c: never under a seccomp filter unless told).
  *
  * For read, pread, readv, preadv, preadv2 (and their *64 and fortified variants) and
- * sendfile on regular files it:
+ * sendfile on regular files of a named file it:
  *   1. looks the chunk (file id, offset / chunk_size) up in the placement table the
- *      agent publishes in shared memory (lock-free, seqlock over a double buffer);
+ *      agent publishes in shared memory (lock-free, seqlock over a double buffer; the last
+ *      entry is kept per thread, so a sequential reader looks up once per chunk);
  *   2. when the chunk's home vCPUs do not include the current CPU, the read's span (its
  *      size, or for a sequential reader the rest of the chunk: uc_read_span) is at least
  *      min_read_size and the chunk's migration budget for this interval is not spent,
@@ -18,37 +32,42 @@
  *   3. for chunks marked non-caching, serves pread through an mmap of the file copied
  *      with prefetchnta loads (MFC section 4.3, 5), falling back to the plain call on
  *      anything unusual;
- *   4. counts bytes per chunk per vCPU and reads per guest node in the shared counters,
- *      and once per chunk per interval the guest node of its first page-cache page;
- *   5. for chunks with a color node (SRM-buffer), makes the real call under a preferred
+ *   4. for chunks with a color node (SRM-buffer), makes the real call under a preferred
  *      memory policy for that node, so the page cache it brings in lands there;
- *   6. for chunks replicated on the calling thread's node (NCC), serves the call (any of
- *      them) from the agent's guest-wide replica on that node, mapped read-only, checked
+ *   5. for chunks replicated on the calling thread's node (NCC), serves read, pread and
+ *      sendfile from the agent's guest-wide replica on that node, mapped read-only, checked
  *      against the file's fstat and generations on every serve (docs/replicas.md).
+ * Every call on a regular file, named or not, is counted: bytes and runs per chunk and
+ * vCPU, and in guests where NCC runs, once per chunk and interval the guest node of its
+ * first page-cache page.
  *
  * It never changes what the call returns: every path either is the real call or
- * produces exactly its bytes, return value, errno and file offset. Without the table
- * (no agent) every call is the plain call.
+ * produces exactly its bytes, return value, errno and file offset. It never reads memory
+ * the caller points to before the call (the iovec array of readv is not read; sendfile's
+ * offset only for a named file), so a bad pointer gets the kernel's EFAULT. Without the
+ * table (no agent) every call is the plain call.
  *
  * See docs/agent.md for the layout, the limits and the non-temporal path.
  *
  * One concern per file, in the order a read meets them:
  *   uc_interpose_read.c   read, pread, readv, preadv*, sendfile (and *64, fortified)
  *   uc_call.c             the per-call logic: uc_pre before the real call, uc_post after
- *   uc_fdcache.c          which fds are countable regular files, their file id and offset
- *   uc_table.c            a chunk's entry in the agent's placement table
+ *   uc_fdcache.c          descriptors: classified when opened, their file's decision
+ *   uc_table.c            the table's parameters and a chunk's or a file's entry
  *   uc_migrate.c          moving the thread to the chunk's vCPU (rule: uc_decide.c)
  *   uc_ntpath.c           pread through an mmap copied with prefetchnta (copy: uc_nt.c)
  *   uc_colors.c           a preferred memory policy around the call (SRM-buffer)
  *   uc_replicas.c         serving from the agent's node-local replicas (NCC)
  *   uc_repclient.c        asking the agent for a replica (its socket)
  *   uc_guard.c            the fault guard of the copies from mappings
- *   uc_counters.c         the shared per-chunk counters
- *   uc_nodes.c            guest NUMA nodes
+ *   uc_counters.c         this thread's run of counts and the shared per-chunk counters
+ *   uc_nodes.c            guest NUMA nodes (from the table) and a page's node
  * and around them:
  *   uc_interpose_write.c  write, pwrite*, writev, ftruncate*: counts and generations
- *   uc_interpose_fd.c     lseek, close, dup*, open*, pipe*, socket*, accept*: the fd cache
- *   uc_state.c            settings from the environment and the constructor
+ *   uc_interpose_fd.c     lseek, close, dup*, open*, fopen*, pipe*, socket*, accept*
+ *   uc_state.c            settings, the constructor and the destructor
+ *   uc_scope.c            whether this process is in the operator's scope (shim.conf)
+ *   uc_sandbox.c          whether the mechanisms may make their system calls (seccomp)
  *   uc_map.c              mapping the agent's table and this user's counters file
  *   uc_real.c, uc_real.h  the real functions (dlsym RTLD_NEXT)
  *   uc_export.c           the caps marker and the helpers for tests and the bench
@@ -98,11 +117,17 @@
 
 #define UC_DEFAULT_TABLE "/dev/shm/unicache-table"
 #define UC_DEFAULT_COUNTERS "/dev/shm/unicache-counters"
-#define UC_FD_CACHE 65536          /* fds below this get a cached file id */
+#define UC_DEFAULT_CONF "/etc/unicache-agent/shim.conf"
+#define UC_FD_CACHE 65536          /* fds below this are classified; others pass through */
 #define UC_MAX_SPLIT 16            /* a read is counted over at most this many chunks */
 #define UC_PROBES 32               /* counter slots probed before a read is dropped */
 #define UC_RETRY_NS 1000000000ll   /* retry mapping the table once a second */
+#define UC_RETRY_CALLS 1024        /* ... checked on every this many calls without a table */
 #define UC_SEQ_RETRIES 64          /* table reads retried before giving up */
+#define UC_RUN_CALLS 64            /* a run of counts goes to the counters after this many calls */
+#define UC_RUN_CHUNKS 16           /* ... or when a sequential reader spans this many chunks */
+#define UC_RUN_SEALED 0xffu        /* uc_thread.run_ff: a run no call joins on the fast path */
+#define UC_NO_HOME 0xffffu         /* uc_thread.run_home: no vCPU to stay on */
 #define UC_REPLICA_SLOTS 64        /* replica mappings per process */
 #define UC_DEFAULT_REPLICAS "/run/unicache/replicas"
 #define UC_REPLICA_MARGIN_MS 20    /* default UNICACHE_REPLICA_MARGIN_MS (> a jiffy) */
@@ -110,7 +135,6 @@
 #define UC_REP_RETRY_NS 1000000000ll /* a replica the agent refused: asked again after this */
 #define UC_COARSE_FS_MARGIN_NS 2000000000ll /* ctime with zero nanoseconds: a coarse fs */
 #define UC_POLICY_BITS 1024        /* nodemask bits for get/set_mempolicy */
-#define UC_HOME_BUSY 0xffffull     /* home field: being looked up, or not resident */
 
 /* mempolicy ABI (linux/mempolicy.h), raw system calls: no libnuma */
 #define UC_MPOL_PREFERRED 1
@@ -132,36 +156,51 @@
  */
 struct uc_tbl_view {
 	const struct uc_table_hdr *hdr;
+	const struct uc_table_cpus *cpus;
 	uint32_t nbuckets;
 };
 
 struct uc_ctr_view {
 	struct uc_ctr_hdr *hdr;
-	uint32_t nslots, slot_size, max_vcpus, nnodes;
+	uint32_t nslots, slot_size, max_vcpus;
 };
 
+/* the mechanisms' permission to make their system calls (uc_sandbox.c) */
+enum { UC_ACT_UNKNOWN = 0, UC_ACT_YES = 1, UC_ACT_NO = 2 };
+
 struct uc_state {
-	int disabled;                      /* UNICACHE_DISABLE=1 */
+	/* what a call reads: the first cache line */
+	_Atomic int mapped;                /* table (and maybe counters) usable */
+	_Atomic int act;                   /* UC_ACT_*: may the mechanisms make system calls */
+	const struct uc_table_hdr *thdr;   /* the mapped table's header (NULL before) */
+	_Atomic uint64_t epoch;            /* mappings made: a generation is (epoch, gen) */
+	const struct uc_ctr_view *ctr;     /* NULL without counters */
+	ptrdiff_t rseq_cpu;                /* the rseq area's cpu_id from the thread pointer;
+					    * 0: no rseq (uc_cpu asks sched_getcpu) */
+	ptrdiff_t tls_off;                 /* uc_t from the thread pointer (uc_me) */
+	uc_read_t real_read;               /* libc's read and pread64, for a run's calls */
+	uc_pread64_t real_pread64;
+	/* the rest */
+	_Atomic uint64_t salt;
+	_Atomic int on;                    /* in scope and not switched off (uc_state.c) */
 	int nt_read;                       /* UNICACHE_NT_READ=1: non-temporal read() too */
 	int nt_off;                        /* UNICACHE_NT=0: never use the mmap path */
 	int rep_off;                       /* UNICACHE_REPLICA=0: never serve replicas */
 	int color_off;                     /* UNICACHE_COLOR=0: never set a memory policy */
+	int act_seccomp;                   /* UNICACHE_SECCOMP=act: act under a filter too */
 	long long rep_margin_ns;           /* UNICACHE_REPLICA_MARGIN_MS */
 	long long rep_wait_ns;             /* UNICACHE_REPLICA_WAIT_MS */
 	char rep_sock[256];                /* UNICACHE_REPLICAS/socket: the agent's replicas */
-	_Atomic int mapped;                /* table and counters usable */
 	_Atomic long long next_try_ns;
 	atomic_flag mapping;
 	const struct uc_tbl_view *table;
-	const struct uc_ctr_view *ctr;     /* NULL without counters */
 	struct uc_gen_hdr *gens;           /* statistics + generations; NULL without counters */
 	uint32_t ngens;
-	uint64_t salt;
 	long pagesz;
 	char table_path[256];
 	char ctr_dir[256];                 /* UNICACHE_COUNTERS: one file per user inside */
 	int warned;
-};
+} __attribute__((aligned(64)));
 extern struct uc_state uc;
 
 /* the CPUs the process could use when the shim loaded, as the rule's vCPU bit mask (empty
@@ -181,28 +220,154 @@ static inline long long uc_now_ns(void)
 
 int uc_try_map(void);
 void uc_retire(void);
+int uc_retry_map(int from_open);
 
-/* Is the table usable? Retries mapping at most once a second. */
+/*
+ * Is the table usable? Without one (a process started before the agent), the shim maps
+ * it at most once a second: from an open, which makes system calls anyway, and from a
+ * read only where the mechanisms are known to be allowed theirs (uc_may_act), looking at
+ * the clock once every UC_RETRY_CALLS calls of a thread. So a read under a seccomp filter
+ * never opens the table.
+ */
 static inline int uc_ready(void)
 {
-	long long now;
-
 	if (__builtin_expect(atomic_load_explicit(&uc.mapped, memory_order_acquire), 1))
 		return 1;
-	if (uc.disabled)
-		return 0;
-	now = uc_now_ns();
-	if (now < atomic_load_explicit(&uc.next_try_ns, memory_order_relaxed))
-		return 0;
-	if (atomic_flag_test_and_set(&uc.mapping))
-		return 0;
-	atomic_store_explicit(&uc.next_try_ns, now + UC_RETRY_NS, memory_order_relaxed);
-	(void)uc_try_map();
-	atomic_flag_clear(&uc.mapping);
-	return atomic_load_explicit(&uc.mapped, memory_order_acquire);
+	return atomic_load_explicit(&uc.act, memory_order_relaxed) == UC_ACT_YES &&
+	       uc_retry_map(0);
 }
 
-/* --- table lookup (uc_table.c) -------------------------------------------------------- */
+/* scope (uc_scope.c) and sandbox (uc_sandbox.c) */
+int uc_in_scope(void);
+int uc_may_act_slow(void);
+
+/* May a mechanism (migration, colors, replicas, the mmap path, a page's node) make its
+ * system calls in this process? Not under a seccomp filter (unless UNICACHE_SECCOMP=act). */
+static inline int uc_may_act(void)
+{
+	int a = atomic_load_explicit(&uc.act, memory_order_relaxed);
+
+	if (__builtin_expect(a == UC_ACT_YES, 1))
+		return 1;
+	return a == UC_ACT_NO ? 0 : uc_may_act_slow();
+}
+
+/* Chunk index and offset in the chunk: chunk sizes are powers of two (the table's are
+ * checked when read), so no division on the read path. */
+static inline uint64_t uc_chunk_of(uint64_t off, uint64_t cs)
+{
+	return off >> __builtin_ctzll(cs);
+}
+
+static inline uint64_t uc_in_chunk(uint64_t off, uint64_t cs)
+{
+	return off & (cs - 1);
+}
+
+/* --- table (uc_table.c) --------------------------------------------------------------- */
+
+/* A table buffer's parameters, per thread, as of the table generation uc_t.gen. */
+struct uc_params {
+	uint64_t chunk_size;     /* bytes, a power of two; 0: no valid table */
+	uint64_t min_read_size;
+	uint32_t flags;          /* UC_TABLE_* */
+};
+
+/*
+ * A run of counts as it goes to the counters (uc_counters.c): a thread's reads of one file
+ * on one vCPU, in chunk lo and, for a sequential reader, in the chunks after it that it
+ * entered at their start, up to chunk hi. A chunk between lo and hi was read whole in one
+ * run (chunk_size bytes, one run); lo's and hi's own counts are kept.
+ */
+struct uc_run {
+	const struct uc_ctr_view *cv;
+	uint64_t file_id, chunk_size;
+	uint64_t lo, hi;
+	uint64_t lo_bytes;            /* chunk lo's, when hi > lo */
+	uint64_t cur_bytes;           /* chunk hi's */
+	uint32_t lo_runs, cur_runs;
+	uint32_t calls, writes, nt;   /* writes and nt_reads: of a one-chunk run only */
+	int fd, cpu;
+};
+
+/*
+ * What a thread keeps between its calls, in one block of its static TLS: the table's
+ * parameters at the generation it last saw, where its last read of a file ended
+ * (uc_read_span's prev_end), whether the shim pinned it, and its open run of counts. The
+ * first cache line holds all that a read inside the open run reads and writes (uc_in_run,
+ * uc_run_add): after a large copy has evicted the caches, that call misses this one line,
+ * the descriptor's and the hot line of uc.
+ */
+struct uc_thread {
+	uint64_t gen;            /* the table generation tp is of (0: none read yet) */
+	uint64_t seq_file;       /* the file of this thread's last read */
+	uint64_t seq_end;        /* where it ended (UINT64_MAX: none) */
+	uint64_t run_file;       /* the open run's file */
+	uint64_t run_hi;         /* the chunk it reads now */
+	uint64_t run_bytes;      /* chunk run_hi's bytes */
+	uint32_t run_chunks;     /* run_hi - its lo + 1; 0: no run open */
+	uint16_t run_calls;
+	uint16_t run_runs;       /* chunk run_hi's runs */
+	uint8_t run_shift;       /* log2 of the run's chunk size */
+	uint8_t run_ff;          /* the file decision (UC_FF_*) its calls may have, or
+				  * UC_RUN_SEALED: no call joins it without uc_pre */
+	uint8_t pinned;          /* the shim moved this thread: it is pinned to one vCPU */
+	uint8_t busy;            /* counting: a signal handler's call inside ours counts nothing */
+	uint16_t run_home;       /* a placed chunk's: the vCPU the rule keeps the thread on, and */
+	uint16_t run_fresh;      /* until when (coarse ms, low 16 bits) its claim needs no renewal;
+				  * UC_NO_HOME: the rule has nothing to say in this chunk */
+	/* the rest: read when a run opens or goes, or a call takes the named path */
+	struct uc_params tp;
+	const struct uc_ctr_view *run_cv;
+	uint64_t run_lo_bytes;   /* chunk lo's, once run_chunks > 1 */
+	uint32_t run_lo_runs;
+	uint32_t run_writes, run_nt;
+	int run_fd, run_cpu;
+	int registered;          /* the thread-exit flush of its run is set up */
+} __attribute__((aligned(64)));
+
+_Static_assert(offsetof(struct uc_thread, tp) == 64, "a run's call reads one line");
+_Static_assert(offsetof(struct uc_state, salt) == 64, "a call reads uc's first line only");
+
+extern UC_TLS struct uc_thread uc_t;
+
+/* This thread's block, addressed from the thread pointer with the offset the constructor
+ * kept in uc's hot line (the same for every thread: static TLS), not through the GOT. */
+static inline struct uc_thread *uc_me(void)
+{
+	return (struct uc_thread *)(void *)((char *)__builtin_thread_pointer() + uc.tls_off);
+}
+
+int uc_params_refresh(uint64_t gen);
+
+/* The generation of the mapped table as the shim names it: the mapping's epoch above the
+ * agent's count of publishes, so that a table file replaced by another (which counts from
+ * 0 again) never passes for the one before it. Never 0. */
+static inline uint64_t uc_gen_of_table(const struct uc_table_hdr *th)
+{
+	return atomic_load_explicit(&uc.epoch, memory_order_relaxed) << 48 |
+	       (__atomic_load_n(&th->gen, __ATOMIC_ACQUIRE) & ((1ull << 48) - 1));
+}
+
+/* The table's generation now (0 when no table is usable), with this thread's copy of the
+ * buffer's parameters brought up to it. The header's magic and generation share a line. */
+static inline uint64_t uc_table_gen(void)
+{
+	const struct uc_table_hdr *th;
+	uint64_t g;
+
+	if (!uc_ready())
+		return 0;
+	th = __atomic_load_n(&uc.thdr, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(__atomic_load_n(&th->magic, __ATOMIC_ACQUIRE) != UC_TABLE_MAGIC, 0)) {
+		uc_retire();
+		return 0;
+	}
+	g = uc_gen_of_table(th);
+	if (__builtin_expect(g != uc_t.gen, 0) && !uc_params_refresh(g))
+		return 0;
+	return uc_t.tp.chunk_size ? g : 0;
+}
 
 struct uc_hit {
 	uint64_t chunk_size;
@@ -217,26 +382,33 @@ struct uc_hit {
 };
 
 int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h);
+int uc_lookup_cached(uint64_t gen, uint64_t file_id, uint64_t off, struct uc_hit *h);
+uint32_t uc_file_flags(uint64_t file_id);
 
 /* --- guest NUMA nodes (uc_nodes.c) ---------------------------------------------------- */
 
-extern signed char uc_cpu_node[UC_MAX_VCPUS]; /* node of each CPU (0 when sysfs says nothing) */
-extern _Atomic uint32_t uc_node_mask;         /* guest nodes 0..31 that exist */
-extern _Atomic int uc_nodes_state;            /* 0 unread, 1 being read, 2 ready */
-
-void uc_nodes_init(void);
-int uc_page_node(int fd, uint64_t off);
-
-/* Guest node of a CPU; -1 while the map is being read by another thread. */
+/* Guest node of a CPU, as the agent published it in the table; -1 unknown. */
 static inline int uc_node_of(int cpu)
 {
-	if (__builtin_expect(atomic_load_explicit(&uc_nodes_state, memory_order_acquire) != 2, 0)) {
-		uc_nodes_init();
-		if (atomic_load_explicit(&uc_nodes_state, memory_order_acquire) != 2)
-			return -1;
-	}
-	return cpu >= 0 && cpu < (int)UC_MAX_VCPUS ? uc_cpu_node[cpu] : -1;
+	const struct uc_tbl_view *tv = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
+	uint8_t n;
+
+	if (!tv || cpu < 0 || cpu >= (int)UC_MAX_VCPUS)
+		return -1;
+	n = __atomic_load_n(&tv->cpus->cpu_node[cpu], __ATOMIC_RELAXED);
+	return n < UC_MAX_NODES ? (int)n : -1;
 }
+
+/* Is guest node `node` online (memory-only nodes too)? */
+static inline int uc_node_exists(int node)
+{
+	const struct uc_table_hdr *th = __atomic_load_n(&uc.thdr, __ATOMIC_ACQUIRE);
+
+	return th && node >= 0 && node < (int)UC_MAX_NODES &&
+	       (__atomic_load_n(&th->node_mask, __ATOMIC_RELAXED) >> node & 1u);
+}
+
+int uc_page_node(int fd, uint64_t off);
 
 /* --- counters (uc_counters.c) --------------------------------------------------------- */
 
@@ -248,44 +420,130 @@ static inline const struct uc_ctr_view *uc_ctr(void)
 
 struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
 			       uint64_t chunk, int insert);
-void uc_count(int fd, uint64_t file_id, int64_t off, uint64_t cs, ssize_t n, int is_write,
-	      int nt, int cont);
+
+/* The CPU this thread runs on: a load from its rseq area, where the kernel keeps it (glibc
+ * 2.35 and later registers one: uc_state.c finds it), else sched_getcpu. */
+static inline int uc_cpu(void)
+{
+	if (uc.rseq_cpu) {
+		int32_t cpu = __atomic_load_n((const int32_t *)(const void *)(
+						      (const char *)__builtin_thread_pointer() +
+						      uc.rseq_cpu),
+					      __ATOMIC_RELAXED);
+
+		if (cpu >= 0)
+			return cpu;
+	}
+	return sched_getcpu();
+}
+
+/* Count one completed call of `n` bytes at `off` (off < 0: unknown) into this thread's run,
+ * the general way (uc_counters.c; a read inside the run takes uc_in_run and uc_run_add). */
+struct uc_call;
+void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, int cont);
+void uc_run_init(void);
+void uc_run_flush(void);
+void uc_run_close(int fd);
+void uc_run_atfork_child(void);
 int uc_take_budget(uint64_t file_id, uint64_t chunk, uint32_t budget);
 
-/* --- fd cache (uc_fdcache.c) ---------------------------------------------------------- */
+/* --- descriptors (uc_fdcache.c) ------------------------------------------------------- */
 
+/*
+ * One descriptor, one cache line: what a call on it needs, without a system call. Filled
+ * when the shim sees the descriptor made (open*, fopen*, dup*, fds 0-2 at start); any other
+ * descriptor is UNKNOWN and passes straight through.
+ */
 struct uc_fd {
-	_Atomic uint64_t file_id;
-	_Atomic int64_t pos;   /* predicted file offset for read/readv */
-	_Atomic uint32_t state;
-};
+	_Atomic uint32_t state;   /* UC_FD_* */
+	_Atomic uint32_t pad32;
+	_Atomic uint64_t file_id; /* 0: not computed yet (no salt when it was opened) */
+	_Atomic int64_t pos;      /* predicted file offset for read/readv */
+	_Atomic uint64_t dev, ino;
+	_Atomic int64_t size;     /* st_size when classified: a sequential span's estimate */
+	_Atomic uint64_t decision; /* (table gen << 8) | UC_FF_*: the file's entry, per gen */
+	uint64_t pad;
+} __attribute__((aligned(64)));
 
 enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2 };
 
+/* a file's decision: the table names it (a file entry), and the union of its chunks' */
+#define UC_FF_NAMED 1u
+#define UC_FF_HOMES 2u
+#define UC_FF_COLOR 4u
+#define UC_FF_REPLICA 8u
+
 extern struct uc_fd uc_fds[UC_FD_CACHE];
 
-int uc_fd_classify(int fd, uint64_t *file_id, int64_t *pos);
+void uc_fd_classify(int fd);
+void uc_fd_copy(int from, int to);
+uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen);
+void uc_fd_forget_ids(void);
+
+/* The descriptor's entry when it is a classified regular file, else NULL (pass through).
+ * While the shim is off no descriptor is ever classified (uc_interpose_fd.c), so this one
+ * load also says whether it is on. */
+static inline struct uc_fd *uc_fd_file(int fd)
+{
+	struct uc_fd *e;
+
+	if (__builtin_expect((unsigned)fd >= UC_FD_CACHE, 0))
+		return NULL;
+	e = &uc_fds[fd];
+	return atomic_load_explicit(&e->state, memory_order_acquire) == UC_FD_FILE ? e : NULL;
+}
+
+/* The file's id under the table's salt (computed once the salt is known). */
+static inline uint64_t uc_fd_id(struct uc_fd *e)
+{
+	uint64_t id = atomic_load_explicit(&e->file_id, memory_order_relaxed);
+
+	if (__builtin_expect(id == 0, 0)) {
+		id = uc_file_id_of(atomic_load_explicit(&uc.salt, memory_order_relaxed),
+				   atomic_load_explicit(&e->dev, memory_order_relaxed),
+				   atomic_load_explicit(&e->ino, memory_order_relaxed));
+		atomic_store_explicit(&e->file_id, id, memory_order_relaxed);
+	}
+	return id;
+}
+
+/* The file's UC_FF_* flags for table generation gen (decided once per gen and fd). */
+static inline uint32_t uc_fd_flags(struct uc_fd *e, uint64_t gen)
+{
+	uint64_t d = atomic_load_explicit(&e->decision, memory_order_acquire);
+
+	if (__builtin_expect(d >> 8 == gen, 1))
+		return (uint32_t)(d & 0xffu);
+	return uc_fd_decide(e, gen);
+}
 
 static inline void uc_fd_forget(int fd)
 {
-	if (fd >= 0 && fd < UC_FD_CACHE)
-		atomic_store_explicit(&uc_fds[fd].state, UC_FD_UNKNOWN, memory_order_relaxed);
+	if ((unsigned)fd < UC_FD_CACHE)
+		atomic_store_explicit(&uc_fds[fd].state, UC_FD_UNKNOWN, memory_order_release);
 }
 
 static inline void uc_fd_advance(int fd, int64_t pos)
 {
-	if (fd >= 0 && fd < UC_FD_CACHE)
+	if ((unsigned)fd < UC_FD_CACHE)
 		atomic_store_explicit(&uc_fds[fd].pos, pos, memory_order_relaxed);
 }
 
 /* --- migration (uc_migrate.c) --------------------------------------------------------- */
 
-/* the shim moved this thread: it is pinned to one vCPU (a fork child inherits both) */
-extern UC_TLS int uc_pinned;
-
 void uc_tid_atfork_child(void);
-uint64_t uc_span(int fd, uint64_t file_id, uint64_t off, size_t n, const struct uc_hit *h);
-void uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n, const struct uc_hit *h);
+void uc_tid_main(void);
+uint64_t uc_span(struct uc_fd *e, uint64_t file_id, uint64_t off, size_t n,
+		 const struct uc_hit *h);
+/* the claim a read left the thread holding (uc_maybe_migrate): its vCPU (-1: none) and
+ * until when (coarse ms) it needs no renewal */
+struct uc_stay {
+	int vcpu;
+	uint64_t fresh_ms;
+};
+
+struct uc_stay uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n,
+				const struct uc_hit *h);
 void uc_unpin(void);
 
 /* --- fault guard (uc_guard.c) --------------------------------------------------------- */
@@ -389,14 +647,151 @@ struct uc_call {
 	int nt;             /* chunk is non-caching */
 	int color;          /* guest node for the page cache this call brings in; -1 none */
 	int rep_node;       /* serve from the replica on this node; -1 none */
+	uint32_t fflags;    /* the file's UC_FF_* for this call's table generation */
+	/* what the next calls in this chunk may skip (uc_in_run): the run's run_ff, run_home
+	 * and run_fresh when uc_count opens one for this call */
+	uint8_t run_ff;
+	uint16_t run_home, run_fresh;
 };
 
 /* where this thread's last read of a file ended: uc_read_span's prev_end (sequential reads) */
-extern UC_TLS uint64_t uc_seq_file;
-extern UC_TLS uint64_t uc_seq_end;
 
-int uc_pre(int fd, int64_t off, size_t n, struct uc_call *c);
-void uc_post(int fd, const struct uc_call *c, ssize_t r, int cur, int is_write, int nt);
+/* uc_pre's `off` besides an offset: the file position, or known only after the call */
+#define UC_OFF_POS (-1)
+#define UC_OFF_LATER (-2)
+
+void uc_pre_named(struct uc_fd *e, uint64_t gen, size_t n, struct uc_call *c);
+
+/*
+ * Everything before the real call on the classified file e. Returns 0 when the call passes
+ * straight through (no table): then nothing is counted either. `off` is the offset,
+ * UC_OFF_POS for the file position (read, readv, preadv2 with -1), or UC_OFF_LATER when the
+ * caller learns it after the call. For a file the table does not name, this is a handful
+ * of loads: no lookup, no system call, no atomic, errno untouched. For one it names, or a
+ * thread the shim pinned, the chunk's entry decides (uc_pre_named, uc_call.c), keeping
+ * errno across whatever system calls the mechanisms make.
+ */
+static inline int uc_pre(struct uc_fd *e, int64_t off, size_t n, struct uc_call *c)
+{
+	uint64_t gen = uc_table_gen();
+
+	if (!gen)
+		return 0;
+#ifdef UC_MUTANT_FSTAT_ON_READ
+	{ /* tests only (test_shim_seccomp.py): a read path that makes a system call */
+		struct stat st;
+
+		(void)fstat((int)(e - uc_fds), &st);
+	}
+#endif
+	c->file_id = uc_fd_id(e);
+	c->off = off >= 0	    ? off
+		 : off == UC_OFF_POS ? atomic_load_explicit(&e->pos, memory_order_relaxed)
+				     : -1;
+	c->chunk_size = uc_t.tp.chunk_size;
+	c->nt = 0;
+	c->color = -1;
+	c->rep_node = -1;
+	c->fflags = uc_fd_flags(e, gen);
+	c->run_ff = (uint8_t)c->fflags;
+	c->run_home = c->run_fresh = UC_NO_HOME;
+	if (__builtin_expect(!(c->fflags & UC_FF_NAMED) && !uc_t.pinned, 1) || c->off < 0)
+		return 1;
+	c->run_ff = UC_RUN_SEALED; /* unless the named path finds the chunk plain */
+	uc_pre_named(e, gen, n, c);
+	return 1;
+}
+
+/*
+ * The run's own calls: a read of n bytes at `off` of the file e that stays inside this
+ * thread's open run (in its current chunk, or a sequential reader entering the next one at
+ * its start), under the same table generation and file decision that opened it, where the
+ * rule has nothing to say or keeps the thread where it is (a claim it holds with half a
+ * lease left). Such a call is counted into the run (uc_run_add) and reads nothing shared
+ * but the table header's generation: no lookup, no counters, no clock but a placed
+ * chunk's. New counters are seen when the run ends, at most UC_RUN_CALLS calls later, on
+ * the path that opens the next one (uc_pre, uc_count).
+ */
+/* Is a claim still fresh (coarse ms, low 16 bits, serial-number compared)? */
+static inline int uc_fresh(uint16_t until_ms)
+{
+	struct timespec ts;
+	uint16_t now;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	now = (uint16_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+	return (int16_t)(uint16_t)(until_ms - now) > 0;
+}
+
+static inline int uc_in_run(struct uc_fd *e, uint64_t off, size_t n)
+{
+	const struct uc_thread *t = uc_me();
+	uint64_t cs = 1ull << t->run_shift, chunk = off >> t->run_shift;
+
+	if (!t->run_chunks || t->run_file != atomic_load_explicit(&e->file_id, memory_order_relaxed) ||
+	    atomic_load_explicit(&e->decision, memory_order_relaxed) != (t->gen << 8 | t->run_ff) ||
+	    t->busy || t->run_calls + 1 >= UC_RUN_CALLS ||
+	    uc_gen_of_table(__atomic_load_n(&uc.thdr, __ATOMIC_RELAXED)) != t->gen)
+		return 0;
+	/* a placed chunk: the rule keeps the thread where it is while it runs on the vCPU whose
+	 * claim it holds with half a lease left (uc_decide.h: STAY, no renewal); otherwise a
+	 * pinned thread goes through the rule, an unpinned one has nothing to ask it */
+	if (t->run_home == UC_NO_HOME ? t->pinned
+				       : uc_cpu() != t->run_home || !uc_fresh(t->run_fresh))
+		return 0;
+	if (chunk == t->run_hi)
+		return uc_in_chunk(off, cs) + n <= cs;
+	/* the next chunk, entered at its start by the same sequential stream; the chunk it
+	 * leaves was read whole in one run, or is the run's first */
+	return chunk == t->run_hi + 1 && uc_in_chunk(off, cs) == 0 && n <= cs &&
+	       off == t->seq_end && t->seq_file == t->run_file && t->run_chunks < UC_RUN_CHUNKS &&
+	       (t->run_chunks == 1 || (t->run_bytes == cs && t->run_runs == 1));
+}
+
+/* After a call uc_in_run let through: its r bytes (r >= 0) at `off` go to the run. A read
+ * starts a run unless it continues this thread's previous one inside the chunk. */
+static inline void uc_run_add(uint64_t off, ssize_t r)
+{
+	struct uc_thread *t = uc_me();
+	uint64_t chunk = off >> t->run_shift;
+
+	t->run_calls++;
+	if (chunk != t->run_hi) {
+		if (t->run_chunks == 1) {
+			t->run_lo_bytes = t->run_bytes;
+			t->run_lo_runs = t->run_runs;
+		}
+		t->run_hi = chunk;
+		t->run_chunks++;
+		t->run_bytes = 0;
+		t->run_runs = 0;
+	}
+	t->run_runs += !(t->run_file == t->seq_file && off == t->seq_end &&
+			 uc_in_chunk(off, 1ull << t->run_shift) != 0);
+	t->run_bytes += (uint64_t)r;
+	if (r > 0) {
+		t->seq_file = t->run_file;
+		t->seq_end = off + (uint64_t)r;
+	}
+}
+
+/* Everything after the real call; never touches errno (a send of counts that makes a
+ * system call keeps it: uc_counters.c). `cur` = call used the file offset. */
+static inline void uc_post(int fd, const struct uc_call *c, ssize_t r, int cur, int is_write,
+			   int nt)
+{
+	if (c->off < 0)
+		return;
+	if (cur && r > 0)
+		uc_fd_advance(fd, c->off + r);
+	if (c->chunk_size && r >= 0)
+		uc_count(is_write ? -1 : fd, c, r, is_write, nt,
+			 c->file_id == uc_t.seq_file && (uint64_t)c->off == uc_t.seq_end);
+	if (!is_write && r > 0) {
+		uc_t.seq_file = c->file_id;
+		uc_t.seq_end = (uint64_t)c->off + (uint64_t)r;
+	}
+}
 
 #pragma GCC visibility pop
 

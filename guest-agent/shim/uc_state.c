@@ -1,12 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_state.c - the process's settings and start: UNICACHE_* read once from the
- * environment, the CPUs the process may use, and the constructor that maps the agent's
- * files at load.
+ * uc_state.c - the process's settings, start and end: UNICACHE_* read once from the
+ * environment, whether the process is in scope (uc_scope.c), the CPUs it may use, the
+ * constructor that maps the agent's files and classifies fds 0-2 at load, retrying the
+ * table later, and the destructor that sends the last run of counts.
+ *
+ * Until the constructor has decided, and for good when the process is out of scope or the
+ * shim is switched off, `uc.on` is 0 and every interposed call goes straight to libc.
  */
 #include "uc_shim.h"
 
 struct uc_state uc;
+
+/* glibc's rseq area (2.35 and later): the kernel keeps the thread's CPU in it */
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
 
 /* the CPUs the process could use when the shim loaded: migrations stay inside them */
 cpu_set_t uc_orig_mask;
@@ -24,16 +32,55 @@ static void uc_env_path(char *dst, size_t n, const char *env, const char *def)
 	strcpy(dst, v);
 }
 
+/* this thread's calls until it next looks at the clock for a table (uc_retry_map) */
+static UC_TLS unsigned uc_retry_left;
+
+/* No table yet: try to map it at most once a second; a read looks at the clock only once
+ * every UC_RETRY_CALLS calls of a thread (uc_ready). 1 when it is mapped now. */
+int uc_retry_map(int from_open)
+{
+	long long now;
+	int saved;
+
+	if (!atomic_load_explicit(&uc.on, memory_order_relaxed))
+		return 0;
+	if (!from_open && uc_retry_left--)
+		return 0;
+	uc_retry_left = UC_RETRY_CALLS;
+	now = uc_now_ns();
+	if (now < atomic_load_explicit(&uc.next_try_ns, memory_order_relaxed))
+		return 0;
+	if (atomic_flag_test_and_set(&uc.mapping))
+		return 0;
+	atomic_store_explicit(&uc.next_try_ns, now + UC_RETRY_NS, memory_order_relaxed);
+	saved = errno; /* a read's caller sees only its call's errno */
+	(void)uc_try_map();
+	errno = saved;
+	atomic_flag_clear(&uc.mapping);
+	return atomic_load_explicit(&uc.mapped, memory_order_acquire);
+}
+
+static void uc_atfork_child(void)
+{
+	uc_rep_atfork_child();
+	uc_tid_atfork_child();
+	uc_run_atfork_child();
+}
+
 __attribute__((constructor)) static void uc_init(void)
 {
 	const char *v;
 	unsigned i;
+	int fd;
 
 	uc.pagesz = sysconf(_SC_PAGESIZE);
 	if (uc.pagesz <= 0)
 		uc.pagesz = 4096;
 	v = secure_getenv("UNICACHE_DISABLE");
-	uc.disabled = v && *v == '1';
+	if (v && *v == '1')
+		return;
+	if (!uc_in_scope())
+		return;
 	v = secure_getenv("UNICACHE_NT_READ");
 	uc.nt_read = v && *v == '1';
 	v = secure_getenv("UNICACHE_NT");
@@ -42,6 +89,8 @@ __attribute__((constructor)) static void uc_init(void)
 	uc.rep_off = v && *v == '0';
 	v = secure_getenv("UNICACHE_COLOR");
 	uc.color_off = v && *v == '0';
+	v = secure_getenv("UNICACHE_SECCOMP");
+	uc.act_seccomp = v && !strcmp(v, "act");
 	v = secure_getenv("UNICACHE_REPLICA_WAIT_MS");
 	uc.rep_wait_ns = (v && *v ? (long long)strtoul(v, NULL, 10) : UC_REPLICA_WAIT_MS) * 1000000ll;
 	v = secure_getenv("UNICACHE_REPLICA_MARGIN_MS");
@@ -57,10 +106,27 @@ __attribute__((constructor)) static void uc_init(void)
 	for (i = 0; uc_orig_valid && i < UC_MAX_VCPUS; i++)
 		if (CPU_ISSET(i, &uc_orig_mask))
 			uc_orig_words[i / 64] |= 1ull << (i % 64);
-	(void)pthread_atfork(NULL, NULL, uc_rep_atfork_child);
-	(void)pthread_atfork(NULL, NULL, uc_tid_atfork_child);
-	if (!uc.disabled)
-		(void)uc_try_map();
+	/* struct rseq: cpu_id_start, then cpu_id (linux/rseq.h) */
+	if (&__rseq_size && &__rseq_offset && __rseq_size >= 8)
+		uc.rseq_cpu = __rseq_offset + 4;
+	/* what a run's calls use without the GOT or uc_real (uc_me, uc_interpose_read.c) */
+	uc.tls_off = (char *)&uc_t - (char *)__builtin_thread_pointer();
+	uc.real_read = UC_REAL(read);
+	uc.real_pread64 = UC_REAL(pread64);
+	uc_run_init();
+	(void)pthread_atfork(NULL, NULL, uc_atfork_child);
+	(void)uc_try_map();
 	atomic_store_explicit(&uc.next_try_ns, uc_now_ns() + UC_RETRY_NS, memory_order_relaxed);
+	/* what a program was started with (a shell's `< file`): classified like an open */
+	for (fd = 0; fd < 3; fd++)
+		uc_fd_classify(fd);
+	uc_tid_main();
+	atomic_store_explicit(&uc.on, 1, memory_order_release);
 }
 
+/* exit(): the main thread's last run of counts (other threads' went when they ended) */
+__attribute__((destructor)) static void uc_fini(void)
+{
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed))
+		uc_run_flush();
+}

@@ -20,7 +20,7 @@ from .protocol import PORT_NAME
 from .replica_server import ReplicaServer
 from .replica_service import ReplicaService
 from .replica_store import DEFAULT_BUDGET_RATIO, ReplicaStore, node_totals
-from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, TableWriter
+from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, CpuNodes, TableWriter
 
 #: where the replicas and their socket live (the shim's UNICACHE_REPLICAS default)
 DEFAULT_REPLICAS = "/run/unicache/replicas"
@@ -40,7 +40,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="unicache-agent",
                                  description="unicache guest agent: reports file-chunk reads "
-                                             "to the host, publishes its placement tables.")
+                                             "to the host, publishes its placement tables.",
+                 epilog="unicache-agent scope add|remove|list|off|on: where the shim "
+                        "libunicache.so runs (unicache-agent scope --help)")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--port", default=PORT_NAME,
                        help="virtio-serial port name (default %(default)s)")
@@ -123,6 +125,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         flag, a file it names), 1 any other error; either with one line on stderr. A bad
         flag exits 2 inside argparse, also with one line.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["scope"]:  # a command of its own: the agent's flags do not apply
+        from .scope import main as scope_main
+
+        return scope_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.duration < 0:
@@ -148,15 +155,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             transport = PortTransport(args.port, args.device)
         _vcpus, nodes = guest_topology()
-        layout = CounterLayout.of(nnodes=max(nodes) + 1)
+        layout = CounterLayout.of()
+        # one map: the table publishes it to the shims, the harvester sums reads by it
+        cpu_nodes = CpuNodes.from_sysfs()
         # the counters directory first: a shim that maps the table finds where to count
         try:
-            counters = CounterHarvester(args.counters, layout)
+            counters = CounterHarvester(args.counters, layout, cpu_nodes)
         except ShmError as err:
             _raise_if_unusable(err, "--counters", args.counters)
             raise
         try:
-            table = TableWriter(args.table, counters=layout)
+            table = TableWriter(args.table, counters=layout, cpu_nodes=cpu_nodes)
         except ShmError as err:
             _raise_if_unusable(err, "--table", args.table)
             raise

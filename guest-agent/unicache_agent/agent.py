@@ -169,9 +169,17 @@ class Agent:
         # counting starts at once: an empty table carries chunk_size until the host's arrives
         self._default_table(p.Params(DEFAULT_CHUNK_SIZE, DEFAULT_MIN_READ_SIZE, self.interval))
 
+    @property
+    def reports_homes(self) -> bool:
+        """Whether the shims record chunks' home nodes for the reports (``TABLE_NUMA``):
+        the host runs NCC here (granted ``replicas``) and two or more nodes have CPUs."""
+        return (p.CAP_REPLICAS in self.granted
+                and len(self.table.cpu_nodes.nodes_with_cpus()) >= 2)
+
     def _default_table(self, params: p.Params) -> None:
         if not self._host_table:
-            self.table.publish(0, params.chunk_size, params.min_read_size, [])
+            self.table.publish(0, params.chunk_size, params.min_read_size, [],
+                               numa=self.reports_homes)
             if self.replicas is not None:
                 self.replicas.call("set_table", params.chunk_size, {})
 
@@ -340,10 +348,12 @@ class Agent:
             params = msg.get("params")
             if not isinstance(params, dict):
                 raise MessageError("'welcome' requires object 'params'", p.E_BAD_FIELD)
-            self._apply_params(p.parse_params(params))
+            parsed = p.parse_params(params)
             caps = msg.get("caps")
+            # the grants first: the table the params publish says whether homes are recorded
             self.granted = frozenset(c for c in caps if isinstance(c, str) and c in self.caps
                                      ) if isinstance(caps, list) else frozenset()
+            self._apply_params(parsed)
             self.ready = True
             self._next_report = self.clock() + self.interval
             self.early.table(-1, ())  # a host (maybe restarted) that heard of nothing yet
@@ -380,7 +390,8 @@ class Agent:
         if len(entries) > p.MAX_TABLE_ENTRIES:
             raise MessageError(f"table of {len(entries)} entries exceeds "
                                f"{p.MAX_TABLE_ENTRIES}", p.E_TOO_MANY_ENTRIES)
-        n = self.table.publish(part.version, part.chunk_size, part.min_read_size, entries)
+        n = self.table.publish(part.version, part.chunk_size, part.min_read_size, entries,
+                               numa=self.reports_homes)
         if self.replicas is not None:  # replicas the table no longer lists go now
             self.replicas.call("set_table", part.chunk_size, {
                 (e.file_id, e.chunk): e.replica_nodes for e in entries if e.replica_nodes})

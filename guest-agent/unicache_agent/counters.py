@@ -25,7 +25,7 @@ import os
 import stat
 import struct
 import time
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .errors import ShmError
 from .shm import (
@@ -35,11 +35,15 @@ from .shm import (
     _SLOT,
     _U32,
     _U64,
+    CELL_BYTES_BITS,
+    CELL_BYTES_MASK,
     CLAIMS_OFFSET,
     MAX_NODES,
+    NO_NODE,
     REGIONS_OFFSET,
     ChunkCounts,
     CounterLayout,
+    CpuNodes,
     Harvest,
     ShimStats,
     mix64,
@@ -67,12 +71,16 @@ class CounterHarvester:
 
     :param directory: the counters directory (``UNICACHE_COUNTERS``).
     :param layout: the layout every file must have (the table header's).
+    :param cpu_nodes: each CPU's guest node, to sum a chunk's reads per node: the map the
+        table publishes (``TableWriter.cpu_nodes``; default: this guest's, from sysfs).
     :raises ShmError: when the directory cannot be made or opened.
     """
 
-    def __init__(self, directory: str, layout: CounterLayout) -> None:
+    def __init__(self, directory: str, layout: CounterLayout,
+                 cpu_nodes: Optional[CpuNodes] = None) -> None:
         self.path = directory
         self.layout = layout
+        self.cpu_nodes = cpu_nodes if cpu_nodes is not None else CpuNodes.from_sysfs()
         self._fd = _own_directory(directory)
         self._zeros = bytes(layout.region_len)
         self._warned_full = False
@@ -160,24 +168,13 @@ class CounterHarvester:
         base = REGIONS_OFFSET + active * lay.region_len
         region = _pread(fd, lay.region_len, base)
         os.pwrite(fd, self._zeros, base)
-        vfmt = struct.Struct(f"<{lay.max_vcpus}Q")
-        nfmt = struct.Struct(f"<{lay.nnodes}Q")
-        noff = _SLOT.size + 8 * lay.max_vcpus
-        hoff = noff + 8 * lay.nnodes
+        cells = struct.Struct(f"<{lay.max_vcpus}Q")
         # the used slots first, in C: a Python unpack of every slot costs ~100 ms a harvest
         # under TCG, on the vCPU the guest's own work runs on
         keys = memoryview(region).cast("Q")[:: lay.slot_size // 8].tolist()
         for i in [i for i, k in enumerate(keys) if k]:
-            off = i * lay.slot_size
-            key, fid, chunk, nbytes, reads, writes, migr, nt = _SLOT.unpack_from(region, off)
-            per = vfmt.unpack_from(region, off + _SLOT.size)
-            pairs = tuple((v, b) for v, b in enumerate(per) if b)
-            nodes = tuple((n, r) for n, r in enumerate(nfmt.unpack_from(region, off + noff))
-                          if r)
-            home = int(_U64.unpack_from(region, off + hoff)[0])
-            home_node = home - 1 if 0 < home <= MAX_NODES else -1
-            counts = ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, pairs,
-                                 home_node, nodes)
+            counts = _slot_counts(region, i * lay.slot_size, cells, self.cpu_nodes.cpu_node)
+            fid, chunk = counts.file_id, counts.chunk
             old = merged.get((fid, chunk))
             merged[(fid, chunk)] = counts if old is None else _add(old, counts)
         doff = _DROPPED_OFF + 8 * active
@@ -409,6 +406,31 @@ def _pread(fd: int, n: int, off: int) -> bytes:
     if len(data) != n:
         raise ShmError("counters file shorter than its layout")
     return data
+
+
+def _slot_counts(region: bytes, off: int, cells: struct.Struct,
+                 node_of: Sequence[int]) -> ChunkCounts:
+    """One used slot's counts: the chunk's reads (runs) and bytes summed over its cells, the
+    bytes per vCPU, the runs per guest node through ``node_of`` (a CPU without a node
+    counts to none), and its home node (-1 unknown: 0, or ``HOME_BUSY`` and beyond)."""
+    _key, fid, chunk, writes, migr, nt, home, _pad = _SLOT.unpack_from(region, off)
+    reads = nbytes = 0
+    vcpu_bytes: List[Tuple[int, int]] = []
+    node_reads: Dict[int, int] = {}
+    for v, cell in enumerate(cells.unpack_from(region, off + _SLOT.size)):
+        if not cell:
+            continue
+        runs, got = cell >> CELL_BYTES_BITS, cell & CELL_BYTES_MASK
+        reads += runs
+        nbytes += got
+        if got:
+            vcpu_bytes.append((v, got))
+        node = node_of[v]
+        if runs and node != NO_NODE:
+            node_reads[node] = node_reads.get(node, 0) + runs
+    home_node = home - 1 if 0 < home <= MAX_NODES else -1
+    return ChunkCounts(fid, chunk, nbytes, reads, writes, migr, nt, tuple(vcpu_bytes),
+                       home_node, tuple(sorted(node_reads.items())))
 
 
 def _add(a: ChunkCounts, b: ChunkCounts) -> ChunkCounts:

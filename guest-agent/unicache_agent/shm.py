@@ -4,13 +4,17 @@ The layout mirrors ``guest-agent/shim/uc_layout.h`` byte for byte and is documen
 docs/agent.md ("Shared memory layout"). The agent is the only writer of the table and the
 only reader (and zeroer) of the counters; the shim reads the table and adds to the counters.
 
-Table: a 64-byte header and two buffers. :meth:`TableWriter.publish` fills the inactive
-buffer under that buffer's seqlock (odd sequence while writing), then flips ``active``; a
-reader that overlaps a write sees the sequence change and retries, so a table is replaced
-atomically from the shim's point of view.
+Table (layout 5): a 64-byte header, each CPU's guest node (256 bytes: :class:`CpuNodes`)
+and two buffers. :meth:`TableWriter.publish` fills the inactive buffer under that buffer's
+seqlock (odd sequence while writing), then flips ``active`` and bumps ``gen``; a reader
+that overlaps a write sees the sequence change and retries, so a table is replaced
+atomically from the shim's point of view. Besides its chunk entries a table holds one
+*file entry* per file they name (chunk :data:`FILE_CHUNK`): a process looks a file up once
+per table and descriptor, and a file without one costs no lookup per call.
 
 Counters (``counters.py``): one file per user, in the layout the table header names
-(layout 4). A 64-byte header, the vCPU claims (layout 3) and two regions. The shim adds
+(layout 5). A 64-byte header, the vCPU claims (layout 3) and two regions of slots: a
+64-byte head, then one packed cell per vCPU (runs and bytes read there). The shim adds
 into region ``active``; :meth:`CounterHarvester.harvest` flips ``active``, waits a grace
 period for calls already past the flip, reads the other region and zeroes it. After the regions
 (layout 2): the shim's monotonic statistics and one generation per bucket of file ids, bumped
@@ -27,29 +31,43 @@ import os
 import secrets
 import struct
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
+from .cpu_nodes import DEFAULT_SYS_ROOT, read_cpu_nodes
 from .errors import ShmError
 
 #: "UCTB", "UCCT" little-endian, as in uc_layout.h
 TABLE_MAGIC = 0x42544355
 CTR_MAGIC = 0x54434355
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 MAX_VCPUS = 256
 MASK_WORDS = MAX_VCPUS // 64
 MAX_BUCKETS = 65536
 MAX_SLOTS = 65536
-#: guest nodes a replica bitmask and the per-node read counters cover
+#: guest nodes a replica bitmask and the table's node_mask cover
 MAX_NODES = 32
 MAX_GENS = 65536
 ENTRY_USED = 1
 ENTRY_CACHING = 2
 ENTRY_COLOR = 4
 ENTRY_REPLICA = 8
-#: table buffer flags: valid, and some entry has home vCPUs (the shim unpins the threads it
-#: moved once a table has none: uc_call.c)
+#: file entry: some chunk entry of the file has home vCPUs
+ENTRY_HOMES = 16
+#: the chunk index of a file entry (the host's chunk indexes are below 2**48)
+FILE_CHUNK = (1 << 64) - 1
+#: table buffer flags: valid; some entry has home vCPUs (the shim unpins the threads it
+#: moved once a table has none: uc_call.c); NCC runs in this guest, so the shims record
+#: each chunk's home node (the agent reports it: see ``Agent.reports_homes``)
 TABLE_VALID = 1
 TABLE_HOMES = 2
+TABLE_NUMA = 4
+#: ``uc_table_cpus``: a CPU no guest node names
+NO_NODE = 0xFF
+#: a counters cell: bytes read in bits 0..39, runs above (``uc_cell``)
+CELL_BYTES_BITS = 40
+CELL_BYTES_MASK = (1 << CELL_BYTES_BITS) - 1
+#: a slot's ``home``: being looked up, or the page was not resident (no node)
+HOME_BUSY = 0xFFFF
 BUDGET_UNLIMITED = 0xFFFFFFFF
 #: vCPU claim word: bits 0..23 the holder's tid (0 free), bits 24..63 its expiry in
 #: CLOCK_MONOTONIC ms modulo 2**40 (uc_layout.h; the rule: uc_decide.h)
@@ -64,24 +82,29 @@ REGIONS_OFFSET = CLAIMS_OFFSET + CLAIMS_LEN
 DEFAULT_TABLE = "/dev/shm/unicache-table"
 #: the counters directory: one file per user inside (``counters.py``)
 DEFAULT_COUNTERS = "/dev/shm/unicache-counters"
-#: default number of hash buckets per table buffer (load factor <= 1/2 at MAX_TABLE_ENTRIES)
-DEFAULT_BUCKETS = 16384
+#: default hash buckets per table buffer: its capacity (half of them) holds the host's
+#: MAX_TABLE_ENTRIES (8192) chunk entries and a file entry for each (8192 files at most)
+DEFAULT_BUCKETS = 32768
 #: default counter slots per region
 DEFAULT_SLOTS = 8192
 #: default number of file generations
 DEFAULT_GENS = 4096
 
 _M64 = (1 << 64) - 1
-# magic layout salt nbuckets active gen agent_pid pad0, then (layout 4) the counters layout:
-# ctr_nslots ctr_max_vcpus ctr_nnodes ctr_ngens
+# magic layout salt nbuckets active gen agent_pid pad0, then (layout 4) the counters layout
+# ctr_nslots ctr_max_vcpus, (layout 5) node_mask, and ctr_ngens
 _HDR = struct.Struct("<IIQIIQIIIIII8x")
+#: uc_table_cpus: one byte per possible CPU, after the header; the buffers follow it
+_CPUS_OFF = _HDR.size
+TABLE_BUFS_OFFSET = _CPUS_OFF + MAX_VCPUS
 _BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
 _ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
-# magic layout nslots max_vcpus active slot_size dropped[2] clients nnodes ngens inserts
+# magic layout nslots max_vcpus active slot_size dropped[2] clients reserved ngens inserts
 _CHDR = struct.Struct("<IIIIII2QQIIQ")
 # serves fills rejects fill_aborts color_reads gen_bumps asks waits
 _GHDR = struct.Struct("<8Q")
-_SLOT = struct.Struct("<8Q")  # key file_id chunk bytes reads writes migrations nt_reads
+# key file_id chunk writes migrations nt_reads home pad; max_vcpus cells follow
+_SLOT = struct.Struct("<8Q")
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 
@@ -163,6 +186,54 @@ class ShmEntry:
 
 
 @dataclass(frozen=True)
+class CpuNodes:
+    """Each CPU's guest node and the online nodes, as the table publishes them
+    (``uc_table_cpus`` and the header's ``node_mask``).
+
+    :param cpu_node: MAX_VCPUS bytes: the node of each CPU, :data:`NO_NODE` for none.
+    :param node_mask: bit n: guest node n is online (memory-only nodes too).
+    :raises ShmError: when a field is out of the layout's bounds.
+    """
+
+    cpu_node: Tuple[int, ...]
+    node_mask: int
+
+    def __post_init__(self) -> None:
+        if len(self.cpu_node) != MAX_VCPUS or any(
+                not (0 <= n < MAX_NODES or n == NO_NODE) for n in self.cpu_node):
+            raise ShmError(f"cpu_node must be {MAX_VCPUS} nodes below {MAX_NODES} or NO_NODE")
+        if not 0 <= self.node_mask < 1 << MAX_NODES:
+            raise ShmError(f"node_mask must fit {MAX_NODES} bits, not {self.node_mask:#x}")
+
+    @classmethod
+    def of(cls, cpu_node: Mapping[int, int], nodes: Iterable[int]) -> CpuNodes:
+        """The map of ``cpu -> node`` pairs and online ``nodes``; CPUs and nodes beyond
+        the layout are left out (such a CPU has no node)."""
+        by_cpu = [NO_NODE] * MAX_VCPUS
+        for cpu, node in cpu_node.items():
+            if 0 <= cpu < MAX_VCPUS and 0 <= node < MAX_NODES:
+                by_cpu[cpu] = node
+        mask = 0
+        for node in nodes:
+            if 0 <= node < MAX_NODES:
+                mask |= 1 << node
+        return cls(tuple(by_cpu), mask)
+
+    @classmethod
+    def from_sysfs(cls, sys_root: str = DEFAULT_SYS_ROOT) -> CpuNodes:
+        """This guest's map (``cpu_nodes.read_cpu_nodes``; one node 0 without NUMA).
+
+        :param sys_root: sysfs ``devices/system`` (tests pass a fake one).
+        """
+        cpu_node, online = read_cpu_nodes(sys_root, MAX_VCPUS, MAX_NODES)
+        return cls.of(cpu_node, online)
+
+    def nodes_with_cpus(self) -> FrozenSet[int]:
+        """The nodes some CPU is on."""
+        return frozenset(n for n in self.cpu_node if n != NO_NODE)
+
+
+@dataclass(frozen=True)
 class ChunkCounts:
     """What the shim counted for one chunk in one harvested region."""
 
@@ -213,20 +284,19 @@ class CounterLayout:
     """The layout of every user's counters file; the agent publishes it in the table header.
 
     :param nslots: slots per region, a power of two <= MAX_SLOTS.
-    :param max_vcpus: per-vCPU counters per slot (the guest's possible CPUs, <= MAX_VCPUS).
-    :param nnodes: per-node read counters per slot (highest guest node id + 1, <= MAX_NODES).
+    :param max_vcpus: cells (per-vCPU counters) per slot (the guest's possible CPUs,
+        <= MAX_VCPUS).
     :param ngens: file generations, a power of two <= MAX_GENS.
     """
 
     nslots: int = DEFAULT_SLOTS
     max_vcpus: int = 1
-    nnodes: int = 1
     ngens: int = DEFAULT_GENS
 
     @classmethod
-    def of(cls, max_vcpus: Optional[int] = None, nslots: int = DEFAULT_SLOTS, nnodes: int = 1,
+    def of(cls, max_vcpus: Optional[int] = None, nslots: int = DEFAULT_SLOTS,
            ngens: int = DEFAULT_GENS) -> CounterLayout:
-        """A layout with vCPUs (default: this machine's CPUs) and nodes clamped to bounds.
+        """A layout with vCPUs (default: this machine's CPUs) clamped to bounds.
 
         :raises ShmError: if ``nslots`` or ``ngens`` is not a power of two within bounds.
         """
@@ -235,12 +305,12 @@ class CounterLayout:
         if ngens <= 0 or ngens > MAX_GENS or ngens & (ngens - 1):
             raise ShmError(f"ngens must be a power of two <= {MAX_GENS}, not {ngens}")
         ncpu = max_vcpus if max_vcpus is not None else (os.cpu_count() or 1)
-        return cls(nslots, max(1, min(ncpu, MAX_VCPUS)), max(1, min(nnodes, MAX_NODES)), ngens)
+        return cls(nslots, max(1, min(ncpu, MAX_VCPUS)), ngens)
 
     @property
     def slot_size(self) -> int:
-        """Bytes per slot (``uc_slot_size``)."""
-        return (_SLOT.size + 8 * (self.max_vcpus + self.nnodes + 1) + 63) // 64 * 64
+        """Bytes per slot: the head and one cell per vCPU, 64 B aligned (``uc_slot_size``)."""
+        return (_SLOT.size + 8 * self.max_vcpus + 63) // 64 * 64
 
     @property
     def region_len(self) -> int:
@@ -260,17 +330,17 @@ class CounterLayout:
     def header(self, active: int = 0) -> bytes:
         """The header a new file starts with."""
         return _CHDR.pack(CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, active,
-                          self.slot_size, 0, 0, 0, self.nnodes, self.ngens, 0)
+                          self.slot_size, 0, 0, 0, 0, self.ngens, 0)
 
     def matches(self, header: bytes) -> bool:
         """Whether a file's header is of this layout (``active``, drops, clients aside)."""
         if len(header) < _CHDR.size:
             return False
-        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, nn, ng, _in = _CHDR.unpack_from(
+        magic, layout, ns, mv, _a, ss, _d0, _d1, _cl, reserved, ng, _in = _CHDR.unpack_from(
             header, 0)
-        return (magic, layout, ns, mv, ss, nn, ng) == (
-            CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, self.slot_size,
-            self.nnodes, self.ngens)
+        return (magic, layout, ns, mv, ss, reserved, ng) == (
+            CTR_MAGIC, LAYOUT_VERSION, self.nslots, self.max_vcpus, self.slot_size, 0,
+            self.ngens)
 
 
 def _retire(fd: int, path: str) -> None:
@@ -324,141 +394,200 @@ def _open_map(path: str, size: int, magic: int, mode: int) -> Tuple[mmap.mmap, b
 TABLE_MODE = 0o644
 
 
+@dataclass(frozen=True)
+class TableSnapshot:
+    """The active table buffer as a shim reads it (tests and ``status``).
+
+    :param entries: the chunk entries.
+    :param files: (file_id, flags) of each file entry, by file id.
+    """
+
+    version: int
+    chunk_size: int
+    min_read_size: int
+    nentries: int
+    flags: int
+    entries: Tuple[ShmEntry, ...]
+    files: Tuple[Tuple[int, int], ...]
+
+
 class TableWriter:
     """Writer of the placement table file (one per guest; the agent holds it).
 
     :param path: the table file (``UNICACHE_TABLE``).
     :param nbuckets: hash buckets per buffer, a power of two <= MAX_BUCKETS.
     :param counters: the layout of the users' counters files, published in the header.
+    :param cpu_nodes: each CPU's node and the online nodes, published after the header
+        (default: this guest's, from sysfs).
     :raises ShmError: when the file cannot be created or mapped.
     """
 
     def __init__(self, path: str = DEFAULT_TABLE, nbuckets: int = DEFAULT_BUCKETS,
-                 counters: Optional[CounterLayout] = None) -> None:
+                 counters: Optional[CounterLayout] = None,
+                 cpu_nodes: Optional[CpuNodes] = None) -> None:
         if nbuckets <= 0 or nbuckets > MAX_BUCKETS or nbuckets & (nbuckets - 1):
             raise ShmError(f"nbuckets must be a power of two <= {MAX_BUCKETS}, not {nbuckets}")
         self.path = path
         self.nbuckets = nbuckets
         self._buf_len = _BUF.size + nbuckets * _ENTRY.size
-        size = _HDR.size + 2 * self._buf_len
+        size = TABLE_BUFS_OFFSET + 2 * self._buf_len
         ctr = counters if counters is not None else CounterLayout.of()
         #: the counters layout the shims create their files in
         self.counters = ctr
-        ctr_fields = (ctr.nslots, ctr.max_vcpus, ctr.nnodes, ctr.ngens)
+        #: the CPUs' nodes the shims and the harvester use
+        self.cpu_nodes = cpu_nodes if cpu_nodes is not None else CpuNodes.from_sysfs()
+        fields = (ctr.nslots, ctr.max_vcpus, self.cpu_nodes.node_mask, ctr.ngens)
+        cpus = bytes(self.cpu_nodes.cpu_node)
         self._map, _ = _open_map(path, size, TABLE_MAGIC, TABLE_MODE)
-        magic, layout, salt, nb, active, gen, _pid, _, *have_ctr = _HDR.unpack_from(self._map, 0)
+        magic, layout, salt, nb, active, gen, _pid, _, *have = _HDR.unpack_from(self._map, 0)
         if magic == TABLE_MAGIC and layout == LAYOUT_VERSION and nb == nbuckets and salt:
             #: the per-boot salt of file ids, kept across agent restarts
             self.salt: int = salt
             self._gen = gen
-            if tuple(have_ctr) != ctr_fields:
-                # shims that mapped the table keep their copies (and counters files); the
-                # harvester retires those files, and the shims then map the new layout
+            if tuple(have) != fields or self._map[_CPUS_OFF:TABLE_BUFS_OFFSET] != cpus:
+                # shims that mapped the table keep their copies of the counters layout (and
+                # their files); the harvester retires those files, and the shims then map
+                # the new layout. The CPUs' nodes they read live: rewritten byte by byte,
+                # each whole (a topology that changed between two runs of the agent)
+                self._map[_CPUS_OFF:TABLE_BUFS_OFFSET] = cpus
                 _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, salt, nbuckets,
-                               active, gen, os.getpid(), 0, *ctr_fields)
+                               active, gen, os.getpid(), 0, *fields)
         else:
             self.salt = secrets.randbits(64) | 1
             self._gen = 0
             self._map[:] = bytes(size)
+            self._map[_CPUS_OFF:TABLE_BUFS_OFFSET] = cpus
             _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, self.salt, nbuckets, 0, 0,
-                           os.getpid(), 0, *ctr_fields)
+                           os.getpid(), 0, *fields)
         self.version = 0
 
     @property
     def capacity(self) -> int:
-        """Most entries a table may hold (half the buckets: probes stay short)."""
+        """Most entries, chunk and file entries together, a table may hold (half the
+        buckets: probes stay short)."""
         return self.nbuckets // 2
 
     def _active(self) -> int:
         return int(_U32.unpack_from(self._map, _HDR_ACTIVE_OFF)[0]) & 1
 
     def publish(self, version: int, chunk_size: int, min_read_size: int,
-                entries: Iterable[ShmEntry]) -> int:
-        """Replace the table atomically (seqlock on the inactive buffer, then flip).
+                entries: Iterable[ShmEntry], numa: bool = False) -> int:
+        """Replace the table atomically (seqlock on the inactive buffer, flip, bump ``gen``).
+
+        Adds one file entry per file the chunk entries name (see the module's docstring).
 
         :param version: the host's table version.
         :param chunk_size: bytes per chunk, a power of two.
         :param min_read_size: MFC §4.5 threshold below which reads never migrate.
-        :param entries: the entries (at most :attr:`capacity`; duplicates keep the last).
-        :returns: the number of entries written.
-        :raises ShmError: on a bad chunk size or too many entries.
+        :param entries: the chunk entries (duplicates keep the last).
+        :param numa: set ``TABLE_NUMA``: the agent reports chunks' home nodes, so the shims
+            record them.
+        :returns: the number of chunk entries written (file entries besides).
+        :raises ShmError: on a bad chunk size, a chunk index of :data:`FILE_CHUNK`, or more
+            chunk and file entries than :attr:`capacity`.
         """
         if chunk_size <= 0 or chunk_size & (chunk_size - 1):
             raise ShmError(f"chunk_size must be a power of two, not {chunk_size}")
-        slots: Dict[int, bytes] = {}
-        index: Dict[Tuple[int, int], int] = {}
-        homes = False
-        mask_bits = self.nbuckets - 1
+        chunks: Dict[Tuple[int, int], bytes] = {}
+        shares: Dict[Tuple[int, int], int] = {}  # each chunk's flags for its file entry
         for e in entries:
             key = (e.file_id & _M64, e.chunk & _M64)
-            mask = [0] * MASK_WORDS
-            for v in e.vcpus:
-                if 0 <= v < MAX_VCPUS:
-                    mask[v // 64] |= 1 << (v % 64)
-            homes = homes or any(mask)
-            flags = ENTRY_USED | (ENTRY_CACHING if e.caching else 0)
-            budget = min(max(e.migration_budget, 0), BUDGET_UNLIMITED)
-            color = 0
-            if 0 <= e.color_node < MAX_NODES:
-                flags |= ENTRY_COLOR
-                color = e.color_node
-            replicas = 0
-            for n in e.replica_nodes:
-                if 0 <= n < MAX_NODES:
-                    replicas |= 1 << n
-            if replicas:
-                flags |= ENTRY_REPLICA
-            packed = _ENTRY.pack(key[0], key[1], flags, budget, color, 0, replicas, *mask)
-            if key in index:
-                slots[index[key]] = packed
-                continue
-            if len(index) >= self.capacity:
+            if key[1] == FILE_CHUNK:
+                raise ShmError(f"chunk index {FILE_CHUNK:#x} names file entries, not a chunk")
+            if key not in chunks and len(chunks) >= self.capacity:
                 raise ShmError(f"table holds at most {self.capacity} entries")
-            slot = bucket_hash(key[0], key[1]) & mask_bits
-            while slot in slots:
+            chunks[key], shares[key] = _pack_entry(key[0], key[1], e)
+        files: Dict[int, int] = {}
+        for (fid, _chunk), share in shares.items():
+            files[fid] = files.get(fid, ENTRY_USED) | share
+        nchunks = len(chunks)
+        nentries = nchunks + len(files)
+        if nentries > self.capacity:
+            raise ShmError(f"table holds at most {self.capacity} entries: {nchunks} "
+                           f"chunks of {len(files)} files need {nentries}")
+        for fid, flags in files.items():
+            chunks[(fid, FILE_CHUNK)] = _ENTRY.pack(fid, FILE_CHUNK, flags, 0, 0, 0, 0,
+                                                    *([0] * MASK_WORDS))
+        body = bytearray(self.nbuckets * _ENTRY.size)
+        used = bytearray(self.nbuckets)
+        mask_bits = self.nbuckets - 1
+        for (fid, chunk), packed in chunks.items():  # chunk entries, then file entries
+            slot = bucket_hash(fid, chunk) & mask_bits
+            while used[slot]:
                 slot = (slot + 1) & mask_bits
-            slots[slot] = packed
-            index[key] = slot
+            used[slot] = 1
+            body[slot * _ENTRY.size:(slot + 1) * _ENTRY.size] = packed
+        homes = any(share & ENTRY_HOMES for share in shares.values())
+        table_flags = (TABLE_VALID | (TABLE_HOMES if homes else 0)
+                       | (TABLE_NUMA if numa else 0))
         target = 1 - self._active()
-        base = _HDR.size + target * self._buf_len
+        base = TABLE_BUFS_OFFSET + target * self._buf_len
         seq = int(_U64.unpack_from(self._map, base)[0])
         seq = seq + 1 if seq % 2 == 0 else seq + 2  # odd: writing
         _U64.pack_into(self._map, base, seq)
-        ebase = base + _BUF.size
-        self._map[ebase:ebase + self.nbuckets * _ENTRY.size] = bytes(self.nbuckets * _ENTRY.size)
-        for slot, packed in slots.items():
-            off = ebase + slot * _ENTRY.size
-            self._map[off:off + _ENTRY.size] = packed
-        table_flags = TABLE_VALID | (TABLE_HOMES if homes else 0)
-        _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, len(index),
+        self._map[base + _BUF.size:base + self._buf_len] = body
+        _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, nentries,
                        table_flags)
         _U64.pack_into(self._map, base, seq + 1)  # even: done
         _U32.pack_into(self._map, _HDR_ACTIVE_OFF, target)
         self._gen += 1
         _U64.pack_into(self._map, _HDR_GEN_OFF, self._gen)
         self.version = version
-        return len(index)
+        return nchunks
 
-    def read_active(self) -> Tuple[int, int, int, List[ShmEntry]]:
-        """Read the active buffer back (for tests and ``status``).
-
-        :returns: (version, chunk_size, min_read_size, entries).
-        """
-        base = _HDR.size + self._active() * self._buf_len
-        _seq, version, cs, mrs, _n, _flags = _BUF.unpack_from(self._map, base)
+    def snapshot(self) -> TableSnapshot:
+        """Read the active buffer back, chunk and file entries apart."""
+        base = TABLE_BUFS_OFFSET + self._active() * self._buf_len
+        _seq, version, cs, mrs, nentries, table_flags = _BUF.unpack_from(self._map, base)
         out: List[ShmEntry] = []
+        files: List[Tuple[int, int]] = []
         for i in range(self.nbuckets):
             fid, chunk, flags, budget, color, _pad, replicas, *mask = _ENTRY.unpack_from(
                 self._map, base + _BUF.size + i * _ENTRY.size)
-            if flags & ENTRY_USED:
-                vcpus = frozenset(w * 64 + b for w in range(MASK_WORDS) for b in range(64)
-                                  if mask[w] >> b & 1)
-                nodes = frozenset(n for n in range(MAX_NODES) if replicas >> n & 1)
-                out.append(ShmEntry(fid, chunk, vcpus, bool(flags & ENTRY_CACHING), budget,
-                                    color if flags & ENTRY_COLOR else -1,
-                                    nodes if flags & ENTRY_REPLICA else frozenset()))
-        return int(version), int(cs), int(mrs), out
+            if not flags & ENTRY_USED:
+                continue
+            if chunk == FILE_CHUNK:
+                files.append((fid, flags))
+                continue
+            vcpus = frozenset(w * 64 + b for w in range(MASK_WORDS) for b in range(64)
+                              if mask[w] >> b & 1)
+            nodes = frozenset(n for n in range(MAX_NODES) if replicas >> n & 1)
+            out.append(ShmEntry(fid, chunk, vcpus, bool(flags & ENTRY_CACHING), budget,
+                                color if flags & ENTRY_COLOR else -1,
+                                nodes if flags & ENTRY_REPLICA else frozenset()))
+        return TableSnapshot(int(version), int(cs), int(mrs), int(nentries), int(table_flags),
+                             tuple(out), tuple(sorted(files)))
+
+    def read_active(self) -> Tuple[int, int, int, List[ShmEntry]]:
+        """Read the active buffer's chunk entries back (for tests and ``status``).
+
+        :returns: (version, chunk_size, min_read_size, entries).
+        """
+        snap = self.snapshot()
+        return snap.version, snap.chunk_size, snap.min_read_size, list(snap.entries)
 
     def close(self) -> None:
         """Unmap the file (the file itself stays for the shim)."""
         self._map.close()
+
+
+def _pack_entry(file_id: int, chunk: int, e: ShmEntry) -> Tuple[bytes, int]:
+    """A chunk entry, and what it adds to its file entry's flags (COLOR, REPLICA, HOMES)."""
+    mask = [0] * MASK_WORDS
+    for v in e.vcpus:
+        if 0 <= v < MAX_VCPUS:
+            mask[v // 64] |= 1 << (v % 64)
+    flags = ENTRY_USED | (ENTRY_CACHING if e.caching else 0)
+    budget = min(max(e.migration_budget, 0), BUDGET_UNLIMITED)
+    color = 0
+    if 0 <= e.color_node < MAX_NODES:
+        flags |= ENTRY_COLOR
+        color = e.color_node
+    replicas = 0
+    for n in e.replica_nodes:
+        if 0 <= n < MAX_NODES:
+            replicas |= 1 << n
+    if replicas:
+        flags |= ENTRY_REPLICA
+    share = flags & (ENTRY_COLOR | ENTRY_REPLICA) | (ENTRY_HOMES if any(mask) else 0)
+    return _ENTRY.pack(file_id, chunk, flags, budget, color, 0, replicas, *mask), share

@@ -26,14 +26,20 @@ PLACE = {"v": 1, "type": "placement", "version": 5, "part": 0, "parts": 1,
          "chunk_size": 65536, "min_read_size": 0}
 
 
-def _sysfs(tmp_path: Path, nodes: dict[int, tuple[int, int]]) -> Path:
-    """A sysfs ``devices/system`` with 2 CPUs and nodes {id: (free kB, total kB)}."""
+def _sysfs(tmp_path: Path, nodes: dict[int, tuple[int, int]],
+           cpulists: dict[int, str] | None = None) -> Path:
+    """A sysfs ``devices/system`` with 2 CPUs and nodes {id: (free kB, total kB)}, online,
+    holding the CPUs ``cpulists`` says (default: CPU n on node n, the others none)."""
     root = tmp_path / "sys"
     (root / "cpu").mkdir(parents=True)
     (root / "cpu" / "online").write_text("0-1\n")
+    (root / "node").mkdir()
+    (root / "node" / "online").write_text(",".join(str(n) for n in sorted(nodes)) + "\n")
     for n, (free, total) in nodes.items():
         d = root / "node" / f"node{n}"
         d.mkdir(parents=True)
+        cpus = (cpulists or {}).get(n, str(n) if n < 2 else "")
+        (d / "cpulist").write_text(cpus + "\n")
         (d / "meminfo").write_text(f"Node {n} MemTotal:       {total} kB\n"
                                    f"Node {n} MemFree:        {free} kB\n"
                                    f"Node {n} MemUsed:        {total - free} kB\n")
@@ -151,8 +157,8 @@ def test_shared_entries_counters_and_generations_round_trip(tmp_path: Path) -> N
     assert back[(1, 0)] == entries[0] and back[(1, 1)] == entries[1]
     # outside the shared layout's 32 nodes: dropped, never wrapped onto another node
     assert (back[(2, 0)].color_node, back[(2, 0)].replica_nodes) == (-1, frozenset({1}))
-    layout = CounterLayout.of(max_vcpus=2, nslots=64, nnodes=2, ngens=64)
-    assert layout.slot_size == 128  # 64 + 8 * (2 vCPUs + 2 nodes + home), rounded up
+    layout = CounterLayout.of(max_vcpus=2, nslots=64, ngens=64)
+    assert layout.slot_size == 128  # the 64-byte head + 8 * 2 vCPU cells, rounded up
     c = CounterHarvester(str(tmp_path / "c"), layout)
     (tmp_path / "c" / "0").write_bytes(layout.header() + bytes(layout.size - 64))
     (tmp_path / "c" / "0").chmod(0o600)
@@ -189,7 +195,7 @@ def test_one_node_guest_reports_that_node_as_home_without_the_shim_asking(
 
 
 def test_bumps_reach_a_replaced_file_and_hold_one_descriptor_per_user(tmp_path: Path) -> None:
-    layout = CounterLayout.of(max_vcpus=2, nslots=64, nnodes=2, ngens=64)
+    layout = CounterLayout.of(max_vcpus=2, nslots=64, ngens=64)
     c = CounterHarvester(str(tmp_path / "c"), layout)
     user = tmp_path / "c" / "0"
 

@@ -16,7 +16,7 @@ from unicache_agent.agent import Agent, guest_topology
 from unicache_agent.counters import CounterHarvester
 from unicache_agent.errors import PortError, ShmError
 from unicache_agent.port import FdTransport, find_port
-from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter, id_space_of
+from unicache_agent.shm import CounterLayout, CpuNodes, ShmEntry, TableWriter, id_space_of
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "guest-agent" / "unicache_agent"
 
@@ -51,7 +51,7 @@ def test_line_reader_bounds_and_sync() -> None:
 
 
 def test_table_publish_is_read_back_and_flips_buffers(tmp_path: Path) -> None:
-    t = TableWriter(str(tmp_path / "t"), nbuckets=64)
+    t = TableWriter(str(tmp_path / "t"), nbuckets=128)  # 32 chunks of 32 files: 64 entries
     entries = [ShmEntry(i * 7919 + 1, i, frozenset({i % 3, 200}), i % 2 == 0, i)
                for i in range(32)]
     assert t.publish(5, 65536, 1000, entries) == 32
@@ -62,7 +62,7 @@ def test_table_publish_is_read_back_and_flips_buffers(tmp_path: Path) -> None:
     assert len(t.read_active()[3]) == 3
     salt = t.salt
     t.close()
-    assert TableWriter(str(tmp_path / "t"), nbuckets=64).salt == salt  # kept across restarts
+    assert TableWriter(str(tmp_path / "t"), nbuckets=128).salt == salt  # kept across restarts
 
 
 def test_table_refuses_more_than_capacity(tmp_path: Path) -> None:
@@ -93,9 +93,12 @@ class FakeHost:
         self.sock.settimeout(5)
         fd = theirs.detach()
         layout = CounterLayout.of(max_vcpus=2, nslots=64)
-        self.table = TableWriter(str(tmp_path / "t"), nbuckets=64, counters=layout)
+        # the CPUs' nodes of the agent's sysfs, as the agent's command line reads them once
+        cpu_nodes = CpuNodes.from_sysfs(agent_kw.get("sys_root", "/sys/devices/system"))
+        self.table = TableWriter(str(tmp_path / "t"), nbuckets=64, counters=layout,
+                                 cpu_nodes=cpu_nodes)
         self.agent = Agent(FdTransport(fd, fd), self.table,
-                           counters or CounterHarvester(str(tmp_path / "c"), layout),
+                           counters or CounterHarvester(str(tmp_path / "c"), layout, cpu_nodes),
                            **agent_kw)
         self.buf = b""
 
@@ -232,25 +235,54 @@ def test_fanotify_counts_reads_of_processes_without_shim(tmp_path: Path) -> None
     assert recs[file_id_of(99, st.st_dev, st.st_ino)][0] >= 1
 
 
-def test_install_script_into_an_image_root(tmp_path: Path) -> None:
+def test_install_script_into_an_image_root_preloads_nothing_unless_a_scope_asks(
+        tmp_path: Path) -> None:
+    import shutil
     import subprocess
     import sys
 
     script = AGENT_DIR.parent / "install.sh"
-    subprocess.run(["sh", str(script), "--root", str(tmp_path)], check=True,
-                   capture_output=True)
+    shim = "/usr/lib/unicache-agent/libunicache.so"
+
+    def install(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", str(script), "--root", str(tmp_path), *flags],
+                              capture_output=True, text=True)
+
+    assert install().returncode == 0
     lib = tmp_path / "usr/lib/unicache-agent"
-    assert (lib / "libunicache.so").is_file()
-    assert (tmp_path / "etc/ld.so.preload").read_text().splitlines() == [
-        "/usr/lib/unicache-agent/libunicache.so"]
-    assert (tmp_path / "etc/systemd/system/unicache-agent.service").exists()
+    assert (lib / "libunicache.so").is_file() and (lib / "preload").is_file()
+    assert not (tmp_path / "etc/ld.so.preload").exists()  # scoped by default: nowhere
+    conf = tmp_path / "etc/unicache-agent/shim.conf"
+    assert all(line.startswith("#") or not line.strip()
+               for line in conf.read_text().splitlines())  # only comments
+    unit = (tmp_path / "etc/systemd/system/unicache-agent.service").read_text()
+    assert "Environment=UNICACHE_DISABLE=1" in unit.splitlines()  # never under its own shim
     # started by udev when the port appears, never at every boot
     assert not (tmp_path / "etc/systemd/system/multi-user.target.wants").exists()
     assert "org.unicache.agent.0" in (
         tmp_path / "etc/udev/rules.d/60-unicache-agent.rules").read_text()
-    subprocess.run(["sh", str(script), "--root", str(tmp_path)], check=True,
-                   capture_output=True)  # idempotent: one preload line
-    assert len((tmp_path / "etc/ld.so.preload").read_text().splitlines()) == 1
+
+    # --scope: the CLI's code on the root (load check, atomic list, drop-in)
+    (tmp_path / "usr/sbin").mkdir(parents=True, exist_ok=True)
+    shutil.copy("/bin/true", tmp_path / "usr/sbin/web")
+    for _ in range(2):  # idempotent: one preload line, one scope line each
+        done = install("--scope", "exe:/usr/sbin/web", "--scope", "unit:web.service")
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "etc/ld.so.preload").read_text().splitlines() == [shim]
+        assert [line for line in conf.read_text().splitlines()
+                if not line.startswith("#") and line.strip()] == [
+            "exe /usr/sbin/web", "unit web.service"]
+    assert f"Environment=LD_PRELOAD={shim}" in (
+        tmp_path / "etc/systemd/system/web.service.d/50-unicache-shim.conf").read_text()
+    assert sorted(p.name for p in (tmp_path / "etc").iterdir() if p.name.startswith("ld.so")) == [
+        "ld.so.preload"]  # no temporary file left
+
+    done = install("--scope", "exe:relative/web")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    done = install("--bogus")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert install("--no-preload", "--no-systemd").returncode == 0  # earlier callers' flags
+
     res = subprocess.run([sys.executable, "-m", "unicache_agent", "--version"],
                          env={**os.environ, "PYTHONPATH": str(lib)}, capture_output=True,
                          text=True, check=True)

@@ -1,6 +1,6 @@
 """The unicache-agent .deb in a guest that boots with systemd, udev and cloud-init
 (`make image-systemd`), under real QEMU (TCG here): four boots of one disk, as a user's guest
-lives.
+lives. The shim is scoped by default: the package preloads it nowhere.
 
 0. Fresh, no NIC, no seed: the guest's own files, no /etc/ld.so.preload, and cloud-init
    did not run (no datasource: its generator leaves it out of the boot).
@@ -9,11 +9,17 @@ lives.
    user-data is docs/agent.md's cloud-init recipe with only its URL's origin replaced, and
    the package. cloud-init ran the recipe (the guest fetched the seed and the package,
    ``cloud-init status`` says done, dpkg has the package); udev started the unit; the agent
-   reached the host channel; the shim is in /etc/ld.so.preload and a plain ``cat`` (no
-   LD_PRELOAD) is reported to the host as its 3,000,000 bytes.
+   reached the host channel; nothing is in /etc/ld.so.preload; ``unicache-agent scope add
+   exe:/usr/bin/cat`` puts the shim there and a plain ``cat`` (no LD_PRELOAD) is reported to
+   the host as its 3,000,000 bytes; removing the scope takes the line out again. Then the
+   hardened services of tests/packaging/hardened_units.py, each scoped with ``scope add
+   unit:NAME`` and started after it: what they did is asserted by
+   ``test_hardened_services_scoped_to_the_shim_read_right_and_exit_0``, below, from this
+   boot (no boot of its own).
 2. Without the port: the agent is not running (the unit is bound to the port's device);
-   purge leaves /etc/ld.so.preload and the file list as in boot 0; then the package with a
-   shim that crashes every program is installed: one line says why it is not preloaded.
+   ``dpkg -r`` deletes the services' drop-ins; purge leaves /etc/ld.so.preload and the file
+   list as in boot 0; then the package with a shim that crashes every program installs
+   quietly, and ``scope add`` refuses it in one line.
 3. The guest with that package boots, and ``ls`` runs.
 
 Duration under TCG on the 2-core development host, busy with other VMs (2026-11-26): see
@@ -37,6 +43,13 @@ from unicache.host.qemu import QemuVm, VmConfig, ensure_image
 from unicache.model import GuestReport
 
 from tests.packaging.chroot import Packages, build_agent_packages, build_packages
+from tests.packaging.hardened_units import (
+    ALL_OK,
+    UNITS,
+    HardenedSeen,
+    remove_hardened_units,
+    run_hardened_units,
+)
 from tests.packaging.recipes import cloud_init_package_path, cloud_init_user_data
 from tests.packaging.seed_server import SeedServer, serve_seed
 from tests.packaging.test_agent_package import _broken_shim
@@ -56,6 +69,12 @@ FILE_LIST = ("find /etc /usr /opt /var/lib -xdev -path /var/lib/dpkg -prune -o "
 @pytest.fixture(scope="module")
 def packages() -> Packages:
     return build_packages()
+
+
+@pytest.fixture(scope="module")
+def hardened() -> HardenedSeen:
+    """What boot 1 of the package test saw of the hardened services (filled there)."""
+    return HardenedSeen()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +140,7 @@ def _stop(vm: QemuVm) -> None:
 
 
 def test_the_package_in_a_systemd_guest_installed_by_cloud_init_with_and_without_the_port(
-        packages: Packages, disk_dir: Path, tmp_path: Path) -> None:
+        packages: Packages, disk_dir: Path, tmp_path: Path, hardened: HardenedSeen) -> None:
     state = tmp_path / "state"
     broken = build_agent_packages(tmp_path / "broken", _broken_shim("crash", tmp_path))
     reports: list[GuestReport] = []
@@ -171,14 +190,17 @@ def test_the_package_in_a_systemd_guest_installed_by_cloud_init_with_and_without
             code, out, _ = await asyncio.to_thread(
                 _run, vm, "systemctl is-active unicache-agent; "
                           "systemctl show -p WantedBy -p BindsTo unicache-agent; "
-                          "cat /etc/ld.so.preload")
+                          "test -e /etc/ld.so.preload; echo preload=$?")
             active, binds_to, wanted_by, preload = out.splitlines()
             assert active == "active", out
             # bound to the port's device, and wanted by it (udev's SYSTEMD_WANTS)
             assert binds_to.startswith("BindsTo=") and (
                 "org.unicache.agent.0.device" in binds_to), out
             assert wanted_by.startswith("WantedBy=") and "virtio" in wanted_by, out
-            assert preload == SHIM
+            assert preload == "preload=1", out  # scoped by default: preloaded nowhere
+            code, out, err = await asyncio.to_thread(
+                _run, vm, "unicache-agent scope add exe:/usr/bin/cat && cat /etc/ld.so.preload")
+            assert code == 0 and out.splitlines()[-1] == SHIM, out + err
             # a read by a program started with no LD_PRELOAD goes through the shim
             code, _, err = await asyncio.to_thread(
                 _run, vm, "head -c 3000000 /dev/urandom > /tmp/d && cat /tmp/d > /dev/null")
@@ -194,6 +216,17 @@ def test_the_package_in_a_systemd_guest_installed_by_cloud_init_with_and_without
                             c.bytes_read)
                 seen = 3_000_000 in per_file.values()
             assert seen, "the guest's 3,000,000-byte cat was not reported through the shim"
+            code, out, err = await asyncio.to_thread(
+                _run, vm, "unicache-agent scope remove exe:/usr/bin/cat; "
+                          "test -e /etc/ld.so.preload; echo preload=$?")
+            assert out.splitlines()[-1] == "preload=1", out + err
+
+            # hardened services under the shim: recorded here, asserted by the next test
+            def run(command: str, stdin: str | None) -> tuple[int, str, str]:
+                return _run(vm, command, stdin=stdin)
+
+            await asyncio.to_thread(run_hardened_units, run, hardened)
+            await asyncio.to_thread(remove_hardened_units, run)
             await asyncio.to_thread(_stop, vm)
         finally:
             await asyncio.to_thread(vm.stop, 5.0, True)
@@ -208,17 +241,27 @@ def test_the_package_in_a_systemd_guest_installed_by_cloud_init_with_and_without
     try:
         timings["boot 2"] = _boot(vm)
         code, out, _ = _run(vm, "systemctl is-active unicache-agent; "
-                                "pgrep -f 'python3 -m unicache_agen[t]'; cat /etc/ld.so.preload")
-        assert out.splitlines() == ["inactive", SHIM], out
-        code, out, err = _run(vm, "dpkg -r unicache-agent && dpkg -P unicache-agent")
+                                "pgrep -f 'python3 -m unicache_agen[t]'; "
+                                "test -e /etc/ld.so.preload; echo preload=$?")
+        assert out.splitlines() == ["inactive", "preload=1"], out
+        dropins = "ls /etc/systemd/system/*.d/50-unicache-shim.conf 2>/dev/null | wc -l"
+        assert _run(vm, dropins)[1].strip() == str(len(UNITS))  # the hardened services'
+        code, out, err = _run(vm, "dpkg -r unicache-agent")
+        assert code == 0, out + err
+        assert _run(vm, dropins)[1].strip() == "0"  # removal deleted the drop-ins
+        code, out, err = _run(vm, "dpkg -P unicache-agent")
         assert code == 0, out + err
         code, _, _ = _run(vm, "test -e /etc/ld.so.preload")
         assert code == 1
         files_after = _run(vm, FILE_LIST)[1]
         assert files_after == files_before, _diff(files_before, files_after)
         err = _install(vm, broken.agent_deb)
+        assert not [line for line in err.splitlines() if "unicache-agent:" in line], err
+        code, out, err = _run(vm, "unicache-agent scope add exe:/usr/bin/ls; echo exit=$?; "
+                                  "test -e /etc/ld.so.preload; echo preload=$?")
         said = [line for line in err.splitlines() if line.startswith("unicache-agent:")]
-        assert len(said) == 1 and "not added to /etc/ld.so.preload" in said[0], err
+        assert len(said) == 1 and "does not load in a test process" in said[0], err
+        assert out.splitlines()[-2:] == ["exit=1", "preload=1"], out
         _stop(vm)
     finally:
         vm.stop(5.0, True)
@@ -232,6 +275,34 @@ def test_the_package_in_a_systemd_guest_installed_by_cloud_init_with_and_without
     finally:
         vm.stop(5.0, True)
     print("systemd guest boots (s, TCG, busy host):", json.dumps(timings))
+
+
+def test_hardened_services_scoped_to_the_shim_read_right_and_exit_0(
+        hardened: HardenedSeen) -> None:
+    """Services with SystemCallFilter=@system-service, MemoryDenyWriteExecute=yes,
+    ProtectSystem=strict and more (tests/packaging/hardened_units.py), each scoped with
+    ``unicache-agent scope add unit:NAME`` and started after it, in boot 1 of the test
+    above: none failed, each exited 0, each had libunicache.so mapped and read the file's
+    bytes through read, pread, readv, preadv and sendfile. A shim that makes a system call
+    the filter forbids (process_vm_readv for the iovec of readv, by an earlier shim) is
+    killed by SIGSYS: `systemctl start` fails and the unit's Result is "signal"."""
+    assert hardened.reached, ("boot 1 of the package test did not get to the hardened "
+                              "services: see that test's failure")
+    code, out, err = hardened.scope_add
+    assert code == 0 and out.count("restart the unit") == len(UNITS), out + err
+    problems = []
+    for unit in UNITS:
+        seen = hardened.units[unit.name]
+        assert seen.dropin.splitlines()[1:] == ["[Service]", f"Environment=LD_PRELOAD={SHIM}"]
+        # (ExecMain* are reset once a oneshot is inactive again: Result keeps the verdict,
+        # "signal" for a SIGSYS)
+        if (seen.start_exit, seen.props.get("Result")) != (0, "success"):
+            problems.append(f"{unit.name} ({unit.why}): systemctl start exit "
+                            f"{seen.start_exit}, {seen.props}, said {seen.output!r}")
+        elif "shim=mapped" not in seen.output or ALL_OK not in seen.output:
+            problems.append(f"{unit.name}: exited 0 but said {seen.output!r}")
+    assert not problems, "\n".join(problems)
+    assert hardened.failed == "", hardened.failed
 
 
 def _diff(before: str, after: str) -> str:

@@ -69,11 +69,18 @@ def test_the_virt_customize_recipe_installs_the_package_into_an_image(
         print(f"the customized image's runner answered {vm.wait_for_boot(BOOT_TIMEOUT_S):.0f} s"
               " after QEMU started")
         res = vm.run_in_guest(["sh", "-c", "dpkg-query -W -f '${Status}\\n' unicache-agent; "
-                               "dpkg -S " + SHIM + "; cat /etc/ld.so.preload"], timeout=120)
+                               "dpkg -S " + SHIM + "; test -e /etc/ld.so.preload; "
+                               "echo preload=$?"], timeout=120)
         assert res.exit_code == 0, res.stdout + res.stderr
+        # scoped by default: the package preloads the shim nowhere
         assert res.stdout.splitlines() == [
-            "install ok installed", f"unicache-agent: {SHIM}", SHIM], res.stdout
-        # a program started without LD_PRELOAD has the shim mapped, and ls runs
+            "install ok installed", f"unicache-agent: {SHIM}", "preload=1"], res.stdout
+        res = vm.run_in_guest(["grep", "-c", SHIM, "/proc/self/maps"], timeout=120)
+        assert (res.exit_code, res.stdout.strip()) == (1, "0"), res.stdout + res.stderr
+        # scoped to a program: started without LD_PRELOAD it has the shim mapped, ls runs
+        res = vm.run_in_guest(["unicache-agent", "scope", "add", "exe:/usr/bin/grep"],
+                              timeout=300)
+        assert res.exit_code == 0, res.stdout + res.stderr
         res = vm.run_in_guest(["grep", "-c", SHIM, "/proc/self/maps"], timeout=120)
         assert res.exit_code == 0 and int(res.stdout) > 0, res.stdout + res.stderr
         res = vm.run_in_guest(["ls", "/"], timeout=120)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import select
+import shutil
 import subprocess
 import sys
 import threading
@@ -20,7 +21,13 @@ sys.path.insert(0, str(ROOT / "guest-agent"))
 from unicache_agent.counters import CounterHarvester  # noqa: E402
 from unicache_agent.replica_server import ReplicaServer  # noqa: E402
 from unicache_agent.replica_store import ReplicaStore  # noqa: E402
-from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter, file_id_of  # noqa: E402
+from unicache_agent.shm import (  # noqa: E402
+    CounterLayout,
+    CpuNodes,
+    ShmEntry,
+    TableWriter,
+    file_id_of,
+)
 
 CHUNK = 65536
 UCREAD = Path(__file__).resolve().parent / "ucread.py"
@@ -58,10 +65,10 @@ class ReplicaAgent:
         publish = table.publish
 
         def publish_and_follow(version: int, chunk_size: int, min_read_size: int,
-                               entries: Iterable[ShmEntry]) -> int:
+                               entries: Iterable[ShmEntry], numa: bool = False) -> int:
             entries = list(entries)
             with self.lock:
-                n = publish(version, chunk_size, min_read_size, entries)
+                n = publish(version, chunk_size, min_read_size, entries, numa=numa)
                 if hasattr(self, "store"):
                     self.store.set_table(chunk_size, {(e.file_id, e.chunk): e.replica_nodes
                                                       for e in entries if e.replica_nodes})
@@ -95,15 +102,17 @@ class ShimEnv:
     selftest: Path
     replicas: ReplicaAgent
 
-    def relayout(self, **layout: int) -> None:
+    def relayout(self, cpu_nodes: CpuNodes | None = None, **layout: int) -> None:
         """Counters of another layout (``CounterLayout.of``), published in the same table
-        file (its salt kept), as an agent restarted with other settings does."""
+        file (its salt kept), as an agent restarted with other settings does; with
+        ``cpu_nodes``, another guest topology in the table and the harvest."""
         new = CounterLayout.of(**layout)
         self.table.close()
-        self.table = TableWriter(self.table.path, self.table.nbuckets, counters=new)
+        self.table = TableWriter(self.table.path, self.table.nbuckets, counters=new,
+                                 cpu_nodes=cpu_nodes)
         self.replicas.attach(self.table)
         self.counters.close()
-        self.counters = CounterHarvester(self.counters.path, new)
+        self.counters = CounterHarvester(self.counters.path, new, self.table.cpu_nodes)
 
     def user_counters(self) -> Path:
         """This user's counters file, made as the shim makes it: by loading it once."""
@@ -174,3 +183,19 @@ def make_files(dirpath: Path, seed: int) -> list[Path]:
 
 def cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+def build_mutant(out: Path, define: str) -> Path:
+    """The shim built by its own Makefile with ``define`` (a -D flag naming one of its
+    test-only mutants), in a copy of its sources under out.
+
+    :returns: the mutant libunicache.so
+    """
+    src = out / "shim"
+    src.mkdir()
+    for p in SHIM_DIR.iterdir():
+        if p.suffix in (".c", ".h") or p.name == "Makefile":
+            shutil.copy2(p, src / p.name)
+    subprocess.run(["make", "-s", "-C", str(src), "libunicache.so", f"CFLAGS=-O2 {define}"],
+                   check=True)
+    return src / "libunicache.so"

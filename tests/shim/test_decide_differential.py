@@ -49,6 +49,7 @@ def _file_with_home(mask: int, vcpu: int) -> int:
 
 
 LIVE, EXPIRED = 5000 + 5, 5000 - 1  # expiry ms around NOW
+AGING = 5000 + 4  # a live claim with less than half a lease (5 ms) left
 MINE = _claim(7, 5010)  # what tid 7 claims at NOW: one lease later
 F1, F2, F3 = (_file_with_home(0b1110, v) for v in (1, 2, 3))
 NAMED: list[tuple[str, Step, tuple[int, int], dict[int, int]]] = [
@@ -76,8 +77,12 @@ NAMED: list[tuple[str, Step, tuple[int, int], dict[int, int]]] = [
     ("at-home-and-all-held-stays-and-leaves-the-claims",
      _step(0b110, cur=1, init=((1, _claim(9, LIVE)), (2, _claim(8, LIVE)))), (1, 1),
      {1: _claim(9, LIVE), 2: _claim(8, LIVE)}),
-    ("own-claim-is-renewed", _step(0b1110, file_id=F1, init=((1, _claim(7, LIVE)),)),
-     (2, 1), {1: MINE}),
+    ("own-claim-with-half-a-lease-left-is-kept",
+     _step(0b1110, file_id=F1, init=((1, _claim(7, LIVE)),)), (2, 1), {1: _claim(7, LIVE)}),
+    ("own-claim-with-less-left-is-renewed",
+     _step(0b1110, file_id=F1, init=((1, _claim(7, AGING)),)), (2, 1), {1: MINE}),
+    ("own-claim-staying-home-is-kept",
+     _step(0b11, cur=1, init=((1, _claim(7, LIVE)),)), (1, 1), {1: _claim(7, LIVE)}),
     ("releases-its-claims-elsewhere",
      _step(0b10, init=((5, _claim(7, LIVE)), (6, _claim(7, EXPIRED)))), (2, 1), {1: MINE}),
     ("budget-spent-does-nothing", _step(0b10, budget=3, spent=3), (0, -1), {}),

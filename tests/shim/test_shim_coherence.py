@@ -18,7 +18,6 @@ can catch the bug it hunts.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -31,7 +30,7 @@ from unicache_agent.fanotify import FanotifyCapture
 from unicache_agent.shm import ShimStats, ShmEntry
 
 from tests.shim.coherence_worker import BLOCK, NBLOCKS, make_block
-from tests.shim.shimtools import CHUNK, SHIM_DIR, ShimEnv
+from tests.shim.shimtools import CHUNK, SHIM_DIR, ShimEnv, build_mutant
 
 WORKER = Path(__file__).resolve().parent / "coherence_worker.py"
 DURATION_S = 6.0
@@ -149,24 +148,9 @@ def test_concurrent_writers_and_replica_readers_never_read_stale_bytes(
     check_coherent(run_coherence(shim_env, tmp_path, SHIM_DIR / "libunicache.so"))
 
 
-def build_mutant(out: Path) -> Path:
-    """The shim built by its own Makefile with MUTANT, in a copy of its sources under out.
-
-    :returns: the mutant libunicache.so
-    """
-    src = out / "shim"
-    src.mkdir()
-    for p in SHIM_DIR.iterdir():
-        if p.suffix in (".c", ".h") or p.name == "Makefile":
-            shutil.copy2(p, src / p.name)
-    subprocess.run(["make", "-s", "-C", str(src), "libunicache.so", f"CFLAGS=-O2 {MUTANT}"],
-                   check=True)
-    return src / "libunicache.so"
-
-
 def test_the_run_catches_a_shim_that_serves_replicas_without_the_serve_check(
         shim_env: ShimEnv, tmp_path: Path) -> None:
-    mutant = build_mutant(tmp_path)
+    mutant = build_mutant(tmp_path, MUTANT)
     data = tmp_path / "run"
     data.mkdir()
     run = run_coherence(shim_env, data, mutant)

@@ -68,7 +68,7 @@ def test_a_counters_header_rewritten_under_the_readers_changes_nothing(
 
     def vandal() -> None:
         # nslots = 2**30, max_vcpus = 4096 (at 8 and 12); slot_size = 64 (at 20);
-        # nnodes = 1000 (at 48)
+        # reserved = 1000 (at 48: the shim must refuse a header with it set)
         with open(counters, "r+b") as ctr:
             while not stop.is_set():
                 ctr.seek(8)

@@ -223,7 +223,9 @@ def test_errno_untouched_when_the_mmap_path_falls_back(shim_env: ShimEnv) -> Non
 
 def test_a_chunk_read_first_since_the_harvest_moves_the_inserts_the_agent_polls(
         shim_env: ShimEnv, tmp_path: Path) -> None:
-    # the agent's early report (unicache_agent.early) polls this count, not the regions
+    # the agent's early report (unicache_agent.early) polls this count, not the regions; a
+    # chunk's counts reach them when the thread's run on it ends (uc_counters.c): when it
+    # reads elsewhere, or closes the file
     f = tmp_path / "data"
     f.write_bytes(bytes(range(256)) * 1024)
     fid = shim_env.file_id(f)
@@ -232,10 +234,11 @@ def test_a_chunk_read_first_since_the_harvest_moves_the_inserts_the_agent_polls(
     before = shim_env.counters.inserts()
     with Reader(shim_env, f) as r:  # the reader's own start-up reads count too
         r.pread(0, 4096)
+        r.pread(CHUNK + 4096, 4096)  # elsewhere: chunk 0's run goes
         after_one = shim_env.counters.inserts()
         assert after_one > before and (fid, 0) in shim_env.counters.active_chunks()
-        assert (fid, 1) not in shim_env.counters.active_chunks()
-        r.pread(CHUNK, 4096)
+        assert (fid, 1) not in shim_env.counters.active_chunks()  # still the open run
+        r.pread(0, 4096)
         assert shim_env.counters.inserts() > after_one
     assert {(fid, 0), (fid, 1)} <= shim_env.counters.active_chunks()
     shim_env.counters.harvest(0)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from unicache_agent.shm import BUDGET_UNLIMITED, ShmEntry
+from unicache_agent.shm import BUDGET_UNLIMITED, CpuNodes, ShmEntry
 
 from tests.shim.shimtools import CHUNK, Reader, ShimEnv, make_files
 
@@ -24,11 +24,11 @@ QUIET_S = 0.06
 
 
 def _replicated(env: ShimEnv, f: Path, nodes: frozenset[int] = frozenset({0}),
-                color: int = -1, vcpus: frozenset[int] = frozenset()) -> int:
+                color: int = -1, vcpus: frozenset[int] = frozenset(), numa: bool = False) -> int:
     fid = env.file_id(f)
     env.table.publish(1, CHUNK, 4096, [
         ShmEntry(fid, i, vcpus, migration_budget=BUDGET_UNLIMITED, color_node=color,
-                 replica_nodes=nodes) for i in range(f.stat().st_size // CHUNK + 1)])
+                 replica_nodes=nodes) for i in range(f.stat().st_size // CHUNK + 1)], numa=numa)
     return fid
 
 
@@ -122,10 +122,12 @@ def test_color_and_replica_only_entry_never_migrates(shim_env: ShimEnv, tmp_path
 
 def test_colored_reads_run_under_the_node_policy_and_count_home_and_node_reads(
         shim_env: ShimEnv, tmp_path: Path) -> None:
-    # counters for a two-node guest: with one node the shim leaves the home to the agent
-    shim_env.relayout(nslots=4096, nnodes=2)
+    # a two-node guest where the agent reports homes (UC_TABLE_NUMA): this host's CPUs on
+    # node 0, node 1 memory only
+    shim_env.relayout(cpu_nodes=CpuNodes.of({c: 0 for c in os.sched_getaffinity(0)}, {0, 1}),
+                      nslots=4096)
     f, data = _data(tmp_path)
-    fid = _replicated(shim_env, f, nodes=frozenset(), color=0)
+    fid = _replicated(shim_env, f, nodes=frozenset(), color=0, numa=True)
     out = subprocess.run(["cat", str(f)], env=shim_env.env, capture_output=True, check=True)
     assert out.stdout == data
     assert shim_env.counters.stats().color_reads >= 2  # cat reads 128 KiB at a time
@@ -172,13 +174,29 @@ def _replica_files(env: ShimEnv, node: int = 0) -> list[Path]:
     return sorted((env.replicas.root / f"node{node}").iterdir())
 
 
-@pytest.mark.parametrize("kind", ["read", "readv", "preadv", "sendfile"])
+def test_vectored_reads_of_a_replicated_chunk_are_the_kernels_and_counted(
+        shim_env: ShimEnv, tmp_path: Path) -> None:
+    # the shim never reads a caller's iovec array before the call (a bad one is the
+    # kernel's EFAULT): it cannot serve vectored reads, which read the primary copy
+    f, data = _data(tmp_path)
+    fid = _replicated(shim_env, f)
+    shim_env.counters.harvest(0)
+    with Reader(shim_env, f) as r:
+        assert r.call("readv", CHUNK + 7, 3000) == (data[CHUNK + 7:CHUNK + 3007], CHUNK + 3007)
+        assert r.call("preadv", 2 * CHUNK - 5, 100) == (data[2 * CHUNK - 5:2 * CHUNK + 95], 0)
+    assert shim_env.counters.stats().replica_serves == 0
+    counted = {c.chunk: c.bytes_read for c in shim_env.counters.harvest(0).chunks
+               if c.file_id == fid}
+    assert counted[1] >= 3000 and counted[2] >= 95
+
+
+@pytest.mark.parametrize("kind", ["read", "sendfile"])
 def test_every_read_call_is_served_from_the_one_replica_two_processes_share(
         shim_env: ShimEnv, tmp_path: Path, kind: str) -> None:
     f, data = _data(tmp_path)
     _replicated(shim_env, f)
     def pos(end: int) -> int:
-        return 0 if kind == "preadv" else end  # preadv leaves the position alone
+        return end
 
     with Reader(shim_env, f) as a, Reader(shim_env, f) as b:
         for r in (a, b):

@@ -155,7 +155,7 @@ def test_a_file_of_an_older_layout_is_replaced_by_its_users_next_process(
     guest.as_nobody("cat", str(guest.data))
     theirs = guest.root / "counters" / str(NOBODY.pw_uid)
     # the agent restarts with another layout: its table says so before it sweeps the files
-    layout = CounterLayout.of(nslots=4096, nnodes=2)
+    layout = CounterLayout.of(nslots=4096, ngens=8192)
     assert theirs.stat().st_size == guest.counters.layout.size != layout.size
     guest.table.close()
     guest.table = TableWriter(str(guest.root / "table"), 1024, counters=layout)

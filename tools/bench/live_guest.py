@@ -152,7 +152,7 @@ class Table:
         """The flags of the entry for (fid, chunk) in the active buffer, or None."""
         hdr = shm._HDR.unpack_from(self.map, 0)
         nbuckets, active = hdr[3], hdr[4] & 1
-        base = shm._HDR.size + active * (shm._BUF.size + nbuckets * shm._ENTRY.size)
+        base = shm.TABLE_BUFS_OFFSET + active * (shm._BUF.size + nbuckets * shm._ENTRY.size)
         seq = shm._BUF.unpack_from(self.map, base)[0]
         if seq % 2:
             return None  # being written: the next poll reads it

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 _M64 = (1 << 64) - 1
 
 #: ``UC_LAYOUT_VERSION`` of the shared layout whose claim words this module mirrors
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 #: vCPUs a mask can name (``UC_MAX_VCPUS``)
 MAX_VCPUS = 256
 #: ``UC_BUDGET_UNLIMITED``: a budget that never runs out
@@ -181,6 +181,20 @@ def claim_is_free(word: int, tid: int, now_ns: int) -> bool:
     return (_now_ms(now_ns) - (word >> CLAIM_TID_BITS)) & _EXPIRY_MASK < _HALF_EXPIRY
 
 
+def claim_held_fresh(word: int, tid: int, now_ns: int) -> bool:
+    """Does ``tid`` hold this claim with at least half a lease (and at most one) left at
+    ``now_ns`` (``uc_claim_held_fresh``)? Such a claim is not renewed: a reader writes its
+    claim about twice a lease, not on every read.
+
+    :param word: the claim word.
+    :param tid: the reader.
+    :param now_ns: the claims' clock, nanoseconds.
+    :returns: whether the word is the reader's and fresh.
+    """
+    left = ((word >> CLAIM_TID_BITS) - _now_ms(now_ns)) & _EXPIRY_MASK
+    return tid != 0 and word & CLAIM_TID_MAX == tid and _LEASE_MS // 2 <= left <= _LEASE_MS
+
+
 def claim_word(tid: int, now_ns: int) -> int:
     """The claim word ``tid`` writes at ``now_ns``: expiring one lease later.
 
@@ -250,8 +264,9 @@ class ClaimTable:
 
         After STAY or MIGRATE at v: ``tid``'s claims on other vCPUs are released and v is
         claimed until ``now_ns`` + :data:`CLAIM_LEASE_NS` if free for ``tid`` (another
-        live reader's claim is never overwritten). NONE, and a tid that does not fit the
-        word (0 or above :data:`CLAIM_TID_MAX`), change nothing.
+        live reader's claim is never overwritten) and not already held by ``tid`` with
+        half a lease or more left (:func:`claim_held_fresh`). NONE, and a tid that does not
+        fit the word (0 or above :data:`CLAIM_TID_MAX`), change nothing.
 
         :param decision: what :func:`decide` answered for this read.
         :param tid: the reader.
@@ -262,7 +277,8 @@ class ClaimTable:
         v = decision.vcpu
         for other in [w for w in self._held.get(tid, ()) if w != v]:
             self._store(other, 0)
-        if 0 <= v < self.nvcpus and self.is_free(v, tid, now_ns):
+        if (0 <= v < self.nvcpus and not claim_held_fresh(self.word(v), tid, now_ns)
+                and self.is_free(v, tid, now_ns)):
             self._store(v, claim_word(tid, now_ns))
 
     def copy(self) -> ClaimTable:
