@@ -49,11 +49,46 @@ def test_splice_adds_a_missing_block_at_the_end(rec: ModuleType) -> None:
 
 def test_a_json_without_its_schema_is_refused_naming_what_lacks(rec: ModuleType) -> None:
     shim = rec.bench_named("shim")
-    with pytest.raises(BenchError, match="lacks lookup_ns, nt_mbps"):
-        rec.check_schema(shim, {"with_mbps": 1, "without_mbps": 1, "ratio": 1,
-                                "nt_without_mbps": 1})
+    with pytest.raises(BenchError, match="lacks budgets, cpu, rounds"):
+        rec.check_schema(shim, {"cells": [], "fds": [], "spawn": [], "seconds": 1})
     with pytest.raises(BenchError, match="no benchmark 'nope'"):
         rec.bench_named("nope")
+
+
+def _figures(added: float, unit: str = "ns") -> dict[str, float]:
+    return {f"added_{unit}": added, f"ci_low_{unit}": added - 1, f"ci_high_{unit}": added + 1,
+            "ratio": 0.99, f"control_{unit}": 0.25, f"control_ci_low_{unit}": -0.5,
+            f"control_ci_high_{unit}": 3.0}
+
+
+def test_the_shim_block_is_one_row_group_per_table_then_fds_starts_budgets(
+    rec: ModuleType
+) -> None:
+    cells = [{"kind": k, "size": s, "pattern": p, "table": t, **_figures(s / 1024)}
+             for t in ("placed", "none") for k in ("read", "fread") for p in ("seq", "reread")
+             for s in (512, 4096)]
+    cells[1]["control_ci_high_ns"] = -7.5  # placed read seq 4 KiB: the widest control
+    doc = {"cells": cells, "fds": [{"kind": "pipe", "size": 4096, **_figures(2.0)}],
+           "spawn": [{"kind": "exec", "command": ["/bin/true"], **_figures(50.0, "us")}],
+           "budgets": [{"case": "placed-4k", "limit_ns": 40.0, "upper_ns": 5.0, "met": True},
+                       {"case": "unplaced-4k", "limit_ns": 15.0, "upper_ns": None,
+                        "met": None}],
+           "cpu": 1, "seconds": 0.25, "rounds": 3}
+    head, rows = rec.bench_named("shim").render(rec.check_schema(rec.bench_named("shim"), doc))
+    assert head == ("table", "call: added ns per call [95 % CI]", "512 B", "4 KiB")
+    assert rows[0] == ("placed", "read seq", "+0.5 [-0.5, +1.5]", "+4.0 [+3.0, +5.0]")
+    assert [r[:2] for r in rows[:5]] == [
+        ("placed", "read seq"), ("placed", "read reread"), ("placed", "fread seq"),
+        ("placed", "fread reread"), ("placed", "control (null preload): its widest")]
+    assert rows[4][2:] == ("+0.2 [-0.5, +3.0]", "+0.2 [-0.5, -7.5]")
+    assert rows[9][0] == "none" and len(rows) == 10 + 1 + 1 + 2
+    assert rows[10] == ("fds", "pipe write + read", "",
+                        "+2.0 [+1.0, +3.0]; control +0.2 [-0.5, +3.0]")
+    assert rows[11][:3] == ("start", "exec (/bin/true), us",
+                            "+50.0 [+49.0, +51.0], ratio 0.990; control +0.2 [-0.5, +3.0]")
+    assert rows[12][1:3] == ("placed-4k <= 40 ns", "upper 5.0: met")
+    assert rows[13][1:3] == ("unplaced-4k <= 15 ns", "not run")
+    assert all(len(r) == len(head) for r in rows)
 
 
 def test_every_benchmark_has_a_tiny_size_and_a_block(rec: ModuleType) -> None:
@@ -76,11 +111,12 @@ def test_record_runs_the_shim_and_simulator_benchmarks_tiny_into_json_and_blocks
     assert [r["bench"] for r in json.loads(res.stdout)] == ["shim", "sim"]
     shim = json.loads((out / "shim.json").read_text())
     sim = json.loads((out / "sim.json").read_text())
-    assert shim["with_mbps"] > 0 and sim["accesses"] > 0
+    assert shim["cells"] and shim["budgets"] and sim["accesses"] > 0
     page = doc.read_text()
     assert "Hand-written analysis before." in page and "Hand-written analysis after." in page
     assert "old table" not in page
-    assert "unicache bench shim --rounds 1 --seconds 0.2 --json" in page
+    assert "unicache bench shim --quick --json" in page
+    assert "| placed | read seq |" in page and "| budget | unplaced-4k <= 15 ns |" in page
     assert "unicache-sim bench --accesses 200000 --repeats 1 --json" in page
     for name in ("shim", "sim"):
         assert page.count(f"<!-- bench:{name} -->") == page.count(f"<!-- /bench:{name} -->") == 1

@@ -1,31 +1,176 @@
-"""``unicache bench shim --json`` runs and prints the figures docs/PERFORMANCE.md records."""
+"""``unicache bench shim``: its driver (uc_bench), its statistics and its JSON, run tiny.
+
+No timing is asserted (the machine is shared): only that each figure is there, that every
+interval holds its median, that the control (the null preload) reads within a fraction of a
+call of zero, that the shim really ran (it counted the bench file's reads) and that bad
+options are one line.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
 from unicache.cli import bench
-from unicache.cli.bench import app
+from unicache.cli.bench import app, load_bench
+from unicache.errors import BenchError
+
+from tests.shim.shimtools import SHIM_DIR
+
+CELL_KEYS = {"kind", "size", "pattern", "table", "added_ns", "ci_low_ns", "ci_high_ns",
+             "ratio", "with_ns", "without_ns", "control_ns", "control_ci_low_ns",
+             "control_ci_high_ns", "blocks"}
 
 
-def test_bench_shim_json_has_the_figures() -> None:
-    res = CliRunner().invoke(app, ["shim", "--json", "--rounds", "1", "--seconds", "0.2"])
+@pytest.fixture(scope="module")
+def shim_bench() -> ModuleType:
+    module = load_bench("shim_bench")
+    module.build_shim()
+    return module
+
+
+def _ordered(doc: dict[str, object], unit: str = "ns") -> None:
+    for what in ("", "control_"):
+        mid = doc[f"{what}{unit}" if what else f"added_{unit}"]
+        assert doc[f"{what}ci_low_{unit}"] <= mid <= doc[f"{what}ci_high_{unit}"], doc  # type: ignore[operator]
+
+
+def test_bench_shim_quick_json_has_every_figure(shim_bench: ModuleType) -> None:
+    res = CliRunner().invoke(app, ["shim", "--quick", "--json"])
     assert res.exit_code == 0, res.output
     fig = json.loads(res.stdout)
-    for key in ("with_mbps", "without_mbps", "ratio", "lookup_ns", "nt_mbps"):
-        assert fig[key] > 0, key
-    assert abs(fig["ratio"] - fig["with_runs"][0] / fig["without_runs"][0]) < 1e-3
-    assert fig["lookup_ns"] < 10_000
+    assert {c["table"] for c in fig["cells"]} == {"placed", "unplaced", "none"}
+    assert {(c["kind"], c["size"], c["pattern"]) for c in fig["cells"]} == {
+        ("read", 4096, "seq"), ("read", 65536, "seq")}
+    for cell in fig["cells"]:
+        assert set(cell) >= CELL_KEYS, cell
+        _ordered(cell)
+        assert cell["blocks"] > 0 and cell["with_ns"] > 0 and cell["without_ns"] > 0
+        # the control: a preload that does nothing adds nothing (within half a call)
+        assert abs(cell["control_ns"]) < cell["without_ns"] / 2, cell
+    assert [f["kind"] for f in fig["fds"]] == ["pipe", "socket"]
+    for f in fig["fds"]:
+        _ordered(f)
+    assert [s["kind"] for s in fig["spawn"]] == ["exec", "interpreter"]
+    for s in fig["spawn"]:
+        _ordered(s, "us")
+        assert s["count"] >= 4 and s["with_us"] > 0
+    assert [b["case"] for b in fig["budgets"]] == [
+        "unplaced-4k", "unplaced-64k", "placed-4k", "pipe", "socket"]
+    for b in fig["budgets"]:
+        assert b["met"] == (b["upper_ns"] <= b["limit_ns"])
+    # the shim ran: it counted the bench file's reads under both tables that name files
+    assert fig["counted_reads"]["placed"] > 0 and fig["counted_reads"]["unplaced"] > 0
+    assert fig["table_entries"] == 8192 and fig["rounds"] == 1
 
 
-def test_bench_shim_bad_option_is_one_line() -> None:
-    res = CliRunner().invoke(app, ["shim", "--rounds", "0"])
+def test_a_shim_that_counted_nothing_fails_the_bench(
+    shim_bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(load_bench("shim_tables").TableState, "reads_of_file", lambda _: 0)
+    with pytest.raises(BenchError, match="counted no reads of the bench file under the "
+                                         "unplaced table"):
+        shim_bench.run_shim_bench((4096,), ("read",), ("seq",), ("unplaced",), seconds=0.02,
+                                  rounds=1, fds=False, spawn=False)
+
+
+def test_a_driver_not_under_the_shim_is_refused(shim_bench: ModuleType,
+                                                tmp_path: Path) -> None:
+    cells = load_bench("shim_cells")
+    null = SHIM_DIR / "libuc_null.so"
+    # the "shim" this driver expects is the null preload: its read is libc's
+    driver = cells.Driver(SHIM_DIR / "uc_bench", null, SHIM_DIR / "libunicache.so", 0,
+                          dict(os.environ))
+    with pytest.raises(BenchError, match="its pipe is libc's"):
+        driver.cell("pipe", 4096, "-", tmp_path, 0.01, null, {})
+
+
+@pytest.mark.parametrize("size", ["4096", "512"])
+def test_the_driver_and_the_statistics_agree(shim_bench: ModuleType, tmp_path: Path,
+                                             size: str) -> None:
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(2 << 20))
+    out = subprocess.run([str(SHIM_DIR / "uc_bench"), "cell", "--kind", "read", "--size", size,
+                          "--file", str(data), "--seconds", "0.02", "--blocks"],
+                         capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["interposed"] is False and doc["calls_per_block"] == (1 << 20) // int(size)
+    pair = load_bench("shim_stats").paired(doc["with_blocks"], doc["without_blocks"])
+    assert pair.blocks == doc["blocks"] == len(doc["with_blocks"])
+    for mine, its in ((pair.added, "added_ns"), (pair.ci_low, "ci_low_ns"),
+                      (pair.ci_high, "ci_high_ns"), (pair.with_, "with_ns")):
+        assert mine == pytest.approx(doc[its], abs=2e-3), its
+
+
+def test_the_interval_ranks_are_the_binomial_ones() -> None:
+    stats = load_bench("shim_stats")
+    assert stats.ci_rank(100) == 40  # P(B <= 39) = 0.018, P(B <= 40) = 0.028
+    assert stats.ci_rank(5) == 1 and stats.ci_rank(1) == 1
+    assert abs(stats.ci_rank(10_000) - (5000 - 1.96 * 50)) <= 2
+    assert stats.median_ci([float(x) for x in range(1, 101)]) == (40.0, 50.5, 61.0)
+    with pytest.raises(ValueError, match="with-blocks"):
+        stats.paired([1.0], [])
+
+
+def test_uc_bench_budget_prints_its_cases_and_exits_by_them(shim_bench: ModuleType,
+                                                             tmp_path: Path) -> None:
+    from unicache_agent import counters, shm
+
+    data = tmp_path / "data"
+    data.write_bytes(os.urandom(2 << 20))
+    tables = load_bench("shim_tables").BenchTables(shm, counters, tmp_path, data,
+                                                   ("unplaced",))
+    try:
+        env = {**os.environ, **tables.states["unplaced"].env,
+               "LD_PRELOAD": str(SHIM_DIR / "libunicache.so")}
+        res = subprocess.run([str(SHIM_DIR / "uc_bench"), "budget", "--seconds", "0.02",
+                              "--file", str(data), "--table-state", "unplaced"],
+                             env=env, capture_output=True, text=True, check=False)
+    finally:
+        tables.close()
+    doc = json.loads(res.stdout)
+    assert doc["interposed"] is True and doc["table_state"] == "unplaced"
+    assert [c["case"] for c in doc["cases"]] == ["unplaced-4k", "unplaced-64k", "pipe",
+                                                  "socket"]
+    for case in doc["cases"]:
+        assert case["added_ns"] <= case["upper_ns"]
+        assert case["met"] == (case["upper_ns"] <= case["limit_ns"])
+    assert doc["met"] == all(c["met"] for c in doc["cases"])
+    assert res.returncode == (0 if doc["met"] else 1)
+    bad = subprocess.run([str(SHIM_DIR / "uc_bench"), "budget", "--file", str(data),
+                          "--table-state", "half"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and bad.stdout == ""
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--rounds", "0"], "unicache bench shim: --rounds takes 1 to 100 and --seconds more "
+                        "than 0 up to 60, not 0 and 0.15"),
+    (["--sizes", "4096,3000"], "unicache bench shim: --sizes takes powers of two from 64 to "
+                               "1048576 (whole chunks per block), not '4096,3000'"),
+    (["--sizes", "4k"], "unicache bench shim: --sizes takes byte counts separated by commas, "
+                        "not '4k'"),
+    (["--kinds", "read,write"], "unicache bench shim: --kinds takes some of "
+                                "read,pread,readv,fread separated by commas, not 'read,write'"),
+    (["--tables", "placed,", "--quick"], None),
+])
+def test_bench_shim_bad_option_is_one_line(args: list[str], line: str | None,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    if line is None:  # a trailing comma is no error: stop the run before it starts
+        monkeypatch.setattr(load_bench("shim_bench"), "build_shim", _no_build)
+        line = "unicache bench shim: stopped before building"
+    res = CliRunner().invoke(app, ["shim", *args])
     assert res.exit_code == 2
-    assert res.output.strip().startswith("unicache bench shim: rounds >= 1")
+    assert res.output.strip() == line
     assert "Traceback" not in res.output
+
+
+def _no_build() -> Path:
+    raise BenchError("stopped before building")
 
 
 def test_bench_outside_a_checkout_is_one_line(

@@ -15,6 +15,7 @@ every command runs and emits its schema, never its timings).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -25,9 +26,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from unicache.errors import BenchError
+
+
+def _sibling(name: str) -> ModuleType:
+    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
+    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
+
+
+if TYPE_CHECKING:
+    import shim_calibration
+else:
+    shim_calibration = _sibling("shim_calibration")
 
 #: the venv's bin directory (``unicache``, ``unicache-sim``)
 BIN = Path(sys.executable).parent
@@ -38,11 +51,55 @@ Row = tuple[str, ...]
 RenderT = Callable[[dict[str, Any]], tuple[Row, list[Row]]]
 
 
+def _size(size: int) -> str:
+    return f"{size // 1024} KiB" if size >= 1024 else f"{size} B"
+
+
+def _ci(cell: dict[str, Any], what: str = "", unit: str = "ns") -> str:
+    """``added [low, high]`` of a shim figure (``what`` "control_": its control's)."""
+    mid = cell[f"{what}{unit}" if what else f"added_{unit}"]
+    return (f"{mid:+.1f} [{cell[f'{what}ci_low_{unit}']:+.1f}, "
+            f"{cell[f'{what}ci_high_{unit}']:+.1f}]")
+
+
+def _widest_control(cells: list[dict[str, Any]]) -> str:
+    if not cells:
+        return ""
+    widest = max(cells, key=lambda c: max(abs(c["control_ci_low_ns"]),
+                                          abs(c["control_ci_high_ns"])))
+    return _ci(widest, "control_")
+
+
 def _shim(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
-    head = ("with shim MB/s", "without MB/s", "ratio", "lookup ns", "NT MB/s", "NT without MB/s")
-    return head, [(f"{doc['with_mbps']:.0f}", f"{doc['without_mbps']:.0f}",
-                   f"{doc['ratio']:.3f}", f"{doc['lookup_ns']:.1f}", f"{doc['nt_mbps']:.0f}",
-                   f"{doc['nt_without_mbps']:.0f}")]
+    """One row group per table state (rows kind/pattern, columns sizes, cells the added ns
+    per call [95 % CI]; then the widest control of each size); then the pipe and socket,
+    the process starts and the budgets."""
+    cells: list[dict[str, Any]] = doc["cells"]
+    sizes = sorted({c["size"] for c in cells} | {f["size"] for f in doc["fds"]})
+    head = ("table", "call: added ns per call [95 % CI]", *(_size(s) for s in sizes))
+    rows: list[Row] = []
+    for table in dict.fromkeys(c["table"] for c in cells):
+        mine = [c for c in cells if c["table"] == table]
+        by = {(c["kind"], c["pattern"], c["size"]): c for c in mine}
+        for kind, pattern in dict.fromkeys((c["kind"], c["pattern"]) for c in mine):
+            rows.append((table, f"{kind} {pattern}", *(
+                _ci(by[kind, pattern, s]) if (kind, pattern, s) in by else "" for s in sizes)))
+        rows.append((table, "control (null preload): its widest", *(
+            _widest_control([c for c in mine if c["size"] == s]) for s in sizes)))
+    for f in doc["fds"]:
+        rows.append(("fds", f"{f['kind']} write + read", *(
+            f"{_ci(f)}; control {_ci(f, 'control_')}" if s == f["size"] else ""
+            for s in sizes)))
+    first = [""] * (len(sizes) - 1)
+    for p in doc["spawn"]:
+        rows.append(("start", f"{p['kind']} ({' '.join(p['command'])}), us",
+                     f"{_ci(p, unit='us')}, ratio {p['ratio']:.3f}; control "
+                     f"{_ci(p, 'control_', 'us')}", *first))
+    for b in doc["budgets"]:
+        upper = "not run" if b["upper_ns"] is None else (
+            f"upper {b['upper_ns']:.1f}: {'met' if b['met'] else 'NOT met'}")
+        rows.append(("budget", f"{b['case']} <= {b['limit_ns']:g} ns", upper, *first))
+    return head, rows
 
 
 def _policy(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
@@ -117,9 +174,8 @@ class Bench:
 
 #: every benchmark, in the order ``make bench`` runs them
 BENCHES: tuple[Bench, ...] = (
-    Bench("shim", ("unicache", "bench", "shim"), ("--rounds", "1", "--seconds", "0.2"),
-          frozenset({"with_mbps", "without_mbps", "ratio", "lookup_ns", "nt_mbps",
-                     "nt_without_mbps"}), _shim),
+    Bench("shim", ("unicache", "bench", "shim"), ("--quick",),
+          frozenset({"cells", "fds", "spawn", "budgets", "cpu", "seconds", "rounds"}), _shim),
     # a moderate size (the fleet-scale acceptance point, 1,000 VMs x 1 M chunks, is run by
     # hand: docs/PERFORMANCE.md "Policy round")
     Bench("policy", ("unicache", "bench", "policy", "--vms", "100,300", "--chunks", "100000",
@@ -223,9 +279,12 @@ class Recorded:
 
 
 def record(out: Path, doc_path: Path, names: Sequence[str] | None = None, tiny: bool = False,
-           tick: Callable[[str], None] = lambda _: None) -> list[Recorded]:
+           tick: Callable[[str], None] = lambda _: None, calibrate: bool = False,
+           ) -> list[Recorded]:
     """Run the benchmarks (all, or ``names``), write ``out/<name>.json`` and their blocks
     in ``doc_path``, each as soon as it is done (a later failure keeps the earlier ones).
+    With ``calibrate`` (``make bench``), the shim's run also writes the simulator's
+    calibration of the shim's cost (:mod:`shim_calibration`).
 
     :raises BenchError: when one fails (those before it are recorded).
     """
@@ -243,5 +302,9 @@ def record(out: Path, doc_path: Path, names: Sequence[str] | None = None, tiny: 
         page = doc_path.read_text() if doc_path.exists() else "# Performance\n"
         body = block(bench, doc, when, (load0, os.getloadavg()[0]), tiny)
         doc_path.write_text(splice(page, bench.name, body))
+        if bench.name == "shim" and calibrate:
+            # the simulated guest's cost per call, from this very run (unicache_sim.shimcost)
+            shim_calibration.write_calibration(doc_path.resolve().parents[1], doc, when,
+                                               bench.shown(tiny))
         done.append(Recorded(bench.name, path, seconds))
     return done

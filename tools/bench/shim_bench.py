@@ -1,23 +1,31 @@
-"""``unicache bench shim``: read() throughput with and without libunicache.so, and lookup cost.
+"""``unicache bench shim``: what a guest's calls pay under libunicache.so, cell by cell.
 
-Measures on this machine, in one run of one process (guest-agent/shim/uc_selftest
-``abbench``) under ``LD_PRELOAD=libunicache.so`` with a placement table that places the
-file's chunk on every CPU (so the shim looks the chunk up and counts on every call, and
-never needs to migrate):
+For every cell of the matrix (shim_cells.py: kinds read, pread, readv, stdio fread; sizes
+512 B to 256 KiB; patterns ``seq``, sequential through a page-cached 16 MiB file, and
+``reread``, the same first bytes again; table states ``placed``, ``unplaced``, ``none``,
+shim_tables.py), plus a pipe and a socketpair (4 KiB write + read) and process starts
+(/bin/true, ``python3 -c pass``), on this machine:
 
-* ``with_mbps``: blocks of 8 ``lseek(0)`` + ``read(256 KiB)`` calls through the shim's
-  ``read`` over a page-cached file;
-* ``without_mbps``: the same blocks through libc's own ``read`` (looked up with ``dlsym``
-  on libc), alternating with the first, so that noise from other processes on the machine
-  hits both alike; each figure uses the median block of its run, so blocks that lost the
-  CPU to another process count for neither;
-* ``lookup_ns``: the shim's own table lookup, timed in a loop over 4096 placed chunks
-  (``uc_bench_lookup``);
-* ``nt_mbps``: one more run with the chunk marked non-caching and ``UNICACHE_NT_READ=1``, so
-  read() takes the shim's mmap + prefetchnta path (docs/agent.md), against libc's read().
+* ``added_ns``: the median over samples of (ns per call through the preloaded function
+  - ns per call through libc's own), in one process pinned to one CPU (the driver
+  guest-agent/shim/uc_bench; blocks of the two paths alternate, W O O W or O W W O, so load
+  from other processes hits both alike), with its distribution-free 95 % interval
+  (shim_stats.py);
+* ``ratio``: libc's median ns per call over the preloaded one's;
+* ``control_ns``: the same cell under ``libuc_null.so``, a preload that does nothing: the
+  method's own zero, with its interval. It sits above 0 by what the PLT's stub costs (the
+  preloaded path calls through it, libc's through a pointer; an application pays the stub
+  with or without the shim): about 1.5 to 2 ns per call here (a reread's lseek + read:
+  3 to 4 ns).
 
-The figures are medians over rounds (the ratio: the median of per-round ratios); the
-process is pinned to one CPU.
+Each cell runs once under each preload per round, the two processes in alternating order,
+and the rounds' samples are pooled. Rounds are processes: the control shows offsets of a few
+ns that differ from one process to the next (where the libraries and buffers landed) and
+that a process's own interval does not see; more rounds average them out.
+
+The budgets (upper end of the interval; sequential 4 KiB / 64 KiB reads, 8,192-entry
+table) are held against the cells: unplaced 4 KiB and 64 KiB <= 15 ns, placed (counted,
+never migrated) 4 KiB <= 40 ns, pipes and sockets <= 10 ns.
 
 Benchmark code, not the product's: it builds the shim and imports the agent from the
 source checkout, so it lives there too (``tools/bench/``), and ``unicache bench shim``
@@ -26,69 +34,109 @@ source checkout, so it lives there too (``tools/bench/``), and ``unicache bench 
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from unicache.errors import BenchError, ConfigError
+
+
+def _sibling(name: str) -> ModuleType:
+    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
+    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
+
+
+if TYPE_CHECKING:
+    import shim_cells
+    import shim_tables
+else:
+    shim_cells, shim_tables = _sibling("shim_cells"), _sibling("shim_tables")
 
 #: the repository's guest-agent directory (the bench runs from a source checkout)
 GUEST_AGENT = Path(__file__).resolve().parents[2] / "guest-agent"
 SHIM_DIR = GUEST_AGENT / "shim"
-#: chunk size of the bench table (MFC §4.7 chunks; any power of two works)
-CHUNK_SIZE = 256 * 1024
-#: placed chunks for the lookup timing
-LOOKUP_KEYS = 4096
+#: what ``make`` builds: the shim, the driver, the control
+TARGETS = ("libunicache.so", "uc_bench", "libuc_null.so")
+#: seconds per start to size the spawn runs by (the interpreter's run takes about 2 x its
+#: ``seconds``: it needs more starts than the others to see through its own spread)
+EXEC_S, INTERPRETER_S = 1.5e-3, 10e-3
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A cost the shim must stay within: the upper end of a cell's 95 % interval."""
+
+    case: str
+    kind: str
+    size: int
+    table: str  # "" for the pipe and socket (any table: they run under the placed one)
+    limit_ns: float
+
+
+BUDGETS = (Budget("unplaced-4k", "read", 4096, "unplaced", 15.0),
+           Budget("unplaced-64k", "read", 65536, "unplaced", 15.0),
+           Budget("placed-4k", "read", 4096, "placed", 40.0),
+           Budget("pipe", "pipe", 4096, "", 10.0),
+           Budget("socket", "socket", 4096, "", 10.0))
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetResult:
+    """A budget against this run (``upper_ns`` and ``met`` None: its cell was not run)."""
+
+    case: str
+    limit_ns: float
+    upper_ns: float | None
+    met: bool | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"case": self.case, "limit_ns": self.limit_ns,
+                "upper_ns": None if self.upper_ns is None else round(self.upper_ns, 3),
+                "met": self.met}
 
 
 @dataclass(frozen=True, slots=True)
 class ShimBenchResult:
     """Figures of one ``bench shim`` run.
 
-    :param with_mbps: median read() throughput under the shim, MB/s (10^6 bytes).
-    :param without_mbps: median read() throughput without it, MB/s.
-    :param ratio: median over rounds of with / without (each round measures both).
-    :param lookup_ns: mean cost of one table lookup, ns.
-    :param read_size: bytes per read() call.
-    :param rounds: rounds run.
-    :param seconds: seconds per run.
-    :param cpu: the CPU both runs were pinned to.
-    :param with_runs: every with-shim figure.
-    :param without_runs: every without-shim figure.
-    :param nt_mbps: read() throughput when the chunk is marked non-caching and read() takes
-        the shim's mmap + prefetchnta path (``UNICACHE_NT_READ=1``), MB/s.
-    :param nt_without_mbps: libc's read() in the same run, MB/s.
+    :param cells: the matrix, table by table.
+    :param fds: the pipe and socket cells.
+    :param spawn: the process starts.
+    :param budgets: the budgets, met or not.
+    :param cpu: the CPU every in-process cell was pinned to.
+    :param seconds: seconds per cell and process.
+    :param rounds: rounds (processes per cell and preload).
+    :param table_entries: entries of the placed and unplaced tables.
+    :param counted_reads: reads of the bench file the shim counted, per table state.
     """
 
-    with_mbps: float
-    without_mbps: float
-    ratio: float
-    lookup_ns: float
-    read_size: int
-    rounds: int
-    seconds: float
+    cells: tuple[shim_cells.CellResult, ...]
+    fds: tuple[shim_cells.FdResult, ...]
+    spawn: tuple[shim_cells.SpawnResult, ...]
+    budgets: tuple[BudgetResult, ...]
     cpu: int
-    with_runs: tuple[float, ...]
-    without_runs: tuple[float, ...]
-    nt_mbps: float
-    nt_without_mbps: float
+    seconds: float
+    rounds: int
+    table_entries: int
+    counted_reads: dict[str, int]
 
     def as_json(self) -> dict[str, Any]:
         """The JSON ``unicache bench shim --json`` prints."""
-        return {"with_mbps": round(self.with_mbps, 1), "without_mbps": round(self.without_mbps, 1),
-                "ratio": round(self.ratio, 4), "lookup_ns": round(self.lookup_ns, 2),
-                "read_size": self.read_size, "rounds": self.rounds, "seconds": self.seconds,
-                "cpu": self.cpu, "with_runs": [round(x, 1) for x in self.with_runs],
-                "without_runs": [round(x, 1) for x in self.without_runs],
-                "nt_mbps": round(self.nt_mbps, 1),
-                "nt_without_mbps": round(self.nt_without_mbps, 1)}
+        return {"cells": [c.as_json() for c in self.cells],
+                "fds": [f.as_json() for f in self.fds],
+                "spawn": [s.as_json() for s in self.spawn],
+                "budgets": [b.as_json() for b in self.budgets],
+                "cpu": self.cpu, "seconds": self.seconds, "rounds": self.rounds,
+                "table_entries": self.table_entries, "counted_reads": self.counted_reads,
+                "file_size": shim_tables.FILE_SIZE, "chunk_size": shim_tables.CHUNK_SIZE,
+                "min_read_size": shim_tables.MIN_READ_SIZE}
 
 
 def _agent_module(name: str) -> Any:
@@ -99,116 +147,162 @@ def _agent_module(name: str) -> Any:
 
 
 def build_shim() -> Path:
-    """Build the shim and its driver if needed.
+    """Build the shim, the driver and the control if needed.
 
     :returns: the shim directory.
     :raises BenchError: when the build fails.
     """
     try:
-        subprocess.run(["make", "-s", "-C", str(SHIM_DIR), "all"], check=True,
-                       capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError) as err:
-        detail = getattr(err, "stderr", "") or ""
-        raise BenchError(f"cannot build the shim in {SHIM_DIR}: {detail.strip()[-200:]}") from err
+        res = subprocess.run(["make", "-s", "-C", str(SHIM_DIR), *TARGETS], check=False,
+                             capture_output=True, text=True)
+    except OSError as err:
+        raise BenchError(f"cannot run make in {SHIM_DIR}") from err
+    if res.returncode != 0:
+        # make's last line names the target that failed; the compiler's lines are above it
+        last = [line for line in res.stderr.splitlines() if line.strip()][-1:] or ["no output"]
+        raise BenchError(f"cannot build {' '.join(TARGETS)} in {SHIM_DIR}: {last[0][-200:]}")
     return SHIM_DIR
 
 
-def _run_driver(args: list[str], env: dict[str, str], cpu: int) -> tuple[float, float]:
-    res = subprocess.run([str(SHIM_DIR / "uc_selftest"), *args], env=env, capture_output=True,
-                         text=True, timeout=600, check=False,
-                         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
-    if res.returncode != 0 or not res.stdout.startswith("with_mbps="):
-        raise BenchError(f"bench driver failed (status {res.returncode}): "
-                         f"{res.stderr.strip()[-200:]}")
-    fields = dict(kv.split("=", 1) for kv in res.stdout.split())
-    return float(fields["with_mbps"]), float(fields["without_mbps"])
+def steps(matrix: shim_cells.Matrix, rounds: int, fds: bool = True, spawn: bool = True) -> int:
+    """Progress steps of a run (one per cell, fd cell and start kind, per round)."""
+    return rounds * (len(matrix.cells()) + (len(shim_cells.FD_KINDS) if fds else 0)
+                     + (2 if spawn else 0))
 
 
-def _lookup_ns(table_path: Path, ctr_path: Path, file_id: int, iters: int) -> float:
-    """Time the shim's lookup in this process (the library is loaded RTLD_LOCAL: its
-    read() and friends do not interpose on ours)."""
-    saved = {k: os.environ.get(k) for k in ("UNICACHE_TABLE", "UNICACHE_COUNTERS")}
-    os.environ["UNICACHE_TABLE"] = str(table_path)
-    os.environ["UNICACHE_COUNTERS"] = str(ctr_path)
-    try:
-        lib = ctypes.CDLL(str(SHIM_DIR / "libunicache.so"))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    fn = lib.uc_bench_lookup
-    fn.restype = ctypes.c_double
-    fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
-                   ctypes.POINTER(ctypes.c_uint64)]
-    hits = ctypes.c_uint64(0)
-    ns = float(fn(file_id, LOOKUP_KEYS, iters, ctypes.byref(hits)))
-    if ns < 0 or hits.value != iters:
-        raise BenchError(f"lookup timing failed (result {ns}, {hits.value}/{iters} hits)")
-    return ns
+def _budgets(cells: Sequence[shim_cells.CellResult],
+             fds: Sequence[shim_cells.FdResult]) -> tuple[BudgetResult, ...]:
+    upper: dict[tuple[str, int, str], float] = {
+        (c.cell.kind, c.cell.size, c.cell.table): c.shim.ci_high
+        for c in cells if c.cell.pattern == "seq"}
+    upper.update({(f.kind, f.size, ""): f.shim.ci_high for f in fds})
+    out = []
+    for b in BUDGETS:
+        up = upper.get((b.kind, b.size, b.table))
+        out.append(BudgetResult(b.case, b.limit_ns, up, None if up is None else up <= b.limit_ns))
+    return tuple(out)
 
 
-def run_shim_bench(rounds: int = 7, seconds: float = 1.0, read_size: int = 256 * 1024,
-                   lookup_iters: int = 2_000_000) -> ShimBenchResult:
-    """Measure the shim's overhead on read() and its lookup cost.
+def _scratch_dir() -> str | None:
+    # a disk file system's page cache, as a guest's files mostly are (tmpfs reads differ)
+    return "/var/tmp" if os.path.isdir("/var/tmp") and os.access("/var/tmp", os.W_OK) else None
 
-    :param rounds: alternating with/without rounds.
-    :param seconds: length of each run.
-    :param read_size: bytes per read() (the file is this large and stays cached).
-    :param lookup_iters: lookups timed for ``lookup_ns``.
+
+def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
+                   kinds: Sequence[str] = shim_cells.KINDS,
+                   patterns: Sequence[str] = shim_cells.PATTERNS,
+                   tables: Sequence[str] = shim_tables.TABLE_STATES,
+                   seconds: float = 0.15, rounds: int = 5, fds: bool = True,
+                   spawn: bool = True,
+                   tick: Callable[[str], None] = lambda _: None) -> ShimBenchResult:
+    """Measure what the calls of the matrix pay under the shim, against the control.
+
+    :param sizes: bytes per call (powers of two, 64 B to 1 MiB).
+    :param kinds: of read, pread, readv, fread.
+    :param patterns: of seq, reread.
+    :param tables: of placed, unplaced, none.
+    :param seconds: seconds of blocks per cell, process and round.
+    :param rounds: processes per cell and preload (alternating shim and control).
+    :param fds: also the pipe and socket cells.
+    :param spawn: also the process starts.
+    :param tick: called before each step (its description; :func:`steps` counts them).
     :returns: the figures.
     :raises ConfigError: on a bad parameter.
-    :raises BenchError: when the shim or its driver cannot run.
+    :raises BenchError: when the shim or its driver cannot run, or the shim did not count.
     """
-    if rounds < 1 or seconds <= 0 or not 4096 <= read_size <= 1 << 20:
-        raise ConfigError("rounds >= 1, seconds > 0 and 4096 <= read size <= 1 MiB required")
+    matrix = shim_cells.Matrix(tuple(sizes), tuple(kinds), tuple(patterns),
+                               tuple(tables)).check()
+    if not 1 <= rounds <= 100 or not 0 < seconds <= 60:
+        raise ConfigError(f"--rounds takes 1 to 100 and --seconds more than 0 up to 60, not "
+                          f"{rounds} and {seconds:g}")
     build_shim()
-    shm = _agent_module("shm")
-    harvester = _agent_module("counters").CounterHarvester
+    shm, counters = _agent_module("shm"), _agent_module("counters")
     cpu = max(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory(prefix="unicache-bench-") as tmp:
-        d = Path(tmp)
-        data = d / "data"
-        data.write_bytes(os.urandom(read_size))
-        layout = shm.CounterLayout.of()
-        table = shm.TableWriter(str(d / "table"), counters=layout)
-        counters = harvester(str(d / "counters"), layout)
-        st = data.stat()
-        fid = shm.file_id_of(table.salt, st.st_dev, st.st_ino)
-        every = frozenset(os.sched_getaffinity(0))
-        # the bench file's chunk, plus LOOKUP_KEYS - 1 more chunks of a fake file id
-        entries = [shm.ShmEntry(fid, i, every, True, shm.BUDGET_UNLIMITED)
-                   for i in range(LOOKUP_KEYS)]
-        table.publish(1, CHUNK_SIZE, 64 * 1024, entries)
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith("UNICACHE_") and k != "LD_PRELOAD"}
-        # the shim's own table, counters and nothing else from the caller's environment
-        shim_env = {**base, "LD_PRELOAD": str(SHIM_DIR / "libunicache.so"),
-                    "UNICACHE_TABLE": str(d / "table"), "UNICACHE_COUNTERS": str(d / "counters")}
-        args = ["abbench", str(data), str(read_size), str(seconds)]
-        with_runs: list[float] = []
-        without_runs: list[float] = []
-        _run_driver(["abbench", str(data), str(read_size), "0.2"], shim_env, cpu)  # warm up
-        for _ in range(rounds):
-            w, wo = _run_driver(args, shim_env, cpu)
-            with_runs.append(w)
-            without_runs.append(wo)
-        harvest = counters.harvest(0)
-        if sum(c.reads for c in harvest.chunks) == 0:
-            raise BenchError("the shim counted no reads: it did not run under LD_PRELOAD")
-        lookup = _lookup_ns(d / "table", d / "counters", fid, lookup_iters)
-        # the same file marked non-caching, read() through the mmap + prefetchnta path
-        table.publish(2, CHUNK_SIZE, 64 * 1024,
-                      [shm.ShmEntry(fid, 0, every, False, shm.BUDGET_UNLIMITED)])
-        nt, nt_without = _run_driver(args, {**shim_env, "UNICACHE_NT_READ": "1"}, cpu)
-        if sum(c.nt_reads for c in counters.harvest(0).chunks) == 0:
-            raise BenchError("the non-temporal path did not run")
-        table.close()  # our own mapping and descriptors: a failure here is a bug to see
-        counters.close()
-    w, wo = statistics.median(with_runs), statistics.median(without_runs)
-    # each round compares the two paths under the same load: the ratio is the median of the
-    # per-round ratios, which is steadier than a ratio of medians on a shared machine
-    ratio = statistics.median(a / b for a, b in zip(with_runs, without_runs, strict=True))
-    return ShimBenchResult(w, wo, ratio, lookup, read_size, rounds, seconds, cpu,
-                           tuple(with_runs), tuple(without_runs), nt, nt_without)
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("UNICACHE_") and k != "LD_PRELOAD"}
+    driver = shim_cells.Driver(SHIM_DIR / "uc_bench", SHIM_DIR / "libunicache.so",
+                               SHIM_DIR / "libuc_null.so", cpu, base)
+    with tempfile.TemporaryDirectory(prefix="unicache-bench-", dir=_scratch_dir()) as tmp:
+        data = Path(tmp) / "data"
+        data.write_bytes(os.urandom(shim_tables.FILE_SIZE))
+        bench_tables = shim_tables.BenchTables(shm, counters, Path(tmp), data, matrix.tables)
+        try:
+            run = _Run(driver, data, bench_tables, seconds, rounds, tick)
+            cells = tuple(run.cell(c) for c in matrix.cells())
+            fd_state = "placed" if "placed" in matrix.tables else matrix.tables[0]
+            fd_results = (tuple(run.fd(k, fd_state) for k in shim_cells.FD_KINDS)
+                          if fds else ())
+            starts = (run.spawn("exec", ("/bin/true",), fd_state),
+                      run.spawn("interpreter", (shim_cells.interpreter(), "-c", "pass"),
+                                fd_state)) if spawn else ()
+            counted = _check_counted(bench_tables, matrix)
+            entries = max((s.entries for s in bench_tables.states.values()), default=0)
+        finally:
+            bench_tables.close()
+    return ShimBenchResult(cells, fd_results, starts, _budgets(cells, fd_results), cpu,
+                           seconds, rounds, entries, counted)
+
+
+def _check_counted(bench_tables: shim_tables.BenchTables,
+                   matrix: shim_cells.Matrix) -> dict[str, int]:
+    """Reads of the bench file the shim counted per table; a table whose seq reads ran
+    must have some, or the shim did not run (or did not see its table)."""
+    counted = {}
+    for name, state in bench_tables.states.items():
+        if state.harvester is None:
+            continue
+        counted[name] = state.reads_of_file()
+        if counted[name] == 0 and "read" in matrix.kinds and "seq" in matrix.patterns:
+            raise BenchError(f"the shim counted no reads of the bench file under the {name} "
+                             "table: it did not run under LD_PRELOAD, or did not map the table")
+    return counted
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The runs of one bench: every comparison, round by round, shim and control."""
+
+    driver: shim_cells.Driver
+    data: Path
+    tables: shim_tables.BenchTables
+    seconds: float
+    rounds: int
+    tick: Callable[[str], None]
+
+    def _pools(self, label: str, once: Callable[[Path], dict[str, Any]]
+               ) -> tuple[shim_cells.Pool, shim_cells.Pool]:
+        shim, control = shim_cells.Pool(), shim_cells.Pool()
+        d = self.driver
+        for r in range(self.rounds):
+            self.tick(f"{label} (round {r + 1}/{self.rounds})")
+            # the shim's process first in even rounds, the control's in odd ones
+            for preload in ((d.shim, d.null) if r % 2 == 0 else (d.null, d.shim)):
+                (shim if preload == d.shim else control).add(once(preload))
+        return shim, control
+
+    def cell(self, cell: shim_cells.Cell) -> shim_cells.CellResult:
+        env = self.tables.states[cell.table].env
+        shim, control = self._pools(cell.label(), lambda preload: self.driver.cell(
+            cell.kind, cell.size, cell.pattern, self.data, self.seconds, preload, env))
+        return shim_cells.CellResult(cell, shim.paired(), control.paired(),
+                                     tuple(shim.run_medians))
+
+    def fd(self, kind: str, table: str) -> shim_cells.FdResult:
+        env, size = self.tables.states[table].env, shim_cells.FD_SIZE
+        shim, control = self._pools(f"{kind} {size} B write + read", lambda preload:
+                                    self.driver.cell(kind, size, "-", self.data, self.seconds,
+                                                     preload, env))
+        return shim_cells.FdResult(kind, size, table, shim.paired(), control.paired(),
+                                   tuple(shim.run_medians))
+
+    def spawn(self, kind: str, command: tuple[str, ...], table: str) -> shim_cells.SpawnResult:
+        env, d = self.tables.states[table].env, self.driver
+        count = max(4, round(self.seconds / (EXEC_S if kind == "exec" else INTERPRETER_S)))
+        shim, control = shim_cells.Pool(), shim_cells.Pool()
+        for r in range(self.rounds):
+            self.tick(f"{kind} start (round {r + 1}/{self.rounds})")
+            # the shim against the null preload, and the null against itself: the control
+            for with_ in ((d.shim, d.null) if r % 2 == 0 else (d.null, d.shim)):
+                (shim if with_ == d.shim else control).add(
+                    d.spawn(count, with_, d.null, command, env), unit="us")
+        return shim_cells.SpawnResult(kind, command, table, shim.paired(), control.paired())

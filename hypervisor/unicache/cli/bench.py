@@ -62,29 +62,90 @@ def load_bench(name: str) -> ModuleType:
     return module
 
 
+def _ci(mid: float, low: float, high: float) -> str:
+    return f"{mid:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
 @app.command("shim")
 def shim(
+    sizes: Annotated[str | None, typer.Option(
+        help="Bytes per call, separated by commas [default: 512,4096,16384,65536,262144].")
+    ] = None,
+    kinds: Annotated[str | None, typer.Option(
+        help="Calls, of read,pread,readv,fread [default: all].")] = None,
+    patterns: Annotated[str | None, typer.Option(
+        help="seq (through a 16 MiB cached file) and/or reread (its first bytes again) "
+             "[default: both].")] = None,
+    tables: Annotated[str | None, typer.Option(
+        help="Table states, of placed,unplaced,none [default: all].")] = None,
+    seconds: Annotated[float | None, typer.Option(
+        help="Seconds per cell, process and round [default: 0.15; --quick 0.05].")] = None,
+    rounds: Annotated[int | None, typer.Option(
+        help="Rounds: processes per cell under the shim and under the control, "
+             "alternating; more rounds average out offsets that differ between processes "
+             "[default: 5; --quick 1].")] = None,
+    quick: Annotated[bool, typer.Option(
+        help="A smoke run: 4 KiB and 64 KiB sequential read() under each table, pipes, "
+             "sockets and starts, briefly (options given still apply).")] = False,
     json_out: JsonFlag = False,
-    rounds: Annotated[int, typer.Option(help="Rounds (each measures both paths).")] = 7,
-    seconds: Annotated[float, typer.Option(help="Seconds per run.")] = 1.0,
-    read_size: Annotated[int, typer.Option(help="Bytes per read() call.")] = 256 * 1024,
 ) -> None:
-    """read() throughput of a cached file with and without libunicache.so, and lookup cost."""
+    """What a guest's calls pay under libunicache.so: added ns per call, cell by cell.
+
+    Each cell (call kind, size, pattern, table state) runs in one process pinned to one
+    CPU, blocks through the preloaded function alternating with blocks through libc's
+    own; the figure is the median of the paired differences with its 95 % interval, the
+    ratio libc's ns over the preloaded one's, and the control the same cell under a
+    preload that does nothing (the method's zero). Then pipes and sockets, process starts,
+    and the shim's budgets, met or not (docs/PERFORMANCE.md).
+    """
+    from rich.progress import Progress
+
     try:
-        res = load_bench("shim_bench").run_shim_bench(
-            rounds=rounds, seconds=seconds, read_size=read_size
-        )
+        bench = load_bench("shim_bench")
+        matrix = load_bench("shim_cells").matrix_of(sizes, kinds, patterns, tables, quick)
+        secs = seconds if seconds is not None else (0.05 if quick else 0.15)
+        nrounds = rounds if rounds is not None else (1 if quick else 5)
+        with Progress(console=_err, transient=True) as progress:
+            task = progress.add_task("shim cells", total=max(bench.steps(matrix, nrounds), 1))
+
+            def tick(what: str) -> None:
+                progress.update(task, advance=1, description=f"shim: {what}")
+
+            res = bench.run_shim_bench(matrix.sizes, matrix.kinds, matrix.patterns,
+                                       matrix.tables, seconds=secs, rounds=nrounds, tick=tick)
     except UnicacheError as err:
         _fail("shim", err)
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
-    table = Table(title=f"{res.read_size // 1024} KiB read(), {res.rounds} x {res.seconds:g} s")
-    for col in ("with shim MB/s", "without MB/s", "ratio", "lookup ns"):
-        table.add_column(col, justify="right")
-    table.add_row(f"{res.with_mbps:.0f}", f"{res.without_mbps:.0f}", f"{res.ratio:.3f}",
-                  f"{res.lookup_ns:.1f}")
-    Console().print(table)
+    out = Console()
+    table = Table(title=f"added cost per call under libunicache.so, CPU {res.cpu}, "
+                        f"{res.rounds} x {res.seconds:g} s per cell, "
+                        f"{res.table_entries:,}-entry tables")
+    for col in ("cell", "added [95 % CI]", "ratio", "control [95 % CI]"):
+        table.add_column(col, justify="left" if col == "cell" else "right")
+    for c in res.cells:
+        s, k = c.shim, c.control
+        table.add_row(c.cell.label(), _ci(s.added, s.ci_low, s.ci_high) + " ns",
+                      f"{s.ratio:.3f}", _ci(k.added, k.ci_low, k.ci_high) + " ns")
+    for f in res.fds:
+        s, k = f.shim, f.control
+        table.add_row(f"{f.kind} {f.size} B write + read", _ci(s.added, s.ci_low, s.ci_high)
+                      + " ns", f"{s.ratio:.3f}", _ci(k.added, k.ci_low, k.ci_high) + " ns")
+    for p in res.spawn:
+        s, k = p.shim, p.control
+        table.add_row(f"{p.kind} start ({' '.join(p.command)})",
+                      _ci(s.added, s.ci_low, s.ci_high) + " us", f"{s.ratio:.3f}",
+                      _ci(k.added, k.ci_low, k.ci_high) + " us")
+    out.print(table)
+    budgets = Table(title="budgets (upper end of the 95 % interval, sequential calls)")
+    for col in ("case", "limit ns", "upper ns", "met"):
+        budgets.add_column(col, justify="left" if col == "case" else "right")
+    for b in res.budgets:
+        budgets.add_row(b.case, f"{b.limit_ns:g}",
+                        "-" if b.upper_ns is None else f"{b.upper_ns:.1f}",
+                        "not run" if b.met is None else ("yes" if b.met else "NO"))
+    out.print(budgets)
 
 
 def _sizes(text: str, flag: str) -> list[int]:
@@ -231,6 +292,11 @@ def record(
     tiny: Annotated[bool, typer.Option(
         help="Run each at a size of seconds (checks that each runs and emits its schema).")
     ] = False,
+    calibrate: Annotated[bool | None, typer.Option(
+        "--calibrate/--no-calibrate",
+        help="Write the simulator's calibration of the shim's cost per call "
+             "(tools/sim/python/unicache_sim/shimcost.toml) from the shim's run, beside "
+             "--doc's page (default: yes, but not with --tiny).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Run every benchmark (make bench): JSON under --out, tables into --doc's blocks.
@@ -258,7 +324,8 @@ def record(
                                 description=f"bench {name} ({len(started) + 1}/{count})")
                 started.append(name)
 
-            done = rec.record(out, doc, names, tiny=tiny, tick=tick)
+            done = rec.record(out, doc, names, tiny=tiny, tick=tick,
+                              calibrate=not tiny if calibrate is None else calibrate)
     except UnicacheError as err:
         _fail("record", err)
     if json_out:

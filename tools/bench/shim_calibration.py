@@ -1,0 +1,73 @@
+"""The simulator's figures of the shim's cost, from a run of ``unicache bench shim``.
+
+``make bench`` (:func:`record.record`) writes them to ``unicache_sim/shimcost.toml``, the
+calibration the simulated guest charges per call (:mod:`unicache_sim.shimcost`): for each
+table state and size, the upper end of the 95 % interval of the sequential ``read()``
+cell, with the run's date, command and this machine's clock. The same run's table is the
+shim block of docs/PERFORMANCE.md, which tests/bench/test_shim_calibration.py holds the
+file to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unicache.errors import BenchError
+from unicache_sim.calibration import host_clock_ghz
+from unicache_sim.shimcost import TABLE_STATES, parse
+
+#: where the simulator's package keeps it, from the repository's root
+CALIBRATION = Path("tools/sim/python/unicache_sim/shimcost.toml")
+#: the sizes the simulator interpolates between (the benchmark's default sizes)
+SIZES = (512, 4096, 16384, 65536, 262144)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip().replace('"', "")
+    except OSError:
+        pass
+    return "this machine"
+
+
+def calibration_toml(doc: dict[str, Any], when: str, command: str,
+                     clock_ghz: float | None = None) -> str:
+    """The TOML of a shim benchmark's JSON.
+
+    :param doc: ``unicache bench shim --json``'s output.
+    :param when: the run's date, as the doc block says it.
+    :param command: the command, as the doc block shows it.
+    :param clock_ghz: this machine's clock (default: /proc/cpuinfo's).
+    :raises BenchError: when the run lacks a sequential read cell the simulator needs.
+    """
+    cells = {(c["table"], c["size"]): c for c in doc["cells"]
+             if c["kind"] == "read" and c["pattern"] == "seq"}
+    missing = [f"{t} {s}" for t in TABLE_STATES for s in SIZES if (t, s) not in cells]
+    if missing:
+        raise BenchError("the shim calibration needs sequential read cells of every table "
+                         f"and size: missing {', '.join(missing)}")
+    ghz = clock_ghz if clock_ghz is not None else host_clock_ghz()
+    lines = [
+        "# What libunicache.so adds to a read call (ns), for the simulated guest (shimcost.py).",
+        "# Written by `make bench` (tools/bench/shim_calibration.py); do not edit.",
+        f'source = "{command}, {when}: sequential read() through an 8,192-entry table, '
+        f'upper end of the 95 % interval, on {_cpu_model()} at {ghz:.2f} GHz"',
+        f"clock_ghz = {ghz:.3f}",
+        f"sizes = [{', '.join(str(s) for s in SIZES)}]",
+    ]
+    for t in TABLE_STATES:
+        uppers = ", ".join(f"{cells[t, s]['ci_high_ns']:.1f}" for s in SIZES)
+        lines.append(f"{t}_ns = [{uppers}]")
+    text = "\n".join(lines) + "\n"
+    parse(text)  # what the simulator will read
+    return text
+
+
+def write_calibration(root: Path, doc: dict[str, Any], when: str, command: str) -> Path:
+    """Write the calibration under the repository ``root``; its path."""
+    path = root / CALIBRATION
+    path.write_text(calibration_toml(doc, when, command))
+    return path
