@@ -13,11 +13,13 @@ from unicache.model import (
     PublishPlacement,
     VcpuId,
 )
-from unicache_sim import shimrule
+from unicache_sim import shimrule, simhost
 from unicache_sim.config import from_topology
 from unicache_sim.experiments.mfc_read import MfcSpec, run_mfc
+from unicache_sim.shimcost import ShimCost
 from unicache_sim.simhost import GuestShim, SimHost
 
+from tests.sim.freeshim import FREE_SHIM, SIZES
 from tests.topologies import TOPO_CORE_I7_860, TOPO_OPTERON_16
 
 CHUNK = 256 * 1024
@@ -53,6 +55,32 @@ def test_observe_reports_the_reads_and_counters_of_the_round() -> None:
     # the next round starts from zero
     again = host.observe()
     assert again is not None and again.reports[0].chunks == ()
+
+
+def test_each_call_pays_the_shims_cost_for_what_the_table_says_and_its_size() -> None:
+    # distinct figures per state, so a call charged as another state is caught
+    cost = ShimCost("test", 2.0, SIZES, {"none": (1, 2, 3, 4, 5),
+                                         "unplaced": (10, 20, 30, 40, 50),
+                                         "placed": (100, 200, 300, 400, 500)})
+    host, tid, obj = _host()
+    shim = GuestShim(host, cost)
+
+    def read(chunk: int, length: int) -> float:
+        shim.read_chunk(tid, obj, ChunkId(7, chunk), 0, length, 0.0, CHUNK)
+        assert host.engine.run() == ("need", tid)
+        return host.engine.thread_stats(tid).compute_cycles
+
+    paid = read(0, 4096)
+    assert paid == pytest.approx(2 * 2.0)  # no table yet: 2 ns at 2 GHz
+    table = PlacementTable("vm0", 1, CHUNK, CHUNK,
+                           (PlacementEntry(ChunkId(7, 1), frozenset({0}), True, 0),))
+    host.act([PublishPlacement("vm0", table, "test")])
+    paid, before = read(0, 65536), paid
+    assert paid - before == pytest.approx(40 * 2.0)  # a chunk the table does not name
+    paid, before = read(1, 65536), paid
+    assert paid - before == pytest.approx(400 * 2.0)  # a placed one
+    assert cost.cycles("placed", 1 << 20) == pytest.approx(500 * 2.0)  # held beyond 256 KiB
+    assert cost.cycles("unplaced", 8192) == pytest.approx(25 * 2.0)  # log2-interpolated
 
 
 def test_pin_moves_the_vcpu_and_its_thread() -> None:
@@ -160,12 +188,14 @@ def test_live_loop_at_the_daemons_round_still_gains_at_8_mib() -> None:
 
 @pytest.mark.parametrize("corunner", ["none", "mergesort"])
 def test_where_the_policy_has_nothing_to_do_unicache_measures_exactly_linux(
-    corunner: str,
+    corunner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # one LLC group: OBS's cpuset is every CPU and SCU has nothing to unify; the host's
     # scheduler floats the vCPUs as Linux floats threads (and a co-runner VM's thread as
     # Linux floats it), and every baseline measures the same reads of the sequence, so
-    # nothing but the policy could tell the two apart
+    # nothing but the policy (and the shim's cost, taken out here: it has a test of its
+    # own) could tell the two apart
+    monkeypatch.setattr(simhost, "SHIM_COST", FREE_SHIM)
     for seed in (1, 2):
         spec = MfcSpec(
             threads=2, min_measure_bytes=32 * 1024 * 1024, corunner=corunner, seed=seed

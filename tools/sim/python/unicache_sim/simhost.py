@@ -13,7 +13,8 @@ effect (the engine shares a CPU first come, first served).
 published table, let the shim's rule (``uc_decide.c``, mirrored by
 :mod:`unicache_sim.shimrule`) pick the vCPU the read runs on (stay, or move to the chunk's
 home vCPU or the next one no other reader claims, within the entry's migration budget per
-round), settle the claims, then read with caching or non-temporal loads.
+round), settle the claims, then read with caching or non-temporal loads; each call first
+pays what the real shim adds to it (:mod:`unicache_sim.shimcost`).
 The policy behind it is whatever drives the host: the simulator uses
 :class:`unicache.policy.round.UnicachePolicy` (OBS then SCU), as the daemon does.
 """
@@ -46,6 +47,7 @@ from unicache.model import (
 
 from unicache_sim import _native, shimrule
 from unicache_sim.config import SimConfig
+from unicache_sim.shimcost import SHIM_COST, ShimCost
 
 
 @dataclass(slots=True)
@@ -315,13 +317,18 @@ class GuestShim:
     Every thread could use every vCPU when the shim loaded (the rule's ``allowed``); the
     claims are the guest's one :class:`~unicache_sim.shimrule.ClaimTable`, a word per
     vCPU, and the budgets start again with each report, as the agent's harvest resets the
-    shim's per-chunk migration counts.
+    shim's per-chunk migration counts. Each call pays what the real shim adds to it
+    (:mod:`~unicache_sim.shimcost`: by what the table says of the chunk, and the call's
+    size), before its read.
 
     :param host: the simulated host (its table is the guest's view).
+    :param cost: the shim's cost per call (default: the shipped calibration,
+        :data:`SHIM_COST`, as this module holds it when the shim is made).
     """
 
-    def __init__(self, host: SimHost) -> None:
+    def __init__(self, host: SimHost, cost: ShimCost | None = None) -> None:
         self.host = host
+        self.cost = cost if cost is not None else SHIM_COST
         self.claims = shimrule.ClaimTable(host.n_vcpus)
         self._allowed = (1 << host.n_vcpus) - 1  # every vCPU
         self._spent: dict[ChunkId, int] = {}
@@ -356,6 +363,8 @@ class GuestShim:
             # guest's scheduler spreads it again
             self._unpin(tid)
         entry = host.entries.get(chunk) if table is not None else None
+        state = "none" if table is None else "unplaced" if entry is None else "placed"
+        host.engine.push_compute(tid, self.cost.cycles(state, length))
         kind: Literal["read", "nt"] = "read"
         if entry is not None and table is not None:
             prev_end = shimrule.NO_PREVIOUS_END

@@ -51,6 +51,7 @@ from unicache.topology import Topology, Unify
 from unicache_sim import _native
 from unicache_sim.config import SimConfig, from_topology
 from unicache_sim.experiments.ncc_iozone_guest import PAGE, VM_NAME, GuestCache
+from unicache_sim.shimcost import SHIM_COST
 
 MIB = 1 << 20
 #: iozone's tests in the order it runs them (§5: -i 0 -i 1 -i 3 -i 5)
@@ -416,6 +417,8 @@ class _Slices:
                 local += guest.place(f, page, node) == node
                 pages += 1
             guest.count_write(f, off)
+            if self.replicas:  # the shim's write path (unicache_sim.shimcost): as a read's
+                self.engine.push_compute(tid, SHIM_COST.cycles(guest.table_state(f, off), record))
             self.engine.push_access(tid, obj, off, record, "write", self.compute)
         th.at += self.count
         return local, pages
@@ -435,6 +438,8 @@ class _Slices:
             index = off // chunk
             # the shim's runs: a read continuing the thread's last one inside a chunk adds none
             guest.count_read(f, off, record, node, not (off == th.last_end and off % chunk))
+            if self.replicas:  # what the shim adds to the call (unicache_sim.shimcost)
+                engine.push_compute(tid, SHIM_COST.cycles(guest.table_state(f, off), record))
             th.last_end = off + record
             pages += per_record
             replica = guest.replica_for(f, index, node) if self.replicas else None

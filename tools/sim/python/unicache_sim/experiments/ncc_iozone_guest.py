@@ -152,6 +152,11 @@ class GuestCache:
         c.reads[node] += 1 if run else 0
         c.bytes_read += length
 
+    def table_state(self, f: int, offset: int) -> str:
+        """What the table says of the call's chunk, for the shim's cost
+        (:data:`unicache_sim.shimcost.TABLE_STATES`): placed when it lists a replica."""
+        return "placed" if self.wanted.get(ChunkId(f, offset // self.chunk)) else "unplaced"
+
     def count_write(self, f: int, offset: int) -> None:
         """Count one write call inside one chunk; the file changes (its version)."""
         self._counts(f, offset).writes += 1
