@@ -44,7 +44,7 @@ static void uc_pre_acting(struct uc_fd *e, uint64_t gen, size_t n, struct uc_cal
 	if (!h.found) {
 		/* a pinned thread leaves a vCPU another reader holds (uc_decide.h, unplaced) */
 		if (__builtin_expect(uc_t.pinned, 0)) {
-			memcpy(h.mask, uc_orig_words, sizeof(h.mask));
+			memcpy(h.mask, uc.orig.words, sizeof(h.mask));
 			h.budget = UC_BUDGET_UNLIMITED;
 			h.min_read_size = 0; /* a move for CPU, not for data: any read size */
 			uc_run_may_skip(c, uc_maybe_migrate(c->file_id, (uint64_t)c->off, n, &h));

@@ -44,6 +44,23 @@ void uc_fd_classify(int fd)
 	errno = saved;
 }
 
+/* At start, fds 0-2 of a fresh process (their entries zero, UNKNOWN): classified like an
+ * open, but only a file's entry is written, so that stdio on a terminal or a pipe costs
+ * no page of the cache. 1 when fd is a countable file. */
+int uc_fd_classify_at_start(int fd)
+{
+	struct stat st;
+	int saved = errno;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		errno = saved;
+		return 0;
+	}
+	errno = saved;
+	uc_fd_classify(fd);
+	return uc_fd_file(fd) != NULL;
+}
+
 /* dup*: `to` now names what `from` names (the same open file description). */
 void uc_fd_copy(int from, int to)
 {

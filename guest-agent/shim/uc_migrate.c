@@ -151,7 +151,7 @@ struct uc_stay uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n,
 	f.n = n;
 	f.min_read_size = h->min_read_size;
 	memcpy(f.mask, h->mask, sizeof(f.mask));
-	memcpy(f.allowed, uc_orig_words, sizeof(f.allowed));
+	memcpy(f.allowed, uc.orig.words, sizeof(f.allowed));
 	f.file_id = file_id;
 	f.chunk = uc_chunk_of(off, h->chunk_size);
 	f.budget = h->budget;
@@ -182,7 +182,7 @@ struct uc_stay uc_maybe_migrate(uint64_t file_id, uint64_t off, uint64_t n,
  * cpuset) is not retried on every read. */
 void uc_unpin(void)
 {
-	if (uc_orig_valid)
-		(void)sched_setaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask);
+	if (uc.orig.valid)
+		(void)sched_setaffinity(0, sizeof(uc.orig.mask), &uc.orig.mask);
 	uc_t.pinned = 0;
 }

@@ -168,6 +168,14 @@ struct uc_ctr_view {
 /* the mechanisms' permission to make their system calls (uc_sandbox.c) */
 enum { UC_ACT_UNKNOWN = 0, UC_ACT_YES = 1, UC_ACT_NO = 2 };
 
+/* the CPUs the process could use when the shim loaded, as the rule's vCPU bit mask (empty
+ * when unknown: then no migration), and as the set uc_unpin gives back */
+struct uc_allowed {
+	uint64_t words[UC_MASK_WORDS];
+	cpu_set_t mask;
+	int valid;
+};
+
 struct uc_state {
 	/* what a call reads: the first cache line */
 	_Atomic int mapped;                /* table (and maybe counters) usable */
@@ -200,15 +208,10 @@ struct uc_state {
 	char table_path[256];
 	char ctr_dir[256];                 /* UNICACHE_COUNTERS: one file per user inside */
 	int warned;
+	struct uc_allowed orig;            /* migrations stay inside these CPUs */
 } __attribute__((aligned(64)));
 extern struct uc_state uc;
 
-/* the CPUs the process could use when the shim loaded, as the rule's vCPU bit mask (empty
- * when unknown: then no migration) */
-extern uint64_t uc_orig_words[UC_MASK_WORDS];
-/* the same CPUs as a set, and whether sched_getaffinity gave them (uc_unpin) */
-extern cpu_set_t uc_orig_mask;
-extern int uc_orig_valid;
 
 static inline long long uc_now_ns(void)
 {
@@ -476,6 +479,7 @@ enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2 };
 extern struct uc_fd uc_fds[UC_FD_CACHE];
 
 void uc_fd_classify(int fd);
+int uc_fd_classify_at_start(int fd);
 void uc_fd_copy(int from, int to);
 uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen);
 void uc_fd_forget_ids(void);

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uc_state.c - the process's settings, start and end: UNICACHE_* read once from the
- * environment, whether the process is in scope (uc_scope.c), the CPUs it may use, the
- * constructor that maps the agent's files and classifies fds 0-2 at load, retrying the
- * table later, and the destructor that sends the last run of counts.
+ * environment, whether the process is in scope (uc_scope.c), the constructor that
+ * classifies fds 0-2 at load, mapping the agent's files when the process first has a file
+ * and retrying that later, and the destructor that sends the last run of counts.
  *
  * Until the constructor has decided, and for good when the process is out of scope or the
  * shim is switched off, `uc.on` is 0 and every interposed call goes straight to libc.
@@ -16,11 +16,6 @@ struct uc_state uc;
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 extern const unsigned int __rseq_size __attribute__((weak));
 
-/* the CPUs the process could use when the shim loaded: migrations stay inside them */
-cpu_set_t uc_orig_mask;
-int uc_orig_valid;
-/* the same, as the rule's vCPU bit mask (empty when unknown: then no migration) */
-uint64_t uc_orig_words[UC_MASK_WORDS];
 
 /* secure_getenv: a setuid program (ld.so.preload) ignores the caller's UNICACHE_* */
 static void uc_env_path(char *dst, size_t n, const char *env, const char *def)
@@ -71,7 +66,7 @@ __attribute__((constructor)) static void uc_init(void)
 {
 	const char *v;
 	unsigned i;
-	int fd;
+	int fd, file;
 
 	uc.pagesz = sysconf(_SC_PAGESIZE);
 	if (uc.pagesz <= 0)
@@ -102,10 +97,10 @@ __attribute__((constructor)) static void uc_init(void)
 	uc_env_path(uc.ctr_dir, sizeof(uc.ctr_dir), "UNICACHE_COUNTERS", UC_DEFAULT_COUNTERS);
 	uc_env_path(uc.rep_sock, sizeof(uc.rep_sock) - 8, "UNICACHE_REPLICAS", UC_DEFAULT_REPLICAS);
 	strcat(uc.rep_sock, "/socket");
-	uc_orig_valid = sched_getaffinity(0, sizeof(uc_orig_mask), &uc_orig_mask) == 0;
-	for (i = 0; uc_orig_valid && i < UC_MAX_VCPUS; i++)
-		if (CPU_ISSET(i, &uc_orig_mask))
-			uc_orig_words[i / 64] |= 1ull << (i % 64);
+	uc.orig.valid = sched_getaffinity(0, sizeof(uc.orig.mask), &uc.orig.mask) == 0;
+	for (i = 0; uc.orig.valid && i < UC_MAX_VCPUS; i++)
+		if (CPU_ISSET(i, &uc.orig.mask))
+			uc.orig.words[i / 64] |= 1ull << (i % 64);
 	/* struct rseq: cpu_id_start, then cpu_id (linux/rseq.h) */
 	if (&__rseq_size && &__rseq_offset && __rseq_size >= 8)
 		uc.rseq_cpu = __rseq_offset + 4;
@@ -115,13 +110,18 @@ __attribute__((constructor)) static void uc_init(void)
 	uc.real_pread64 = UC_REAL(pread64);
 	uc_run_init();
 	(void)pthread_atfork(NULL, NULL, uc_atfork_child);
-	(void)uc_try_map();
-	atomic_store_explicit(&uc.next_try_ns, uc_now_ns() + UC_RETRY_NS, memory_order_relaxed);
-	/* what a program was started with (a shell's `< file`): classified like an open */
-	for (fd = 0; fd < 3; fd++)
-		uc_fd_classify(fd);
 	uc_tid_main();
 	atomic_store_explicit(&uc.on, 1, memory_order_release);
+	/*
+	 * The table and the counters are mapped when the process first opens a regular file
+	 * (uc_interpose_fd.c), or here when it was started with one (a shell's `< file`,
+	 * classified like an open): a process that reads no file pays none of it, not even
+	 * their page faults (a few microseconds each in a VM).
+	 */
+	for (fd = 0, file = 0; fd < 3; fd++)
+		file |= uc_fd_classify_at_start(fd);
+	if (file)
+		(void)uc_retry_map(1);
 }
 
 /* exit(): the main thread's last run of counts (other threads' went when they ended) */
