@@ -22,7 +22,9 @@ static void uc_run_may_skip(struct uc_call *c, struct uc_stay stay)
 		return;
 	c->run_ff = (uint8_t)c->fflags;
 	c->run_home = (uint16_t)stay.vcpu;
-	c->run_fresh = (uint16_t)stay.fresh_ms;
+	/* UC_NO_HOME means "no claim": a claim fresh until that very tick ends a tick sooner */
+	c->run_fresh = (uint16_t)stay.fresh_ms == UC_NO_HOME ? UC_NO_HOME - 1
+							       : (uint16_t)stay.fresh_ms;
 }
 
 static void uc_pre_acting(struct uc_fd *e, uint64_t gen, size_t n, struct uc_call *c)

@@ -267,7 +267,8 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 		if (part > left || i == UC_MAX_SPLIT - 1)
 			part = left;
 		if (t->run_chunks != 1 || t->run_cv != cv || t->run_hi != chunk ||
-		    t->run_file != file_id || t->run_cpu != cpu || 1ull << t->run_shift != cs) {
+		    t->run_file != file_id || t->run_cpu != (uint16_t)cpu ||
+		    1ull << t->run_shift != cs) {
 			uc_run_flush();
 			t->run_cv = cv;
 			t->run_file = file_id;
@@ -277,12 +278,15 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 			t->run_bytes = t->run_lo_bytes = 0;
 			t->run_calls = t->run_runs = 0;
 			t->run_lo_runs = t->run_writes = t->run_nt = 0;
-			/* what its next calls may skip: only the call that opens it knows */
-			t->run_ff = i == 0 ? c->run_ff : UC_RUN_SEALED;
-			t->run_home = c->run_home;
-			t->run_fresh = c->run_fresh;
+			/* what its next calls may skip: only the call that opens it knows, and a
+			 * claim that keeps the thread on another vCPU than it runs on keeps nothing */
+			t->run_ff = i == 0 && cpu >= 0 && cpu < (int)UC_NO_HOME &&
+						    (c->run_home == UC_NO_HOME || c->run_home == cpu)
+					    ? c->run_ff
+					    : UC_RUN_SEALED;
+			t->run_fresh = c->run_home == UC_NO_HOME ? UC_NO_HOME : c->run_fresh;
 			t->run_fd = fd;
-			t->run_cpu = cpu;
+			t->run_cpu = (uint16_t)cpu;
 		}
 		t->run_calls++;
 		if (is_write) {

@@ -316,8 +316,9 @@ struct uc_thread {
 				  * UC_RUN_SEALED: no call joins it without uc_pre */
 	uint8_t pinned;          /* the shim moved this thread: it is pinned to one vCPU */
 	uint8_t busy;            /* counting: a signal handler's call inside ours counts nothing */
-	uint16_t run_home;       /* a placed chunk's: the vCPU the rule keeps the thread on, and */
-	uint16_t run_fresh;      /* until when (coarse ms, low 16 bits) its claim needs no renewal;
+	uint16_t run_cpu;        /* the vCPU its reads are counted on */
+	uint16_t run_fresh;      /* a placed chunk's: until when (coarse ms, low 16 bits) the
+				  * claim on run_cpu that keeps the thread there needs no renewal;
 				  * UC_NO_HOME: the rule has nothing to say in this chunk */
 	/* the rest: read when a run opens or goes, or a call takes the named path */
 	struct uc_params tp;
@@ -325,7 +326,7 @@ struct uc_thread {
 	uint64_t run_lo_bytes;   /* chunk lo's, once run_chunks > 1 */
 	uint32_t run_lo_runs;
 	uint32_t run_writes, run_nt;
-	int run_fd, run_cpu;
+	int run_fd;
 	int registered;          /* the thread-exit flush of its run is set up */
 } __attribute__((aligned(64)));
 
@@ -652,8 +653,9 @@ struct uc_call {
 	int color;          /* guest node for the page cache this call brings in; -1 none */
 	int rep_node;       /* serve from the replica on this node; -1 none */
 	uint32_t fflags;    /* the file's UC_FF_* for this call's table generation */
-	/* what the next calls in this chunk may skip (uc_in_run): the run's run_ff, run_home
-	 * and run_fresh when uc_count opens one for this call */
+	/* what the next calls in this chunk may skip (uc_in_run), when uc_count opens a run
+	 * for this call: the file decision they may have (UC_RUN_SEALED: none), and for a
+	 * placed chunk the vCPU whose claim keeps the thread there and until when */
 	uint8_t run_ff;
 	uint16_t run_home, run_fresh;
 };
@@ -737,11 +739,11 @@ static inline int uc_in_run(struct uc_fd *e, uint64_t off, size_t n)
 	    t->busy || t->run_calls + 1 >= UC_RUN_CALLS ||
 	    uc_gen_of_table(__atomic_load_n(&uc.thdr, __ATOMIC_RELAXED)) != t->gen)
 		return 0;
-	/* a placed chunk: the rule keeps the thread where it is while it runs on the vCPU whose
-	 * claim it holds with half a lease left (uc_decide.h: STAY, no renewal); otherwise a
+	/* still on the run's vCPU; in a placed chunk, the rule keeps the thread there while it
+	 * holds its claim with half a lease left (uc_decide.h: STAY, no renewal); otherwise a
 	 * pinned thread goes through the rule, an unpinned one has nothing to ask it */
-	if (t->run_home == UC_NO_HOME ? t->pinned
-				       : uc_cpu() != t->run_home || !uc_fresh(t->run_fresh))
+	if (uc_cpu() != t->run_cpu ||
+	    (t->run_fresh == UC_NO_HOME ? t->pinned : !uc_fresh(t->run_fresh)))
 		return 0;
 	if (chunk == t->run_hi)
 		return uc_in_chunk(off, cs) + n <= cs;

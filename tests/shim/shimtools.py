@@ -152,7 +152,7 @@ class Reader:
     def call(self, kind: str, off: int, n: int) -> tuple[bytes, int]:
         """One read of ``kind`` (read, readv, preadv, sendfile): its bytes and the file
         position after it."""
-        data, pos = self.ask(f"{kind} {off} {n}").split(" ")
+        data, _, pos = self.ask(f"{kind} {off} {n}").rpartition(" ")  # data may be empty
         return bytes.fromhex(data), int(pos)
 
     def pwrite(self, off: int, data: bytes) -> None:
