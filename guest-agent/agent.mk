@@ -21,3 +21,5 @@ agent-fuzz: setup
 	UNICACHE_FUZZ_INPUTS=1000000 $(PY) -m pytest -q -p no:cacheprovider tests/channel/test_channel_fuzz.py -k mutated
 
 SETUP_TARGETS += shim-build
+# the shim's tests watch which system calls an open makes (tests/shim/test_shim_classify.py)
+APT_PACKAGES += strace

@@ -40,6 +40,9 @@ MIRROR=${UNICACHE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # provides the virtual package cloud-init's python3-cryptography needs, which debootstrap
 # does not resolve by itself.
 GUEST_PACKAGES=python3,procps
+# the init variant's sqlite3 CLI: one of the ordinary programs `unicache bench programs` times
+# with and without the shim (tools/bench/guest_programs.py)
+[ "$VARIANT" = init ] && GUEST_PACKAGES=$GUEST_PACKAGES,sqlite3
 [ "$VARIANT" = systemd ] \
     && GUEST_PACKAGES=$GUEST_PACKAGES,systemd-sysv,udev,dbus,cloud-init,curl,python3-cffi-backend
 DISK_SIZE=${UNICACHE_IMAGE_SIZE:-1G}

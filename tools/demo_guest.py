@@ -91,7 +91,8 @@ except FileNotFoundError:
 with f:
     m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
     head = shm._CHDR.unpack_from(m, 0)
-    base = shm.REGIONS_OFFSET + 2 * head[2] * head[5]  # after the header and the claims
+    # after the header, the claims and the two regions
+    base = shm.CounterLayout(head[2], head[3], head[10]).gen_base
     print(json.dumps(dict(zip(names, shm._GHDR.unpack_from(m, base)))))
 """
 

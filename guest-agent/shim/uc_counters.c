@@ -22,66 +22,104 @@
 static pthread_key_t uc_run_key;
 static int uc_run_key_ok;
 
-/*
- * Where a chunk's slot is looked for first: consecutive chunks of a file, UC_RUN_CHUNKS to a
- * group, in consecutive slots, so that a sequential reader's run touches one page and lines
- * the prefetcher streams; the groups themselves are spread by the hash. The agent reads
- * every slot and checks its key (uc_slot_key): it needs no index.
- */
-static inline uint64_t uc_slot_index(uint64_t file_id, uint64_t chunk, uint32_t nslots)
-{
-	uint64_t group = uc_slot_key(file_id, chunk / UC_RUN_CHUNKS * UC_RUN_CHUNKS);
+/* The active region of counters view cv: its head, index and first slot. */
+struct uc_region {
+	struct uc_ctr_region *head;
+	uint32_t *index;
+	unsigned char *slots;
+	uint32_t which;
+};
 
-	return (group + chunk % UC_RUN_CHUNKS) & (nslots - 1u);
+static inline struct uc_region uc_region_of(const struct uc_ctr_view *cv)
+{
+	struct uc_ctr_hdr *ch = cv->hdr;
+	uint32_t which = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
+	unsigned char *base = (unsigned char *)ch + UC_CTR_REGIONS_OFF + which * cv->region_len;
+
+	return (struct uc_region){(void *)base, (void *)(base + sizeof(struct uc_ctr_region)),
+				  base + sizeof(struct uc_ctr_region) + uc_index_len(cv->nslots),
+				  which};
 }
 
-/* The chunk's slot in the active region; `insert`: take a free one (else count a drop). */
+/* Take the region's next slot for (file_id, chunk) with `key`; NULL when it is full. */
+static struct uc_ctr_slot *uc_slot_take(const struct uc_ctr_view *cv, const struct uc_region *g,
+					uint64_t key, uint64_t file_id, uint64_t chunk,
+					uint32_t *number)
+{
+	struct uc_ctr_slot *s;
+	uint64_t n;
+
+	/* a full region is read, not added to: its head line stays shared among readers */
+	if (__atomic_load_n(&g->head->next, __ATOMIC_RELAXED) >= cv->nslots)
+		return NULL;
+	n = __atomic_fetch_add(&g->head->next, 1, __ATOMIC_RELAXED);
+	if (n >= cv->nslots)
+		return NULL;
+	s = (void *)(g->slots + n * cv->slot_size);
+	__atomic_store_n(&s->file_id, file_id, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->chunk, chunk, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->key, key, __ATOMIC_RELEASE);
+	*number = (uint32_t)n;
+	return s;
+}
+
+/*
+ * The chunk's slot in the active region, found through the region's index; `insert`:
+ * take the next free slot and enter it in the index (else count a drop). Slots are taken
+ * in order (uc_layout.h), so a process's new chunks are side by side. Two processes that
+ * take a slot for one chunk at once: the one whose index entry lands keeps it, the other
+ * gives its slot back as keyless (the agent skips it) and uses the winner's.
+ */
 struct uc_ctr_slot *uc_slot_at(const struct uc_ctr_view *cv, uint64_t file_id,
 			       uint64_t chunk, int insert)
 {
-	struct uc_ctr_hdr *ch;
-	uint32_t region, nslots, ssz;
-	unsigned char *base;
-	uint64_t key, idx;
+	const uint64_t nidx = 2ull * (cv ? cv->nslots : 0), imask = nidx - 1u;
+	struct uc_ctr_slot *mine = NULL;
+	struct uc_region g;
+	uint64_t key, pos;
+	uint32_t number = 0;
 	unsigned p;
 
 	if (!cv)
 		return NULL;
-	ch = cv->hdr;
-	if (__builtin_expect(__atomic_load_n(&ch->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC, 0)) {
+	if (__builtin_expect(__atomic_load_n(&cv->hdr->magic, __ATOMIC_ACQUIRE) != UC_CTR_MAGIC,
+			     0)) {
 		uc_retire();
 		return NULL;
 	}
-	region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
-	nslots = cv->nslots;
-	ssz = cv->slot_size;
-	base = (unsigned char *)ch + UC_CTR_REGIONS_OFF + (size_t)region * nslots * ssz;
+	g = uc_region_of(cv);
 	key = uc_slot_key(file_id, chunk);
-	idx = uc_slot_index(file_id, chunk, nslots);
+	pos = uc_index_pos(file_id, chunk, nidx);
+	for (p = 0; p < UC_PROBES; p++, pos = (pos + 1) & imask) {
+		uint32_t v = __atomic_load_n(&g.index[pos], __ATOMIC_ACQUIRE);
+		struct uc_ctr_slot *s;
 
-	for (p = 0; p < UC_PROBES && p < nslots; p++, idx = (idx + 1) & (nslots - 1u)) {
-		struct uc_ctr_slot *s = (void *)(base + idx * ssz);
-		uint64_t k = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE), zero = 0;
-
-		if (k == key)
-			return s;
-		if (k != 0)
-			continue;
-		if (!insert)
-			return NULL;
-		if (__atomic_compare_exchange_n(&s->key, &zero, key, 0, __ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE)) {
-			__atomic_store_n(&s->file_id, file_id, __ATOMIC_RELAXED);
-			__atomic_store_n(&s->chunk, chunk, __ATOMIC_RELEASE);
-			/* once per chunk and harvest: the agent polls this word, not the region */
-			__atomic_fetch_add(&ch->inserts, 1, __ATOMIC_RELEASE);
+		if (v == 0) {
+			if (!insert)
+				return NULL;
+			if (!mine && !(mine = uc_slot_take(cv, &g, key, file_id, chunk, &number)))
+				break; /* full */
+			if (__atomic_compare_exchange_n(&g.index[pos], &v, number + 1, 0,
+							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+				/* once per chunk and harvest: the agent polls this word */
+				__atomic_fetch_add(&cv->hdr->inserts, 1, __ATOMIC_RELEASE);
+				return mine;
+			}
+			/* another process entered a slot here first: v is its number + 1 */
+		}
+		if (v - 1u >= cv->nslots)
+			continue; /* not a slot (this user's file was written over): not ours */
+		s = (void *)(g.slots + (uint64_t)(v - 1u) * cv->slot_size);
+		if (__atomic_load_n(&s->key, __ATOMIC_ACQUIRE) == key) {
+			if (mine) /* lost the race for this chunk: the slot taken goes keyless */
+				__atomic_store_n(&mine->key, 0, __ATOMIC_RELEASE);
 			return s;
 		}
-		if (zero == key)
-			return s;
 	}
+	if (mine)
+		__atomic_store_n(&mine->key, 0, __ATOMIC_RELEASE);
 	if (insert)
-		__atomic_fetch_add(&ch->dropped[region], 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&cv->hdr->dropped[g.which], 1, __ATOMIC_RELAXED);
 	return NULL;
 }
 
@@ -128,24 +166,16 @@ static inline void uc_run_chunk(const struct uc_run *r, uint64_t chunk, uint64_t
 
 /*
  * Send run r to the shared counters: each of its chunks' slot (looked up, or taken) and
- * one atomic add of its cell on the run's vCPU. The slots' lines are asked for first, all
- * of them, so that their misses overlap instead of queueing behind each atomic.
+ * one atomic add of its cell on the run's vCPU. A run's chunks share one line of the
+ * index (uc_index_pos), and a sequential reader's new chunks take slots side by side.
  */
-static void uc_run_send(const struct uc_run *r)
+void uc_run_send(const struct uc_run *r)
 {
 	const struct uc_ctr_view *cv = r->cv;
 	struct uc_ctr_hdr *ch = cv->hdr;
 	uint32_t region = __atomic_load_n(&ch->active, __ATOMIC_ACQUIRE) & 1u;
-	unsigned char *base = (unsigned char *)ch + UC_CTR_REGIONS_OFF +
-			      (size_t)region * cv->nslots * cv->slot_size;
 	uint64_t c;
 
-	for (c = r->lo; c <= r->hi; c++) {
-		uint64_t idx = uc_slot_index(r->file_id, c, cv->nslots);
-
-		__builtin_prefetch(base + idx * cv->slot_size, 1);
-		__builtin_prefetch(base + idx * cv->slot_size + 64, 1);
-	}
 	for (c = r->lo; c <= r->hi; c++) {
 		struct uc_ctr_slot *s = uc_slot_at(cv, r->file_id, c, 1);
 		uint64_t bytes;
@@ -168,8 +198,23 @@ static void uc_run_send(const struct uc_run *r)
 	}
 }
 
-/* Send this thread's open run and close it. */
-void uc_run_flush(void)
+/* A count that could not be kept (no slot, no cell, its file never known): said in the
+ * active region's `dropped`. */
+void uc_count_drop(void)
+{
+	const struct uc_ctr_view *cv = uc_ctr();
+	uint32_t region;
+
+	if (!cv)
+		return;
+	region = __atomic_load_n(&cv->hdr->active, __ATOMIC_ACQUIRE) & 1u;
+	__atomic_fetch_add(&cv->hdr->dropped[region], 1, __ATOMIC_RELAXED);
+}
+
+/* Send this thread's open run and close it. A run under a stand-in id (its descriptor's
+ * file not known yet) goes by uc_run_unknown: `may_identify` when this is no read's path
+ * (a close, the thread's or the process's end), so the shim may ask the file. */
+void uc_run_flush(int may_identify)
 {
 	struct uc_thread *t = &uc_t;
 	struct uc_run r;
@@ -194,14 +239,18 @@ void uc_run_flush(void)
 	};
 	t->run_chunks = 0;
 	/* counters replaced since: their region is gone, and so are its counts */
-	if (r.calls && r.cv == uc_ctr())
+	if (!r.calls || r.cv != uc_ctr())
+		return;
+	if (t->run_pend)
+		uc_run_unknown(&r, may_identify);
+	else
 		uc_run_send(&r);
 }
 
 static void uc_run_thread_exit(void *unused)
 {
 	(void)unused;
-	uc_run_flush();
+	uc_run_flush(1);
 }
 
 /* At load: the key whose destructor sends a thread's open run when the thread ends. Only a
@@ -217,7 +266,7 @@ void uc_run_init(void)
 void uc_run_close(int fd)
 {
 	if (uc_t.run_chunks && uc_t.run_fd == fd && !uc_t.busy)
-		uc_run_flush();
+		uc_run_flush(1);
 }
 
 /* A fork child starts without its parent's open run (the parent sends it). */
@@ -269,7 +318,7 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 		if (t->run_chunks != 1 || t->run_cv != cv || t->run_hi != chunk ||
 		    t->run_file != file_id || t->run_cpu != (uint16_t)cpu ||
 		    1ull << t->run_shift != cs) {
-			uc_run_flush();
+			uc_run_flush(0);
 			t->run_cv = cv;
 			t->run_file = file_id;
 			t->run_shift = (uint8_t)__builtin_ctzll(cs);
@@ -278,14 +327,19 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 			t->run_bytes = t->run_lo_bytes = 0;
 			t->run_calls = t->run_runs = 0;
 			t->run_lo_runs = t->run_writes = t->run_nt = 0;
-			/* what its next calls may skip: only the call that opens it knows, and a
-			 * claim that keeps the thread on another vCPU than it runs on keeps nothing */
-			t->run_ff = i == 0 && cpu >= 0 && cpu < (int)UC_NO_HOME &&
-						    (c->run_home == UC_NO_HOME || c->run_home == cpu)
-					    ? c->run_ff
-					    : UC_RUN_SEALED;
+			/* what its next calls may skip: only the call that opens it knows (of a
+			 * chunk the call begins in, or of any chunk of a file the table does not
+			 * name: a file's decision holds for all its chunks), and a claim that keeps
+			 * the thread on another vCPU than it runs on keeps nothing */
+			t->run_ff = (i == 0 || (!(c->run_ff & UC_FF_NAMED) &&
+						 c->run_home == UC_NO_HOME)) &&
+					    cpu >= 0 && cpu < (int)UC_NO_HOME &&
+					    (c->run_home == UC_NO_HOME || c->run_home == cpu)
+				    ? c->run_ff
+				    : UC_RUN_SEALED;
 			t->run_fresh = c->run_home == UC_NO_HOME ? UC_NO_HOME : c->run_fresh;
 			t->run_fd = fd;
+			t->run_pend = c->pend;
 			t->run_cpu = (uint16_t)cpu;
 		}
 		t->run_calls++;
@@ -308,7 +362,7 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 			break;
 	}
 	if (t->run_chunks && t->run_calls >= UC_RUN_CALLS)
-		uc_run_flush();
+		uc_run_flush(0);
 	t->busy = 0;
 }
 

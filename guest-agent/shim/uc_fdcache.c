@@ -1,70 +1,132 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_fdcache.c - descriptors: each fd below UC_FD_CACHE is classified when the shim sees it
- * made (open*, fopen*, dup*, fds 0-2 at start: one fstat then, never on a read), and keeps
- * its file's decision for the current table generation (does the table name the file?),
- * so a read of a file nothing places costs no lookup. A descriptor the shim did not see
- * made (inherited, or made by a raw system call) is UNKNOWN and every call on it passes
- * straight through. The interposed calls that make, reuse or move fds keep it honest
+ * uc_fdcache.c - descriptors: each fd below UC_FD_CACHE has one cache line that says, with
+ * no system call, what a call on it is. An open* makes it OPENED at no cost: its reads
+ * count under a stand-in id, and its file (device, inode, size) is learnt later from the
+ * program's own fstat (uc_interpose_stat.c: most programs ask it right after the open), or
+ * from the shim's at close when the program never asked (uc_pending.c). Once the file is
+ * known the descriptor is a FILE and keeps its file's decision for the current table
+ * generation (does the table name the file?), so a read of a file nothing places costs no
+ * lookup. A descriptor the shim did not see made (inherited, or made by a raw system call)
+ * is UNKNOWN and every call on it passes straight through; fds 0-2 are known when the
+ * program stats them. The interposed calls that make, reuse or move fds keep it honest
  * (uc_interpose_fd.c).
  */
 #include "uc_shim.h"
 
 struct uc_fd uc_fds[UC_FD_CACHE];
 
+/* stand-in ids: distinct per open in this process (a real file id colliding with one is a
+ * 2^-64 chance, and would only mix two runs' counts) */
+static _Atomic uint64_t uc_opens_seq;
+
 /*
- * Classify a descriptor just made: a countable regular file (its device, inode, size and
- * offset; the file id once the salt is known) or one to pass through (pipes, sockets,
- * directories, O_DIRECT, O_PATH, anything fstat fails on). Keeps errno.
+ * A descriptor open* just made with `flags`: OPENED, at offset 0 (a fresh open file
+ * description; O_APPEND moves it only at a write, which the shim sees). O_DIRECT, O_PATH
+ * and O_DIRECTORY pass: their reads are not the page cache's, or no reads at all. No
+ * system call; errno untouched.
  */
-void uc_fd_classify(int fd)
+void uc_fd_opened(int fd, int flags)
 {
 	struct uc_fd *e;
-	struct stat st;
-	int fl, saved = errno;
-	off_t pos;
+	uint64_t id;
 
 	if ((unsigned)fd >= UC_FD_CACHE)
 		return;
 	e = &uc_fds[fd];
-	atomic_store_explicit(&e->state, UC_FD_UNKNOWN, memory_order_release);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (fl = fcntl(fd, F_GETFL)) < 0 ||
-	    (fl & (O_DIRECT | O_PATH)) || (pos = UC_REAL(lseek)(fd, 0, SEEK_CUR)) < 0) {
+	if (flags & (O_DIRECT | O_PATH | O_DIRECTORY)) {
 		atomic_store_explicit(&e->state, UC_FD_PASS, memory_order_release);
-		errno = saved;
 		return;
 	}
-	atomic_store_explicit(&e->dev, (uint64_t)st.st_dev, memory_order_relaxed);
-	atomic_store_explicit(&e->ino, (uint64_t)st.st_ino, memory_order_relaxed);
-	atomic_store_explicit(&e->size, (int64_t)st.st_size, memory_order_relaxed);
-	atomic_store_explicit(&e->pos, (int64_t)pos, memory_order_relaxed);
+	id = uc_mix64(atomic_fetch_add_explicit(&uc_opens_seq, 1, memory_order_relaxed) ^
+		      0x5bd1e9955bd1e995ull) | 1u;
+	atomic_store_explicit(&e->state, UC_FD_UNKNOWN, memory_order_release);
+	atomic_store_explicit(&e->opened_id, id, memory_order_relaxed);
+	atomic_store_explicit(&e->file_id, id, memory_order_relaxed);
+	atomic_store_explicit(&e->pos, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->size, -1, memory_order_relaxed);
+	atomic_store_explicit(&e->decision, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->state, UC_FD_OPENED, memory_order_release);
+}
+
+/*
+ * fd's file, as a stat of it just said (the program's, or the shim's own): an OPENED
+ * descriptor, or one of fds 0-2 the shim did not see made, becomes a FILE when st is a
+ * regular file, else it passes; counts that waited for it go to the counters. A descriptor
+ * of fds 0-2 has its offset asked (one lseek): the shim did not see it move. Keeps errno.
+ */
+void uc_fd_known(int fd, const struct stat *st)
+{
+	struct uc_fd *e;
+	uint32_t state;
+	uint64_t opened;
+	int64_t pos = 0;
+	int saved = errno;
+
+	if ((unsigned)fd >= UC_FD_CACHE || !atomic_load_explicit(&uc.on, memory_order_relaxed))
+		return;
+	e = &uc_fds[fd];
+	state = atomic_load_explicit(&e->state, memory_order_acquire);
+	if (state == UC_FD_OPENED) {
+		opened = atomic_load_explicit(&e->opened_id, memory_order_relaxed);
+		pos = atomic_load_explicit(&e->pos, memory_order_relaxed);
+	} else if (state == UC_FD_UNKNOWN && fd < 3 && S_ISREG(st->st_mode)) {
+		opened = 0;
+		pos = (int64_t)UC_REAL(lseek)(fd, 0, SEEK_CUR);
+		if (pos < 0) {
+			errno = saved;
+			return;
+		}
+	} else {
+		return; /* a descriptor it knows already, or one of 0-2 that is no file */
+	}
+	if (!S_ISREG(st->st_mode)) {
+		atomic_store_explicit(&e->state, UC_FD_PASS, memory_order_release);
+		uc_pend_known(fd, opened, 0); /* a device or a pipe's counts: none to send */
+		return;
+	}
+	atomic_store_explicit(&e->state, UC_FD_UNKNOWN, memory_order_release);
+	atomic_store_explicit(&e->dev, (uint64_t)st->st_dev, memory_order_relaxed);
+	atomic_store_explicit(&e->ino, (uint64_t)st->st_ino, memory_order_relaxed);
+	atomic_store_explicit(&e->size, (int64_t)st->st_size, memory_order_relaxed);
+	atomic_store_explicit(&e->pos, pos, memory_order_relaxed);
+	atomic_store_explicit(&e->opened_id, opened, memory_order_relaxed);
 	atomic_store_explicit(&e->file_id, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->decision, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->state, UC_FD_FILE, memory_order_release);
+	if (!atomic_load_explicit(&uc.mapped, memory_order_acquire))
+		(void)uc_retry_map(1); /* fds 0-2: a process that opened nothing yet */
+	if (opened && atomic_load_explicit(&uc.mapped, memory_order_acquire))
+		uc_pend_known(fd, opened, uc_fd_id(e));
 	errno = saved;
 }
 
-/* At start, fds 0-2 of a fresh process (their entries zero, UNKNOWN): classified like an
- * open, but only a file's entry is written, so that stdio on a terminal or a pipe costs
- * no page of the cache. 1 when fd is a countable file. */
-int uc_fd_classify_at_start(int fd)
+/*
+ * The shim asks an OPENED descriptor's file itself (one fstat: at its close, a dup, the
+ * process's end; never on a read), where the process may make the shim's own calls
+ * (uc_may_act: no seccomp filter). 1 when fd is a FILE now.
+ */
+int uc_fd_identify(int fd)
 {
 	struct stat st;
-	int saved = errno;
+	int saved = errno, ok;
 
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		errno = saved;
+	if ((unsigned)fd >= UC_FD_CACHE)
 		return 0;
-	}
+	if (atomic_load_explicit(&uc_fds[fd].state, memory_order_acquire) == UC_FD_OPENED &&
+	    uc_may_act() && uc_fstat(fd, &st) == 0)
+		uc_fd_known(fd, &st);
+	ok = atomic_load_explicit(&uc_fds[fd].state, memory_order_acquire) == UC_FD_FILE;
 	errno = saved;
-	uc_fd_classify(fd);
-	return uc_fd_file(fd) != NULL;
+	return ok;
 }
 
-/* dup*: `to` now names what `from` names (the same open file description). */
+/* dup*: `to` now names what `from` names (the same open file description). An OPENED one
+ * is asked its file first: two descriptors under one stand-in id would split its counts. */
 void uc_fd_copy(int from, int to)
 {
 	struct uc_fd *a, *b;
+	uint32_t state;
 
 	if ((unsigned)to >= UC_FD_CACHE)
 		return;
@@ -73,8 +135,14 @@ void uc_fd_copy(int from, int to)
 	if ((unsigned)from >= UC_FD_CACHE || from == to)
 		return;
 	a = &uc_fds[from];
-	if (atomic_load_explicit(&a->state, memory_order_acquire) != UC_FD_FILE) {
-		atomic_store_explicit(&b->state, atomic_load(&a->state), memory_order_release);
+	state = atomic_load_explicit(&a->state, memory_order_acquire);
+	if (state == UC_FD_OPENED && !uc_fd_identify(from)) {
+		atomic_store_explicit(&b->state, UC_FD_PASS, memory_order_release);
+		return;
+	}
+	state = atomic_load_explicit(&a->state, memory_order_acquire);
+	if (state != UC_FD_FILE) {
+		atomic_store_explicit(&b->state, state, memory_order_release);
 		return;
 	}
 	atomic_store_explicit(&b->dev, atomic_load(&a->dev), memory_order_relaxed);
@@ -82,20 +150,25 @@ void uc_fd_copy(int from, int to)
 	atomic_store_explicit(&b->size, atomic_load(&a->size), memory_order_relaxed);
 	atomic_store_explicit(&b->pos, atomic_load(&a->pos), memory_order_relaxed);
 	atomic_store_explicit(&b->file_id, atomic_load(&a->file_id), memory_order_relaxed);
+	atomic_store_explicit(&b->opened_id, 0, memory_order_relaxed);
 	atomic_store_explicit(&b->decision, 0, memory_order_relaxed);
 	atomic_store_explicit(&b->state, UC_FD_FILE, memory_order_release);
 }
 
 /*
  * The file's decision for table generation `gen`: its file entry's flags (UC_FF_*), or 0
- * when the table names none of its chunks. Stored with the generation in one word, so a
- * decision never passes for another generation's. (The buffer read is gen's or a newer
- * one: the agent flips the buffer before it bumps the generation.)
+ * when the table names none of its chunks, or its file is not known yet (OPENED: nothing
+ * acts on it). Stored with the generation in one word, so a decision never passes for
+ * another generation's. (The buffer read is gen's or a newer one: the agent flips the
+ * buffer before it bumps the generation.)
  */
 uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen)
 {
-	uint32_t fl = uc_file_flags(uc_fd_id(e)), ff = 0;
+	uint32_t fl, ff = 0;
 
+	if (atomic_load_explicit(&e->state, memory_order_acquire) != UC_FD_FILE)
+		goto done;
+	fl = uc_file_flags(uc_fd_id(e));
 	if (fl == UINT32_MAX)
 		return 0; /* the table was being rewritten: decided again on the next call */
 	if (fl & UC_ENTRY_USED) {
@@ -107,6 +180,7 @@ uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen)
 		if (fl & UC_ENTRY_REPLICA)
 			ff |= UC_FF_REPLICA;
 	}
+done:
 	atomic_store_explicit(&e->decision, gen << 8 | ff, memory_order_release);
 	return ff;
 }

@@ -2,8 +2,8 @@
 /*
  * uc_interpose_fd.c - the interposed calls that move an fd's offset or make or reuse an fd
  * (lseek, close, dup*, open*, creat*, fopen*, pipe*, socket*, accept*): they keep the fd
- * cache (uc_fdcache.c) honest. A file opened through them is classified once, here (one
- * fstat): a read never makes a system call of the shim's to learn what its fd is.
+ * cache (uc_fdcache.c) honest. A file opened through them is OPENED here, with no system
+ * call: a read never makes one of the shim's to learn what its fd is.
  *
  * Every one is the real call plus one step on the fd cache, so they are all made by one
  * generator, UC_FD_WRAP, through the four families below; each line of the list at the
@@ -45,9 +45,10 @@ static inline void uc_fd_pass_pair(int r, const int fds[2])
 	}
 }
 
-/* A file descriptor just made: classified (one fstat) only while the shim is on; else the
- * entry is cleared, so a stale one never describes the number's new file. */
-static inline void uc_fd_made(int fd)
+/* A file descriptor just made with open `flags`: OPENED (no system call: its file is
+ * learnt later, uc_fdcache.c) only while the shim is on; else the entry is cleared, so a
+ * stale one never describes the number's new file. */
+static inline void uc_fd_made(int fd, int flags)
 {
 	if (!atomic_load_explicit(&uc.on, memory_order_relaxed)) {
 		uc_fd_forget(fd);
@@ -55,25 +56,32 @@ static inline void uc_fd_made(int fd)
 	}
 	if (!atomic_load_explicit(&uc.mapped, memory_order_acquire))
 		(void)uc_retry_map(1); /* an agent started after this process */
-	uc_fd_classify(fd);
+	uc_fd_opened(fd, flags);
 }
 
-/* The stream's descriptor, when fopen* made one. */
+/* The stream's descriptor, when fopen* made one: it passes. glibc reads and writes a
+ * stream through its internal read and write, which no preload sees, so classifying it
+ * (three system calls) would buy nothing for the program's every fopen: a program's own
+ * read on fileno() of a stream is not counted (docs/agent.md "What the shim cannot see").
+ * The entry is still set, so a stale one never describes the number's new file. */
 static inline void uc_fd_made_stream(FILE *f)
 {
 	int saved = errno;
 
 	if (f)
-		uc_fd_made(fileno(f));
+		uc_fd_pass(fileno(f));
 	errno = saved;
 }
 
-/* close: this thread's run on the descriptor goes to the counters while its file is
- * still open (a page's node can be asked), then the entry is forgotten. */
+/* close: this thread's run on the descriptor and the runs waiting for its file go to the
+ * counters while it is still open (its file, or a page's node, can be asked), then the
+ * entry is forgotten. */
 static inline void uc_fd_closing(int fd)
 {
-	if (atomic_load_explicit(&uc.on, memory_order_relaxed))
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed)) {
 		uc_run_close(fd);
+		uc_pend_close(fd);
+	}
 	uc_fd_forget(fd);
 }
 
@@ -92,14 +100,14 @@ static inline int uc_needs_mode(int flags)
 		va_end(ap);                                                        \
 	}
 
-/* the families: a call that returns a new file descriptor (real function in uc_real.field) */
-#define UC_FD_NEW(name, field, params, args)                                       \
-	UC_FD_WRAP(int, name, field, params, args, , if (r >= 0) uc_fd_made(r))
+/* the families: a call that opens a new file descriptor with `flags` (real function in
+ * uc_real.field) */
+#define UC_FD_NEW(name, field, params, args, flags)                                \
+	UC_FD_WRAP(int, name, field, params, args, , if (r >= 0) uc_fd_made(r, flags))
 /* open* (variadic: the mode is passed on as the last argument) */
 #define UC_FD_OPEN(name, params, args)                                             \
-	UC_FD_WRAP(int, name, name, params, args, UC_OPEN_MODE, if (r >= 0) uc_fd_made(r))
-/* fopen*: a stream whose descriptor is a file (its reads through stdio stay unseen: glibc
- * reads through its internal read; a program's own read on fileno() is counted) */
+	UC_FD_WRAP(int, name, name, params, args, UC_OPEN_MODE, if (r >= 0) uc_fd_made(r, flags))
+/* fopen*: a stream (its descriptor passes: uc_fd_made_stream) */
 #define UC_FD_STREAM(name, params, args)                                           \
 	UC_FD_WRAP(FILE *, name, name, params, args, , uc_fd_made_stream(r))
 /* a call that makes a descriptor that is not a file */
@@ -143,8 +151,19 @@ UC_EXPORT void closefrom(int lo)
 	UC_REAL(closefrom)(lo);
 }
 
-/* fcntl's F_DUPFD*: the new descriptor names the same file (any other command: unchanged;
- * its one argument is an int or a pointer, passed on as a word) */
+/* O_DIRECT set on an open descriptor: its run goes to the counters, then it passes. */
+static inline void uc_fd_direct(int fd)
+{
+	if (uc_fd_file(fd)) {
+		uc_fd_closing(fd);
+		uc_fd_pass(fd);
+	}
+}
+
+/* fcntl's F_DUPFD*: the new descriptor names the same file; F_SETFL with O_DIRECT: the
+ * descriptor passes from then on (its reads bypass the page cache, which unicache places).
+ * Any other command: unchanged. Its one argument is an int or a pointer, passed on as a
+ * word. */
 #define UC_FCNTL(name)                                                              \
 	UC_EXPORT int name(int fd, int cmd, ...)                                    \
 	{                                                                           \
@@ -157,6 +176,8 @@ UC_EXPORT void closefrom(int lo)
 		r = UC_REAL(name)(fd, cmd, arg);                                    \
 		if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))           \
 			uc_fd_copy(fd, r);                                          \
+		else if (r >= 0 && cmd == F_SETFL && ((int)arg & O_DIRECT))         \
+			uc_fd_direct(fd);                                           \
 		return r;                                                           \
 	}
 UC_FCNTL(fcntl)
@@ -170,13 +191,14 @@ UC_FD_OPEN(open, (const char *path, int flags, ...), (path, flags, mode))
 UC_FD_OPEN(open64, (const char *path, int flags, ...), (path, flags, mode))
 UC_FD_OPEN(openat, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, mode))
 UC_FD_OPEN(openat64, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, mode))
-UC_FD_NEW(__open_2, open_2, (const char *path, int flags), (path, flags))
-UC_FD_NEW(__open64_2, open64_2, (const char *path, int flags), (path, flags))
-UC_FD_NEW(__openat_2, openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags))
+UC_FD_NEW(__open_2, open_2, (const char *path, int flags), (path, flags), flags)
+UC_FD_NEW(__open64_2, open64_2, (const char *path, int flags), (path, flags), flags)
+UC_FD_NEW(__openat_2, openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags),
+	  flags)
 UC_FD_NEW(__openat64_2, openat64_2, (int dirfd, const char *path, int flags),
-	  (dirfd, path, flags))
-UC_FD_NEW(creat, creat, (const char *path, mode_t mode), (path, mode))
-UC_FD_NEW(creat64, creat64, (const char *path, mode_t mode), (path, mode))
+	  (dirfd, path, flags), flags)
+UC_FD_NEW(creat, creat, (const char *path, mode_t mode), (path, mode), O_WRONLY)
+UC_FD_NEW(creat64, creat64, (const char *path, mode_t mode), (path, mode), O_WRONLY)
 UC_FD_STREAM(fopen, (const char *path, const char *mode), (path, mode))
 UC_FD_STREAM(fopen64, (const char *path, const char *mode), (path, mode))
 UC_FD_STREAM(freopen, (const char *path, const char *mode, FILE *f), (path, mode, f))

@@ -24,6 +24,11 @@ static inline struct uc_fd *uc_write_enter(int fd, uint64_t *gen, int *bumped)
 	*bumped = 0;
 	if (!(e = uc_fd_file(fd)) || !(*gen = uc_table_gen()))
 		return NULL;
+	/* a file that may have replicas (the guest's table is NCC's) is asked before the
+	 * shim writes under a stand-in id: its replicas must drop */
+	if (__builtin_expect(atomic_load_explicit(&e->state, memory_order_relaxed) == UC_FD_OPENED,
+			     0) && (uc_t.tp.flags & UC_TABLE_NUMA))
+		(void)uc_fd_identify(fd);
 	if (uc_fd_flags(e, *gen) & UC_FF_REPLICA) {
 		uc_gen_bump(uc_fd_id(e)); /* before: a replica fill running now fails */
 		*bumped = 1;

@@ -7,12 +7,13 @@
  * ("Shared memory layout"). All integers are little-endian, naturally aligned.
  *
  * Table file (UNICACHE_TABLE, default /dev/shm/unicache-table), layout 5:
- *   [uc_table_hdr 64 B][uc_table_cpus 256 B][buffer 0][buffer 1]
+ *   [uc_table_hdr 64 B][uc_table_cpus 256 B][zeros to 4 KiB][buffer 0][buffer 1]
  *   uc_table_cpus: the guest node of each CPU as the agent read it from sysfs (UC_NO_NODE:
  *   none, or a node id >= UC_MAX_NODES), so that no process reads sysfs for it. The agent
  *   may rewrite it in place, without a new gen, when it restarts on a changed topology:
  *   readers read it live.
- *   buffer = [uc_table_buf 64 B][nbuckets x uc_entry 64 B]
+ *   buffer = [uc_table_buf 64 B][file filter 4032 B][nbuckets x uc_entry 64 B]
+ *   (each buffer's head, header and filter, is one page, and its entries start on a page)
  *   The agent writes the inactive buffer under that buffer's seqlock, flips `active`, then
  *   bumps `gen`: a reader that sees a new gen sees the new buffer.
  *   Besides one entry per placed chunk, the table holds one *file entry* per file that any
@@ -20,7 +21,10 @@
  *   and REPLICA, and UC_ENTRY_HOMES when one of them has home vCPUs; budget, color,
  *   replicas and mask 0). File entries count in nentries and in the capacity (nbuckets/2).
  *   A process looks a file up once per table gen and descriptor; a file without one costs
- *   no lookup per call.
+ *   no lookup per call. The file filter, a Bloom filter of the file ids that have a file
+ *   entry (two bits each, uc_filter_bits), answers most of those lookups first: a file it
+ *   does not hold has no entry, so a process that opens only files the table does not
+ *   name touches the table's first page and one buffer's head, never its entries.
  *
  * Counters files (layout 5): one per user, UNICACHE_COUNTERS/<euid> (default directory
  *   /dev/shm/unicache-counters), mode 0600, owned by that user and created whole by the
@@ -29,8 +33,15 @@
  *   "Per-user counters"). Each file:
  *   [uc_ctr_hdr 64 B][UC_MAX_VCPUS x u64 vCPU claims][region 0][region 1]
  *   [uc_gen_hdr 64 B][ngens x u64 generations]
- *   region = nslots x slot; slot = uc_ctr_slot (64 B) + max_vcpus x u64 cells, rounded to
- *   64 B. A cell holds what was read on one vCPU in the interval, packed so that one atomic
+ *   region = [uc_ctr_region 64 B][index: 2 x nslots x u32, rounded to 64 B][nslots slots]
+ *   slot = uc_ctr_slot (64 B) + max_vcpus x u64 cells, rounded to 64 B.
+ *   Slots are taken in order (the region's `next`, one atomic add), so the chunks one
+ *   process reads first in an interval sit side by side: a program that reads a thousand
+ *   small files writes a few dozen pages of counters, not one page per file. The index
+ *   finds a chunk's slot: entry 0 empty, else the slot's number + 1, at
+ *   uc_index_pos(file_id, chunk) with linear probing. A slot's key is stored before its
+ *   index entry. The agent reads every slot with a key (it needs no index; two slots with
+ *   one key, after a race, are added) and zeroes the whole region. A cell holds what was read on one vCPU in the interval, packed so that one atomic
  *   add counts a run of calls: bits 0..39 bytes, bits 40..63 runs (a read that does not
  *   continue the thread's previous read of the chunk starts a run). The agent derives the
  *   chunk's reads and bytes (sums) and its reads per guest node (through uc_table_cpus).
@@ -78,6 +89,10 @@
 #define UC_ENTRY_HOMES 16u           /* file entry: some chunk of the file has home vCPUs */
 /* the chunk index of a file entry (chunk indexes are below 2^48) */
 #define UC_FILE_CHUNK 0xffffffffffffffffull
+/* a buffer's head: its header and file filter, one page */
+#define UC_BUF_HEAD_LEN 4096u
+#define UC_FILTER_BYTES 4032u
+#define UC_FILTER_BITS (8u * UC_FILTER_BYTES)
 /* table buffer flags: valid; some entry has home vCPUs (without it, the table moves no
  * thread); the agent reports home nodes (the host granted `replicas` and two or more guest
  * nodes have CPUs): the shim then records each chunk's home */
@@ -175,6 +190,12 @@ struct uc_gen_hdr {
 	uint64_t replica_waits;    /* reads made for real while an answer was awaited */
 };
 
+/* A counters region's head (layout 5): the index and the slots follow. */
+struct uc_ctr_region {
+	uint64_t next;       /* slots taken this interval (may pass nslots: then it is full) */
+	uint8_t pad[56];
+};
+
 struct uc_ctr_slot {
 	uint64_t key;        /* 0 = empty; uc_slot_key(file_id, chunk) */
 	uint64_t file_id;
@@ -252,6 +273,7 @@ _Static_assert(sizeof(struct uc_table_buf) == 64, "table buffer header is 64 byt
 _Static_assert(sizeof(struct uc_entry) == 64, "entry is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_hdr) == 64, "counter header is 64 bytes");
 _Static_assert(sizeof(struct uc_ctr_slot) == 64, "counter slot head is 64 bytes");
+_Static_assert(sizeof(struct uc_ctr_region) == 64, "counter region head is 64 bytes");
 _Static_assert(sizeof(struct uc_gen_hdr) == 64, "generation header is 64 bytes");
 _Static_assert(sizeof(struct uc_rep_hdr) == 128, "replica header is 128 bytes");
 _Static_assert(sizeof(struct uc_rep_req) == 32, "replica request is 32 bytes");
@@ -259,8 +281,18 @@ _Static_assert(sizeof(struct uc_rep_rsp) == 16, "replica answer is 16 bytes");
 _Static_assert(UC_CTR_CLAIMS_OFF == sizeof(struct uc_ctr_hdr), "claims follow the header");
 _Static_assert(UC_CTR_REGIONS_OFF % 64 == 0, "regions start on a cache line");
 
-/* Where the buffers start in the table file. */
-#define UC_TABLE_BUFS_OFF (sizeof(struct uc_table_hdr) + sizeof(struct uc_table_cpus))
+/* Where the buffers start in the table file: one page in. */
+#define UC_TABLE_BUFS_OFF 4096u
+_Static_assert(UC_TABLE_BUFS_OFF >= sizeof(struct uc_table_hdr) + sizeof(struct uc_table_cpus),
+	       "the header and the CPUs' nodes fit before the buffers");
+_Static_assert(sizeof(struct uc_table_buf) + UC_FILTER_BYTES == UC_BUF_HEAD_LEN,
+	       "a buffer's header and filter fill its head");
+
+/* Bytes of one table buffer. */
+static inline uint64_t uc_buf_len(uint32_t nbuckets)
+{
+	return UC_BUF_HEAD_LEN + (uint64_t)nbuckets * sizeof(struct uc_entry);
+}
 
 /* Bytes of one counters slot: head and one cell per vCPU; 64 B aligned. */
 static inline uint32_t uc_slot_size(uint32_t max_vcpus)
@@ -270,13 +302,26 @@ static inline uint32_t uc_slot_size(uint32_t max_vcpus)
 	return (raw + 63u) / 64u * 64u;
 }
 
+/* Bytes of a region's index: two u32 entries per slot, 64 B aligned. */
+static inline uint64_t uc_index_len(uint32_t nslots)
+{
+	return (8ull * nslots + 63u) / 64u * 64u;
+}
+
+/* Bytes of one counters region: its head, its index and its slots. */
+static inline uint64_t uc_region_len(uint32_t nslots, uint32_t max_vcpus)
+{
+	return sizeof(struct uc_ctr_region) + uc_index_len(nslots) +
+	       (uint64_t)nslots * uc_slot_size(max_vcpus);
+}
+
 /* Bytes of a counters file of this layout; 0 when a field is out of its bounds. */
 static inline uint64_t uc_ctr_len(uint32_t nslots, uint32_t max_vcpus, uint32_t ngens)
 {
 	if (nslots == 0 || nslots > UC_MAX_SLOTS || (nslots & (nslots - 1u)) || max_vcpus == 0 ||
 	    max_vcpus > UC_MAX_VCPUS || ngens == 0 || ngens > UC_MAX_GENS || (ngens & (ngens - 1u)))
 		return 0;
-	return UC_CTR_REGIONS_OFF + 2ull * nslots * uc_slot_size(max_vcpus) +
+	return UC_CTR_REGIONS_OFF + 2ull * uc_region_len(nslots, max_vcpus) +
 	       sizeof(struct uc_gen_hdr) + 8ull * ngens;
 }
 
@@ -309,9 +354,27 @@ static inline uint64_t uc_bucket_hash(uint64_t file_id, uint64_t chunk)
 	return uc_mix64(file_id ^ (chunk * 0x9e3779b97f4a7c15ull));
 }
 
+/* The two bits of a file id in a buffer's file filter (file ids are mixed: their halves
+ * are uniform, and each maps onto the filter by a multiply, not a division). */
+static inline void uc_filter_bits(uint64_t file_id, uint32_t *b1, uint32_t *b2)
+{
+	*b1 = (uint32_t)(((file_id & 0xffffffffull) * UC_FILTER_BITS) >> 32);
+	*b2 = (uint32_t)(((file_id >> 32) * UC_FILTER_BITS) >> 32);
+}
+
 static inline uint64_t uc_slot_key(uint64_t file_id, uint64_t chunk)
 {
 	return uc_mix64(file_id + 0x632be59bd9b4e019ull * (chunk + 1)) | 1ull;
+}
+
+/*
+ * Where a chunk's index entry is looked for first, in an index of `nidx` entries (a power
+ * of two): consecutive chunks of a file, 16 to a group, in consecutive entries, so that a
+ * sequential reader's run reads one line of the index; the groups are spread by the hash.
+ */
+static inline uint64_t uc_index_pos(uint64_t file_id, uint64_t chunk, uint64_t nidx)
+{
+	return (uc_slot_key(file_id, chunk / 16u * 16u) + chunk % 16u) & (nidx - 1u);
 }
 
 /* generation bucket of a file id */

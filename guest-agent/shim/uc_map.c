@@ -33,7 +33,7 @@ static void *uc_map_table(const char *path, size_t *len)
 	fd = UC_REAL(open)(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(struct uc_table_hdr) ||
+	if (uc_real_fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(struct uc_table_hdr) ||
 	    !S_ISREG(st.st_mode) || (st.st_uid != 0 && st.st_uid != geteuid()) ||
 	    (st.st_mode & 022)) {
 		UC_REAL(close)(fd);
@@ -142,7 +142,7 @@ static void *uc_map_counters(const struct uc_table_hdr *th, size_t *len)
 		}
 		if (fd < 0)
 			break;
-		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
+		if (uc_real_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
 		    (st.st_mode & 077)) {
 			UC_REAL(close)(fd);
 			uc_warn("counters file not private to this user:", path);
@@ -192,8 +192,7 @@ int uc_try_map(void)
 		uc_warn("bad table header in", uc.table_path);
 		goto fail;
 	}
-	need = UC_TABLE_BUFS_OFF + 2 * (sizeof(struct uc_table_buf) +
-					(size_t)th->nbuckets * sizeof(struct uc_entry));
+	need = UC_TABLE_BUFS_OFF + 2 * uc_buf_len(th->nbuckets);
 	if (tlen < need) {
 		uc_warn("short table file", uc.table_path);
 		goto fail;
@@ -210,12 +209,12 @@ int uc_try_map(void)
 					th->nbuckets};
 	if (c) {
 		views->c = (struct uc_ctr_view){c, th->ctr_nslots, uc_slot_size(th->ctr_max_vcpus),
-						th->ctr_max_vcpus};
+						th->ctr_max_vcpus,
+						uc_region_len(th->ctr_nslots, th->ctr_max_vcpus)};
 		uc.ngens = th->ctr_ngens;
 		__atomic_store_n(&uc.gens,
 				 (struct uc_gen_hdr *)(void *)((unsigned char *)c + UC_CTR_REGIONS_OFF +
-							       2 * (size_t)views->c.nslots *
-								       views->c.slot_size),
+							       2 * views->c.region_len),
 				 __ATOMIC_RELEASE);
 	}
 	/* another salt (a new boot's table): every file id is computed again */

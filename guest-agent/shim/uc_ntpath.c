@@ -21,7 +21,7 @@ int uc_nt_pread(int fd, void *buf, size_t n, int64_t off, uint64_t file_id, ssiz
 
 	if (!UC_HAVE_NT || uc.nt_off || n == 0 || n > (size_t)SSIZE_MAX || off < 0)
 		return 0;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	if (uc_real_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    uc_file_id_of(uc.salt, (uint64_t)st.st_dev, (uint64_t)st.st_ino) != file_id)
 		return 0;
 	fl = fcntl(fd, F_GETFL);

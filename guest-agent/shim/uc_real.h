@@ -55,6 +55,10 @@ typedef int (*uc_openat2_t)(int, const char *, int);
 typedef int (*uc_close_range_t)(unsigned, unsigned, int);
 typedef void (*uc_closefrom_t)(int);
 typedef int (*uc_fcntl_t)(int, int, ...);
+typedef int (*uc_fstat_t)(int, struct stat *);
+typedef int (*uc_fstatat_t)(int, const char *, struct stat *, int);
+typedef int (*uc_fxstat_t)(int, int, struct stat *);
+typedef int (*uc_statx_t)(int, const char *, int, unsigned int, struct statx *);
 
 struct uc_real_fns {
 	uc_read_t read;
@@ -112,6 +116,13 @@ struct uc_real_fns {
 	uc_closefrom_t closefrom;
 	uc_fcntl_t fcntl;
 	uc_fcntl_t fcntl64;
+	uc_fstat_t fstat;
+	uc_fstat_t fstat64;
+	uc_fstatat_t fstatat;
+	uc_fstatat_t fstatat64;
+	uc_fxstat_t fxstat;
+	uc_fxstat_t fxstat64;
+	uc_statx_t statx;
 };
 
 /* filled one function at a time by UC_REAL / UC_REAL_SYM; never reset */

@@ -44,7 +44,7 @@ static int uc_rc_connect(void)
 	if (uc_rc_fd >= 0) {
 		/* a program that closes every fd (closefrom, close_range) may have closed ours,
 		 * and the number may be one of its files now: never use or close that */
-		if (fstat(uc_rc_fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == uc_rc_dev &&
+		if (uc_real_fstat(uc_rc_fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == uc_rc_dev &&
 		    st.st_ino == uc_rc_ino)
 			return 1;
 		uc_rc_fd = -1;
@@ -57,7 +57,7 @@ static int uc_rc_connect(void)
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	strcpy(sa.sun_path, uc.rep_sock);
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || fstat(s, &st) < 0) {
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0 || uc_real_fstat(s, &st) < 0) {
 		UC_REAL(close)(s);
 		return 0;
 	}

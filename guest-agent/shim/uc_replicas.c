@@ -34,6 +34,9 @@ struct uc_rmap {
 
 static struct uc_rmap uc_rmaps[UC_REPLICA_SLOTS];
 static _Atomic uint64_t uc_rm_seq;
+/* set before the first lock of any mapping is taken: until then the mappings' pages were
+ * never written, and a fork child leaves them so (no page of them copied or zero-filled) */
+static _Atomic int uc_rm_touched;
 
 /* A child forked while another thread held a slot's lock would never get it back, nor the
  * answers to its parent's requests. */
@@ -41,12 +44,14 @@ void uc_rep_atfork_child(void)
 {
 	int i;
 
+	uc_rc_atfork_child();
+	if (!atomic_load(&uc_rm_touched))
+		return;
 	for (i = 0; i < (int)UC_REPLICA_SLOTS; i++) {
 		atomic_store_explicit(&uc_rmaps[i].lock, 0, memory_order_relaxed);
 		if (uc_rmaps[i].state == UC_RM_PENDING)
 			uc_rmaps[i].state = UC_RM_EMPTY;
 	}
-	uc_rc_atfork_child();
 }
 
 static inline int uc_rd_try(_Atomic int *l)
@@ -145,7 +150,7 @@ static int uc_rm_map(struct uc_rmap *r, int rfd)
 	struct iovec hv = {&h, sizeof(h)};
 	void *p;
 
-	if (fstat(rfd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	if (uc_real_fstat(rfd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022) ||
 	    st.st_size <= (off_t)UC_REP_DATA_OFF ||
 	    (uint64_t)st.st_size > UC_REP_DATA_OFF + r->cs)
@@ -312,7 +317,7 @@ int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc
 	if (uc.rep_off || c->rep_node < 0 || n == 0 || n > (size_t)SSIZE_MAX || off < 0 || !cs)
 		return 0;
 	chunk = (uint64_t)off / cs;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || off >= st.st_size)
+	if (uc_real_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || off >= st.st_size)
 		return 0;
 	fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & (O_DIRECT | O_PATH)))
@@ -321,6 +326,8 @@ int uc_rep_get(int fd, const struct uc_call *c, int64_t off, size_t n, struct uc
 	if (end > (chunk + 1) * cs)
 		return 0; /* spans chunks: the real call */
 	s->len = (size_t)(end - (uint64_t)off);
+	if (!atomic_load_explicit(&uc_rm_touched, memory_order_relaxed))
+		atomic_store(&uc_rm_touched, 1); /* before any lock (uc_rep_atfork_child) */
 	/* two ways per set: two hot chunks that hash alike do not evict each other */
 	set = (size_t)(uc_mix64(uc_bucket_hash(c->file_id, chunk) + (uint64_t)c->rep_node) %
 		       (UC_REPLICA_SLOTS / 2)) * 2;

@@ -95,7 +95,7 @@ int uc_rep_sendfile(int out, int in, void *offp, int is64, size_t count, struct 
 	ssize_t w;
 	int saved;
 
-	if (fstat(out, &ost) < 0 || !(S_ISSOCK(ost.st_mode) || S_ISFIFO(ost.st_mode)))
+	if (uc_real_fstat(out, &ost) < 0 || !(S_ISSOCK(ost.st_mode) || S_ISFIFO(ost.st_mode)))
 		return 0;
 	o32 = (off_t)off;
 	o64 = (off64_t)off;

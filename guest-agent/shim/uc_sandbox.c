@@ -5,8 +5,9 @@
  * only what it makes itself, and a filter's default action may kill: there the shim only
  * counts (no system call of its own), unless UNICACHE_SECCOMP=act says the operator
  * allowed the mechanisms' calls in that filter. Asked once, when a mechanism first could
- * act; a filter the program installs later through libc's prctl or syscall turns them off
- * from then on.
+ * act or the shim must stat a descriptor; a filter the program installs later through
+ * libc's prctl or syscall turns them off from then on. The same answer chooses how the
+ * shim stats a descriptor (uc_fstat).
  */
 #include "uc_shim.h"
 
@@ -40,6 +41,8 @@ int uc_may_act_slow(void)
 	/* unknown (no /proc in this namespace): as if filtered, the safe side */
 	act = mode == 0 || (mode == SECCOMP_MODE_FILTER && uc.act_seccomp) ? UC_ACT_YES : UC_ACT_NO;
 	atomic_store_explicit(&uc.act, act, memory_order_relaxed);
+	atomic_store_explicit(&uc.unfiltered, mode == 0 ? UC_ACT_YES : UC_ACT_NO,
+			      memory_order_relaxed);
 	errno = saved;
 	return act == UC_ACT_YES;
 }
@@ -48,8 +51,29 @@ int uc_may_act_slow(void)
  * UNICACHE_SECCOMP=act. */
 static void uc_filtered(int strict)
 {
+	atomic_store_explicit(&uc.unfiltered, UC_ACT_NO, memory_order_relaxed);
 	atomic_store_explicit(&uc.act, !strict && uc.act_seccomp ? UC_ACT_YES : UC_ACT_NO,
 			      memory_order_relaxed);
+}
+
+/*
+ * The shim's own fstat of a descriptor whose file it must know and whose program never
+ * said (uc_fdcache.c uc_fd_identify), made only where uc_may_act allows the shim its own
+ * calls. The classic fstat system call costs the kernel about a third of what glibc's
+ * fstat costs (newfstatat with an empty path, which copies and walks a name): some 1,000
+ * guest instructions against 2,700 in a Debian 12 guest (docs/PERFORMANCE.md, "What an
+ * open costs"). A filter written for today's glibc may allow newfstatat and not fstat, so
+ * the classic call is made only in a process known to run under no filter at all (the
+ * status uc_may_act read); a filter installed later through libc turns it off
+ * (uc_filtered).
+ */
+int uc_fstat(int fd, struct stat *st)
+{
+#if defined(SYS_fstat) && defined(__x86_64__) /* glibc's struct stat is the kernel's there */
+	if (atomic_load_explicit(&uc.unfiltered, memory_order_relaxed) == UC_ACT_YES)
+		return (int)UC_REAL(syscall)(SYS_fstat, fd, (long)(uintptr_t)st, 0, 0, 0, 0);
+#endif
+	return uc_real_fstat(fd, st);
 }
 
 UC_EXPORT int prctl(int option, ...)

@@ -28,7 +28,7 @@ static ssize_t uc_slurp(const char *path, char *buf, size_t n, int trusted)
 
 	if (fd < 0)
 		return -1;
-	if (trusted && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+	if (trusted && (uc_real_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
 			(st.st_mode & 022))) {
 		UC_REAL(close)(fd);
 		return -1;

@@ -16,9 +16,27 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <fcntl.h>
 #include <stddef.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAXBUF (1u << 21)
+
+/* open, then fstat, as most programs do: the shim learns a descriptor's file from the
+ * program's own stat (uc_interpose_stat.c), and only a known file's reads may move the
+ * thread or be served from a replica */
+static inline int open_stat(const char *path, int flags)
+{
+	struct stat st;
+	int fd = open(path, flags);
+
+	if (fd >= 0 && fstat(fd, &st) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
 
 /* two 4 KiB-aligned buffers of MAXBUF bytes each (main allocates them) */
 extern unsigned char *bufA, *bufB;

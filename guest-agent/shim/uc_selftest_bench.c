@@ -19,7 +19,7 @@ int cmd_bench(char **argv)
 {
 	size_t n = (size_t)atol(argv[3]);
 	double secs = atof(argv[4]), el;
-	int fd = open(argv[2], O_RDONLY);
+	int fd = open_stat(argv[2], O_RDONLY);
 	struct timespec a, b;
 	unsigned long long bytes = 0;
 	long it = 0;
@@ -81,7 +81,7 @@ int cmd_abbench(char **argv)
 {
 	size_t n = (size_t)atol(argv[3]), cap, k = 0;
 	double secs = atof(argv[4]), total = 0, *tw, *to;
-	int fd = open(argv[2], O_RDONLY);
+	int fd = open_stat(argv[2], O_RDONLY);
 	unsigned long long bw = 0, bo = 0;
 	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
 	read_fn plain_read;

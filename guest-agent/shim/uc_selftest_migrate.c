@@ -14,7 +14,7 @@
 int cmd_migrate(char **argv)
 {
 	size_t n = (size_t)atol(argv[3]);
-	int fd = open(argv[2], O_RDONLY), i, first = 1;
+	int fd = open_stat(argv[2], O_RDONLY), i, first = 1;
 	cpu_set_t m;
 	ssize_t r;
 

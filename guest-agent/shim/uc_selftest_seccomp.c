@@ -208,7 +208,7 @@ static int sc_run(const struct sc_case *c, const char *placed, const char *unpla
 	pid_t pid;
 
 	if (c->placed >= 0) {
-		fd = open(c->placed ? placed : unplaced, O_RDONLY);
+		fd = open_stat(c->placed ? placed : unplaced, O_RDONLY);
 		if (fd < 0)
 			return 2;
 	}

@@ -52,7 +52,8 @@
  * One concern per file, in the order a read meets them:
  *   uc_interpose_read.c   read, pread, readv, preadv*, sendfile (and *64, fortified)
  *   uc_call.c             the per-call logic: uc_pre before the real call, uc_post after
- *   uc_fdcache.c          descriptors: classified when opened, their file's decision
+ *   uc_fdcache.c          descriptors: opened, their file once known, its decision
+ *   uc_pending.c          counts waiting for their descriptor's file
  *   uc_table.c            the table's parameters and a chunk's or a file's entry
  *   uc_migrate.c          moving the thread to the chunk's vCPU (rule: uc_decide.c)
  *   uc_ntpath.c           pread through an mmap copied with prefetchnta (copy: uc_nt.c)
@@ -65,6 +66,7 @@
  * and around them:
  *   uc_interpose_write.c  write, pwrite*, writev, ftruncate*: counts and generations
  *   uc_interpose_fd.c     lseek, close, dup*, open*, fopen*, pipe*, socket*, accept*
+ *   uc_interpose_stat.c   fstat*, fstatat*, statx of a descriptor: its file, for free
  *   uc_state.c            settings, the constructor and the destructor
  *   uc_scope.c            whether this process is in the operator's scope (shim.conf)
  *   uc_sandbox.c          whether the mechanisms may make their system calls (seccomp)
@@ -102,6 +104,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -121,6 +124,8 @@
 #define UC_FD_CACHE 65536          /* fds below this are classified; others pass through */
 #define UC_MAX_SPLIT 16            /* a read is counted over at most this many chunks */
 #define UC_PROBES 32               /* counter slots probed before a read is dropped */
+#define UC_PEND_SLOTS 256          /* descriptors whose runs may wait for their file at once */
+#define UC_PEND_RUNS 4             /* runs one of them keeps waiting (uc_pending.c) */
 #define UC_RETRY_NS 1000000000ll   /* retry mapping the table once a second */
 #define UC_RETRY_CALLS 1024        /* ... checked on every this many calls without a table */
 #define UC_SEQ_RETRIES 64          /* table reads retried before giving up */
@@ -163,6 +168,7 @@ struct uc_tbl_view {
 struct uc_ctr_view {
 	struct uc_ctr_hdr *hdr;
 	uint32_t nslots, slot_size, max_vcpus;
+	uint64_t region_len; /* uc_region_len */
 };
 
 /* the mechanisms' permission to make their system calls (uc_sandbox.c) */
@@ -196,6 +202,7 @@ struct uc_state {
 	int rep_off;                       /* UNICACHE_REPLICA=0: never serve replicas */
 	int color_off;                     /* UNICACHE_COLOR=0: never set a memory policy */
 	int act_seccomp;                   /* UNICACHE_SECCOMP=act: act under a filter too */
+	_Atomic int unfiltered;            /* UC_ACT_*: YES when no seccomp filter at all */
 	long long rep_margin_ns;           /* UNICACHE_REPLICA_MARGIN_MS */
 	long long rep_wait_ns;             /* UNICACHE_REPLICA_WAIT_MS */
 	char rep_sock[256];                /* UNICACHE_REPLICAS/socket: the agent's replicas */
@@ -243,6 +250,8 @@ static inline int uc_ready(void)
 /* scope (uc_scope.c) and sandbox (uc_sandbox.c) */
 int uc_in_scope(void);
 int uc_may_act_slow(void);
+int uc_fstat(int fd, struct stat *st);
+int uc_real_fstat(int fd, struct stat *st);
 
 /* May a mechanism (migration, colors, replicas, the mmap path, a page's node) make its
  * system calls in this process? Not under a seccomp filter (unless UNICACHE_SECCOMP=act). */
@@ -328,6 +337,7 @@ struct uc_thread {
 	uint32_t run_writes, run_nt;
 	int run_fd;
 	int registered;          /* the thread-exit flush of its run is set up */
+	uint8_t run_pend;        /* run_file is a stand-in: its descriptor's file is not known */
 } __attribute__((aligned(64)));
 
 _Static_assert(offsetof(struct uc_thread, tp) == 64, "a run's call reads one line");
@@ -446,9 +456,18 @@ static inline int uc_cpu(void)
 struct uc_call;
 void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, int cont);
 void uc_run_init(void);
-void uc_run_flush(void);
+void uc_run_flush(int may_identify);
+void uc_run_send(const struct uc_run *r);
 void uc_run_close(int fd);
 void uc_run_atfork_child(void);
+void uc_count_drop(void);
+
+/* counts waiting for their descriptor's file (uc_pending.c) */
+void uc_run_unknown(struct uc_run *r, int may_identify);
+void uc_pend_known(int fd, uint64_t opened_id, uint64_t file_id);
+void uc_pend_close(int fd);
+void uc_pend_fini(void);
+void uc_pend_atfork_child(void);
 int uc_take_budget(uint64_t file_id, uint64_t chunk, uint32_t budget);
 
 /* --- descriptors (uc_fdcache.c) ------------------------------------------------------- */
@@ -456,20 +475,25 @@ int uc_take_budget(uint64_t file_id, uint64_t chunk, uint32_t budget);
 /*
  * One descriptor, one cache line: what a call on it needs, without a system call. Filled
  * when the shim sees the descriptor made (open*, fopen*, dup*, fds 0-2 at start); any other
- * descriptor is UNKNOWN and passes straight through.
+ * descriptor is UNKNOWN and passes straight through. An open* makes it OPENED, with no
+ * system call: its reads count under a stand-in id (opened_id) until its file is known,
+ * from the program's own fstat (uc_interpose_stat.c) or the shim's at close
+ * (uc_pending.c); then it is a FILE. fds 0-2 are UNKNOWN at start, like any descriptor
+ * the shim did not see made, and pass until the program's fstat says what they are.
  */
 struct uc_fd {
 	_Atomic uint32_t state;   /* UC_FD_* */
 	_Atomic uint32_t pad32;
-	_Atomic uint64_t file_id; /* 0: not computed yet (no salt when it was opened) */
+	_Atomic uint64_t file_id; /* FILE: 0 until computed (no salt yet); OPENED: opened_id */
 	_Atomic int64_t pos;      /* predicted file offset for read/readv */
 	_Atomic uint64_t dev, ino;
-	_Atomic int64_t size;     /* st_size when classified: a sequential span's estimate */
+	_Atomic int64_t size;     /* st_size when known (-1 not): a sequential span's estimate */
 	_Atomic uint64_t decision; /* (table gen << 8) | UC_FF_*: the file's entry, per gen */
-	uint64_t pad;
+	_Atomic uint64_t opened_id; /* the stand-in id its counts had before its file was known */
 } __attribute__((aligned(64)));
 
-enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2 };
+/* FILE and OPENED are odd: uc_fd_file's one test takes both */
+enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2, UC_FD_OPENED = 3 };
 
 /* a file's decision: the table names it (a file entry), and the union of its chunks' */
 #define UC_FF_NAMED 1u
@@ -479,13 +503,15 @@ enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2 };
 
 extern struct uc_fd uc_fds[UC_FD_CACHE];
 
-void uc_fd_classify(int fd);
-int uc_fd_classify_at_start(int fd);
+void uc_fd_opened(int fd, int flags);
+void uc_fd_known(int fd, const struct stat *st);
+int uc_fd_identify(int fd);
 void uc_fd_copy(int from, int to);
 uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen);
 void uc_fd_forget_ids(void);
 
-/* The descriptor's entry when it is a classified regular file, else NULL (pass through).
+/* The descriptor's entry when it is a regular file, or one opened whose file is not known
+ * yet (OPENED: counted under its stand-in id), else NULL (pass through).
  * While the shim is off no descriptor is ever classified (uc_interpose_fd.c), so this one
  * load also says whether it is on. */
 static inline struct uc_fd *uc_fd_file(int fd)
@@ -495,7 +521,19 @@ static inline struct uc_fd *uc_fd_file(int fd)
 	if (__builtin_expect((unsigned)fd >= UC_FD_CACHE, 0))
 		return NULL;
 	e = &uc_fds[fd];
-	return atomic_load_explicit(&e->state, memory_order_acquire) == UC_FD_FILE ? e : NULL;
+	return atomic_load_explicit(&e->state, memory_order_acquire) & 1u ? e : NULL;
+}
+
+/* Would a stat of fd tell the shim its file? An OPENED descriptor's, and fds 0-2 while
+ * UNKNOWN (a shell's `< file`: the shim did not see them made). */
+static inline int uc_fd_unknown_file(int fd)
+{
+	uint32_t st;
+
+	if ((unsigned)fd >= UC_FD_CACHE)
+		return 0;
+	st = atomic_load_explicit(&uc_fds[fd].state, memory_order_relaxed);
+	return st == UC_FD_OPENED || (st == UC_FD_UNKNOWN && fd < 3);
 }
 
 /* The file's id under the table's salt (computed once the salt is known). */
@@ -657,6 +695,7 @@ struct uc_call {
 	 * for this call: the file decision they may have (UC_RUN_SEALED: none), and for a
 	 * placed chunk the vCPU whose claim keeps the thread there and until when */
 	uint8_t run_ff;
+	uint8_t pend;       /* the descriptor's file is not known yet: file_id is a stand-in */
 	uint16_t run_home, run_fresh;
 };
 
@@ -700,8 +739,10 @@ static inline int uc_pre(struct uc_fd *e, int64_t off, size_t n, struct uc_call 
 	c->rep_node = -1;
 	c->fflags = uc_fd_flags(e, gen);
 	c->run_ff = (uint8_t)c->fflags;
+	c->pend = atomic_load_explicit(&e->state, memory_order_relaxed) == UC_FD_OPENED;
 	c->run_home = c->run_fresh = UC_NO_HOME;
-	if (__builtin_expect(!(c->fflags & UC_FF_NAMED) && !uc_t.pinned, 1) || c->off < 0)
+	if (__builtin_expect(!(c->fflags & UC_FF_NAMED) && !uc_t.pinned, 1) || c->off < 0 ||
+	    c->pend)
 		return 1;
 	c->run_ff = UC_RUN_SEALED; /* unless the named path finds the chunk plain */
 	uc_pre_named(e, gen, n, c);

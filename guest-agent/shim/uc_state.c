@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uc_state.c - the process's settings, start and end: UNICACHE_* read once from the
- * environment, whether the process is in scope (uc_scope.c), the constructor that
- * classifies fds 0-2 at load, mapping the agent's files when the process first has a file
- * and retrying that later, and the destructor that sends the last run of counts.
+ * environment, whether the process is in scope (uc_scope.c), the constructor, mapping the
+ * agent's files when the process first has a file and retrying that later, and the
+ * destructor that sends the last counts.
  *
  * Until the constructor has decided, and for good when the process is out of scope or the
  * shim is switched off, `uc.on` is 0 and every interposed call goes straight to libc.
@@ -60,13 +60,13 @@ static void uc_atfork_child(void)
 	uc_rep_atfork_child();
 	uc_tid_atfork_child();
 	uc_run_atfork_child();
+	uc_pend_atfork_child();
 }
 
 __attribute__((constructor)) static void uc_init(void)
 {
 	const char *v;
 	unsigned i;
-	int fd, file;
 
 	uc.pagesz = sysconf(_SC_PAGESIZE);
 	if (uc.pagesz <= 0)
@@ -111,22 +111,21 @@ __attribute__((constructor)) static void uc_init(void)
 	uc_run_init();
 	(void)pthread_atfork(NULL, NULL, uc_atfork_child);
 	uc_tid_main();
-	atomic_store_explicit(&uc.on, 1, memory_order_release);
 	/*
-	 * The table and the counters are mapped when the process first opens a regular file
-	 * (uc_interpose_fd.c), or here when it was started with one (a shell's `< file`,
-	 * classified like an open): a process that reads no file pays none of it, not even
-	 * their page faults (a few microseconds each in a VM).
+	 * The table and the counters are mapped when the process first opens a file
+	 * (uc_interpose_fd.c), or stats one of fds 0-2 that is one (a shell's `< file`): a
+	 * process that reads no file pays none of it, not even their page faults (a few
+	 * microseconds each in a VM), and no system call is made here for fds 0-2.
 	 */
-	for (fd = 0, file = 0; fd < 3; fd++)
-		file |= uc_fd_classify_at_start(fd);
-	if (file)
-		(void)uc_retry_map(1);
+	atomic_store_explicit(&uc.on, 1, memory_order_release);
 }
 
-/* exit(): the main thread's last run of counts (other threads' went when they ended) */
+/* exit(): the main thread's last run of counts (other threads' went when they ended), and
+ * the runs still waiting for their file */
 __attribute__((destructor)) static void uc_fini(void)
 {
-	if (atomic_load_explicit(&uc.on, memory_order_relaxed))
-		uc_run_flush();
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed)) {
+		uc_run_flush(1);
+		uc_pend_fini();
+	}
 }

@@ -21,14 +21,14 @@ static UC_TLS struct {
 	do {                                                                               \
 		const struct uc_table_hdr *th_ = (tv)->hdr;                                \
 		const unsigned char *tbase_ = (const void *)th_;                           \
-		const size_t blen_ = sizeof(struct uc_table_buf) +                         \
-				     (size_t)(tv)->nbuckets * sizeof(struct uc_entry);     \
+		const size_t blen_ = uc_buf_len((tv)->nbuckets);                           \
 		int tries_;                                                                \
 		for (tries_ = 0; tries_ < UC_SEQ_RETRIES; tries_++) {                      \
 			uint32_t act_ = __atomic_load_n(&th_->active, __ATOMIC_ACQUIRE) & 1u; \
 			const struct uc_table_buf *b =                                     \
 				(const void *)(tbase_ + UC_TABLE_BUFS_OFF + act_ * blen_); \
-			const struct uc_entry *e = (const void *)(b + 1);                  \
+			const struct uc_entry *e =                                         \
+				(const void *)((const unsigned char *)b + UC_BUF_HEAD_LEN); \
 			uint64_t s1_ = __atomic_load_n(&b->seq, __ATOMIC_ACQUIRE);         \
 			if (s1_ & 1u)                                                      \
 				continue;                                                  \
@@ -147,8 +147,20 @@ int uc_lookup_cached(uint64_t gen, uint64_t file_id, uint64_t off, struct uc_hit
 	return 1;
 }
 
+/* Whether buffer b's file filter may hold file_id (0: the file has no entry). */
+static int uc_filter_may_hold(const struct uc_table_buf *b, uint64_t file_id)
+{
+	const unsigned char *f = (const unsigned char *)(b + 1);
+	uint32_t b1, b2;
+
+	uc_filter_bits(file_id, &b1, &b2);
+	return (__atomic_load_n(&f[b1 / 8], __ATOMIC_RELAXED) >> (b1 % 8) & 1) &&
+	       (__atomic_load_n(&f[b2 / 8], __ATOMIC_RELAXED) >> (b2 % 8) & 1);
+}
+
 /* The flags of the file's entry (UC_ENTRY_USED set when there is one; 0 when none);
- * UINT32_MAX when the table could not be read consistently. */
+ * UINT32_MAX when the table could not be read consistently. The buffer's file filter is
+ * asked first: a file it does not hold costs no probe of the entries. */
 uint32_t uc_file_flags(uint64_t file_id)
 {
 	const struct uc_tbl_view *tv = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
@@ -157,9 +169,9 @@ uint32_t uc_file_flags(uint64_t file_id)
 	if (!tv)
 		return UINT32_MAX;
 	UC_WITH_BUFFER(tv, b, e, {
-		const struct uc_entry *x = uc_probe(e, tv->nbuckets, file_id, UC_FILE_CHUNK);
+		const struct uc_entry *x = uc_filter_may_hold(b, file_id) ?
+			uc_probe(e, tv->nbuckets, file_id, UC_FILE_CHUNK) : NULL;
 
-		(void)b;
 		fl = x ? __atomic_load_n(&x->flags, __ATOMIC_RELAXED) : 0;
 	});
 	return UINT32_MAX;

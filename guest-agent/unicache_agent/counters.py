@@ -40,7 +40,6 @@ from .shm import (
     CLAIMS_OFFSET,
     MAX_NODES,
     NO_NODE,
-    REGIONS_OFFSET,
     ChunkCounts,
     CounterLayout,
     CpuNodes,
@@ -151,7 +150,8 @@ class CounterHarvester:
         for fd in self._held_files():
             try:
                 active = _U32.unpack(_pread(fd, 4, _ACTIVE_OFF))[0] & 1
-                region = _pread(fd, lay.region_len, REGIONS_OFFSET + active * lay.region_len)
+                slots_len = lay.region_len - lay.slots_offset
+                region = _pread(fd, slots_len, lay.region_offset(active) + lay.slots_offset)
             except (OSError, ShmError):
                 continue
             words = memoryview(region).cast("Q")
@@ -165,15 +165,19 @@ class CounterHarvester:
     def _harvest_one(self, fd: int, active: int,
                      merged: Dict[Tuple[int, int], ChunkCounts]) -> Tuple[int, int]:
         lay = self.layout
-        base = REGIONS_OFFSET + active * lay.region_len
+        base = lay.region_offset(active)
         region = _pread(fd, lay.region_len, base)
-        os.pwrite(fd, self._zeros, base)
+        os.pwrite(fd, self._zeros, base)  # head, index and slots: the next interval's
         cells = struct.Struct(f"<{lay.max_vcpus}Q")
         # the used slots first, in C: a Python unpack of every slot costs ~100 ms a harvest
-        # under TCG, on the vCPU the guest's own work runs on
-        keys = memoryview(region).cast("Q")[:: lay.slot_size // 8].tolist()
+        # under TCG, on the vCPU the guest's own work runs on. Every slot with a key is
+        # read, whatever the index and the head say (this user's file is untrusted), and
+        # two slots of one chunk (two processes' race) are added
+        first = lay.slots_offset
+        keys = memoryview(region)[first:].cast("Q")[:: lay.slot_size // 8].tolist()
         for i in [i for i, k in enumerate(keys) if k]:
-            counts = _slot_counts(region, i * lay.slot_size, cells, self.cpu_nodes.cpu_node)
+            counts = _slot_counts(region, first + i * lay.slot_size, cells,
+                                  self.cpu_nodes.cpu_node)
             fid, chunk = counts.file_id, counts.chunk
             old = merged.get((fid, chunk))
             merged[(fid, chunk)] = counts if old is None else _add(old, counts)

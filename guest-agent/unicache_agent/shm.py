@@ -5,15 +5,21 @@ docs/agent.md ("Shared memory layout"). The agent is the only writer of the tabl
 only reader (and zeroer) of the counters; the shim reads the table and adds to the counters.
 
 Table (layout 5): a 64-byte header, each CPU's guest node (256 bytes: :class:`CpuNodes`)
-and two buffers. :meth:`TableWriter.publish` fills the inactive buffer under that buffer's
+and, one page in, two buffers: each a one-page head (a 64-byte header and a file filter)
+and the entries. :meth:`TableWriter.publish` fills the inactive buffer under that buffer's
 seqlock (odd sequence while writing), then flips ``active`` and bumps ``gen``; a reader
 that overlaps a write sees the sequence change and retries, so a table is replaced
 atomically from the shim's point of view. Besides its chunk entries a table holds one
 *file entry* per file they name (chunk :data:`FILE_CHUNK`): a process looks a file up once
-per table and descriptor, and a file without one costs no lookup per call.
+per table and descriptor, and a file without one costs no lookup per call. The file
+filter (:func:`filter_bits`: two bits per file entry) answers most of those lookups
+before any entry is read, so a process that reads only files the table does not name
+touches no page of the entries.
 
 Counters (``counters.py``): one file per user, in the layout the table header names
-(layout 5). A 64-byte header, the vCPU claims (layout 3) and two regions of slots: a
+(layout 5). A 64-byte header, the vCPU claims (layout 3) and two regions. A region is a
+64-byte head (the slots taken so far: the shims take them in order, so one process's new
+chunks sit side by side), an index the shims find a chunk's slot by, and the slots: a
 64-byte head, then one packed cell per vCPU (runs and bytes read there). The shim adds
 into region ``active``; :meth:`CounterHarvester.harvest` flips ``active``, waits a grace
 period for calls already past the flip, reads the other region and zeroes it. After the regions
@@ -76,8 +82,10 @@ CLAIM_EXPIRY_BITS = 40
 #: the claims follow the counters header: one u64 per possible vCPU, fixed size
 CLAIMS_OFFSET = 64
 CLAIMS_LEN = 8 * MAX_VCPUS
-#: the counter regions follow the claims
+#: the counter regions follow the claims; each starts with a 64-byte head (``next``: the
+#: slots taken, in order), then its index (``uc_index_pos``), then its slots
 REGIONS_OFFSET = CLAIMS_OFFSET + CLAIMS_LEN
+REGION_HEAD_LEN = 64
 
 DEFAULT_TABLE = "/dev/shm/unicache-table"
 #: the counters directory: one file per user inside (``counters.py``)
@@ -96,7 +104,13 @@ _M64 = (1 << 64) - 1
 _HDR = struct.Struct("<IIQIIQIIIIII8x")
 #: uc_table_cpus: one byte per possible CPU, after the header; the buffers follow it
 _CPUS_OFF = _HDR.size
-TABLE_BUFS_OFFSET = _CPUS_OFF + MAX_VCPUS
+_CPUS_END = _CPUS_OFF + MAX_VCPUS
+#: the buffers start one page in (``UC_TABLE_BUFS_OFF``)
+TABLE_BUFS_OFFSET = 4096
+#: a buffer's head: its header and file filter, one page (``UC_BUF_HEAD_LEN``)
+BUF_HEAD_LEN = 4096
+FILTER_BYTES = 4032
+FILTER_BITS = 8 * FILTER_BYTES
 _BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
 _ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
 # magic layout nslots max_vcpus active slot_size dropped[2] clients reserved ngens inserts
@@ -154,6 +168,17 @@ def id_space_of(salt: int) -> str:
 def slot_key(file_id: int, chunk: int) -> int:
     """Key of a chunk's counters slot, never 0 (``uc_slot_key``)."""
     return mix64(file_id + ((0x632BE59BD9B4E019 * (chunk + 1)) & _M64)) | 1
+
+
+def filter_bits(file_id: int) -> Tuple[int, int]:
+    """The two bits of a file id in a buffer's file filter (``uc_filter_bits``)."""
+    return ((file_id & 0xFFFFFFFF) * FILTER_BITS) >> 32, ((file_id >> 32) * FILTER_BITS) >> 32
+
+
+def buffer_offset(nbuckets: int, which: int) -> int:
+    """Where buffer ``which`` (0 or 1) of a table of ``nbuckets`` starts; its entries start
+    :data:`BUF_HEAD_LEN` further."""
+    return TABLE_BUFS_OFFSET + (which & 1) * (BUF_HEAD_LEN + nbuckets * _ENTRY.size)
 
 
 def bucket_hash(file_id: int, chunk: int) -> int:
@@ -313,9 +338,24 @@ class CounterLayout:
         return (_SLOT.size + 8 * self.max_vcpus + 63) // 64 * 64
 
     @property
+    def index_len(self) -> int:
+        """Bytes of a region's index: two u32 entries per slot, 64 B aligned
+        (``uc_index_len``)."""
+        return (8 * self.nslots + 63) // 64 * 64
+
+    @property
+    def slots_offset(self) -> int:
+        """Where a region's slots start in it: after its 64-byte head and its index."""
+        return REGION_HEAD_LEN + self.index_len
+
+    @property
     def region_len(self) -> int:
-        """Bytes per region."""
-        return self.nslots * self.slot_size
+        """Bytes per region: head, index and slots (``uc_region_len``)."""
+        return self.slots_offset + self.nslots * self.slot_size
+
+    def region_offset(self, which: int) -> int:
+        """Where region ``which`` (0 or 1) starts in the file."""
+        return REGIONS_OFFSET + (which & 1) * self.region_len
 
     @property
     def gen_base(self) -> int:
@@ -429,7 +469,7 @@ class TableWriter:
             raise ShmError(f"nbuckets must be a power of two <= {MAX_BUCKETS}, not {nbuckets}")
         self.path = path
         self.nbuckets = nbuckets
-        self._buf_len = _BUF.size + nbuckets * _ENTRY.size
+        self._buf_len = BUF_HEAD_LEN + nbuckets * _ENTRY.size
         size = TABLE_BUFS_OFFSET + 2 * self._buf_len
         ctr = counters if counters is not None else CounterLayout.of()
         #: the counters layout the shims create their files in
@@ -444,19 +484,19 @@ class TableWriter:
             #: the per-boot salt of file ids, kept across agent restarts
             self.salt: int = salt
             self._gen = gen
-            if tuple(have) != fields or self._map[_CPUS_OFF:TABLE_BUFS_OFFSET] != cpus:
+            if tuple(have) != fields or self._map[_CPUS_OFF:_CPUS_END] != cpus:
                 # shims that mapped the table keep their copies of the counters layout (and
                 # their files); the harvester retires those files, and the shims then map
                 # the new layout. The CPUs' nodes they read live: rewritten byte by byte,
                 # each whole (a topology that changed between two runs of the agent)
-                self._map[_CPUS_OFF:TABLE_BUFS_OFFSET] = cpus
+                self._map[_CPUS_OFF:_CPUS_END] = cpus
                 _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, salt, nbuckets,
                                active, gen, os.getpid(), 0, *fields)
         else:
             self.salt = secrets.randbits(64) | 1
             self._gen = 0
             self._map[:] = bytes(size)
-            self._map[_CPUS_OFF:TABLE_BUFS_OFFSET] = cpus
+            self._map[_CPUS_OFF:_CPUS_END] = cpus
             _HDR.pack_into(self._map, 0, TABLE_MAGIC, LAYOUT_VERSION, self.salt, nbuckets, 0, 0,
                            os.getpid(), 0, *fields)
         self.version = 0
@@ -509,6 +549,10 @@ class TableWriter:
             chunks[(fid, FILE_CHUNK)] = _ENTRY.pack(fid, FILE_CHUNK, flags, 0, 0, 0, 0,
                                                     *([0] * MASK_WORDS))
         body = bytearray(self.nbuckets * _ENTRY.size)
+        bloom = bytearray(FILTER_BYTES)
+        for fid in files:
+            for bit in filter_bits(fid):
+                bloom[bit // 8] |= 1 << (bit % 8)
         used = bytearray(self.nbuckets)
         mask_bits = self.nbuckets - 1
         for (fid, chunk), packed in chunks.items():  # chunk entries, then file entries
@@ -525,7 +569,8 @@ class TableWriter:
         seq = int(_U64.unpack_from(self._map, base)[0])
         seq = seq + 1 if seq % 2 == 0 else seq + 2  # odd: writing
         _U64.pack_into(self._map, base, seq)
-        self._map[base + _BUF.size:base + self._buf_len] = body
+        self._map[base + _BUF.size:base + BUF_HEAD_LEN] = bloom
+        self._map[base + BUF_HEAD_LEN:base + self._buf_len] = body
         _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, nentries,
                        table_flags)
         _U64.pack_into(self._map, base, seq + 1)  # even: done
@@ -543,7 +588,7 @@ class TableWriter:
         files: List[Tuple[int, int]] = []
         for i in range(self.nbuckets):
             fid, chunk, flags, budget, color, _pad, replicas, *mask = _ENTRY.unpack_from(
-                self._map, base + _BUF.size + i * _ENTRY.size)
+                self._map, base + BUF_HEAD_LEN + i * _ENTRY.size)
             if not flags & ENTRY_USED:
                 continue
             if chunk == FILE_CHUNK:

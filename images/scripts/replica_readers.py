@@ -103,6 +103,7 @@ def reader(kind, data, chunk, cpus, expected):
     os.sched_setaffinity(0, cpus)
     size = os.path.getsize(data)
     fd = os.open(data, os.O_RDONLY)
+    os.fstat(fd)  # as programs do: the shim learns the file from it (docs/agent.md)
     bad = passes = served = lapses = 0
     first = [None] * len(expected)  # pass of each chunk's first serve
     per_pass = []  # reads served in each pass

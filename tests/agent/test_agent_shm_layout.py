@@ -42,18 +42,24 @@ def test_constants_mirror_uc_layout_h() -> None:
                 "UC_MAX_VCPUS": shm.MAX_VCPUS, "UC_MAX_NODES": shm.MAX_NODES}
     defines = _defines()
     assert {name: defines.get(name) for name in mirrored} == mirrored
-    # [uc_table_hdr 64][uc_table_cpus 256][buffer 0][buffer 1]
-    assert shm.TABLE_BUFS_OFFSET == 64 + 256
+    # [uc_table_hdr 64][uc_table_cpus 256][to 4 KiB][buffer 0][buffer 1], each buffer
+    # [uc_table_buf 64][file filter][entries], its head one page
+    assert (shm.TABLE_BUFS_OFFSET, shm.BUF_HEAD_LEN) == (4096, 4096) == (
+        defines["UC_TABLE_BUFS_OFF"], defines["UC_BUF_HEAD_LEN"])
+    assert shm.FILTER_BYTES == defines["UC_FILTER_BYTES"] == 4096 - 64
     # uc_slot_size: the 64-byte head and one u64 cell per vCPU, rounded up to 64
     assert [CounterLayout.of(max_vcpus=n).slot_size for n in (1, 8, 9, 256)] == [
         128, 128, 192, 64 + 2048]
+    # uc_region_len: a 64-byte head, two u32 index entries per slot (64 B aligned), slots
+    assert [CounterLayout.of(max_vcpus=2, nslots=n).region_len for n in (1, 8, 8192)] == [
+        64 + 64 + 128, 64 + 64 + 8 * 128, 64 + 65536 + 8192 * 128]
 
 
 def _raw_entry(path: Path, nbuckets: int, file_id: int, chunk: int) -> tuple[int, ...] | None:
     """The entry a shim finds for (file_id, chunk) in the active buffer, probing the file."""
     data = path.read_bytes()
     active = struct.unpack_from("<I", data, 20)[0] & 1
-    base = 320 + active * (64 + nbuckets * 64) + 64
+    base = 4096 + active * (4096 + nbuckets * 64) + 4096
     slot = shm.bucket_hash(file_id, chunk) & (nbuckets - 1)
     for _ in range(nbuckets):
         e = ENTRY.unpack_from(data, base + slot * 64)
@@ -89,6 +95,30 @@ def test_file_entries_carry_the_union_of_their_chunks_flags(tmp_path: Path) -> N
     t.publish(8, 65536, 0, [ShmEntry(2, 1, frozenset({1}))])
     assert t.snapshot().files == ((2, USED | HOMES),)
     assert _raw_entry(path, 64, 1, M64) is None
+
+
+def _filter_holds(path: Path, nbuckets: int, file_id: int) -> bool:
+    """The active buffer's file filter, read as the shim reads it (uc_filter_may_hold)."""
+    data = path.read_bytes()
+    active = struct.unpack_from("<I", data, 20)[0] & 1
+    head = shm.buffer_offset(nbuckets, active) + 64
+    return all(data[head + bit // 8] >> (bit % 8) & 1 for bit in shm.filter_bits(file_id))
+
+
+def test_the_file_filter_holds_every_named_file_and_few_others(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t = TableWriter(str(path), nbuckets=4096)
+    named = [shm.mix64(i) for i in range(1, 1001)]  # file ids are mixed, as the shim's are
+    t.publish(1, 65536, 0, [ShmEntry(fid, 0, frozenset()) for fid in named])
+    assert all(_filter_holds(path, 4096, fid) for fid in named)  # never a false negative
+    others = [shm.mix64(i) for i in range(10_001, 30_001)]
+    false_positives = sum(_filter_holds(path, 4096, fid) for fid in others)
+    # two bits per file in 32,256: (1 - e^(-2000/32256))^2 = 0.36 % of unnamed files probe
+    assert false_positives < 0.01 * len(others)
+    # the next table's filter is its own: file 1's bits go with its entries
+    t.publish(2, 65536, 0, [ShmEntry(named[0], 0, frozenset())])
+    assert _filter_holds(path, 4096, named[0])
+    assert sum(_filter_holds(path, 4096, fid) for fid in named[1:]) < 5
 
 
 @pytest.mark.parametrize("chunk", [M64, -1], ids=["sentinel", "minus-one"])
@@ -179,13 +209,15 @@ def _cell(runs: int, nbytes: int) -> int:
 
 def _user_file(directory: Path, nslots: int, max_vcpus: int, ngens: int,
                slots: dict[int, tuple[list[int], list[int]]]) -> Path:
-    """A counters file as a shim fills it: region 0 active, ``slots`` {index: (head,
-    cells)} in it."""
+    """A counters file as a shim fills it: region 0 active, ``slots`` {number: (head,
+    cells)} in it. Its index is left empty: the agent reads every slot with a key."""
     slot_size = (64 + 8 * max_vcpus + 63) // 64 * 64
-    region = bytearray(nslots * slot_size)
+    first = 64 + (8 * nslots + 63) // 64 * 64  # the region's head, then its index
+    region = bytearray(first + nslots * slot_size)
+    struct.pack_into("<Q", region, 0, max(slots, default=-1) + 1)  # next
     for i, (head, cells) in slots.items():
-        struct.pack_into("<8Q", region, i * slot_size, *head)
-        struct.pack_into(f"<{len(cells)}Q", region, i * slot_size + 64, *cells)
+        struct.pack_into("<8Q", region, first + i * slot_size, *head)
+        struct.pack_into(f"<{len(cells)}Q", region, first + i * slot_size + 64, *cells)
     header = struct.pack("<IIIIII2QQIIQ", 0x54434355, 5, nslots, max_vcpus, 0, slot_size,
                          0, 0, 3, 0, ngens, 2)
     path = directory / str(os.geteuid())

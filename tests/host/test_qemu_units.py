@@ -150,6 +150,18 @@ def test_user_network_and_kernel_words_only_when_asked(tmp_path: Path) -> None:
     assert "ds=" not in plain[plain.index("-append") + 1]
 
 
+def test_a_guest_clock_that_counts_instructions_only_under_tcg(tmp_path: Path) -> None:
+    vm = QemuVm(VmConfig("ic1", vcpus=1, icount_shift=0), tmp_path)
+    argv = vm.command_line(_image(tmp_path), "tcg")
+    assert argv[argv.index("-icount") + 1] == "shift=0,sleep=off"
+    with pytest.raises(ConfigError, match="needs TCG"):
+        vm.command_line(_image(tmp_path), "kvm")
+    assert "-icount" not in QemuVm(VmConfig("ic2"), tmp_path).command_line(
+        _image(tmp_path), "tcg")
+    with pytest.raises(ConfigError, match="icount_shift must be 0..10"):
+        VmConfig("ic3", icount_shift=11)
+
+
 @pytest.mark.parametrize("name", ["", "a/b", ".hidden", "x" * 64, "sp ace"],
                          ids=["empty", "slash", "dot", "too-long", "space"])
 def test_vm_config_refuses_bad_names(name: str) -> None:

@@ -95,6 +95,7 @@ def writer(wid: int, nwriters: int, mode: str, path: str, commits: Commits, t0: 
     rng = random.Random(seed * 31 + wid)
     mine = [b for b in range(NBLOCKS) if b % nwriters == wid]
     fd = os.open(path, os.O_WRONLY)
+    os.fstat(fd)  # as programs do: the shim learns the file from it
     end = t0 + duration
     while time.time() < end:
         if not write_slot(t0, seed):
@@ -144,6 +145,7 @@ def reader(threads: int, kind: str, path: str, commits: Commits, t0: float, dura
     def run(tid: int) -> None:
         rng = random.Random(seed * 97 + tid)
         fd = os.open(path, os.O_RDONLY)
+        os.fstat(fd)  # as programs do: the shim learns the file from it
         pipe = os.pipe()
         if kind == "sendfile":  # room for the largest read: a send never blocks
             import fcntl

@@ -115,8 +115,9 @@ class ShimEnv:
         self.counters = CounterHarvester(self.counters.path, new, self.table.cpu_nodes)
 
     def user_counters(self) -> Path:
-        """This user's counters file, made as the shim makes it: by loading it once."""
-        subprocess.run(["true"], env=self.env, check=True)
+        """This user's counters file, made as the shim makes it: by a process that opens
+        a file (the shim maps the agent's files at its first open)."""
+        subprocess.run(["cat", os.devnull], env=self.env, check=True)
         path = Path(self.counters.user_path())
         assert path.is_file(), f"the shim did not create {path}"
         return path
@@ -183,6 +184,15 @@ def make_files(dirpath: Path, seed: int) -> list[Path]:
 
 def cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+def build_files_reader(out: Path) -> Path:
+    """files_reader.c built into out: reads the files it is given, whole, one by one
+    (``--stat`` first: fstat after each open, as most programs do)."""
+    exe = out / "files_reader"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(exe),
+                    str(Path(__file__).with_name("files_reader.c"))], check=True)
+    return exe
 
 
 def build_mutant(out: Path, define: str) -> Path:

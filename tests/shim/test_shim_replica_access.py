@@ -73,7 +73,7 @@ print(json.dumps(out))
 """.replace("CHUNK_SIZE", str(CHUNK))
 
 #: run as nobody under the shim: pread the public file, print the hex
-PREAD = ("import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+PREAD = ("import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.fstat(fd); "
          "print(os.pread(fd, 100, int(sys.argv[2])).hex())")
 
 

@@ -54,10 +54,17 @@ def readers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.mark.parametrize("kind", ["read(2), dynamic (the control)", "static binary", "Go",
-                                  "io_uring", "mmap", "stdio fread"])
-def test_what_the_shim_cannot_see_is_not_counted(shim_env: ShimEnv, tmp_path: Path,
-                                                 readers: dict[str, Path], kind: str) -> None:
+#: kind -> (reader, extra arguments)
+KINDS = {"read(2), dynamic (the control)": ("read(2), dynamic (the control)", ()),
+         "static binary": ("static binary", ()), "Go": ("Go", ()),
+         "io_uring": ("io_uring", ()), "mmap": ("mmap", ()),
+         "stdio fread": ("stdio fread", ()),
+         "read(2) on a stream's fileno": ("stdio fread", ("fileno",))}
+
+
+def _placed_file(shim_env: ShimEnv, tmp_path: Path) -> tuple[Path, bytes, int]:
+    """A file of random bytes, every chunk of it placed on every CPU, the counters empty:
+    the file, its bytes and its id."""
     f = tmp_path / "data"
     data = os.urandom(FILE_BYTES)
     f.write_bytes(data)
@@ -67,11 +74,34 @@ def test_what_the_shim_cannot_see_is_not_counted(shim_env: ShimEnv, tmp_path: Pa
         ShmEntry(fid, i, every, migration_budget=BUDGET_UNLIMITED)
         for i in range(FILE_BYTES // CHUNK)])
     shim_env.counters.harvest(0)
-    out = subprocess.run([str(readers[kind]), str(f)], env=shim_env.env, capture_output=True,
-                         text=True, check=True)
+    return f, data, fid
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_what_the_shim_cannot_see_is_not_counted(shim_env: ShimEnv, tmp_path: Path,
+                                                 readers: dict[str, Path], kind: str) -> None:
+    f, data, fid = _placed_file(shim_env, tmp_path)
+    reader, extra = KINDS[kind]
+    out = subprocess.run([str(readers[reader]), str(f), *extra], env=shim_env.env,
+                         capture_output=True, text=True, check=True)
     assert int(out.stdout) == sum(data)  # it read the file whole
     counted = sum(c.bytes_read for c in shim_env.counters.harvest(0).chunks if c.file_id == fid)
     if kind.endswith("(the control)"):
         assert counted == FILE_BYTES
     else:
         assert counted == 0
+
+
+@pytest.mark.parametrize("when", ["open", "fcntl"])
+def test_a_descriptor_with_o_direct_is_not_counted(shim_env: ShimEnv, tmp_path: Path,
+                                                    readers: dict[str, Path], when: str) -> None:
+    """O_DIRECT reads bypass the page cache unicache places: the descriptor passes, whether
+    the flag came with the open (read from open's flags, no fcntl asked) or later from
+    fcntl(F_SETFL). The same reader without the flag is counted (the control above)."""
+    f, data, fid = _placed_file(shim_env, tmp_path)
+    out = subprocess.run([str(readers["read(2), dynamic (the control)"]), str(f), when],
+                         env=shim_env.env, capture_output=True, text=True)
+    assert out.returncode == 0, f"the reader failed ({out.returncode}): O_DIRECT on {tmp_path}?"
+    assert int(out.stdout) == sum(data)
+    counted = sum(c.bytes_read for c in shim_env.counters.harvest(0).chunks if c.file_id == fid)
+    assert counted == 0

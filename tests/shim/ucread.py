@@ -67,6 +67,7 @@ KINDS = {"read": _read, "readv": _readv, "preadv": _preadv, "sendfile": _sendfil
 def main() -> int:
     """Serve commands until ``quit`` or end of input."""
     fd = os.open(sys.argv[1], os.O_RDWR)
+    os.fstat(fd)  # as programs do: the shim learns the file from it (uc_interpose_stat.c)
     for line in sys.stdin:
         words = line.split()
         if not words or words[0] == "quit":

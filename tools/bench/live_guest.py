@@ -48,6 +48,8 @@ size = int(sys.argv[1]); seconds = float(sys.argv[2]); paths = sys.argv[3:]
 now = lambda: time.clock_gettime(time.CLOCK_BOOTTIME)
 if paths:
     fds = [os.open(p, os.O_RDONLY) for p in paths]
+    for fd in fds:
+        os.fstat(fd)  # as programs do: the shim learns the file from it (docs/agent.md)
     end = now() + seconds
     n = 0
     while now() < end:
@@ -70,6 +72,7 @@ while True:
             if fd is not None:
                 os.close(fd)
             fd = os.open(line.decode(), os.O_RDONLY)
+            os.fstat(fd)  # as programs do: the shim learns the file from it
             start = now()
             os.pread(fd, size, 0)
             print(repr(start), flush=True)
@@ -152,14 +155,14 @@ class Table:
         """The flags of the entry for (fid, chunk) in the active buffer, or None."""
         hdr = shm._HDR.unpack_from(self.map, 0)
         nbuckets, active = hdr[3], hdr[4] & 1
-        base = shm.TABLE_BUFS_OFFSET + active * (shm._BUF.size + nbuckets * shm._ENTRY.size)
+        base = shm.buffer_offset(nbuckets, active)
         seq = shm._BUF.unpack_from(self.map, base)[0]
         if seq % 2:
             return None  # being written: the next poll reads it
         slot = shm.bucket_hash(fid, chunk) & (nbuckets - 1)
         for _ in range(nbuckets):
             key_fid, key_chunk, flags = shm._ENTRY.unpack_from(
-                self.map, base + shm._BUF.size + slot * shm._ENTRY.size)[:3]
+                self.map, base + shm.BUF_HEAD_LEN + slot * shm._ENTRY.size)[:3]
             if not flags & shm.ENTRY_USED:
                 return None
             if key_fid == fid and key_chunk == chunk:

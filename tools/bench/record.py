@@ -1,7 +1,7 @@
 """``make bench`` (``unicache bench record``): run every benchmark, keep its JSON, table it.
 
 Every benchmark of the project (:data:`BENCHES`: the shim's, the policy round's, the live
-daemon's, the simulator's) is run as its own command with ``--json``; its output must be
+daemon's, ordinary programs' in a guest, the simulator's) is run as its own command with ``--json``; its output must be
 one JSON object holding the benchmark's :attr:`Bench.keys` (its schema, the keys its
 table reads), is written to ``OUT/<name>.json``, and its table replaces the generated
 block of docs/PERFORMANCE.md between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
@@ -146,6 +146,26 @@ def _sim(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
                    str(doc.get("counts_equal", "-")))]
 
 
+def _programs(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
+    """One row per program: its medians, the speed ratio (without / with) [95 % CI] and
+    the goal; what the shim counted of it (its reads under the shim: stdio's are unseen)."""
+    head = ("program", "command", "with s", "without s", "ratio without/with [95 % CI]",
+            "pairs", f"goal >= {doc['goal']:g}", "shim counted")
+    rows: list[Row] = []
+    for p in doc["programs"]:
+        goal = ("met" if p["interval_met"] else f"met (interval from {p['ci_low']:.3f})") \
+            if p["met"] else "NOT met"
+        counted = (f"{p['counted_reads']:,} reads, {p['counted_bytes'] / 2**20:.1f} MiB"
+                   if p["counted_bytes"] else "none (stdio)" if not p["counted"] else "none")
+        # a pipe inside a code span still ends a markdown table's cell
+        command = p["command"].replace("|", "\\|")
+        rows.append((p["name"], f"`{command}`", f"{p['with_s']:.3f}",
+                     f"{p['without_s']:.3f}",
+                     f"{p['ratio']:.3f} [{p['ci_low']:.3f}, {p['ci_high']:.3f}]",
+                     str(p["pairs"]), goal, counted))
+    return head, rows
+
+
 @dataclass(frozen=True, slots=True)
 class Bench:
     """One benchmark command.
@@ -191,6 +211,10 @@ BENCHES: tuple[Bench, ...] = (
                      "reaction_p95_ms", "reaction_missed", "to_publish_p50_ms",
                      "publish_to_table_p50_ms", "clock_bound_ms", "trials", "samples"}),
           _live),
+    Bench("programs", ("unicache", "bench", "programs"),
+          ("--tiny", "--rounds", "1"),
+          frozenset({"schema", "bench", "goal", "rounds", "tiny", "accel", "guest", "sizes",
+                     "table", "programs", "all_met", "seconds", "load", "clock"}), _programs),
     Bench("sim", ("unicache-sim", "bench"), ("--accesses", "200000", "--repeats", "1"),
           frozenset({"model", "accesses", "multicore_rate", "single_core_rate"}), _sim),
 )

@@ -65,6 +65,10 @@ class VmConfig:
     :param user_network: a virtio NIC on QEMU's user-mode network (``-nic user``: DHCP gives
         the guest 10.0.2.15, the host's loopback is 10.0.2.2, nothing reaches the guest
         from outside); ``False``: no NIC at all.
+    :param icount_shift: TCG only: the guest's clock counts instructions (QEMU's
+        ``-icount shift=N,sleep=off``: each executed instruction is 2**N ns of guest time,
+        idle time is skipped), so that a time measured in the guest is its work, whatever
+        else the host runs; ``None``: the host's clock.
     """
 
     name: str
@@ -79,6 +83,7 @@ class VmConfig:
     agent_channel: bool = True
     keep_disk_writes: bool = False
     user_network: bool = False
+    icount_shift: int | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -86,6 +91,8 @@ class VmConfig:
             raise ConfigError(f"vcpus must be 1..255, not {self.vcpus}")
         if not 64 <= self.memory_mib <= 1 << 20:
             raise ConfigError(f"memory must be 64..1048576 MiB, not {self.memory_mib}")
+        if self.icount_shift is not None and not 0 <= self.icount_shift <= 10:
+            raise ConfigError(f"icount_shift must be 0..10, not {self.icount_shift}")
 
 
 def memdev(n: GuestNodeSpec) -> str:
@@ -139,6 +146,10 @@ def command_line(c: VmConfig, image: GuestImage, accel: str, qemu: QemuBinary | 
         *(["-nic", f"user,model={USER_NIC_MODEL}"] if c.user_network else []),
         "-device", "virtio-serial-pci,id=vser0",
     ]
+    if c.icount_shift is not None:
+        if accel != "tcg":
+            raise ConfigError(f"a clock that counts instructions needs TCG, not {accel}")
+        argv += ["-icount", f"shift={c.icount_shift},sleep=off"]
     if c.agent_channel:
         argv += ["-chardev", agent_chr,
                  "-device", f"virtserialport,bus=vser0.0,chardev=uc0,name={AGENT_PORT}"]

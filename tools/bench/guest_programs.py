@@ -1,0 +1,468 @@
+"""``unicache bench programs``: ordinary programs in a real guest, with and without the shim.
+
+One guest (the project's image, ``make image``; QEMU, TCG on a host without usable KVM)
+with its agent running and nothing placed: no host daemon ever greets the agent, so the
+shared table is the one the agent publishes at its start (``/dev/shm/unicache-table``,
+valid, no entry) and the shims' counters are never harvested. Five ordinary programs
+(:func:`programs`) run in the guest under the image's shim (``LD_PRELOAD`` of
+``/usr/lib/unicache-agent/libunicache.so``: the operator's scope) and without it:
+
+* ``tar``: ``tar cf - TREE | wc -c`` (GNU tar special-cases ``-f /dev/null``; a pipe is
+  written for real);
+* ``grep``: ``grep -rc import TREE`` (every file read whole);
+* ``sha256sum``: of many small files (512 B to 8 KiB, written by the bench);
+* ``python3``: ``python3 -c 'import json, email, http.client'``;
+* ``sqlite3``: a query that scans a table of some thousands of rows (written by the bench).
+
+TREE is ``/usr/lib/python3.11`` (``--tiny``: its ``email`` package). Everything is read
+once first (the page cache warm), then each program runs once per side, untimed (warm-up);
+then ``rounds`` rounds: per round, each program runs W O O W (odd rounds O W W O), each
+run timed on the guest's clock (:file:`guest_programs_runner.py`, sent to the guest's
+python3), so that the TCG guest's noise hits both sides alike. Under TCG that clock counts
+the guest's instructions (``--clock instructions``, the default there: QEMU's -icount,
+one vCPU), so a run's time is its work, repeatable to a tenth of a per cent whatever else
+the host runs; ``--clock wall`` times the emulator instead, whose noise on a shared 2-core
+host is some 20 % a run. Each run's neighbours of the
+other side make its pairs: per program, the speed ratio is the median over pairs of
+(seconds without / seconds with), 1.0 meaning the shim costs nothing, with its
+distribution-free 95 % interval (:mod:`shim_stats`); the goal is a ratio of at least
+:data:`GOAL`.
+
+A run that proves nothing fails the bench (:class:`BenchError`): a program that exits
+non-zero or prints other output on one side; a table missing, invalid or holding entries
+(something placed); a run under the shim of a program whose reads go through the calls
+the shim sees (all but ``sha256sum``: coreutils reads through stdio, whose internal
+``read`` no preload sees, docs/agent.md "What the shim cannot see", so its streams'
+descriptors pass and it maps nothing) whose processes never mapped the counters (the shim
+not live in it) or counted no read; a run without the shim that counted anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shlex
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from unicache.errors import BenchError, UnicacheError
+from unicache.host.qemu import QemuVm, VmConfig, load_image
+from unicache.host.qemu.accel import cache_dir, choose_accel
+
+
+def _sibling(name: str) -> ModuleType:
+    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
+    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
+
+
+if TYPE_CHECKING:
+    import shim_stats
+else:
+    shim_stats = _sibling("shim_stats")
+
+#: the guest program (read as text, run by the guest's python3)
+GUEST_PROGRAM = Path(__file__).with_name("guest_programs_runner.py")
+#: the image's agent package and shim (images/build-image.sh)
+AGENT_LIB = "/usr/lib/unicache-agent"
+SHIM = f"{AGENT_LIB}/libunicache.so"
+#: where the guest keeps the bench's files (the image's disk, not a tmpfs)
+DATA_DIR = "/var/tmp/unicache-bench-programs"
+#: the speed ratio (without / with) each program must reach
+GOAL = 0.98
+#: the guest (small: a 2-core host under TCG)
+GUEST_VCPUS = 2
+GUEST_MEMORY_MIB = 1024
+BOOT_TIMEOUT_S = 180.0
+#: seconds the guest gives one call of the runner (four runs of one program)
+RUNS_TIMEOUT_S = 600.0
+#: the most rounds a run may ask for
+MAX_ROUNDS = 100
+SCHEMA = 1
+#: the guest's clock: the host's (``wall``), or one that counts the guest's instructions
+#: (``instructions``: QEMU's -icount, TCG only); ``auto`` chooses (:func:`resolve_clock`)
+CLOCK_WALL = "wall"
+CLOCK_INSTRUCTIONS = "instructions"
+CLOCK_AUTO = "auto"
+CLOCKS = (CLOCK_AUTO, CLOCK_INSTRUCTIONS, CLOCK_WALL)
+#: under ``instructions``, an instruction is 2**ICOUNT_SHIFT ns of guest time, on one vCPU
+#: (QEMU 7.2's guest kernel does not bring a second one up under -icount sleep=off)
+ICOUNT_SHIFT = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """What the programs work on.
+
+    :param tree: the tree ``tar`` and ``grep`` read.
+    :param small_files: files ``sha256sum`` reads.
+    :param sqlite_rows: rows of the table the query scans.
+    """
+
+    tree: str
+    small_files: int
+    sqlite_rows: int
+
+
+FULL = Sizes("/usr/lib/python3.11", 2000, 50_000)
+TINY = Sizes("/usr/lib/python3.11/email", 100, 2_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """One program timed.
+
+    :param name: its short name.
+    :param argv: the command.
+    :param cwd: where it runs.
+    :param counted: whether the shim sees its reads (``False``: it reads through stdio).
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    cwd: str = "/"
+    counted: bool = True
+
+    @property
+    def command(self) -> str:
+        """The command as a shell line (long argument lists cut)."""
+        if len(self.argv) > 6:
+            return shlex.join(self.argv[:3]) + f" ... ({len(self.argv) - 1} files)"
+        return shlex.join(self.argv)
+
+
+def programs(sizes: Sizes) -> tuple[Program, ...]:
+    """The programs at these sizes (module docstring)."""
+    parent, base = os.path.split(sizes.tree.rstrip("/"))
+    small = f"{DATA_DIR}/small"
+    # no index on v: every row is read (and no quote in it: the command reads plainly)
+    query = "SELECT count(*), sum(length(body)), max(v) FROM t WHERE v % 7 = 3"
+    return (
+        Program("tar", ("sh", "-c", f"tar cf - -C {shlex.quote(parent)} {shlex.quote(base)}"
+                                    " | wc -c")),
+        Program("grep", ("grep", "-rc", "import", sizes.tree)),
+        Program("sha256sum", ("sha256sum", *(f"f{i:05d}" for i in range(sizes.small_files))),
+                cwd=small, counted=False),
+        Program("python3", ("python3", "-c", "import json, email, http.client")),
+        Program("sqlite3", ("sqlite3", f"{DATA_DIR}/bench.db", query)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One timed run.
+
+    :param side: ``with`` (under the shim) or ``without``.
+    :param seconds: its time, on the guest's clock.
+    :param counted_bytes: bytes the shim counted during it.
+    :param counted_reads: reads (runs of calls) the shim counted during it.
+    :param clients: processes that mapped the counters during it.
+    :param digest: a digest of its output.
+    """
+
+    side: str
+    seconds: float
+    counted_bytes: int
+    counted_reads: int
+    clients: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramResult:
+    """One program's comparison.
+
+    :param name: the program.
+    :param command: its command line.
+    :param with_s: median seconds under the shim.
+    :param without_s: median seconds without it.
+    :param ratio: median over pairs of without / with (1.0: no cost).
+    :param ci_low: low end of the ratio's 95 % interval.
+    :param ci_high: high end.
+    :param output: the first line of its output (the same on both sides).
+    :param counted: whether the shim is expected to count its reads.
+    :param runs: the timed runs, in order.
+    """
+
+    name: str
+    command: str
+    with_s: float
+    without_s: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    output: str
+    counted: bool
+    runs: tuple[Run, ...]
+
+    @property
+    def pairs(self) -> int:
+        """Timed pairs (runs under the shim, each with its neighbour without it)."""
+        return sum(1 for r in self.runs if r.side == "with")
+
+    @property
+    def met(self) -> bool:
+        """The median ratio reaches :data:`GOAL`."""
+        return self.ratio >= GOAL
+
+    @property
+    def interval_met(self) -> bool:
+        """The whole interval reaches :data:`GOAL` (met beyond the noise)."""
+        return self.ci_low >= GOAL
+
+    def as_json(self) -> dict[str, Any]:
+        with_runs = [r for r in self.runs if r.side == "with"]
+        return {
+            "name": self.name, "command": self.command, "with_s": round(self.with_s, 4),
+            "without_s": round(self.without_s, 4), "ratio": round(self.ratio, 4),
+            "ci_low": round(self.ci_low, 4), "ci_high": round(self.ci_high, 4),
+            "pairs": self.pairs, "met": self.met, "interval_met": self.interval_met,
+            "output": self.output, "counted": self.counted,
+            "counted_bytes": sum(r.counted_bytes for r in with_runs),
+            "counted_reads": sum(r.counted_reads for r in with_runs),
+            "with_runs_s": [round(r.seconds, 4) for r in with_runs],
+            "without_runs_s": [round(r.seconds, 4) for r in self.runs if r.side == "without"],
+            "with_digests": [r.digest for r in with_runs],
+            "without_digests": [r.digest for r in self.runs if r.side == "without"],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GuestProgramsResult:
+    """One ``bench programs`` run.
+
+    :param rounds: rounds run.
+    :param tiny: whether the sizes were ``--tiny``'s.
+    :param sizes: what the programs worked on.
+    :param accel: QEMU's accelerator, ``kvm`` or ``tcg``.
+    :param accel_why: why it was chosen.
+    :param clock: the guest's clock: ``instructions`` (one instruction is a nanosecond of
+        guest time) or ``wall``.
+    :param kernel: the guest's kernel.
+    :param table: the shared table as the runs saw it (valid, version, entries).
+    :param agent_pid: the guest agent's pid.
+    :param programs: per program, its comparison.
+    :param boot_s: seconds the guest took to boot.
+    :param seconds: seconds of the whole run, boot to stop.
+    :param load: this host's load average (1 min) at the start and the end.
+    """
+
+    rounds: int
+    tiny: bool
+    sizes: Sizes
+    accel: str
+    accel_why: str
+    clock: str
+    kernel: str
+    table: dict[str, Any]
+    agent_pid: int
+    programs: tuple[ProgramResult, ...]
+    boot_s: float
+    seconds: float
+    load: tuple[float, float]
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON ``unicache bench programs --json`` prints."""
+        return {
+            "schema": SCHEMA, "bench": "programs", "goal": GOAL, "rounds": self.rounds,
+            "tiny": self.tiny, "accel": self.accel, "accel_why": self.accel_why,
+            "clock": self.clock,
+            "guest": {"vcpus": 1 if self.clock == CLOCK_INSTRUCTIONS else GUEST_VCPUS,
+                      "memory_mib": GUEST_MEMORY_MIB,
+                      "kernel": self.kernel, "agent_pid": self.agent_pid, "shim": SHIM},
+            "sizes": {"tree": self.sizes.tree, "small_files": self.sizes.small_files,
+                      "sqlite_rows": self.sizes.sqlite_rows},
+            "table": self.table, "programs": [p.as_json() for p in self.programs],
+            "all_met": all(p.met for p in self.programs),
+            "boot_s": round(self.boot_s, 1), "seconds": round(self.seconds, 1),
+            "load": [round(x, 2) for x in self.load],
+        }
+
+
+def steps(rounds: int) -> int:
+    """Progress steps of a run: boot, prepare, a warm-up and ``rounds`` rounds of every
+    program, stop."""
+    return 3 + (rounds + 1) * len(programs(FULL))
+
+
+def sides(round_index: int) -> tuple[str, ...]:
+    """The order of a round's runs: W O O W, then O W W O, alternately."""
+    return ("with", "without", "without", "with") if round_index % 2 == 0 else (
+        "without", "with", "with", "without")
+
+
+def _call(vm: QemuVm, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run the guest program with ``cfg``; its JSON answer."""
+    res = vm.run_in_guest(["python3", "-c", GUEST_PROGRAM.read_text(), json.dumps(cfg)],
+                          timeout=timeout)
+    if not res.ok:
+        why = res.error or (res.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BenchError(f"the guest runner ({cfg['mode']}) exited {res.exit_code}: {why}")
+    try:
+        return json.loads(res.stdout)  # type: ignore[no-any-return]
+    except ValueError as err:
+        raise BenchError(f"the guest runner printed no JSON: {res.stdout[-200:]!r}") from err
+
+
+def check_table(table: dict[str, Any]) -> None:
+    """The agent's table as the shim must find it for this bench: there, valid, empty.
+
+    :raises BenchError: otherwise.
+    """
+    if not table.get("exists"):
+        raise BenchError(f"no shared table at {table.get('path')} in the guest: the agent "
+                         "did not make it (the shim would run without a table)")
+    if not table.get("valid"):
+        raise BenchError(f"the guest's table {table['path']} is not valid (bad magic)")
+    if table.get("entries"):
+        raise BenchError(f"the guest's table holds {table['entries']} entries: something "
+                         "placed chunks, and this bench measures the shim with nothing placed")
+
+
+def check_runs(program: Program, raw: Sequence[dict[str, Any]], digest: str | None) -> str:
+    """Check one call's runs of ``program``; the digest of its output.
+
+    :param digest: the digest its earlier runs printed (``None``: none yet).
+    :raises BenchError: when a run failed, printed other output, or the shim's counts say
+        it was not live under ``with`` (or was under ``without``).
+    """
+    for r in raw:
+        side = r["side"]
+        if r["exit"] != 0:
+            raise BenchError(f"{program.name} exited {r['exit']} {side} the shim: "
+                             f"{r['stderr'].strip()[-200:] or 'no error output'}")
+        if digest is not None and r["digest"] != digest:
+            raise BenchError(f"{program.name} printed other output {side} the shim "
+                             f"(digest {r['digest']}, before {digest})")
+        digest = r["digest"]
+        # a program that reads through stdio only (sha256sum) maps nothing: its streams'
+        # descriptors pass, so the shim has nothing to count and never maps the counters
+        if side == "with" and program.counted and r["clients"] < 1:
+            raise BenchError(f"the shim was not live in {program.name}: no process of it "
+                             f"mapped the counters (LD_PRELOAD={SHIM} not in scope?)")
+        if side == "with" and program.counted and r["counted_bytes"] <= 0:
+            raise BenchError(f"the shim counted no read of {program.name}: a run where the "
+                             "shim did nothing proves nothing")
+        if side == "without" and (r["clients"] or r["counted_bytes"]):
+            raise BenchError(f"{program.name} without the shim still counted "
+                             f"{r['counted_bytes']} bytes in {r['clients']} process(es): "
+                             "something else preloads it")
+    assert digest is not None
+    return digest
+
+
+def compare(program: Program, runs: Sequence[Run], output: str) -> ProgramResult:
+    """The paired comparison of ``runs``: each call's i-th run with the shim against its
+    i-th without (neighbours in W O O W / O W W O)."""
+    with_s = [r.seconds for r in runs if r.side == "with"]
+    without_s = [r.seconds for r in runs if r.side == "without"]
+    ratios = [o / w for w, o in zip(with_s, without_s, strict=True) if w > 0]
+    if not ratios:
+        raise BenchError(f"{program.name}: no timed pair")
+    low, mid, high = shim_stats.median_ci(ratios)
+    return ProgramResult(program.name, program.command, statistics.median(with_s),
+                         statistics.median(without_s), mid, low, high, output,
+                         program.counted, tuple(runs))
+
+
+def resolve_clock(clock: str, image: Any, state: Path) -> str:
+    """The clock ``auto`` means on this host: ``instructions`` where the guest runs under
+    TCG anyway (its time is the emulator's, noisy on a shared host; counted instructions
+    are the work itself), ``wall`` where KVM runs it.
+
+    :raises BenchError: on an unknown clock.
+    """
+    if clock not in CLOCKS:
+        raise BenchError(f"--clock takes {', '.join(CLOCKS)}, not {clock!r}")
+    if clock != CLOCK_AUTO:
+        return clock
+    choice = choose_accel(image.kernel, image.initrd, cache_dir(state))
+    return CLOCK_INSTRUCTIONS if choice.accel == "tcg" else CLOCK_WALL
+
+
+def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | None = None,
+                       tick: Callable[[str], None] = lambda _: None,
+                       clock: str = "auto") -> GuestProgramsResult:
+    """Run the benchmark (module docstring).
+
+    :param rounds: timed rounds (each program W O O W or O W W O per round).
+    :param tiny: small trees and few files (a run of some 20 s under TCG here).
+    :param image_dir: the guest image (``None``: the project's, ``make image``).
+    :param tick: told what just ended, once per :func:`steps`.
+    :param clock: the guest's clock (:data:`CLOCKS`; ``auto``: :func:`resolve_clock`).
+    :raises BenchError: when an argument is out of range, the guest cannot run the programs,
+        or a run proves nothing (module docstring).
+    """
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise BenchError(f"--rounds takes 1 to {MAX_ROUNDS}, not {rounds}")
+    sizes = TINY if tiny else FULL
+    progs = programs(sizes)
+    base = {"agent_lib": AGENT_LIB, "shim": SHIM, "dir": DATA_DIR}
+    load0, t0 = os.getloadavg()[0], time.monotonic()
+    try:
+        image = load_image(image_dir)  # a missing image: one line (make image)
+        with tempfile.TemporaryDirectory(prefix="unicache-bench-programs-") as tmp:
+            clock = resolve_clock(clock, image, Path(tmp) / "vms")
+            icount = clock == CLOCK_INSTRUCTIONS
+            vm = QemuVm(VmConfig("ucbench-programs", vcpus=1 if icount else GUEST_VCPUS,
+                                 memory_mib=GUEST_MEMORY_MIB, image_dir=image_dir,
+                                 accel="tcg" if icount else None,
+                                 icount_shift=ICOUNT_SHIFT if icount else None),
+                        Path(tmp) / "vms")
+            try:
+                vm.start()
+                boot_s = vm.wait_for_boot(BOOT_TIMEOUT_S)
+                tick("boot")
+                ready = _call(vm, {**base, "mode": "prepare", "seed": 1,
+                                   "small_files": sizes.small_files,
+                                   "sqlite_rows": sizes.sqlite_rows}, 600)
+                if not ready["shim_exists"]:
+                    raise BenchError(f"the image has no shim at {SHIM}: make image")
+                if not ready["agent_pid"]:
+                    raise BenchError("the guest agent is not running in the guest")
+                check_table(ready["table"])
+                tick("prepare")
+                digests: dict[str, str | None] = {p.name: None for p in progs}
+                outputs: dict[str, str] = {}
+                timed: dict[str, list[Run]] = {p.name: [] for p in progs}
+                for r in range(-1, rounds):  # round -1: the warm-up, untimed
+                    for p in progs:
+                        got = _call(vm, {**base, "mode": "runs", "argv": list(p.argv),
+                                         "cwd": p.cwd,
+                                         "sides": ["with", "without"] if r < 0 else sides(r)},
+                                    RUNS_TIMEOUT_S)
+                        check_table(got["table"])
+                        digests[p.name] = check_runs(p, got["runs"], digests[p.name])
+                        outputs[p.name] = got["runs"][0]["first_line"]
+                        if r >= 0:
+                            timed[p.name] += [Run(x["side"], float(x["seconds"]),
+                                                  int(x["counted_bytes"]),
+                                                  int(x["counted_reads"]), int(x["clients"]),
+                                                  str(x["digest"]))
+                                              for x in got["runs"]]
+                        tick(f"{'warm-up' if r < 0 else f'round {r + 1}/{rounds}'}: {p.name}")
+                table = got["table"]
+                agent_pid = int(got["agent_pid"] or 0)
+                if not agent_pid:
+                    raise BenchError("the guest agent stopped during the runs")
+            finally:
+                vm.stop(timeout=15.0)
+            tick("stop")
+    except UnicacheError as err:
+        if isinstance(err, BenchError):
+            raise
+        raise BenchError(f"the programs bench failed: {err}") from err
+    return GuestProgramsResult(
+        rounds=rounds, tiny=tiny, sizes=sizes,
+        accel=vm.accel.accel if vm.accel is not None else "",
+        accel_why=vm.accel.reason if vm.accel is not None else "", clock=clock,
+        kernel=image.kernel_version,
+        table=table, agent_pid=agent_pid,
+        programs=tuple(compare(p, timed[p.name], outputs[p.name]) for p in progs),
+        boot_s=boot_s, seconds=time.monotonic() - t0, load=(load0, os.getloadavg()[0]))
