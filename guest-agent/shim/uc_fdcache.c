@@ -63,10 +63,12 @@ void uc_fd_known(int fd, const struct stat *st)
 	int64_t pos = 0;
 	int saved = errno;
 
-	if ((unsigned)fd >= UC_FD_CACHE || !atomic_load_explicit(&uc.on, memory_order_relaxed))
+	if ((unsigned)fd >= UC_FD_CACHE || atomic_load_explicit(&uc.on, memory_order_relaxed) == UC_OFF)
 		return;
 	e = &uc_fds[fd];
 	state = atomic_load_explicit(&e->state, memory_order_acquire);
+	if (state == UC_FD_UNKNOWN && fd < 3 && S_ISREG(st->st_mode) && !uc_activate())
+		return; /* the process's first file: is the shim on here? */
 	if (state == UC_FD_OPENED) {
 		opened = atomic_load_explicit(&e->opened_id, memory_order_relaxed);
 		pos = atomic_load_explicit(&e->pos, memory_order_relaxed);

@@ -50,7 +50,7 @@ static inline void uc_fd_pass_pair(int r, const int fds[2])
  * stale one never describes the number's new file. */
 static inline void uc_fd_made(int fd, int flags)
 {
-	if (!atomic_load_explicit(&uc.on, memory_order_relaxed)) {
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed) != UC_ON && !uc_activate()) {
 		uc_fd_forget(fd);
 		return;
 	}
@@ -78,7 +78,7 @@ static inline void uc_fd_made_stream(FILE *f)
  * entry is forgotten. */
 static inline void uc_fd_closing(int fd)
 {
-	if (atomic_load_explicit(&uc.on, memory_order_relaxed)) {
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed) == UC_ON) {
 		uc_run_close(fd);
 		uc_pend_close(fd);
 	}

@@ -89,28 +89,38 @@ static ssize_t uc_read_acting(int fd, void *buf, size_t n, struct uc_call *c)
 	return r;
 }
 
-static ssize_t uc_do_read(struct uc_fd *e, int fd, void *buf, size_t n)
+/* read() that opens a run or where something acts: out of line, so that a run's own calls
+ * (uc_do_read) keep a small frame */
+static __attribute__((noinline)) ssize_t uc_read_slow(struct uc_fd *e, int fd, void *buf,
+						      size_t n)
 {
 	struct uc_call c;
-	uint64_t at = (uint64_t)atomic_load_explicit(&e->pos, memory_order_relaxed);
 	ssize_t r;
 
-	if (uc_in_run(e, at, n)) {
-		r = uc.real_read(fd, buf, n);
-		if (r >= 0) {
-			if (r > 0)
-				atomic_store_explicit(&e->pos, (int64_t)(at + (uint64_t)r),
-						      memory_order_relaxed);
-			uc_run_add(at, r);
-		}
-		return r;
-	}
 	if (!uc_pre(e, UC_OFF_POS, n, &c))
 		return UC_REAL(read)(fd, buf, n);
 	if (uc_acts(&c, uc.nt_read))
 		return uc_read_acting(fd, buf, n, &c);
 	r = UC_REAL(read)(fd, buf, n);
 	uc_post(fd, &c, r, 1, 0, 0);
+	return r;
+}
+
+/* read() of a file: a call inside the thread's run is the real call and a few stores */
+static inline ssize_t uc_do_read(struct uc_fd *e, int fd, void *buf, size_t n)
+{
+	uint64_t at = (uint64_t)atomic_load_explicit(&e->pos, memory_order_relaxed);
+	ssize_t r;
+
+	if (!uc_in_run(e, at, n))
+		return uc_read_slow(e, fd, buf, n);
+	r = uc.real_read(fd, buf, n);
+	if (r >= 0) {
+		if (r > 0)
+			atomic_store_explicit(&e->pos, (int64_t)(at + (uint64_t)r),
+					      memory_order_relaxed);
+		uc_run_add(at, r);
+	}
 	return r;
 }
 
@@ -140,23 +150,32 @@ static ssize_t uc_pread_acting(int fd, void *buf, size_t n, int64_t off, struct 
 	return r;
 }
 
-static ssize_t uc_do_pread(struct uc_fd *e, int fd, void *buf, size_t n, int64_t off)
+/* pread() that opens a run or where something acts: out of line (uc_read_slow's reason) */
+static __attribute__((noinline)) ssize_t uc_pread_slow(struct uc_fd *e, int fd, void *buf,
+						       size_t n, int64_t off)
 {
 	struct uc_call c;
 	ssize_t r;
 
-	if (off >= 0 && uc_in_run(e, (uint64_t)off, n)) {
-		r = uc.real_pread64(fd, buf, n, (off64_t)off);
-		if (r >= 0)
-			uc_run_add((uint64_t)off, r);
-		return r;
-	}
 	if (off < 0 || !uc_pre(e, off, n, &c))
 		return UC_REAL(pread64)(fd, buf, n, (off64_t)off);
 	if (uc_acts(&c, 1))
 		return uc_pread_acting(fd, buf, n, off, &c);
 	r = UC_REAL(pread64)(fd, buf, n, (off64_t)off);
 	uc_post(fd, &c, r, 0, 0, 0);
+	return r;
+}
+
+/* pread() of a file: a call inside the thread's run is the real call and a few stores */
+static inline ssize_t uc_do_pread(struct uc_fd *e, int fd, void *buf, size_t n, int64_t off)
+{
+	ssize_t r;
+
+	if (off < 0 || !uc_in_run(e, (uint64_t)off, n))
+		return uc_pread_slow(e, fd, buf, n, off);
+	r = uc.real_pread64(fd, buf, n, (off64_t)off);
+	if (r >= 0)
+		uc_run_add((uint64_t)off, r);
 	return r;
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_scope.c - is this process in the operator's scope? Asked once, by the constructor.
+ * uc_scope.c - is this process in the operator's scope? Asked once, when the process first
+ * opens a file (uc_state.c uc_activate): before that the shim does nothing in it.
  *
  * Never: a setuid or otherwise secure-mode program (AT_SECURE), PID 1, and every process
  * when the kernel command line says unicache.shim=off (no userland needed) or shim.conf

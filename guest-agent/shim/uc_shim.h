@@ -171,6 +171,9 @@ struct uc_ctr_view {
 	uint64_t region_len; /* uc_region_len */
 };
 
+/* uc.on: whether the shim works in this process (uc_state.c uc_activate) */
+enum { UC_OFF = 0, UC_ON = 1, UC_UNDECIDED = 2 };
+
 /* the mechanisms' permission to make their system calls (uc_sandbox.c) */
 enum { UC_ACT_UNKNOWN = 0, UC_ACT_YES = 1, UC_ACT_NO = 2 };
 
@@ -196,7 +199,8 @@ struct uc_state {
 	uc_pread64_t real_pread64;
 	/* the rest */
 	_Atomic uint64_t salt;
-	_Atomic int on;                    /* in scope and not switched off (uc_state.c) */
+	_Atomic int on;                    /* UC_ON: in scope and not switched off, decided
+					    * at the process's first open (uc_state.c) */
 	int nt_read;                       /* UNICACHE_NT_READ=1: non-temporal read() too */
 	int nt_off;                        /* UNICACHE_NT=0: never use the mmap path */
 	int rep_off;                       /* UNICACHE_REPLICA=0: never serve replicas */
@@ -229,6 +233,7 @@ static inline long long uc_now_ns(void)
 }
 
 int uc_try_map(void);
+int uc_activate(void);
 void uc_retire(void);
 int uc_retry_map(int from_open);
 
@@ -760,7 +765,7 @@ static inline int uc_pre(struct uc_fd *e, int64_t off, size_t n, struct uc_call 
  * the path that opens the next one (uc_pre, uc_count).
  */
 /* Is a claim still fresh (coarse ms, low 16 bits, serial-number compared)? */
-static inline int uc_fresh(uint16_t until_ms)
+static inline __attribute__((always_inline)) int uc_fresh(uint16_t until_ms)
 {
 	struct timespec ts;
 	uint16_t now;
@@ -770,7 +775,8 @@ static inline int uc_fresh(uint16_t until_ms)
 	return (int16_t)(uint16_t)(until_ms - now) > 0;
 }
 
-static inline int uc_in_run(struct uc_fd *e, uint64_t off, size_t n)
+static inline __attribute__((always_inline)) int uc_in_run(struct uc_fd *e, uint64_t off,
+							    size_t n)
 {
 	const struct uc_thread *t = uc_me();
 	uint64_t cs = 1ull << t->run_shift, chunk = off >> t->run_shift;
@@ -797,7 +803,7 @@ static inline int uc_in_run(struct uc_fd *e, uint64_t off, size_t n)
 
 /* After a call uc_in_run let through: its r bytes (r >= 0) at `off` go to the run. A read
  * starts a run unless it continues this thread's previous one inside the chunk. */
-static inline void uc_run_add(uint64_t off, ssize_t r)
+static inline __attribute__((always_inline)) void uc_run_add(uint64_t off, ssize_t r)
 {
 	struct uc_thread *t = uc_me();
 	uint64_t chunk = off >> t->run_shift;

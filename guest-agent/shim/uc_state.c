@@ -5,10 +5,13 @@
  * agent's files when the process first has a file and retrying that later, and the
  * destructor that sends the last counts.
  *
- * Until the constructor has decided, and for good when the process is out of scope or the
- * shim is switched off, `uc.on` is 0 and every interposed call goes straight to libc.
+ * Until the process's first open has decided (uc_activate), and for good when it is out of
+ * scope or the shim is switched off, `uc.on` is not UC_ON, no descriptor is classified,
+ * and every interposed call goes straight to libc.
  */
 #include "uc_shim.h"
+
+#include <sys/auxv.h>
 
 struct uc_state uc;
 
@@ -37,7 +40,7 @@ int uc_retry_map(int from_open)
 	long long now;
 	int saved;
 
-	if (!atomic_load_explicit(&uc.on, memory_order_relaxed))
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed) != UC_ON)
 		return 0;
 	if (!from_open && uc_retry_left--)
 		return 0;
@@ -57,16 +60,51 @@ int uc_retry_map(int from_open)
 
 static void uc_atfork_child(void)
 {
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed) != UC_ON)
+		return; /* nothing done yet: nothing to undo (and no system call in the child) */
 	uc_rep_atfork_child();
 	uc_tid_atfork_child();
 	uc_run_atfork_child();
 	uc_pend_atfork_child();
 }
 
+static atomic_flag uc_activating = ATOMIC_FLAG_INIT;
+
+/*
+ * The process's first open (or the first stat of fds 0-2 that names a file): is the shim
+ * on here? The scope and the kill switch (uc_scope.c: /proc/cmdline, shim.conf), then
+ * what only a working shim needs (the CPUs the process may use, the main thread's id).
+ * Decided once; a process that never opens a file pays none of it, not even the system
+ * calls. A thread that comes while another decides is not counted this once. 1 when on.
+ */
+int uc_activate(void)
+{
+	int on = atomic_load_explicit(&uc.on, memory_order_acquire), saved;
+	unsigned i;
+
+	if (on != UC_UNDECIDED)
+		return on == UC_ON;
+	if (atomic_flag_test_and_set(&uc_activating))
+		return 0;
+	saved = errno;
+	if (!uc_in_scope()) {
+		atomic_store_explicit(&uc.on, UC_OFF, memory_order_release);
+		errno = saved;
+		return 0;
+	}
+	uc.orig.valid = sched_getaffinity(0, sizeof(uc.orig.mask), &uc.orig.mask) == 0;
+	for (i = 0; uc.orig.valid && i < UC_MAX_VCPUS; i++)
+		if (CPU_ISSET(i, &uc.orig.mask))
+			uc.orig.words[i / 64] |= 1ull << (i % 64);
+	uc_tid_main();
+	atomic_store_explicit(&uc.on, UC_ON, memory_order_release);
+	errno = saved;
+	return 1;
+}
+
 __attribute__((constructor)) static void uc_init(void)
 {
 	const char *v;
-	unsigned i;
 
 	uc.pagesz = sysconf(_SC_PAGESIZE);
 	if (uc.pagesz <= 0)
@@ -74,8 +112,8 @@ __attribute__((constructor)) static void uc_init(void)
 	v = secure_getenv("UNICACHE_DISABLE");
 	if (v && *v == '1')
 		return;
-	if (!uc_in_scope())
-		return;
+	if (getauxval(AT_SECURE))
+		return; /* setuid and the like: never (uc_scope.c says why) */
 	v = secure_getenv("UNICACHE_NT_READ");
 	uc.nt_read = v && *v == '1';
 	v = secure_getenv("UNICACHE_NT");
@@ -97,10 +135,6 @@ __attribute__((constructor)) static void uc_init(void)
 	uc_env_path(uc.ctr_dir, sizeof(uc.ctr_dir), "UNICACHE_COUNTERS", UC_DEFAULT_COUNTERS);
 	uc_env_path(uc.rep_sock, sizeof(uc.rep_sock) - 8, "UNICACHE_REPLICAS", UC_DEFAULT_REPLICAS);
 	strcat(uc.rep_sock, "/socket");
-	uc.orig.valid = sched_getaffinity(0, sizeof(uc.orig.mask), &uc.orig.mask) == 0;
-	for (i = 0; uc.orig.valid && i < UC_MAX_VCPUS; i++)
-		if (CPU_ISSET(i, &uc.orig.mask))
-			uc.orig.words[i / 64] |= 1ull << (i % 64);
 	/* struct rseq: cpu_id_start, then cpu_id (linux/rseq.h) */
 	if (&__rseq_size && &__rseq_offset && __rseq_size >= 8)
 		uc.rseq_cpu = __rseq_offset + 4;
@@ -110,21 +144,21 @@ __attribute__((constructor)) static void uc_init(void)
 	uc.real_pread64 = UC_REAL(pread64);
 	uc_run_init();
 	(void)pthread_atfork(NULL, NULL, uc_atfork_child);
-	uc_tid_main();
 	/*
-	 * The table and the counters are mapped when the process first opens a file
-	 * (uc_interpose_fd.c), or stats one of fds 0-2 that is one (a shell's `< file`): a
-	 * process that reads no file pays none of it, not even their page faults (a few
-	 * microseconds each in a VM), and no system call is made here for fds 0-2.
+	 * Whether the shim works here (scope, kill switch) is decided, and the table and the
+	 * counters are mapped, when the process first opens a file (uc_interpose_fd.c) or stats
+	 * one of fds 0-2 that is one (a shell's `< file`): a process that reads no file pays
+	 * no system call of the shim's and none of their page faults (a few microseconds each
+	 * in a VM).
 	 */
-	atomic_store_explicit(&uc.on, 1, memory_order_release);
+	atomic_store_explicit(&uc.on, UC_UNDECIDED, memory_order_release);
 }
 
 /* exit(): the main thread's last run of counts (other threads' went when they ended), and
  * the runs still waiting for their file */
 __attribute__((destructor)) static void uc_fini(void)
 {
-	if (atomic_load_explicit(&uc.on, memory_order_relaxed)) {
+	if (atomic_load_explicit(&uc.on, memory_order_relaxed) == UC_ON) {
 		uc_run_flush(1);
 		uc_pend_fini();
 	}
