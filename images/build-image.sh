@@ -72,6 +72,7 @@ inputs_hash() {
         [ -f guest-agent/install.sh ] && echo guest-agent/install.sh
         echo guest-agent/shim/libunicache.so
         echo guest-agent/shim/uc_selftest
+        echo guest-agent/shim/libuc_null.so
     ) | while read -r f; do
         if [ -f "$REPO/$f" ]; then echo "$f $(sha256sum < "$REPO/$f" | cut -c1-16)"; else echo "$f"; fi
     done | sha256sum | cut -c1-16
@@ -182,6 +183,11 @@ install -D -m 755 "$REPO/images/guest/unicache-runner.py" "$ROOT/usr/local/lib/u
 # demo/test only: the shim's test driver (read benchmark), built on the host like the shim
 if [ -x "$REPO/guest-agent/shim/uc_selftest" ]; then
     install -m 755 "$REPO/guest-agent/shim/uc_selftest" "$ROOT/usr/local/lib/unicache-demo/uc_selftest"
+fi
+# demo/test only: a preload that does nothing, the control of what loading the shim costs
+# (unicache bench programs)
+if [ -f "$REPO/guest-agent/shim/libuc_null.so" ]; then
+    install -m 644 "$REPO/guest-agent/shim/libuc_null.so" "$ROOT/usr/local/lib/unicache-demo/libuc_null.so"
 fi
 echo unicache-guest > "$ROOT/etc/hostname"
 printf '127.0.0.1 localhost unicache-guest\n' > "$ROOT/etc/hosts"

@@ -22,6 +22,9 @@
  *                                          alternate with blocks through libc's own
  *                                          read(); prints both throughputs (median
  *                                          block, and mean)
+ *   uc_selftest calls N FILE               getppid, open+close, open+fstat+close with
+ *                                          glibc's fstat and the classic one: ns per
+ *                                          iteration, JSON (uc_selftest_calls.c)
  *
  * Exit status 0 = all identical; 1 = a mismatch (printed); 2 = usage or setup error.
  *
@@ -53,8 +56,10 @@ int main(int argc, char **argv)
 		return cmd_abbench(argv);
 	if (argc == 4 && strcmp(argv[1], "seccomp") == 0)
 		return cmd_seccomp(argv);
+	if (argc == 4 && strcmp(argv[1], "calls") == 0)
+		return cmd_calls(argv);
 	fprintf(stderr, "usage: uc_selftest check SEED ITERS FILE... | threads SEED ITERS FILE | "
 			"migrate FILE SIZE CPU | seccomp PLACED UNPLACED | "
-			"bench|abbench FILE SIZE SECONDS\n");
+			"bench|abbench FILE SIZE SECONDS | calls N FILE\n");
 	return 2;
 }

@@ -9,6 +9,7 @@
  *   uc_selftest_migrate.c  migrate: where one read() left the thread
  *   uc_selftest_bench.c    bench, abbench: read() throughput
  *   uc_selftest_seccomp.c  seccomp: no system call of the shim's on the read path
+ *   uc_selftest_calls.c    calls: the system calls the shim chooses between, timed
  */
 #ifndef UC_SELFTEST_H
 #define UC_SELFTEST_H
@@ -48,5 +49,6 @@ int cmd_migrate(char **argv);
 int cmd_bench(char **argv);
 int cmd_abbench(char **argv);
 int cmd_seccomp(char **argv);
+int cmd_calls(char **argv);
 
 #endif /* UC_SELFTEST_H */

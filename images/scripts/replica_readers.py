@@ -5,10 +5,12 @@ default replica store ``/run/unicache/replicas``, every chunk of DATA replicated
 node by the host's table). For each read call (read, pread, readv, preadv, sendfile) it
 starts PROCS reader processes pinned to each node's CPUs, under the shim, at once; each
 reads 4000 bytes inside every chunk of DATA with that call and compares them with what the
-plain calls read (without the shim), pass after pass for READ_S seconds, and on until every
-chunk has been served and AFTER_PASSES passes more were made (at most MAX_READ_S): a shim
-does not wait for the agent, so a process's first reads of a chunk may be the real calls,
-and every read after the agent's answer is served. Each reader counts its own serves (reads
+plain calls read (without the shim), pass after pass for READ_S seconds, and, for the calls
+a replica serves (SERVED), on until every chunk has been served and AFTER_PASSES passes more
+were made (at most MAX_READ_S): a shim does not wait for the agent, so a process's first
+reads of a chunk may be the real calls, and every read after the agent's answer is served.
+The vectored reads are never served (the shim does not read the caller's iovec array
+before the call: docs/agent.md), only compared. Each reader counts its own serves (reads
 that made no read system call), per chunk the pass of the first one, and the reads not
 served after it (lapses). Between kinds it reads the shims' statistics (root's counters
 file). Prints one JSON object: serves per kind, the
@@ -30,6 +32,8 @@ from unicache_agent.shm import CounterLayout
 SHIM = "/usr/lib/unicache-agent/libunicache.so"
 STORE = "/run/unicache/replicas"
 KINDS = ("read", "pread", "readv", "preadv", "sendfile")
+#: the calls a replica serves
+SERVED = ("read", "pread", "sendfile")
 SPAN = 4000
 #: how long each reader reads at least (passes over the file, a pause between them), how
 #: long at most, and how many passes it makes after every chunk was first served
@@ -109,9 +113,10 @@ def reader(kind, data, chunk, cpus, expected):
     per_pass = []  # reads served in each pass
     t0 = time.monotonic()
     pages = {}
+    waits = kind in SERVED  # for every chunk's first serve and the passes after it
     while time.monotonic() - t0 < MAX_READ_S and (
-            passes < 2 or time.monotonic() - t0 < READ_S or None in first
-            or passes - max(first) <= AFTER_PASSES):
+            passes < 2 or time.monotonic() - t0 < READ_S
+            or (waits and (None in first or passes - max(first) <= AFTER_PASSES))):
         now = 0
         for i, ((off, n), want) in enumerate(zip(segments(size, chunk), expected,
                                                  strict=True)):
@@ -140,8 +145,9 @@ def serves(field=0):
     7) of root's shims so far (the counters file's statistics)."""
     with open("/dev/shm/unicache-table", "rb") as f:
         hdr = f.read(64)
-    nslots, max_vcpus, nnodes, ngens = struct.unpack_from("<IIII", hdr, 40)
-    lay = CounterLayout(nslots, max_vcpus, nnodes, ngens)
+    # the table header's counters layout: ctr_nslots ctr_max_vcpus node_mask ctr_ngens
+    nslots, max_vcpus, _node_mask, ngens = struct.unpack_from("<IIII", hdr, 40)
+    lay = CounterLayout(nslots, max_vcpus, ngens)
     try:
         with open("/dev/shm/unicache-counters/0", "rb") as f:
             f.seek(lay.gen_base + 8 * field)

@@ -1,15 +1,17 @@
 """Guest-wide NCC replicas in a real two-node guest: one copy per node, served to every
-process and every read call (issue #20).
+process and every read call a replica serves (issue #20; the vectored reads are never
+served since issue #33: the shim does not read an iovec array before the call).
 
 The guest (QEMU TCG, the image of ``make image``) has two nodes of 256 MiB with one vCPU
 each. The host publishes, through the real channel server, a table replicating every chunk
 of a 1 MiB guest file on both nodes. In the guest (images/scripts/replica_readers.py), for
 each read call (read, pread, readv, preadv, sendfile) three reader processes per node, under
 the shim (default settings: it never waits for the agent more than 5 ms), pinned to their
-node's CPU, read inside every chunk pass after pass for 3 s (and on until five passes after
-every chunk was served) and compare with the plain calls. Checked: every reader read the
-right bytes and mapped its node's replicas; every reader was served every chunk, and once a
-chunk was served, every later read of it (the reader's own count: reads that made no read
+node's CPU, read inside every chunk pass after pass for 3 s (and, for read, pread and
+sendfile, on until five passes after every chunk was served) and compare with the plain
+calls. Checked: every reader read the right bytes; every reader of read, pread and sendfile
+mapped its node's replicas and was served every chunk, and once a chunk was served, every
+later read of it; no readv or preadv was served (the reader's own count: reads that made no read
 system call); the agent's store holds one file per chunk on each node, and
 its tmpfs (mounted with ``mpol=bind:N``) exactly one copy's bytes, however many processes
 read; each reader's mappings of a node's replicas have their pages on that node.
@@ -35,6 +37,8 @@ DATA = "/var/tmp/colored"  # write_data's file: on the ext4 root (/tmp is a tmpf
 SIZE = 1 << 20
 CHUNK = 262144
 PROCS = 3
+#: the read calls a replica serves (the vectored ones never: docs/agent.md)
+SERVED = ("read", "pread", "sendfile")
 NUMA = ["-object", "memory-backend-ram,id=m0,size=256M",
         "-numa", "node,nodeid=0,cpus=0,memdev=m0",
         "-object", "memory-backend-ram,id=m1,size=256M",
@@ -84,13 +88,20 @@ def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> N
     assert all(r.get("bad") == 0 for r in readers), readers  # byte-identical, no crash
     kinds = got["kinds"]
     assert isinstance(kinds, dict)
-    # every call kind served (the shims' statistics)
+    # every call a replica serves, served (the shims' statistics); the vectored reads
+    # never (the shim does not read an iovec array before the call), compared all the same
     for kind, serves in kinds.items():
-        assert serves >= 2 * PROCS * SIZE // CHUNK, (kind, serves)
+        if kind in SERVED:
+            assert serves >= 2 * PROCS * SIZE // CHUNK, (kind, serves)
+        else:
+            assert serves == 0, (kind, serves)
     # every process, on both nodes, served every chunk (its own count: reads that made no
     # read system call), and from then on every read of it: a process waits for nothing
     # but the agent's first answer (the agent answers from a process of normal priority)
     for r in readers:
+        if r["kind"] not in SERVED:
+            assert r["served"] == 0 and r["first"] == [None] * (SIZE // CHUNK), r
+            continue
         assert None not in r["first"], r
         assert r["lapses"] == 0, r
         assert r["passes"] - max(r["first"]) > 5, r
@@ -106,6 +117,8 @@ def test_one_replica_per_node_serves_every_process_and_call(tmp_path: Path) -> N
     # every process mapped its own node's replicas (the shim maps a replica to serve from
     # it), whose pages are on that node only
     for r in readers:
+        if r["kind"] not in SERVED:
+            continue
         assert list(r["pages"]) == [f"node{r['node']}"], r
         for where, pages in r["pages"].items():
             assert set(pages) == {where[4:]}, r

@@ -93,7 +93,7 @@ def test_the_shim_block_is_one_row_group_per_table_then_fds_starts_budgets(
 
 def test_every_benchmark_has_a_tiny_size_and_a_block(rec: ModuleType) -> None:
     names = [b.name for b in rec.BENCHES]
-    assert names == ["shim", "policy", "live", "sim"]
+    assert names == ["shim", "policy", "live", "programs", "sim"]
     for bench in rec.BENCHES:
         assert bench.tiny and bench.command(tiny=True)[-1] == "--json"
 
@@ -127,7 +127,7 @@ def test_record_of_an_unknown_benchmark_is_one_line(tmp_path: Path) -> None:
                                    str(tmp_path / "p.md")])
     assert res.exit_code == 2
     assert res.output.strip() == ("unicache bench record: no benchmark 'nope' (there are "
-                                  "shim, policy, live, sim)")
+                                  "shim, policy, live, programs, sim)")
 
 
 def test_bench_live_out_of_range_is_one_line_before_any_guest_boots() -> None:

@@ -88,6 +88,12 @@ def test_bench_programs_tiny_runs_every_program_on_both_sides(tmp_path: Path) ->
     assert not by_name["sha256sum"]["counted"]  # stdio: the shim cannot see its reads
     assert int(by_name["tar"]["output"]) > 0  # wc -c of the archive
     assert len(by_name["sqlite3"]["output"].split("|")) == 3, by_name["sqlite3"]
+    # what the shim's costs rest on: the calls it chooses between, and process starts with
+    # no preload, a preload that does nothing, the shim and the shim switched off
+    assert set(res["calls"]) == {"getppid", "open_close", "open_fstat_close",
+                                 "open_classic_fstat_close"}
+    assert set(res["starts"]) == {"/bin/true", "/bin/cat /dev/null"}
+    assert all(set(t) == {"none", "null", "shim", "off"} for t in res["starts"].values())
     assert "<!-- bench:programs -->" in rec.page and "unicache bench programs" in rec.page
     assert "| python3 |" in rec.page
     print(f"bench programs tiny: {rec.seconds:.0f} s")

@@ -72,6 +72,9 @@ GUEST_PROGRAM = Path(__file__).with_name("guest_programs_runner.py")
 #: the image's agent package and shim (images/build-image.sh)
 AGENT_LIB = "/usr/lib/unicache-agent"
 SHIM = f"{AGENT_LIB}/libunicache.so"
+#: the image's demo/test tools: the calls' timer and a preload that does nothing
+SELFTEST = "/usr/local/lib/unicache-demo/uc_selftest"
+NULL_PRELOAD = "/usr/local/lib/unicache-demo/libuc_null.so"
 #: where the guest keeps the bench's files (the image's disk, not a tmpfs)
 DATA_DIR = "/var/tmp/unicache-bench-programs"
 #: the speed ratio (without / with) each program must reach
@@ -103,15 +106,19 @@ class Sizes:
     :param tree: the tree ``tar`` and ``grep`` read.
     :param small_files: files ``sha256sum`` reads.
     :param sqlite_rows: rows of the table the query scans.
+    :param calls: iterations per batch of ``uc_selftest calls``.
+    :param starts: process starts timed per preload.
     """
 
     tree: str
     small_files: int
     sqlite_rows: int
+    calls: int
+    starts: int
 
 
-FULL = Sizes("/usr/lib/python3.11", 2000, 50_000)
-TINY = Sizes("/usr/lib/python3.11/email", 100, 2_000)
+FULL = Sizes("/usr/lib/python3.11", 2000, 50_000, 2000, 21)
+TINY = Sizes("/usr/lib/python3.11/email", 100, 2_000, 100, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +255,10 @@ class GuestProgramsResult:
     :param table: the shared table as the runs saw it (valid, version, entries).
     :param agent_pid: the guest agent's pid.
     :param programs: per program, its comparison.
+    :param calls: ns per iteration of a bare system call, open + close, and open + each
+        fstat the shim chooses between + close (``uc_selftest calls``, no preload).
+    :param starts: per command, median us of its start with no preload, a preload that
+        does nothing, the shim, and the shim switched off by its scope file.
     :param boot_s: seconds the guest took to boot.
     :param seconds: seconds of the whole run, boot to stop.
     :param load: this host's load average (1 min) at the start and the end.
@@ -263,6 +274,8 @@ class GuestProgramsResult:
     table: dict[str, Any]
     agent_pid: int
     programs: tuple[ProgramResult, ...]
+    calls: dict[str, float]
+    starts: dict[str, dict[str, float]]
     boot_s: float
     seconds: float
     load: tuple[float, float]
@@ -279,6 +292,7 @@ class GuestProgramsResult:
             "sizes": {"tree": self.sizes.tree, "small_files": self.sizes.small_files,
                       "sqlite_rows": self.sizes.sqlite_rows},
             "table": self.table, "programs": [p.as_json() for p in self.programs],
+            "calls": self.calls, "starts": self.starts,
             "all_met": all(p.met for p in self.programs),
             "boot_s": round(self.boot_s, 1), "seconds": round(self.seconds, 1),
             "load": [round(x, 2) for x in self.load],
@@ -287,8 +301,8 @@ class GuestProgramsResult:
 
 def steps(rounds: int) -> int:
     """Progress steps of a run: boot, prepare, a warm-up and ``rounds`` rounds of every
-    program, stop."""
-    return 3 + (rounds + 1) * len(programs(FULL))
+    program, the calls, stop."""
+    return 4 + (rounds + 1) * len(programs(FULL))
 
 
 def sides(round_index: int) -> tuple[str, ...]:
@@ -355,6 +369,22 @@ def check_runs(program: Program, raw: Sequence[dict[str, Any]], digest: str | No
                              "something else preloads it")
     assert digest is not None
     return digest
+
+
+def check_calls(got: dict[str, Any]) -> dict[str, Any]:
+    """The calls' and starts' figures as the guest gave them: every one there and positive.
+
+    :raises BenchError: otherwise.
+    """
+    calls, starts = got.get("calls", {}), got.get("starts", {})
+    want = ("getppid", "open_close", "open_fstat_close", "open_classic_fstat_close")
+    if sorted(calls) != sorted(want) or not all(calls[k] > 0 for k in want):
+        raise BenchError(f"uc_selftest calls gave {calls}")
+    for command, times in starts.items():
+        if sorted(times) != ["none", "null", "off", "shim"] or not all(
+                v > 0 for v in times.values()):
+            raise BenchError(f"the starts of {command} gave {times}")
+    return {"calls": calls, "starts": starts}
 
 
 def compare(program: Program, runs: Sequence[Run], output: str) -> ProgramResult:
@@ -449,6 +479,10 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
                         tick(f"{'warm-up' if r < 0 else f'round {r + 1}/{rounds}'}: {p.name}")
                 table = got["table"]
                 agent_pid = int(got["agent_pid"] or 0)
+                costs = check_calls(_call(vm, {**base, "mode": "calls", "selftest": SELFTEST,
+                                               "null": NULL_PRELOAD, "n": sizes.calls,
+                                               "starts": sizes.starts}, RUNS_TIMEOUT_S))
+                tick("calls")
                 if not agent_pid:
                     raise BenchError("the guest agent stopped during the runs")
             finally:
@@ -465,4 +499,5 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
         kernel=image.kernel_version,
         table=table, agent_pid=agent_pid,
         programs=tuple(compare(p, timed[p.name], outputs[p.name]) for p in progs),
+        calls=costs["calls"], starts=costs["starts"],
         boot_s=boot_s, seconds=time.monotonic() - t0, load=(load0, os.getloadavg()[0]))

@@ -16,7 +16,14 @@ argument is one object with ``mode``:
   guest's clock (``time.perf_counter`` around the whole process); print per run its
   seconds, exit status, a digest of its output, and what the shim counted into this
   user's counters file during it (bytes and reads summed over both regions of the file:
-  nothing harvests them while no host daemon greets the agent, so the sums only grow).
+  nothing harvests them while no host daemon greets the agent, so the sums only grow);
+* ``calls``: what the shim's costs rest on, on the guest's clock: ``uc_selftest calls``
+  (``selftest``, no preload: a bare system call, open + close, and the two fstat calls the
+  shim chooses between), and the start of a process that opens nothing (``/bin/true``) and
+  of one that opens a file (``cat /dev/null``) with no preload, with a preload that does
+  nothing (``null``), with the shim, and with the shim switched off by its scope file
+  (``off``: what a process out of every scope pays), alternating, ``starts`` times each
+  (median microseconds).
 
 The programs run with a fixed environment (PATH, HOME, LANG, and the preload on the
 ``with`` side only): what differs between the two sides is the shim alone.
@@ -153,9 +160,35 @@ def runs(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"runs": out, "table": table_state(shm), "agent_pid": agent_pid()}
 
 
+def calls(cfg: dict[str, Any]) -> dict[str, Any]:
+    res = subprocess.run([cfg["selftest"], "calls", str(cfg["n"]), "/etc/passwd"],
+                         env=BASE_ENV, capture_output=True, text=True, check=True)
+    # "off": the shim loaded but switched off by its scope file (root's, mode 0644), as a
+    # process out of every scope finds it
+    off = os.path.join(cfg["dir"], "shim-off.conf")
+    with open(off, "w") as f:
+        f.write("off\n")
+    os.chmod(off, 0o644)
+    preloads = {"none": {}, "null": {"LD_PRELOAD": cfg["null"]},
+                "shim": {"LD_PRELOAD": cfg["shim"]},
+                "off": {"LD_PRELOAD": cfg["shim"], "UNICACHE_SHIM_CONF": off}}
+    starts: dict[str, dict[str, float]] = {}
+    for argv in (["/bin/true"], ["/bin/cat", "/dev/null"]):
+        times: dict[str, list[float]] = {name: [] for name in preloads}
+        for _ in range(cfg["starts"]):
+            for name, extra in preloads.items():
+                env = dict(BASE_ENV, **extra)
+                t0 = time.perf_counter()
+                subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+                times[name].append((time.perf_counter() - t0) * 1e6)
+        starts[" ".join(argv)] = {name: round(sorted(v)[len(v) // 2], 1)
+                                  for name, v in times.items()}
+    return {"calls": json.loads(res.stdout), "starts": starts}
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    mode = {"prepare": prepare, "runs": runs}[cfg["mode"]]
+    mode = {"prepare": prepare, "runs": runs, "calls": calls}[cfg["mode"]]
     print(json.dumps(mode(cfg)))
 
 

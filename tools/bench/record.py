@@ -1,13 +1,13 @@
 """``make bench`` (``unicache bench record``): run every benchmark, keep its JSON, table it.
 
 Every benchmark of the project (:data:`BENCHES`: the shim's, the policy round's, the live
-daemon's, ordinary programs' in a guest, the simulator's) is run as its own command with ``--json``; its output must be
-one JSON object holding the benchmark's :attr:`Bench.keys` (its schema, the keys its
-table reads), is written to ``OUT/<name>.json``, and its table replaces the generated
-block of docs/PERFORMANCE.md between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
-(:func:`splice`), with the date, the machine's load before and after, and the command.
-Everything outside the blocks (the analysis written by hand) stays as it is; a block
-missing from the page is added at its end.
+daemon's, ordinary programs' in a guest, the simulator's) is run as its own command with
+``--json``; its output must be one JSON object holding the benchmark's :attr:`Bench.keys`
+(its schema, the keys its table reads), is written to ``OUT/<name>.json``, and its table
+replaces the generated block of docs/PERFORMANCE.md between ``<!-- bench:NAME -->`` and
+``<!-- /bench:NAME -->`` (:func:`splice`), with the date, the machine's load before and
+after, and the command. Everything outside the blocks (the analysis written by hand) stays
+as it is; a block missing from the page is added at its end.
 
 ``tiny=True`` runs every command at a size that takes seconds (``make test`` checks that
 every command runs and emits its schema, never its timings).
@@ -149,8 +149,10 @@ def _sim(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
 def _programs(doc: dict[str, Any]) -> tuple[Row, list[Row]]:
     """One row per program: its medians, the speed ratio (without / with) [95 % CI] and
     the goal; what the shim counted of it (its reads under the shim: stdio's are unseen)."""
-    head = ("program", "command", "with s", "without s", "ratio without/with [95 % CI]",
-            "pairs", f"goal >= {doc['goal']:g}", "shim counted")
+    clock = doc.get("clock", "wall")
+    head = ("program", "command", f"with s ({clock} clock)", "without s",
+            "ratio without/with [95 % CI]", "pairs", f"goal >= {doc['goal']:g}",
+            "shim counted")
     rows: list[Row] = []
     for p in doc["programs"]:
         goal = ("met" if p["interval_met"] else f"met (interval from {p['ci_low']:.3f})") \
@@ -214,7 +216,8 @@ BENCHES: tuple[Bench, ...] = (
     Bench("programs", ("unicache", "bench", "programs"),
           ("--tiny", "--rounds", "1"),
           frozenset({"schema", "bench", "goal", "rounds", "tiny", "accel", "guest", "sizes",
-                     "table", "programs", "all_met", "seconds", "load", "clock"}), _programs),
+                     "table", "programs", "all_met", "seconds", "load", "clock", "calls",
+                     "starts"}), _programs),
     Bench("sim", ("unicache-sim", "bench"), ("--accesses", "200000", "--repeats", "1"),
           frozenset({"model", "accesses", "multicore_rate", "single_core_rate"}), _sim),
 )

@@ -11,7 +11,7 @@ SIM_PY       := $(SIM_VENV)/bin/python
 SIM_CARGO_BIN := $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 SIM_STAMP    := $(SIM_DIR)/target/.sim-installed
 SIM_SOURCES  := $(shell find $(SIM_DIR)/core $(SIM_DIR)/py $(SIM_DIR)/python -type f \
-                  \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name 'Cargo.toml' -o -name 'py.typed' \) \
+                  \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name 'py.typed' \) \
                   -not -path '*/__pycache__/*' 2>/dev/null) \
                 $(SIM_DIR)/Cargo.toml $(SIM_DIR)/Cargo.lock $(SIM_DIR)/pyproject.toml \
                 $(SIM_DIR)/.cargo/config.toml
