@@ -12,15 +12,17 @@ import time
 from typing import List, NoReturn, Optional, Tuple
 
 from . import __version__
-from .agent import DEFAULT_SHIM, Agent, guest_topology, node_memory, shim_caps
+from .agent import Agent
 from .counters import CounterHarvester
 from .errors import AgentError, ShmError, UsageError
+from .guest_facts import DEFAULT_SHIM, guest_topology, node_memory, shim_caps
 from .port import FdTransport, PortTransport, SocketTransport, Transport
 from .protocol import PORT_NAME
 from .replica_server import ReplicaServer
 from .replica_service import ReplicaService
 from .replica_store import DEFAULT_BUDGET_RATIO, ReplicaStore, node_totals
-from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, CpuNodes, TableWriter
+from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, CpuNodes
+from .table_writer import TableWriter
 
 #: where the replicas and their socket live (the shim's UNICACHE_REPLICAS default)
 DEFAULT_REPLICAS = "/run/unicache/replicas"

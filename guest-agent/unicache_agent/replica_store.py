@@ -338,7 +338,7 @@ class ReplicaStore:
 
 
 def node_totals(memory: Sequence[Tuple[int, int, int]], nodes: Sequence[int]) -> Dict[int, int]:
-    """Each node's total memory from ``agent.node_memory`` rows; a node without a readable
+    """Each node's total memory from ``guest_facts.node_memory`` rows; a node without a readable
     meminfo gets this machine's memory divided by the node count."""
     totals = {n: total for n, _free, total in memory}
     fallback = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(1, len(nodes))

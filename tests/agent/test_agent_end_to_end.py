@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from unicache.channel import ChannelParams, ChannelServer
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
-from unicache_agent.shm import TableWriter
+from unicache_agent.table_writer import TableWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "guest-agent" / "shim"

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 from unicache_agent import protocol as p
-from unicache_agent.agent import node_memory, shim_caps
 from unicache_agent.counters import CounterHarvester
+from unicache_agent.guest_facts import node_memory, shim_caps
 from unicache_agent.shm import (
     ChunkCounts,
     CounterLayout,
     Harvest,
     ShmEntry,
-    TableWriter,
 )
+from unicache_agent.table_writer import TableWriter
 
 from tests.agent.test_agent_units import FakeHost
 

@@ -14,7 +14,8 @@ from unicache_agent import shm
 from unicache_agent.counters import CounterHarvester
 from unicache_agent.cpu_nodes import parse_cpulist
 from unicache_agent.errors import ShmError
-from unicache_agent.shm import CounterLayout, CpuNodes, ShmEntry, TableWriter
+from unicache_agent.shm import CounterLayout, CpuNodes, ShmEntry
+from unicache_agent.table_writer import TableWriter
 
 from tests.agent.test_agent_numa import PLACE, _sysfs
 from tests.agent.test_agent_units import FakeHost

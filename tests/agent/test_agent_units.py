@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from unicache_agent import protocol as p
-from unicache_agent.agent import Agent, guest_topology
+from unicache_agent.agent import Agent
 from unicache_agent.counters import CounterHarvester
 from unicache_agent.errors import PortError, ShmError
+from unicache_agent.guest_facts import guest_topology
 from unicache_agent.port import FdTransport, find_port
-from unicache_agent.shm import CounterLayout, CpuNodes, ShmEntry, TableWriter, id_space_of
+from unicache_agent.shm import CounterLayout, CpuNodes, ShmEntry, id_space_of
+from unicache_agent.table_writer import TableWriter
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "guest-agent" / "unicache_agent"
 

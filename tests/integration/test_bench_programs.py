@@ -30,21 +30,21 @@ def _run(side: str, counted_bytes: int, clients: int | None = None) -> dict[str,
 
 
 def test_a_run_where_the_shim_counted_nothing_fails_the_bench() -> None:
-    bench = load_bench("guest_programs")
+    bench, checks = load_bench("guest_programs"), load_bench("guest_programs_checks")
     grep = next(p for p in bench.programs(bench.TINY) if p.name == "grep")
-    assert bench.check_runs(grep, [_run("with", 4096), _run("without", 0)], None) == "d"
+    assert checks.check_runs(grep, [_run("with", 4096), _run("without", 0)], None) == "d"
     with pytest.raises(BenchError, match="counted no read of grep"):
-        bench.check_runs(grep, [_run("with", 0), _run("without", 0)], None)
+        checks.check_runs(grep, [_run("with", 0), _run("without", 0)], None)
     with pytest.raises(BenchError, match="not live in grep"):
-        bench.check_runs(grep, [_run("with", 0, clients=0)], None)
+        checks.check_runs(grep, [_run("with", 0, clients=0)], None)
     with pytest.raises(BenchError, match="without the shim still counted"):
-        bench.check_runs(grep, [_run("without", 4096)], None)
+        checks.check_runs(grep, [_run("without", 4096)], None)
     with pytest.raises(BenchError, match="without the shim still counted"):
-        bench.check_runs(grep, [_run("without", 0, clients=1)], None)
+        checks.check_runs(grep, [_run("without", 0, clients=1)], None)
     with pytest.raises(BenchError, match="other output"):
-        bench.check_runs(grep, [_run("with", 4096)], "e")
+        checks.check_runs(grep, [_run("with", 4096)], "e")
     with pytest.raises(BenchError, match="holds 3 entries"):
-        bench.check_table({"exists": True, "valid": True, "entries": 3, "path": "t"})
+        checks.check_table({"exists": True, "valid": True, "entries": 3, "path": "t"})
 
 
 def test_bench_programs_rejects_bad_rounds_in_one_line() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from unicache_agent.counters import CounterHarvester
-from unicache_agent.shm import CounterLayout, TableWriter
+from unicache_agent.shm import CounterLayout
+from unicache_agent.table_writer import TableWriter
 
 from tests.shim.shimtools import SHIM_DIR, ReplicaAgent, ShimEnv
 

@@ -25,9 +25,9 @@ from unicache_agent.shm import (  # noqa: E402
     CounterLayout,
     CpuNodes,
     ShmEntry,
-    TableWriter,
     file_id_of,
 )
+from unicache_agent.table_writer import TableWriter  # noqa: E402
 
 CHUNK = 65536
 UCREAD = Path(__file__).resolve().parent / "ucread.py"

@@ -119,12 +119,12 @@ def test_the_interval_ranks_are_the_binomial_ones() -> None:
 
 def test_uc_bench_budget_prints_its_cases_and_exits_by_them(shim_bench: ModuleType,
                                                              tmp_path: Path) -> None:
-    from unicache_agent import counters, shm
+    from unicache_agent import counters, shm, table_writer
 
     data = tmp_path / "data"
     data.write_bytes(os.urandom(2 << 20))
-    tables = load_bench("shim_tables").BenchTables(shm, counters, tmp_path, data,
-                                                   ("unplaced",))
+    tables = load_bench("shim_tables").BenchTables(shm, counters, table_writer, tmp_path,
+                                                   data, ("unplaced",))
     try:
         env = {**os.environ, **tables.states["unplaced"].env,
                "LD_PRELOAD": str(SHIM_DIR / "libunicache.so")}

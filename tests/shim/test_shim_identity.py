@@ -13,9 +13,9 @@ from unicache_agent.shm import (
     BUDGET_UNLIMITED,
     CounterLayout,
     ShmEntry,
-    TableWriter,
     file_id_of,
 )
+from unicache_agent.table_writer import TableWriter
 
 from tests.shim.shimtools import CHUNK, Reader, ShimEnv, cpus, make_files
 

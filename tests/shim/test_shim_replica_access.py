@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 from unicache_agent.counters import CounterHarvester
-from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter, file_id_of
+from unicache_agent.shm import CounterLayout, ShmEntry, file_id_of
+from unicache_agent.table_writer import TableWriter
 
 from tests.shim.shimtools import CHUNK, ReplicaAgent
 

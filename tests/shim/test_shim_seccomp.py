@@ -16,7 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from unicache_agent.shm import BUDGET_UNLIMITED, ShmEntry, TableWriter
+from unicache_agent.shm import BUDGET_UNLIMITED, ShmEntry
+from unicache_agent.table_writer import TableWriter
 
 from tests.shim.shimtools import ShimEnv, build_mutant
 

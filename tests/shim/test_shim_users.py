@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from unicache_agent.counters import DIR_MODE, CounterHarvester
-from unicache_agent.shm import CounterLayout, ShmEntry, TableWriter, file_id_of
+from unicache_agent.shm import CounterLayout, ShmEntry, file_id_of
+from unicache_agent.table_writer import TableWriter
 
 from tests.shim.shimtools import CHUNK, cpus
 

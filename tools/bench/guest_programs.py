@@ -63,8 +63,10 @@ def _sibling(name: str) -> ModuleType:
 
 
 if TYPE_CHECKING:
+    import guest_programs_checks as checks
     import shim_stats
 else:
+    checks = _sibling("guest_programs_checks")
     shim_stats = _sibling("shim_stats")
 
 #: the guest program (read as text, run by the guest's python3)
@@ -324,69 +326,6 @@ def _call(vm: QemuVm, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
         raise BenchError(f"the guest runner printed no JSON: {res.stdout[-200:]!r}") from err
 
 
-def check_table(table: dict[str, Any]) -> None:
-    """The agent's table as the shim must find it for this bench: there, valid, empty.
-
-    :raises BenchError: otherwise.
-    """
-    if not table.get("exists"):
-        raise BenchError(f"no shared table at {table.get('path')} in the guest: the agent "
-                         "did not make it (the shim would run without a table)")
-    if not table.get("valid"):
-        raise BenchError(f"the guest's table {table['path']} is not valid (bad magic)")
-    if table.get("entries"):
-        raise BenchError(f"the guest's table holds {table['entries']} entries: something "
-                         "placed chunks, and this bench measures the shim with nothing placed")
-
-
-def check_runs(program: Program, raw: Sequence[dict[str, Any]], digest: str | None) -> str:
-    """Check one call's runs of ``program``; the digest of its output.
-
-    :param digest: the digest its earlier runs printed (``None``: none yet).
-    :raises BenchError: when a run failed, printed other output, or the shim's counts say
-        it was not live under ``with`` (or was under ``without``).
-    """
-    for r in raw:
-        side = r["side"]
-        if r["exit"] != 0:
-            raise BenchError(f"{program.name} exited {r['exit']} {side} the shim: "
-                             f"{r['stderr'].strip()[-200:] or 'no error output'}")
-        if digest is not None and r["digest"] != digest:
-            raise BenchError(f"{program.name} printed other output {side} the shim "
-                             f"(digest {r['digest']}, before {digest})")
-        digest = r["digest"]
-        # a program that reads through stdio only (sha256sum) maps nothing: its streams'
-        # descriptors pass, so the shim has nothing to count and never maps the counters
-        if side == "with" and program.counted and r["clients"] < 1:
-            raise BenchError(f"the shim was not live in {program.name}: no process of it "
-                             f"mapped the counters (LD_PRELOAD={SHIM} not in scope?)")
-        if side == "with" and program.counted and r["counted_bytes"] <= 0:
-            raise BenchError(f"the shim counted no read of {program.name}: a run where the "
-                             "shim did nothing proves nothing")
-        if side == "without" and (r["clients"] or r["counted_bytes"]):
-            raise BenchError(f"{program.name} without the shim still counted "
-                             f"{r['counted_bytes']} bytes in {r['clients']} process(es): "
-                             "something else preloads it")
-    assert digest is not None
-    return digest
-
-
-def check_calls(got: dict[str, Any]) -> dict[str, Any]:
-    """The calls' and starts' figures as the guest gave them: every one there and positive.
-
-    :raises BenchError: otherwise.
-    """
-    calls, starts = got.get("calls", {}), got.get("starts", {})
-    want = ("getppid", "open_close", "open_fstat_close", "open_classic_fstat_close")
-    if sorted(calls) != sorted(want) or not all(calls[k] > 0 for k in want):
-        raise BenchError(f"uc_selftest calls gave {calls}")
-    for command, times in starts.items():
-        if sorted(times) != ["none", "null", "off", "shim"] or not all(
-                v > 0 for v in times.values()):
-            raise BenchError(f"the starts of {command} gave {times}")
-    return {"calls": calls, "starts": starts}
-
-
 def compare(program: Program, runs: Sequence[Run], output: str) -> ProgramResult:
     """The paired comparison of ``runs``: each call's i-th run with the shim against its
     i-th without (neighbours in W O O W / O W W O)."""
@@ -456,7 +395,7 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
                     raise BenchError(f"the image has no shim at {SHIM}: make image")
                 if not ready["agent_pid"]:
                     raise BenchError("the guest agent is not running in the guest")
-                check_table(ready["table"])
+                checks.check_table(ready["table"])
                 tick("prepare")
                 digests: dict[str, str | None] = {p.name: None for p in progs}
                 outputs: dict[str, str] = {}
@@ -467,8 +406,8 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
                                          "cwd": p.cwd,
                                          "sides": ["with", "without"] if r < 0 else sides(r)},
                                     RUNS_TIMEOUT_S)
-                        check_table(got["table"])
-                        digests[p.name] = check_runs(p, got["runs"], digests[p.name])
+                        checks.check_table(got["table"])
+                        digests[p.name] = checks.check_runs(p, got["runs"], digests[p.name])
                         outputs[p.name] = got["runs"][0]["first_line"]
                         if r >= 0:
                             timed[p.name] += [Run(x["side"], float(x["seconds"]),
@@ -479,7 +418,7 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
                         tick(f"{'warm-up' if r < 0 else f'round {r + 1}/{rounds}'}: {p.name}")
                 table = got["table"]
                 agent_pid = int(got["agent_pid"] or 0)
-                costs = check_calls(_call(vm, {**base, "mode": "calls", "selftest": SELFTEST,
+                costs = checks.check_calls(_call(vm, {**base, "mode": "calls", "selftest": SELFTEST,
                                                "null": NULL_PRELOAD, "n": sizes.calls,
                                                "starts": sizes.starts}, RUNS_TIMEOUT_S))
                 tick("calls")

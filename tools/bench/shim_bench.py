@@ -217,6 +217,7 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
                           f"{rounds} and {seconds:g}")
     build_shim()
     shm, counters = _agent_module("shm"), _agent_module("counters")
+    writer = _agent_module("table_writer")
     cpu = max(os.sched_getaffinity(0))
     base = {k: v for k, v in os.environ.items()
             if not k.startswith("UNICACHE_") and k != "LD_PRELOAD"}
@@ -225,7 +226,8 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     with tempfile.TemporaryDirectory(prefix="unicache-bench-", dir=_scratch_dir()) as tmp:
         data = Path(tmp) / "data"
         data.write_bytes(os.urandom(shim_tables.FILE_SIZE))
-        bench_tables = shim_tables.BenchTables(shm, counters, Path(tmp), data, matrix.tables)
+        bench_tables = shim_tables.BenchTables(shm, counters, writer, Path(tmp), data,
+                                                  matrix.tables)
         try:
             run = _Run(driver, data, bench_tables, seconds, rounds, tick)
             cells = tuple(run.cell(c) for c in matrix.cells())

@@ -7,9 +7,10 @@
   file), the bench file named by none: the shim looks up and finds nothing;
 * ``none``: ``UNICACHE_TABLE`` names a path that does not exist (no agent).
 
-The tables are made with the guest agent's public API (``unicache_agent.shm`` and
-``counters``), as the agent makes them, so they follow its layout when it changes; the
-writer and harvester objects stay alive while the cells run (they own the mappings).
+The tables are made with the guest agent's public API (``unicache_agent.shm``,
+``table_writer`` and ``counters``), as the agent makes them, so they follow its layout
+when it changes; the writer and harvester objects stay alive while the cells run (they
+own the mappings).
 """
 
 from __future__ import annotations
@@ -66,13 +67,14 @@ def _filler(shm: Any, salt: int, dev: int, count: int, homes: frozenset[int]) ->
             for i in range(count)]
 
 
-def _publish(shm: Any, counters: Any, directory: Path, name: str, data: Path) -> TableState:
+def _publish(shm: Any, counters: Any, writer: Any, directory: Path, name: str,
+             data: Path) -> TableState:
     table_path, counters_dir = directory / f"{name}-table", directory / f"{name}-counters"
     env = {"UNICACHE_TABLE": str(table_path), "UNICACHE_COUNTERS": str(counters_dir)}
     if name == "none":
         return TableState(name, env, 0, 0, None, None)
     layout = shm.CounterLayout.of()
-    table = shm.TableWriter(str(table_path), counters=layout)
+    table = writer.TableWriter(str(table_path), counters=layout)
     harvester = counters.CounterHarvester(str(counters_dir), layout)
     st = data.stat()
     fid = shm.file_id_of(table.salt, st.st_dev, st.st_ino)
@@ -90,18 +92,19 @@ class BenchTables:
 
     :param shm: the agent's ``unicache_agent.shm`` module.
     :param counters: its ``unicache_agent.counters`` module.
+    :param writer: its ``unicache_agent.table_writer`` module.
     :param directory: where the tables and counters go.
     :param data: the bench file.
     :param names: the states to set up.
     :raises BenchError: when the agent's API refuses a table.
     """
 
-    def __init__(self, shm: Any, counters: Any, directory: Path, data: Path,
+    def __init__(self, shm: Any, counters: Any, writer: Any, directory: Path, data: Path,
                  names: tuple[str, ...]) -> None:
         self.states: dict[str, TableState] = {}
         try:
             for name in names:
-                self.states[name] = _publish(shm, counters, directory, name, data)
+                self.states[name] = _publish(shm, counters, writer, directory, name, data)
         except (OSError, shm.ShmError) as err:
             self.close()
             raise BenchError(f"cannot set up the {name} table") from err
