@@ -33,6 +33,7 @@ extern UC_TLS int uc_in_copy;
 extern UC_TLS sigjmp_buf uc_jb;
 
 int uc_guard_ready(void);
+int uc_guarded_load(const void *p, void *out, size_t n);
 
 /* --- non-temporal path (uc_ntpath.c) -------------------------------------------------- */
 

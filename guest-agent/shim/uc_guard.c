@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uc_guard.c - the fault guard of copies from mappings (the non-temporal path, replicas):
- * a SIGBUS or SIGSEGV inside such a copy jumps back so the real call decides; any other
- * fault goes to the handler the program had.
+ * uc_guard.c - the fault guard of copies from mappings (the non-temporal path, replicas)
+ * and of a caller's pointer read before the call (sendfile's offset): a SIGBUS or SIGSEGV
+ * inside such a copy jumps back so the real call decides; any other fault goes to the
+ * handler the program had.
  */
 #include "uc_shim.h"
 
@@ -64,3 +65,21 @@ int uc_guard_ready(void)
 	return 1;
 }
 
+
+/* Copy n bytes from the caller's p into out under the guard; 1 when copied, 0 when p is not
+ * readable (the real call then meets it and says EFAULT) or the guard cannot be set. */
+int uc_guarded_load(const void *p, void *out, size_t n)
+{
+	if (!uc_guard_ready())
+		return 0;
+	if (sigsetjmp(uc_jb, 1) == 0) {
+		*(volatile int *)&uc_in_copy = 1;
+		__asm__ volatile("" ::: "memory");
+		memcpy(out, p, n);
+		__asm__ volatile("" ::: "memory");
+		*(volatile int *)&uc_in_copy = 0;
+		return 1;
+	}
+	uc_in_copy = 0;
+	return 0;
+}

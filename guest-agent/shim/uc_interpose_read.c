@@ -10,8 +10,8 @@
  * a color) does the call take the *_acting path, which keeps the caller's errno (e0)
  * across its own work, so that what the caller sees is exactly the real call's errno, or
  * the unchanged value after a call served here. None reads memory the caller points to
- * before the call that the kernel has not just accepted (uc_sendfile_off): a bad pointer
- * gets the kernel's EFAULT, never a fault in the shim.
+ * before the call that the kernel has not just accepted, except under the fault guard
+ * (uc_sendfile_off): a bad pointer gets the kernel's EFAULT, never a fault in the shim.
  */
 #include "uc_shim.h"
 
@@ -215,22 +215,30 @@ static UC_TLS const void *uc_sf_offp;
 
 /*
  * sendfile's offset before the call, for a file the table names in a process where the
- * mechanisms act; UC_OFF_LATER otherwise. The caller's pointer is read only when the
- * kernel accepted the same pointer in this thread's last sendfile and it lies on this
- * thread's stack just above the shim's frame (a server's loop over one local offset):
- * so a bad pointer is always the kernel's EFAULT, and the first call of a loop is counted
- * after it, like any other.
+ * mechanisms act; UC_OFF_LATER otherwise. A pointer the kernel accepted in this thread's
+ * last sendfile that lies on this thread's stack just above the shim's frame (a server's
+ * loop over one local offset) is read as is; any other under the fault guard (uc_guard.c:
+ * a few system calls, paid only by a named file's call at a new pointer), so a bad pointer
+ * is always the kernel's EFAULT and an offset that moves with its caller's frame is read
+ * on the first call too (an interpreter's calls do not all run at one stack depth).
  */
 static int64_t uc_sendfile_off(struct uc_fd *e, const void *offp, int is64)
 {
 	uintptr_t sp = (uintptr_t)__builtin_frame_address(0), p = (uintptr_t)offp;
 	uint64_t gen;
+	off64_t o64 = -1;
+	off_t o32 = -1;
 	int64_t off;
 
-	if (offp != uc_sf_offp || p < sp || p - sp > (1u << 20) || !(gen = uc_table_gen()) ||
-	    !(uc_fd_flags(e, gen) & UC_FF_NAMED) || !uc_may_act())
+	if (!(gen = uc_table_gen()) || !(uc_fd_flags(e, gen) & UC_FF_NAMED) || !uc_may_act())
 		return UC_OFF_LATER;
-	off = is64 ? (int64_t) * (const off64_t *)offp : (int64_t) * (const off_t *)offp;
+	if (offp == uc_sf_offp && p >= sp && p - sp <= (1u << 20))
+		off = is64 ? (int64_t) * (const off64_t *)offp : (int64_t) * (const off_t *)offp;
+	else if (is64 ? uc_guarded_load(offp, &o64, sizeof(o64))
+		      : uc_guarded_load(offp, &o32, sizeof(o32)))
+		off = is64 ? (int64_t)o64 : (int64_t)o32;
+	else
+		return UC_OFF_LATER;
 	return off >= 0 ? off : UC_OFF_LATER;
 }
 

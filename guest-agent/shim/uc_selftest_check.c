@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -324,18 +325,33 @@ static void error_cases(const char *path)
 	if (fdd >= 0)
 		close(fdd);
 
-	/* sendfile: a bad offset pointer is the kernel's EFAULT, a bad fd its EBADF */
+	/* sendfile: a bad offset pointer is the kernel's EFAULT (an unmapped one, and one the
+	 * process maps without access: the shim reads a named file's offset under its fault
+	 * guard), a bad fd its EBADF */
 	fdw = open(path, O_RDONLY);
 	if (fdw >= 0 && pipe(p) == 0) {
+		struct stat fst;
 		off_t o = 1;
+		void *noaccess = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+				      0);
+		int k;
 
-		errno = 777;
-		a.ret = sendfile(p[1], fdw, (off_t *)(uintptr_t)4096, 10);
-		a.err = errno;
-		errno = 777;
-		b.ret = syscall(SYS_sendfile, p[1], fdw, (off_t *)(uintptr_t)4096, 10);
-		b.err = errno;
-		compare("sendfile bad offset pointer", -1, -1, a, b, 0);
+		(void)fstat(fdw, &fst); /* as programs do: the shim learns the file (it is named) */
+		for (k = 0; k < 2; k++) {
+			off_t *bad = k == 0 || noaccess == MAP_FAILED ? (off_t *)(uintptr_t)4096
+								      : (off_t *)noaccess;
+
+			errno = 777;
+			a.ret = sendfile(p[1], fdw, bad, 10);
+			a.err = errno;
+			errno = 777;
+			b.ret = syscall(SYS_sendfile, p[1], fdw, bad, 10);
+			b.err = errno;
+			compare(k == 0 ? "sendfile bad offset pointer"
+				       : "sendfile offset pointer without access", -1, -1, a, b, 0);
+		}
+		if (noaccess != MAP_FAILED)
+			munmap(noaccess, 4096);
 		errno = 777;
 		a.ret = sendfile(p[1], 987, &o, 10);
 		a.err = errno;

@@ -44,7 +44,8 @@
  * It never changes what the call returns: every path either is the real call or
  * produces exactly its bytes, return value, errno and file offset. It never reads memory
  * the caller points to before the call (the iovec array of readv is not read; sendfile's
- * offset only for a named file), so a bad pointer gets the kernel's EFAULT. Without the
+ * offset only for a named file, under the fault guard), so a bad pointer gets the
+ * kernel's EFAULT. Without the
  * table (no agent) every call is the plain call.
  *
  * See docs/agent.md for the layout, the limits and the non-temporal path.
