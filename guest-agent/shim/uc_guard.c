@@ -65,7 +65,6 @@ int uc_guard_ready(void)
 	return 1;
 }
 
-
 /* Copy n bytes from the caller's p into out under the guard; 1 when copied, 0 when p is not
  * readable (the real call then meets it and says EFAULT) or the guard cannot be set. */
 int uc_guarded_load(const void *p, void *out, size_t n)
