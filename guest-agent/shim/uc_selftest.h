@@ -51,4 +51,12 @@ int cmd_abbench(char **argv);
 int cmd_seccomp(char **argv);
 int cmd_calls(char **argv);
 
+/* qsort's order of doubles, ascending (the subcommands' medians) */
+static inline int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
 #endif /* UC_SELFTEST_H */

@@ -65,13 +65,6 @@ static double block(int fd, size_t n, read_fn rd, lseek_fn sk, unsigned long lon
 	return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
  * Blocks of 8 calls alternate between the two paths; each block's time is kept and the
  * figures use the median block, so a block that lost the CPU to another process (the

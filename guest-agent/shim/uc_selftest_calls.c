@@ -29,13 +29,6 @@ static double now_ns(void)
 	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* how = 0: getppid; 1: open + close; 2: + glibc's fstat; 3: + the classic fstat */
 static int one(int how, const char *path)
 {
