@@ -194,8 +194,9 @@ static inline int uc_pre(struct uc_fd *e, int64_t off, size_t n, struct uc_call 
  * rule has nothing to say or keeps the thread where it is (a claim it holds with half a
  * lease left). Such a call is counted into the run (uc_run_add) and reads nothing shared
  * but the table header's generation: no lookup, no counters, no clock but a placed
- * chunk's. New counters are seen when the run ends, at most UC_RUN_CALLS calls later, on
- * the path that opens the next one (uc_pre, uc_count).
+ * chunk's. New counters are seen when the run ends, at most UC_RUN_CALLS calls later or at
+ * its first call after the agent's next harvest, on the path that opens the next one
+ * (uc_pre, uc_count).
  */
 /* Is a claim still fresh (coarse ms, low 16 bits, serial-number compared)? */
 static inline __attribute__((always_inline)) int uc_fresh(uint16_t until_ms)
@@ -212,12 +213,15 @@ static inline __attribute__((always_inline)) int uc_in_run(struct uc_fd *e, uint
 							    size_t n)
 {
 	const struct uc_thread *t = uc_me();
+	const struct uc_table_hdr *th = __atomic_load_n(&uc.thdr, __ATOMIC_RELAXED);
 	uint64_t cs = 1ull << t->run_shift, chunk = off >> t->run_shift;
 
+	/* the table's generation and harvests share its header's line: a run the agent has
+	 * harvested since it opened goes out now, so no count waits past one harvest */
 	if (!t->run_chunks || t->run_file != atomic_load_explicit(&e->file_id, memory_order_relaxed) ||
 	    atomic_load_explicit(&e->decision, memory_order_relaxed) != (t->gen << 8 | t->run_ff) ||
-	    t->busy || t->run_calls + 1 >= UC_RUN_CALLS ||
-	    uc_gen_of_table(__atomic_load_n(&uc.thdr, __ATOMIC_RELAXED)) != t->gen)
+	    t->busy || t->run_calls + 1 >= UC_RUN_CALLS || uc_gen_of_table(th) != t->gen ||
+	    (uint16_t)__atomic_load_n(&th->harvests, __ATOMIC_RELAXED) != t->run_harvest)
 		return 0;
 	/* still on the run's vCPU; in a placed chunk, the rule keeps the thread there while it
 	 * holds its claim with half a lease left (uc_decide.h: STAY, no renewal); otherwise a

@@ -8,8 +8,9 @@
  * one vCPU, in one chunk or, for a sequential reader, in the chunks it enters one after
  * another; the run goes to the shared counters (per chunk, a slot lookup and one atomic
  * add of a packed cell, uc_layout.h) when the call moves elsewhere, after UC_RUN_CALLS
- * calls or UC_RUN_CHUNKS chunks, when its descriptor is closed, and when the thread or the
- * process ends. So a sequential reader pays for the shared counters once per chunk and
+ * calls or UC_RUN_CHUNKS chunks, at its first call after the agent's next harvest (the
+ * table header's `harvests`: a slow reader's counts wait at most one harvest), when its
+ * descriptor is closed, and when the thread or the process ends. So a sequential reader pays for the shared counters once per chunk and
  * without waiting on one miss after another, and the counts are exact: what is still
  * gathered when a process execs, calls _exit or is killed (at most one run per thread) is
  * all that is lost. A chunk reaches the agent's early look (the counters' `inserts`) when
@@ -296,11 +297,13 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 	int64_t off = c->off;
 	struct uc_thread *t = &uc_t;
 	uint64_t chunk, left, o;
+	uint16_t harvests;
 	int cpu, i;
 
 	if (off < 0 || cs == 0 || !cv || t->busy)
 		return;
 	cpu = uc_cpu();
+	harvests = uc_harvests();
 	o = (uint64_t)off;
 	t->busy = 1;
 	if (__builtin_expect(!t->registered, 0)) {
@@ -317,13 +320,14 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 			part = left;
 		if (t->run_chunks != 1 || t->run_cv != cv || t->run_hi != chunk ||
 		    t->run_file != file_id || t->run_cpu != (uint16_t)cpu ||
-		    1ull << t->run_shift != cs) {
+		    1ull << t->run_shift != cs || t->run_harvest != harvests) {
 			uc_run_flush(0);
 			t->run_cv = cv;
 			t->run_file = file_id;
 			t->run_shift = (uint8_t)__builtin_ctzll(cs);
 			t->run_hi = chunk;
 			t->run_chunks = 1;
+			t->run_harvest = harvests;
 			t->run_bytes = t->run_lo_bytes = 0;
 			t->run_calls = t->run_runs = 0;
 			t->run_lo_runs = t->run_writes = t->run_nt = 0;

@@ -128,7 +128,8 @@ struct uc_table_hdr {
 	uint32_t active;    /* buffer the readers use: 0 or 1 */
 	uint64_t gen;       /* bumped on every publish */
 	uint32_t agent_pid;
-	uint32_t pad0;
+	uint32_t harvests;  /* bumped after each harvest's flip: a thread's open run of counts
+			     * goes to the counters at its first call after it (uc_counters.c) */
 	/* the counters layout of every user's file (layout 4): uc_ctr_len() */
 	uint32_t ctr_nslots;
 	uint32_t ctr_max_vcpus;

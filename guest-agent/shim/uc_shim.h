@@ -325,7 +325,8 @@ struct uc_thread {
 	uint64_t run_file;       /* the open run's file */
 	uint64_t run_hi;         /* the chunk it reads now */
 	uint64_t run_bytes;      /* chunk run_hi's bytes */
-	uint32_t run_chunks;     /* run_hi - its lo + 1; 0: no run open */
+	uint16_t run_chunks;     /* run_hi - its lo + 1; 0: no run open */
+	uint16_t run_harvest;    /* the table's harvests (low 16 bits) when the run opened */
 	uint16_t run_calls;
 	uint16_t run_runs;       /* chunk run_hi's runs */
 	uint8_t run_shift;       /* log2 of the run's chunk size */
@@ -369,6 +370,15 @@ static inline uint64_t uc_gen_of_table(const struct uc_table_hdr *th)
 {
 	return atomic_load_explicit(&uc.epoch, memory_order_relaxed) << 48 |
 	       (__atomic_load_n(&th->gen, __ATOMIC_ACQUIRE) & ((1ull << 48) - 1));
+}
+
+/* The agent's harvests of the mapped table (low 16 bits; 0 with no table), in the line of
+ * its generation: an open run of counts older than the last harvest goes out. */
+static inline uint16_t uc_harvests(void)
+{
+	const struct uc_table_hdr *th = __atomic_load_n(&uc.thdr, __ATOMIC_RELAXED);
+
+	return th ? (uint16_t)__atomic_load_n(&th->harvests, __ATOMIC_RELAXED) : 0;
 }
 
 /* The table's generation now (0 when no table is usable), with this thread's copy of the

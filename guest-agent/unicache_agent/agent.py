@@ -424,6 +424,7 @@ class Agent:
         """
         now = self.clock()
         harvest = self.counters.harvest()
+        self.table.mark_harvest()  # the shims' open runs go out at their next call
         files = self.capture.drain() if self.capture is not None else []
         if self.replicas is not None:  # NCC's round: hits, writes, timer, 2:1 shrink
             self.replicas.call("round", harvest.chunks,

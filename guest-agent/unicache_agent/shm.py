@@ -95,7 +95,7 @@ DEFAULT_SLOTS = 8192
 DEFAULT_GENS = 4096
 
 _M64 = (1 << 64) - 1
-# magic layout salt nbuckets active gen agent_pid pad0, then (layout 4) the counters layout
+# magic layout salt nbuckets active gen agent_pid harvests, then (layout 4) the counters layout
 # ctr_nslots ctr_max_vcpus, (layout 5) node_mask, and ctr_ngens
 _HDR = struct.Struct("<IIQIIQIIIIII8x")
 #: uc_table_cpus: one byte per possible CPU, after the header; the buffers follow it
@@ -120,6 +120,7 @@ _U32 = struct.Struct("<I")
 
 _HDR_ACTIVE_OFF = 20
 _HDR_GEN_OFF = 24
+_HDR_HARVESTS_OFF = 36
 
 
 def mix64(x: int) -> int:

@@ -26,6 +26,7 @@ from .shm import (
     _HDR,
     _HDR_ACTIVE_OFF,
     _HDR_GEN_OFF,
+    _HDR_HARVESTS_OFF,
     _M64,
     _U32,
     _U64,
@@ -254,6 +255,17 @@ class TableWriter:
         _U64.pack_into(self._map, _HDR_GEN_OFF, self._gen)
         self.version = version
         return nchunks
+
+    @property
+    def harvests(self) -> int:
+        """The header's count of harvests (:meth:`mark_harvest`), modulo 2**32."""
+        return int(_U32.unpack_from(self._map, _HDR_HARVESTS_OFF)[0])
+
+    def mark_harvest(self) -> None:
+        """Tell the shims the counters were harvested (the header's ``harvests``): a
+        thread's open run of counts goes to the counters at its next call, so a slow
+        reader's counts reach the harvest after next at the latest."""
+        _U32.pack_into(self._map, _HDR_HARVESTS_OFF, (self.harvests + 1) & 0xFFFFFFFF)
 
     def snapshot(self) -> TableSnapshot:
         """Read the active buffer back, chunk and file entries apart."""

@@ -157,3 +157,15 @@ def test_the_rule_alone() -> None:
     small = EarlyReports(max_known=2)
     small.reported([(1, 0), (2, 0), (3, 0)], 1.0)
     assert small.saw({(1, 0)})  # nothing more remembered: any chunk is fresh
+
+
+def test_every_harvest_tells_the_shims_so_their_open_runs_go_out(tmp_path: Path) -> None:
+    # the table header's `harvests` (uc_layout.h): a shim thread's open run of counts goes to
+    # the counters at its first call after it moves, so a slow reader waits one harvest
+    h, clock, counters = _ready(tmp_path)
+    before = h.table.harvests
+    counters.read(0xA, 0)
+    _turn(h, clock, EARLY_POLL_S)
+    assert len(_sent(h)) == 1 and h.table.harvests == before + 1
+    _turn(h, clock, EARLY_POLL_S)
+    assert _sent(h) == [] and h.table.harvests == before + 1  # no report, no harvest
