@@ -15,9 +15,9 @@ from __future__ import annotations
 import typing
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from unicache.host.base import ActResult, Host
+from unicache.host.ports import ActResult, Host, RoundHost
 from unicache.model import Action, Decision, Observation
 from unicache.policy.round import Policy, RoundState
 
@@ -42,16 +42,6 @@ class RoundResult:
         """The observation's tick."""
         return self.observation.tick
 
-
-class RoundHost(Protocol):
-    """A host as the loop sees it: observing may wait (the daemon lists VMs over QMP or
-    libvirt and serves its guest channels meanwhile)."""
-
-    async def observe(self) -> Observation | None:
-        """The next interval's observation; ``None`` when there is nothing more."""
-
-    def act(self, actions: Sequence[Action]) -> ActResult:
-        """Carry out actions; never raises for one failed action."""
 
 
 T = TypeVar("T")

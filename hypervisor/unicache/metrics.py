@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.model import Observation
 from unicache.policy.round import RoundState, UnicachePolicy
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from unicache import daemon as daemon_module
-from unicache.daemon import DaemonConfig, run_daemon
+from unicache.config import DaemonConfig
+from unicache.daemon import run_daemon
 from unicache.host.procfs_source import ProcessVmSource
 from unicache.policy.round import UnicachePolicy
 from unicache.topology import Unify

@@ -13,14 +13,16 @@ from typer.testing import CliRunner
 from unicache import daemon as daemon_module
 from unicache import loop
 from unicache.cli import app
-from unicache.daemon import DaemonConfig, run_daemon
-from unicache.host.base import ActResult
+from unicache.config import DaemonConfig
+from unicache.daemon import run_daemon
+from unicache.host.ports import ActResult
 from unicache.host.procfs_source import ProcessVmSource
 from unicache.model import Action, Decision, Observation
 from unicache.policy.round import RoundState
 from unicache.topology import Unify
 from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import MIB, MfcSpec, run_baseline
+from unicache_sim.experiments.mfc_read import run_baseline
+from unicache_sim.experiments.mfc_spec import MIB, MfcSpec
 
 from tests.host.test_daemon import guest  # noqa: F401  (the stand-in QEMU fixture)
 from tests.topologies import TOPO_OPTERON_16

@@ -12,7 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from unicache.daemon import DaemonConfig, run_daemon
+from unicache.config import DaemonConfig
+from unicache.daemon import run_daemon
 from unicache.errors import StateError
 from unicache.host.libvirt.channel import make_placeholder_socket
 from unicache.host.libvirt.domain_xml import parse_domain

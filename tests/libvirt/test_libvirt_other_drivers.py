@@ -86,7 +86,8 @@ def test_the_daemon_observes_and_pins_vcpus_that_have_no_host_thread(
     import asyncio
     import json
 
-    from unicache.daemon import DaemonConfig, run_daemon
+    from unicache.config import DaemonConfig
+    from unicache.daemon import run_daemon
     from unicache.topology import Unify
 
     source.running()

@@ -71,7 +71,7 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
     config = exec_start[exec_start.index("--config") + 1]
     assert config == "/etc/unicache/unicache.toml"
     in_root(root, "/opt/unicache/.venv/bin/python", "-c",
-            f"from pathlib import Path; from unicache.daemon import load_config; "
+            f"from pathlib import Path; from unicache.config import load_config; "
             f"load_config(Path({config!r}))")
     for doc in unit["Unit"]["Documentation"].split():
         assert (root / doc.removeprefix("file:///")).is_file(), doc

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from unicache.errors import UnicacheError
 from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import MIB, MfcSpec, run_baseline
+from unicache_sim.experiments.mfc_read import run_baseline
+from unicache_sim.experiments.mfc_spec import MIB, MfcSpec
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from unicache.topology import Unify
 from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import MIB, MfcSpec, run_baseline
+from unicache_sim.experiments.mfc_read import run_baseline
+from unicache_sim.experiments.mfc_spec import MIB, MfcSpec
 from unicache_sim.experiments.parallel_bound import parallel_bound
 
 from tests.topologies import TOPO_OPTERON_16

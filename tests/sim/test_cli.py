@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from unicache.daemon import DaemonConfig
+from unicache.config import DaemonConfig
 from unicache_sim.cli import app
 
 # click < 8.2 mixes stderr into stdout unless told not to; 8.2 always separates them

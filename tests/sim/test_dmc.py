@@ -16,7 +16,7 @@ from unicache_sim.experiments.dmc_costs import PAPER_COSTS, c2c_cycles, dmc_cost
 from unicache_sim.experiments.dmc_isa import NOBODY, Core, DmcMachine
 from unicache_sim.experiments.dmc_micro import linked_list, pingpong, scan
 from unicache_sim.experiments.dmc_whatif import dmc_migration_cycles, dmc_topology
-from unicache_sim.experiments.mfc_read import MfcSpec
+from unicache_sim.experiments.mfc_spec import MfcSpec
 
 MODELS = ("opteron-16", "epyc-2s", "epyc-rome-2s", "xeon-spr-2s", "xeon-spr-2s-snc4")
 

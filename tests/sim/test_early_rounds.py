@@ -17,7 +17,8 @@ from unicache_sim import earlyreport
 from unicache_sim.config import from_topology
 from unicache_sim.experiments import mfc_read
 from unicache_sim.experiments.mfc_baselines import UnicacheLive
-from unicache_sim.experiments.mfc_read import MfcSpec, run_baseline
+from unicache_sim.experiments.mfc_read import run_baseline
+from unicache_sim.experiments.mfc_spec import MfcSpec
 from unicache_sim.livetiming import LoopTiming
 
 from tests.topologies import TOPO_OPTERON_16

@@ -10,17 +10,12 @@ import math
 from dataclasses import replace
 
 import pytest
-from unicache.daemon import DaemonConfig
+from unicache.config import DaemonConfig
 from unicache_sim import simhost
 from unicache_sim.config import from_topology
 from unicache_sim.experiments.mfc_baselines import UnicacheLive
-from unicache_sim.experiments.mfc_read import (
-    MAX_WARM_ROUNDS,
-    SETTLE_ROUNDS,
-    WARM_ROUNDS,
-    MfcSpec,
-    run_mfc,
-)
+from unicache_sim.experiments.mfc_read import run_mfc
+from unicache_sim.experiments.mfc_spec import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec
 from unicache_sim.livetiming import LoopTiming
 
 from tests.sim.freeshim import FREE_SHIM

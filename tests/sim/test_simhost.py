@@ -15,7 +15,8 @@ from unicache.model import (
 )
 from unicache_sim import shimrule, simhost
 from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import MfcSpec, run_mfc
+from unicache_sim.experiments.mfc_read import run_mfc
+from unicache_sim.experiments.mfc_spec import MfcSpec
 from unicache_sim.shimcost import ShimCost
 from unicache_sim.simhost import GuestShim, SimHost
 

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from unicache.daemon import DEFAULT_DECISION_LOG, DaemonConfig, default_decision_log, load_config
+from unicache.config import DEFAULT_DECISION_LOG, DaemonConfig, default_decision_log, load_config
 from unicache.decisionlog import (
     KEEP_ROTATED,
     DecisionLog,

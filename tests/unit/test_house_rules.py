@@ -1,5 +1,6 @@
-"""Issue #14's house rule that a change most easily breaks: no product source file over
-500 lines (one concern per module; generated files and patches aside)."""
+"""House rules a change most easily breaks: no product source file over 500 lines (issue
+#14: one concern per module; generated files and patches aside) and no build output under
+version control (issue #34: object files, archives and binaries are made, not kept)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,20 @@ def test_no_product_source_file_is_over_500_lines() -> None:
     assert len(files) > 100  # the listing found the tree
     long = {f: n for f in files if (n := len((ROOT / f).read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+#: how an ELF file (object, library, program) and an ar archive (a static library) begin
+BUILD_MAGICS = (b"\x7fELF", b"!<arch>\n")
+
+
+def test_no_build_output_is_tracked() -> None:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    files = [f for f in listed if f and (ROOT / f).is_file()]
+    assert len(files) > 100  # the listing found the tree
+    built = []
+    for f in files:
+        with open(ROOT / f, "rb") as fh:
+            if fh.read(8).startswith(BUILD_MAGICS):
+                built.append(f)
+    assert not built, f"build output tracked (delete it and let make build it): {built}"

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from unicache.daemon import load_config
+from unicache.config import load_config
 from unicache.errors import ConfigError
 from unicache.host.libvirt.domain_xml import parse_domain
 from unicache.host.libvirt.placement import (

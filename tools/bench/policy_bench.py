@@ -41,7 +41,7 @@ from typing import Any
 
 from unicache.errors import ConfigError
 from unicache.gcpace import GcPacer, GcPass
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation, PinVcpu
 from unicache.policy.mfc import MfcTable, UnitView

@@ -84,7 +84,7 @@ def install_hook(
     and in the domain's definition. A hook already there is kept
     (HOOKS_DIR/qemu.unicache-orig) and still runs first.
     """
-    from unicache.daemon import load_config
+    from unicache.config import load_config
     from unicache.host.libvirt.hook import HookConfig
     from unicache.host.libvirt.hook import install_hook as install
 

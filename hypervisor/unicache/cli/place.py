@@ -97,7 +97,7 @@ def place(
     cell each. On this host it sees the daemon's observed weights and libvirt's running
     domains; with --model every VM starts on an idle machine. Prints the libvirt XML.
     """
-    from unicache.daemon import load_config
+    from unicache.config import load_config
 
     options = load_config(config).place
     level = Unify(unify)

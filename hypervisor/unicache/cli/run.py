@@ -100,7 +100,8 @@ def run(
     """
     import asyncio
 
-    from unicache.daemon import load_config, run_daemon, with_overrides
+    from unicache.config import load_config, with_overrides
+    from unicache.daemon import run_daemon
     from unicache.host.procfs_source import ProcessVmSource, parse_attach
 
     cfg = with_overrides(

@@ -31,7 +31,7 @@ def status(
     ] = False,
 ) -> None:
     """Show units, vCPUs and weights of the running daemon (--json: and its last actions)."""
-    from unicache.daemon import default_decision_log
+    from unicache.config import default_decision_log
     from unicache.readback import read_log, read_status
 
     def render() -> Table:
@@ -87,7 +87,7 @@ def explain(
     json_out: JsonOpt = False,
 ) -> None:
     """Why a VM's vCPUs sit where they sit, from the decision log."""
-    from unicache.daemon import default_decision_log
+    from unicache.config import default_decision_log
     from unicache.readback import explain as explain_vm
     from unicache.readback import read_log
 

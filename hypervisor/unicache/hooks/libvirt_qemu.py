@@ -46,7 +46,7 @@ def _started(domain: str) -> None:
 
 
 def _apply(domain: str) -> int:
-    from unicache.daemon import load_config
+    from unicache.config import load_config
     from unicache.errors import UnicacheError
     from unicache.host.libvirt.hook import HookConfig, apply_placement, log_record
 

@@ -14,22 +14,28 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from unicache.cpulist import format_list
 from unicache.errors import UnicacheError
-from unicache.host.base import ActResult
-from unicache.host.linux.affinity import SavedAffinity, thread_last_cpu
-from unicache.host.linux.perf import PerfPort, ThreadCounts
+from unicache.host.linux.affinity import thread_last_cpu
+from unicache.host.linux.perf import ThreadCounts
+from unicache.host.ports import (
+    ActResult,
+    AffinitySetter,
+    PerfPort,
+    Publisher,
+    RunningVm,
+    VmSource,
+    WeightSetter,
+)
 from unicache.model import (
     TABLE_ACTIONS,
     Action,
     CounterSample,
     CounterSource,
-    GuestNode,
     GuestReport,
     Observation,
     PinVcpu,
@@ -42,116 +48,6 @@ from unicache.model import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RunningVm:
-    """A running VM as a backend (embedded QEMU, libvirt) describes it.
-
-    :param name: unique name.
-    :param pid: the hypervisor process.
-    :param vcpu_threads: vCPU index -> host thread id.
-    :param agent_socket: the unix socket of its guest channel, if it has one.
-    :param agent_listens: the hypervisor listens on ``agent_socket`` (libvirt's
-        ``mode='bind'``, QEMU ``server=on``) and unicache dials it; otherwise unicache
-        listens and the hypervisor connects.
-    :param memory_bytes: guest RAM.
-    :param vcpu_times: vCPUs that run on no host thread (Xen through libvirt): index ->
-        (their CPUs, cumulative CPU time in ns) as the hypervisor reports them this round.
-    :param nodes: its guest NUMA nodes as the backend built them (colored ones included).
-    """
-
-    name: str
-    pid: int
-    vcpu_threads: Mapping[int, int]
-    agent_socket: Path | None = None
-    memory_bytes: int = 0
-    vcpu_times: Mapping[int, tuple[frozenset[int], int]] = field(default_factory=dict)
-    nodes: tuple[GuestNode, ...] = ()
-    agent_listens: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class VmEvent:
-    """A lifecycle event a backend delivered between two rounds (libvirt's).
-
-    :param time: wall-clock seconds.
-    :param vm: the VM's name ("" for the backend itself, e.g. a reconnect).
-    :param kind: ``started``, ``stopped``, ``migrated-away``, ``crashed``, ...
-    :param detail: the backend's detail for it (``destroyed``, ``migrated``, ...).
-    """
-
-    time: float
-    vm: str
-    kind: str
-    detail: str
-
-
-class VmSource(Protocol):
-    """A backend that lists the running VMs: everything the daemon's loop calls on it."""
-
-    def running(self) -> list[RunningVm]:
-        """The VMs running now; a VM that cannot be queried is left out (and logged)."""
-
-    def drain_events(self) -> list[VmEvent]:
-        """Lifecycle events since the last call, oldest first (none for most backends)."""
-
-    def close(self) -> None:
-        """Let go of the backend (the VMs keep running)."""
-
-
-class AffinitySetter(Protocol):
-    """Pins vCPUs and puts back what it changed, journaled (``host/linux/affinity.py`` for
-    threads, ``host/libvirt/actuator.py`` for libvirt domains)."""
-
-    @property
-    def pending(self) -> tuple[SavedAffinity, ...]:
-        """Changes that a restore would undo."""
-
-    def set_affinity(self, key: str, tid: int, cpus: Iterable[int]) -> frozenset[int]:
-        """Pin one vCPU (``tid`` 0: through the hypervisor); returns the CPUs it had.
-
-        :raises OSError: when refused (the action fails and is retried next round).
-        """
-
-    def restore(self, key: str) -> str:
-        """Put one pinned vCPU back as it was (a policy released it); one line.
-
-        :raises OSError: when refused (the action fails and is retried next round).
-        """
-
-    def forget(self, key: str) -> None:
-        """Drop a journal entry whose thread is gone."""
-
-    def restore_all(self) -> list[str]:
-        """Undo every change; one line each."""
-
-
-class WeightSetter(Protocol):
-    """Sets vCPU CPU weights and puts back what it changed (``host/linux/cgroup.py`` for
-    unicache's own QEMU, ``host/libvirt/weights.py`` for libvirt domains). Built with
-    ``dry_run``, it writes nothing and returns what it would write."""
-
-    def set_weight(self, vm: str, pid: int, vcpu: int, tid: int, weight: int) -> tuple[str, ...]:
-        """Give one vCPU a weight.
-
-        :returns: the writes made (in a dry run: that would be), one line each.
-        :raises OSError: when refused.
-        """
-
-    def restore_all(self) -> list[str]:
-        """Undo every change; one line each."""
-
-
-class Publisher(Protocol):
-    """Sends placement tables to guest agents (the channel server)."""
-
-    def publish(self, action: PublishPlacement, dry_run: bool = False) -> tuple[bytes, ...]:
-        """Queue a table for a VM's agent (``dry_run``: only encode it).
-
-        :returns: the lines sent (that would be, with ``dry_run``); empty if the agent is
-            not connected.
-        """
 
 
 class LiveHost:
@@ -368,9 +264,9 @@ class LiveHost:
 if TYPE_CHECKING:  # conformance to the ports, as mypy sees it
     from pathlib import Path
 
-    from unicache.host.base import Host
     from unicache.host.linux.affinity import Actuator
     from unicache.host.linux.cgroup import CgroupWeights
+    from unicache.host.ports import Host
 
     # the thread backends (the libvirt ones check themselves in host/libvirt/, the VM
     # sources in theirs; the channel server, a Publisher, in daemon.py, which joins the two)

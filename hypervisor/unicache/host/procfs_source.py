@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unicache.errors import ConfigError
-from unicache.host.live import RunningVm, VmEvent, VmSource
+from unicache.host.ports import RunningVm, VmEvent, VmSource
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.model import (
     Action,
     CounterSample,
@@ -93,6 +93,6 @@ class ReplayHost:
 
 
 if TYPE_CHECKING:  # conformance, as mypy sees it
-    from unicache.host.base import Host
+    from unicache.host.ports import Host
 
     _check: Host = ReplayHost.__new__(ReplayHost)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from unicache.host.libvirt.source import LibvirtVmSource
 from unicache.host.linux.affinity import Actuator, SavedAffinity, thread_start_time
-from unicache.host.live import VmSource
+from unicache.host.ports import VmSource
 from unicache.statefile import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -239,6 +239,6 @@ def make_actuator(source: VmSource, journal: Path, dry_run: bool = False) -> Act
 
 
 if TYPE_CHECKING:
-    from unicache.host.live import AffinitySetter
+    from unicache.host.ports import AffinitySetter
 
     _check: AffinitySetter = LibvirtActuator(Path(), LibvirtVmSource())  # conformance

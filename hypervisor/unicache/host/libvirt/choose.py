@@ -7,7 +7,7 @@ from pathlib import Path
 from unicache.errors import ConfigError, UnicacheError
 from unicache.host.libvirt.binding import libvirt
 from unicache.host.libvirt.source import DEFAULT_URI, LibvirtVmSource
-from unicache.host.live import VmSource
+from unicache.host.ports import VmSource
 
 
 def choose_vm_source(connect_uri: str | None, state_dir: Path) -> tuple[VmSource, str]:

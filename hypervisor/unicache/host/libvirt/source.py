@@ -45,7 +45,7 @@ from unicache.host.libvirt.binding import (
 )
 from unicache.host.libvirt.channel import make_placeholder_socket
 from unicache.host.libvirt.domain_xml import DomainXml, parse_domain, parse_query_cpus_fast
-from unicache.host.live import RunningVm, VmEvent, VmSource
+from unicache.host.ports import RunningVm, VmEvent, VmSource
 from unicache.model import GuestNode
 
 log = logging.getLogger(__name__)

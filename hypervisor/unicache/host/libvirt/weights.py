@@ -21,8 +21,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from unicache.host.ports import SharesPort
 from unicache.policy.obscredit import BASE_CPU_WEIGHT
 from unicache.statefile import Checkpoint
 
@@ -31,15 +32,6 @@ from unicache.statefile import Checkpoint
 MIN_SHARES = 2
 MAX_SHARES = 262_144
 
-
-class SharesPort(Protocol):
-    """The libvirt calls this needs (``LibvirtVmSource``)."""
-
-    def cpu_shares(self, name: str) -> int:
-        """The domain's live ``cpu_shares``."""
-
-    def set_cpu_shares(self, name: str, shares: int) -> None:
-        """Set the domain's live ``cpu_shares``."""
 
 
 def domain_shares(original: int, weights: Iterable[int]) -> int:
@@ -134,6 +126,6 @@ class LibvirtWeights:
 
 if TYPE_CHECKING:
     from unicache.host.libvirt.source import LibvirtVmSource
-    from unicache.host.live import WeightSetter
+    from unicache.host.ports import WeightSetter
 
     _check: WeightSetter = LibvirtWeights(LibvirtVmSource(), Path())  # conformance

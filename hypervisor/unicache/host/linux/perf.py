@@ -16,7 +16,6 @@ import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 from unicache.errors import PerfError
 from unicache.model import CounterSource
@@ -82,18 +81,6 @@ class ThreadCounts:
             diff(self.llc_misses, earlier.llc_misses),
         )
 
-
-class PerfPort(Protocol):
-    """What the live host needs from performance counters."""
-
-    def read(self, tid: int) -> ThreadCounts | None:
-        """Cumulative counts of a thread (opening its counters on first use)."""
-
-    def forget(self, tid: int) -> None:
-        """Close a thread's counters."""
-
-    def close(self) -> None:
-        """Close every counter."""
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -207,6 +194,3 @@ class PerfCounters:
         """Threads with open counters (read-only view for status output)."""
         return dict(self._fds)
 
-
-if TYPE_CHECKING:  # conformance of the counters to the port, as mypy sees it
-    _check: PerfPort = PerfCounters(hardware=False)

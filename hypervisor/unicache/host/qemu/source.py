@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unicache.errors import UnicacheError
-from unicache.host.live import RunningVm, VmEvent, VmSource
+from unicache.host.ports import RunningVm, VmEvent, VmSource
 from unicache.host.qemu.registry import list_vms
 from unicache.host.qemu.vm import QemuVm
 from unicache.model import GuestNode

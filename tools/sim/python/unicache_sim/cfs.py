@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from unicache.host.base import ActResult
 from unicache.host.libvirt.weights import domain_shares
+from unicache.host.ports import ActResult
 from unicache.model import Action, Observation, SetCpuWeight, VcpuId
 from unicache.policy.obscredit import BASE_CPU_WEIGHT
 
@@ -232,6 +232,6 @@ class SlicedHost:
 
 
 if TYPE_CHECKING:  # conformance to the Host port, as mypy sees it
-    from unicache.host.base import Host
+    from unicache.host.ports import Host
 
     _check: Host = SlicedHost.__new__(SlicedHost)

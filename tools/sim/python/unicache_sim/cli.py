@@ -25,7 +25,8 @@ from unicache_sim.cli_figures import figures
 from unicache_sim.cli_grid import grid
 from unicache_sim.cli_obs import obs
 from unicache_sim.experiments.dmc_whatif import MIGRATION_MODES
-from unicache_sim.experiments.mfc_read import (
+from unicache_sim.experiments.mfc_read import PointResult, baselines_for, run_mfc
+from unicache_sim.experiments.mfc_spec import (
     CORUNNERS,
     DISTRIBUTIONS,
     LINUX_SAME_READERS,
@@ -33,9 +34,6 @@ from unicache_sim.experiments.mfc_read import (
     SETUPS,
     WORKLOADS,
     MfcSpec,
-    PointResult,
-    baselines_for,
-    run_mfc,
 )
 from unicache_sim.experiments.sched_hop import DEFAULT_HOPS
 from unicache_sim.livetiming import LoopTiming

@@ -16,7 +16,8 @@ from unicache.topology.toml import load_model
 
 from unicache_sim.cli_common import stderr, user_error
 from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import MIB, SETUPS, MfcSpec, readers, run_baseline
+from unicache_sim.experiments.mfc_read import readers, run_baseline
+from unicache_sim.experiments.mfc_spec import MIB, SETUPS, MfcSpec
 from unicache_sim.experiments.parallel_bound import ParallelBound, parallel_bound
 
 

@@ -22,7 +22,7 @@ from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
 from unicache_sim.cli_common import stderr, user_error
-from unicache_sim.experiments.mfc_read import FILE_BYTES
+from unicache_sim.experiments.mfc_spec import FILE_BYTES
 from unicache_sim.grid import (
     GridPoint,
     GridRequest,

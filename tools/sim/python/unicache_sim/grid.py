@@ -33,7 +33,8 @@ from unicache.topology.toml import load_model, model_names
 from unicache_sim.config import from_topology
 from unicache_sim.dask_client import dask_client
 from unicache_sim.dask_client import default_workers as default_workers
-from unicache_sim.experiments.mfc_read import (
+from unicache_sim.experiments.mfc_read import PointResult, run_mfc
+from unicache_sim.experiments.mfc_spec import (
     DISTRIBUTIONS,
     FILE_BYTES,
     MIB,
@@ -41,8 +42,6 @@ from unicache_sim.experiments.mfc_read import (
     SETUPS,
     WORKLOADS,
     MfcSpec,
-    PointResult,
-    run_mfc,
 )
 
 #: thread counts of the grid besides "all CPUs of the model"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from unicache.errors import ConfigError
 
-from unicache_sim.experiments.mfc_read import FILE_BYTES
+from unicache_sim.experiments.mfc_spec import FILE_BYTES
 from unicache_sim.grid import GridAxes, ModelAxes
 from unicache_sim.grid_report import PointKey, PointSummary, seed_range
 

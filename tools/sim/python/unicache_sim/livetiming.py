@@ -71,7 +71,7 @@ class LoopTiming:
     @classmethod
     def daemon_defaults(cls, **overrides: float) -> LoopTiming:
         """The timing of a daemon started without a config file (``unicache run``)."""
-        from unicache.daemon import DaemonConfig
+        from unicache.config import DaemonConfig
         from unicache.roundpace import EARLY_ROUND_MIN_S
 
         interval = DaemonConfig().interval_s

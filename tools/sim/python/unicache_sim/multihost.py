@@ -37,7 +37,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.model import Action, Observation
 
 from unicache_sim import _native
@@ -253,6 +253,6 @@ class MultiHost:
 
 
 if TYPE_CHECKING:  # conformance to the Host port, as mypy sees it
-    from unicache.host.base import Host
+    from unicache.host.ports import Host
 
     _check: Host = MultiHost.__new__(MultiHost)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from unicache.errors import ConfigError
 
-from unicache_sim.experiments.mfc_read import BASELINES, PointResult
+from unicache_sim.experiments.mfc_read import PointResult
+from unicache_sim.experiments.mfc_spec import BASELINES
 
 
 def plot_mfc(points: list[PointResult], path: Path, title: str) -> None:

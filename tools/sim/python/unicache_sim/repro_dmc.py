@@ -19,7 +19,8 @@ from unicache.topology.toml import load_model
 from unicache_sim.experiments.dmc_micro import ScanPoint
 from unicache_sim.experiments.dmc_runs import VARIANTS, ListPoint, run_micro
 from unicache_sim.experiments.dmc_whatif import MigrationMode
-from unicache_sim.experiments.mfc_read import MfcSpec, run_mfc
+from unicache_sim.experiments.mfc_read import run_mfc
+from unicache_sim.experiments.mfc_spec import MfcSpec
 from unicache_sim.repro_run import ReproReport
 from unicache_sim.repro_table import ReproRow, Verdict, gain_verdict, points_verdict
 from unicache_sim.spread import Spread

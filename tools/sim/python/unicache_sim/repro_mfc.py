@@ -19,7 +19,8 @@ from typing import Any
 
 from unicache.topology.toml import load_model
 
-from unicache_sim.experiments.mfc_read import MfcSpec, PointResult, run_mfc
+from unicache_sim.experiments.mfc_read import PointResult, run_mfc
+from unicache_sim.experiments.mfc_spec import MfcSpec
 from unicache_sim.repro_mfc_plot import plot_dram, plot_one_reader, plot_parallel
 from unicache_sim.repro_run import ReproReport
 from unicache_sim.repro_table import NOISE, ReproRow, Verdict, gain_verdict

@@ -1,6 +1,6 @@
 """The simulated host: the Host port over the native engine, and the guest shim's reads.
 
-``SimHost`` implements :class:`unicache.host.base.Host` for one simulated VM: ``observe``
+``SimHost`` implements :class:`unicache.host.ports.Host` for one simulated VM: ``observe``
 turns the engine's per-thread counters and the reads the guest made since the last round
 into an :class:`~unicache.model.Observation` (counter samples per vCPU, a guest report
 per VM, exactly the shapes the live daemon builds); ``act`` carries out the policy's
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.model import (
     Action,
     ChunkAccess,
@@ -492,6 +492,6 @@ def linux_float(
 
 
 if TYPE_CHECKING:  # conformance to the Host port, as mypy sees it
-    from unicache.host.base import Host
+    from unicache.host.ports import Host
 
     _check: Host = SimHost.__new__(SimHost)

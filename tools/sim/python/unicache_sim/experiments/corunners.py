@@ -4,13 +4,10 @@ co-runners, MFC §4.6's other users of the caches."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from unicache_sim import _native
 from unicache_sim.config import SimConfig
-
-if TYPE_CHECKING:
-    from unicache_sim.experiments.mfc_read import MfcSpec
+from unicache_sim.experiments.mfc_spec import MfcSpec
 
 MIB = 1024 * 1024
 

@@ -41,7 +41,7 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation
 from unicache.policy.placefleet import Arrival, place_fleet

@@ -16,7 +16,8 @@ from unicache.topology.toml import load_model
 
 from unicache_sim.experiments.dmc_micro import ScanPoint, linked_list, pingpong, scan
 from unicache_sim.experiments.dmc_whatif import MigrationMode, dmc_migration_cycles
-from unicache_sim.experiments.mfc_read import MfcSpec, run_mfc
+from unicache_sim.experiments.mfc_read import run_mfc
+from unicache_sim.experiments.mfc_spec import MfcSpec
 from unicache_sim.spread import Spread
 
 #: Figure 3's segment sizes, Figure 4's pushed lines, Figure 5's extra lines

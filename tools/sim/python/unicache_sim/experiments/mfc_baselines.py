@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from unicache.host.base import ActResult
+from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import (
     Action,
@@ -38,10 +37,8 @@ from unicache_sim.calibration import CYCLES_PER_BYTE
 from unicache_sim.config import SimConfig
 from unicache_sim.earlyreport import EarlyReports
 from unicache_sim.experiments.dmc_whatif import LookupShim
+from unicache_sim.experiments.mfc_spec import MfcSpec
 from unicache_sim.simhost import GuestShim, SimHost, linux_float
-
-if TYPE_CHECKING:
-    from unicache_sim.experiments.mfc_read import MfcSpec
 
 #: the VM the simulated threads belong to
 VM_NAME = "vm0"

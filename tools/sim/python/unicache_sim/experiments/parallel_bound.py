@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from unicache.errors import ConfigError
 from unicache.topology import Topology, Unify
 
-from unicache_sim.experiments.mfc_read import FILE_BYTES
+from unicache_sim.experiments.mfc_spec import FILE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
