@@ -5,9 +5,13 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
+
+import cattrs
 
 from unicache.errors import ConfigError
 from unicache.policy.placeoptions import PlaceOptions, place_options_from
@@ -19,7 +23,8 @@ DEFAULT_STATE_DIR = Path("/run/unicache")
 DEFAULT_DECISION_LOG = Path("/var/log/unicache/decisions.jsonl")
 #: the decision log is rotated at this size (MiB); docs/daemon.md
 DEFAULT_LOG_MAX_MIB = 64
-#: keys a config file may hold (an unknown key is an error, not a warning)
+#: keys a config file may hold (an unknown key is an error, not a warning): every field
+#: of :class:`DaemonConfig` but ``rounds``
 CONFIG_KEYS = frozenset(
     {
         "interval_s",
@@ -95,6 +100,9 @@ def default_decision_log(state_dir: Path) -> Path:
 def load_config(path: Path | None) -> DaemonConfig:
     """Read a TOML config; unknown keys and bad values are one ``ConfigError`` each.
 
+    Every value is checked against its key's type (:func:`_schema`): ``always_place =
+    "false"`` is an error naming ``always_place``, not true.
+
     :param path: the file, or ``None`` for defaults.
     """
     if path is None:
@@ -110,40 +118,77 @@ def load_config(path: Path | None) -> DaemonConfig:
         raise ConfigError(
             f"config {path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(CONFIG_KEYS))})"
         )
+    place = data.pop("place", {})
+    if not isinstance(place, dict):
+        raise ConfigError(f"config {path}: 'place' must be a table ([place])")
     try:
-        config = DaemonConfig(
-            interval_s=float(data.get("interval_s", 1.0)),
-            unify=Unify(data.get("unify", "llc")),
-            model=data.get("model"),
-            model_file=Path(data["model_file"]) if "model_file" in data else None,
-            state_dir=Path(data.get("state_dir", DEFAULT_STATE_DIR)),
-            decision_log=Path(data["decision_log"]) if "decision_log" in data else None,
-            log_max_mib=int(data.get("log_max_mib", DEFAULT_LOG_MAX_MIB)),
-            log_chunks=bool(data.get("log_chunks", False)),
-            dry_run=bool(data.get("dry_run", False)),
-            metrics_port=int(data["metrics_port"]) if "metrics_port" in data else None,
-            connect=str(data["connect"]) if "connect" in data else None,
-            always_place=bool(data.get("always_place", False)),
-            place=_place_options(data.get("place", {}), path),
-        )
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"config {path}: bad value ({err})") from err
+        config = _SCHEMA.structure(data, DaemonConfig)
+    except cattrs.ClassValidationError as err:
+        raise _config_error(err, path) from None  # the message names the key and why
+    config = replace(config, place=place_options_from(place, f"config {path} [place]"))
     for key, (_flag, low, high) in LIMITS.items():
-        if not low <= getattr(config, key) <= high:
-            raise ConfigError(f"config {path}: {key} must be within {low}..{high}")
+        value = getattr(config, key)
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"config {path}: {key} must be within {low:g}..{high:g}")
     return config
 
 
-def _place_options(raw: Any, path: Path) -> PlaceOptions:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config {path}: 'place' must be a table ([place])")
-    return place_options_from(raw, f"config {path} [place]")
+def _strict(kind: type | tuple[type, ...], what: str) -> Callable[[Any, Any], Any]:
+    """A hook that takes a value of exactly ``kind`` (TOML's own types: a bool is no
+    number here), converted to the field's type."""
+
+    def hook(value: Any, field_type: Any) -> Any:
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+            raise TypeError(f"must be {what}, not {value!r}")
+        return field_type(value) if field_type not in (Any, str) else value
+
+    return hook
+
+
+def _schema() -> cattrs.Converter:
+    """The converter from a parsed TOML file (but its ``[place]`` table, which
+    :func:`~unicache.policy.placeoptions.place_options_from` checks) to
+    :class:`DaemonConfig`: each key its type, strictly (cattrs' own hooks would take
+    ``"false"`` for true and ``"8"`` for 8)."""
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(bool, _strict(bool, "true or false"))
+    conv.register_structure_hook(int, _strict(int, "a whole number"))
+    conv.register_structure_hook(float, _strict((int, float), "a number"))
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(Path, _strict(str, "a path (a string)"))
+    conv.register_structure_hook(Unify, _one_of(Unify))
+    return conv
+
+
+def _one_of(enum: type[Enum]) -> Callable[[Any, Any], Any]:
+    """A hook that takes one of the enumeration's values, by name, and nothing else."""
+
+    def hook(value: Any, _type: Any) -> Any:
+        names = [m.value for m in enum]
+        if not isinstance(value, str) or value not in names:
+            raise TypeError(f"must be one of {', '.join(map(repr, names))}, not {value!r}")
+        return enum(value)
+
+    return hook
+
+
+def _config_error(err: BaseException, path: Path) -> ConfigError:
+    """One line for the first bad key of a file cattrs refused: ``config PATH: KEY must
+    be ...``."""
+    first = cattrs.transform_error(err, path="", format_exception=lambda e, _t: str(e))[0]
+    message, _, where = first.rpartition(" @ ")
+    key = where.lstrip(".").removeprefix("config.")
+    return ConfigError(f"config {path}: {key} {message}" if key else f"config {path}: {message}")
+
+
+_SCHEMA = _schema()
 
 
 #: bounded settings: (command-line flag, lowest, highest)
 LIMITS: dict[str, tuple[str, float, float]] = {
     "interval_s": ("--interval", 0.05, 3600),
     "log_max_mib": ("--log-max-mib", 1, 1 << 20),
+    "metrics_port": ("--metrics-port", 1, 65535),
 }
 
 

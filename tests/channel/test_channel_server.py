@@ -13,7 +13,7 @@ import pytest
 from unicache.channel import ChannelServer
 from unicache.channel import protocol as p
 from unicache.channel.server import UNSAFE_SOCKET, dial_guest_socket
-from unicache.errors import ConfigError
+from unicache.errors import ConfigError, UnicacheError
 from unicache.model import ChunkId, GuestReport, PlacementEntry, PlacementTable, PublishPlacement
 
 HELLO = (b'{"v":1,"type":"hello","seq":0,"agent":"raw","versions":[1],"caps":["report"],'
@@ -254,15 +254,17 @@ def test_a_socket_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_publish_all_applies_tables_and_reports_failures(tmp_path: Path) -> None:
+def test_publish_sends_a_table_and_refuses_an_unknown_vm_or_a_bad_table(tmp_path: Path) -> None:
+    # the one way tables go out (the daemon's LiveHost calls publish per action)
     async def body(server: ChannelServer, sock: Path) -> None:
         ok = PublishPlacement("vm1", PlacementTable("vm1", 1, 262144, 0, ()), "ok")
         unknown = PublishPlacement("vm9", PlacementTable("vm9", 1, 262144, 0, ()), "no vm")
         bad = PublishPlacement("vm1", PlacementTable("vm1", 2, 1000, 0, ()), "bad chunk")
-        applied, failed = server.publish_all([ok, unknown, bad])
-        assert applied == [ok]
-        assert [(a.vm, "no channel" in why or "chunk_size" in why) for a, why in failed] == [
-            ("vm9", True), ("vm1", True)]
+        server.publish(ok)
+        with pytest.raises(UnicacheError, match="no channel"):
+            server.publish(unknown)
+        with pytest.raises(UnicacheError, match="chunk_size"):
+            server.publish(bad)
 
     run(body, tmp_path)
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from unicache.channel import protocol as p
 from unicache.channel.session import GuestSession, Runstate
-from unicache.errors import ConfigError, StateError, UnicacheError, UnsafeSocketError
-from unicache.model import Action, GuestReport, PublishPlacement
+from unicache.errors import ConfigError, StateError, UnsafeSocketError
+from unicache.model import GuestReport, PublishPlacement
 
 log = logging.getLogger(__name__)
 
@@ -306,28 +306,6 @@ class ChannelServer:
         log.info("vm=%s table version=%d entries=%d sent=%s reason=%s", action.vm,
                  action.table.version, len(action.table.entries), bool(lines), action.reason)
         return tuple(lines) if connected else ()
-
-    def publish_all(self, actions: Iterable[Action]
-                    ) -> tuple[list[PublishPlacement], list[tuple[PublishPlacement, str]]]:
-        """Carry out the PublishPlacement actions of a policy round (others are skipped).
-
-        :param actions: a decision's actions.
-        :returns: (applied, failed with the reason); a table for a VM that is not connected
-            yet counts as applied: it is sent right after the agent's hello.
-        """
-        applied: list[PublishPlacement] = []
-        failed: list[tuple[PublishPlacement, str]] = []
-        for action in actions:
-            if not isinstance(action, PublishPlacement):
-                continue
-            try:
-                self.publish(action)
-                applied.append(action)
-            except UnicacheError as err:
-                log.error("vm=%s table version=%d not sent: %s", action.vm,
-                          action.table.version, err)
-                failed.append((action, str(err)))
-        return applied, failed
 
     def set_params(self, vm: str, params: p.ChannelParams) -> None:
         """Change one VM's parameters (sent now if ready)."""
