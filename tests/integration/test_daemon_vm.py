@@ -180,12 +180,16 @@ def test_daemon_pins_vcpus_publishes_a_table_and_the_shim_reads_on_the_planned_v
         assert sorted(vcpu_affinity(vm).values(), key=min) == [frozenset({0}), frozenset({1})]
         wait_until("the agent channel", lambda: any(
             "listening for its agent" in r.get("message", "") for r in records(dirs)))
+        # the agent greeted and published its table: reads before that are not counted (no
+        # table, no chunk size), and a loaded host greets seconds after the daemon listens
+        wait_until("the agent's first report", lambda: any(
+            r["kind"] == "guest-report" for r in records(dirs)), daemon=daemon, log=dirs)
         # 2. the guest reads three files under the shim, from vCPU 0 only; its reports reach
         # the host
         read_in_guest(vm, 3, cpu=0)
         wait_until("guest reports of the three files", lambda: len({
             c["file"] for r in records(dirs) if r["kind"] == "guest-report"
-            for c in r["chunks"]}) >= len(FILES))
+            for c in r["chunks"]}) >= len(FILES), daemon=daemon, log=dirs)
 
         # 3. a placement table reaches the guest: a file's chunk cached in one vCPU's unit
         def entry() -> dict | None:
