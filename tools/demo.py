@@ -79,7 +79,7 @@ from unicache.host.qemu import (
     parse_numa,
 )
 from unicache.host.qemu.colored import host_page_colors
-from unicache.policy.ncc_memory import replica_bytes
+from unicache.policy.ncc.memory import replica_bytes
 from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import discover_topology
 

@@ -14,7 +14,7 @@ from typing import Any
 import cattrs
 
 from unicache.errors import ConfigError
-from unicache.policy.placeoptions import PlaceOptions, place_options_from
+from unicache.policy.place.options import PlaceOptions, place_options_from
 from unicache.topology import Unify
 
 #: journals, channel sockets, VM registry (memory on most hosts: tmpfs)
@@ -147,7 +147,7 @@ def _strict(kind: type | tuple[type, ...], what: str) -> Callable[[Any, Any], An
 
 def _schema() -> cattrs.Converter:
     """The converter from a parsed TOML file (but its ``[place]`` table, which
-    :func:`~unicache.policy.placeoptions.place_options_from` checks) to
+    :func:`~unicache.policy.place.options.place_options_from` checks) to
     :class:`DaemonConfig`: each key its type, strictly (cattrs' own hooks would take
     ``"false"`` for true and ``"8"`` for 8)."""
     conv = cattrs.Converter(forbid_extra_keys=True)

@@ -35,9 +35,9 @@ from unicache.host.ports import ActResult, VmSource, WeightSetter
 from unicache.loop import run_rounds
 from unicache.metrics import DaemonMetrics
 from unicache.model import Action, Decision, Observation
-from unicache.policy.obsoptions import obs_options_for
+from unicache.policy.obs.options import obs_options_for
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.options import scu_options_for
 from unicache.roundpace import RoundPacer, RoundTrigger
 from unicache.roundrecord import record_round
 from unicache.roundworker import run_round

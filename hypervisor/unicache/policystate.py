@@ -13,7 +13,7 @@ built on (it sends each VM's table again).
 The state goes through the project's one checkpoint (:class:`unicache.statefile.Checkpoint`:
 whole, 0600, checksummed), as JSON that ``cattrs`` converts from and to the frozen
 dataclasses: a map whose keys are not text becomes a list of pairs, a set a list, SCU's
-:class:`~unicache.policy.mfc.MfcTable` its parameters, units, tenants and chunks (the
+:class:`~unicache.policy.scu.mfc.MfcTable` its parameters, units, tenants and chunks (the
 sums it keeps are rebuilt from them). A state file that
 is torn, edited, of another version or that the policies refuse (``Policy.start``) is
 set aside with one line, and the daemon starts afresh.
@@ -32,10 +32,10 @@ import cattrs
 import cattrs.gen
 
 from unicache.errors import StateError
-from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
-from unicache.policy.mfcstate import use_map, use_pairs
 from unicache.policy.round import RoundState
-from unicache.policy.scu import ScuState
+from unicache.policy.scu.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
+from unicache.policy.scu.mfc_state import use_map, use_pairs
+from unicache.policy.scu.policy import ScuState
 from unicache.statefile import Checkpoint
 
 #: the checkpoint's kind and format version

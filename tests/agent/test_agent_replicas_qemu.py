@@ -26,7 +26,7 @@ from pathlib import Path
 
 from unicache.channel import ChannelParams, ChannelServer
 from unicache.model import ChunkId, PlacementEntry, PlacementTable, PublishPlacement
-from unicache.policy.ncc_memory import replica_bytes
+from unicache.policy.ncc.memory import replica_bytes
 
 from tests.agent.test_agent_numa_qemu import _guest_run_stdin, start_numa_guest, write_data
 from tests.agent.test_agent_qemu import guest_run

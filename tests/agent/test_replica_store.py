@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unicache.policy.ncc_memory import REPLICA_BUDGET_RATIO, replica_budget, replica_bytes
+from unicache.policy.ncc.memory import REPLICA_BUDGET_RATIO, replica_budget, replica_bytes
 from unicache_agent.replica_files import DATA_OFF, charge
 from unicache_agent.replica_store import DEFAULT_BUDGET_RATIO, MIN_FREE_RATIO, ReplicaStore
 from unicache_agent.shm import ChunkCounts, file_id_of

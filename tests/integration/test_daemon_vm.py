@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from unicache.host.qemu import GuestImage, QemuVm, VmConfig, ensure_image
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
 

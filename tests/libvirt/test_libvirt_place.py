@@ -31,9 +31,9 @@ from unicache.host.libvirt.placement import (
     read_metadata,
     request_from_xml,
 )
-from unicache.policy.place import place_vm
-from unicache.policy.placeoptions import MemoryMode, PlaceOptions, Profile
-from unicache.policy.placetypes import Placement, VmRequest
+from unicache.policy.place.options import MemoryMode, PlaceOptions, Profile
+from unicache.policy.place.types import Placement, VmRequest
+from unicache.policy.place.vm import place_vm
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
 

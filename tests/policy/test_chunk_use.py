@@ -8,7 +8,7 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 from unicache.model import ChunkId
-from unicache.policy.mfcstate import NO_USE, ChunkState, use_pairs
+from unicache.policy.scu.mfc_state import NO_USE, ChunkState, use_pairs
 
 # ("use", unit): one more use from that unit; ("age", k): k agings (each halving)
 steps = st.lists(

@@ -14,7 +14,8 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.colorgain import (
+from unicache.policy.srm.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.srm.gain import (
     COLOR_BACKOFF_ROUNDS,
     COLOR_STEP_ASIDE,
     CoRunnerCounters,
@@ -23,7 +24,6 @@ from unicache.policy.colorgain import (
     gate_round,
     predict_coloring,
 )
-from unicache.policy.colors import ColorOptions, ColorState, colors_round
 
 CHUNK = 256 * 1024
 MIB = 1 << 20

@@ -19,12 +19,12 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy import srm
-from unicache.policy.colors import SRM_BOUNDED, ColorOptions, ColorState, colors_round
-from unicache.policy.ncc import NCC_THRESHOLD, RULE_RECLAIM, NccParams, Reclaim
-from unicache.policy.ncc_memory import replica_bytes, shrink_reclaims
-from unicache.policy.replicas import NCC_BOUNDED, ReplicaState, replicas_round
+from unicache.policy.ncc.cache import NCC_THRESHOLD, RULE_RECLAIM, NccParams, Reclaim
+from unicache.policy.ncc.memory import replica_bytes, shrink_reclaims
+from unicache.policy.ncc.replicas import NCC_BOUNDED, ReplicaState, replicas_round
 from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.policy.srm import buffer as srm
+from unicache.policy.srm.colors import SRM_BOUNDED, ColorOptions, ColorState, colors_round
 from unicache.topology import Unify
 
 from tests.policy.conftest import sample
@@ -107,7 +107,7 @@ def test_a_guest_reporting_many_streams_costs_bounded_work() -> None:
 
 
 def test_ncc_work_and_memory_per_vm_are_bounded() -> None:
-    from unicache.policy import replicas
+    from unicache.policy.ncc import replicas
 
     vm = _vm(colored=0, cpu_nodes=2)
     state = ReplicaState()
@@ -319,7 +319,7 @@ def test_a_flood_of_writes_after_a_flood_of_remote_reads_costs_what_ncc_holds() 
 def test_ncc_counts_every_drop_of_guest_input_in_one_refusal() -> None:
     # issue #12: reads over the budget, counters trimmed and writes NCC cannot replay were
     # dropped; each is counted, in one NCC_BOUNDED line per VM and round
-    from unicache.policy.replicas import MAX_COUNTERS_PER_VM, MAX_READS_PER_ROUND
+    from unicache.policy.ncc.replicas import MAX_COUNTERS_PER_VM, MAX_READS_PER_ROUND
 
     vm = _vm(colored=0, cpu_nodes=2)
     state = ReplicaState()

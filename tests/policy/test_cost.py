@@ -14,15 +14,15 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.cost import (
+from unicache.policy.scu.cost import (
     EXTENT_PAYBACK,
     MIGRATION_MARGIN,
     CostModel,
     needed_gain,
     running_fraction,
 )
-from unicache.policy.scu import DOUBT_ROUNDS, STEP_ASIDE, TRUST_ROUNDS, ScuPolicy, ScuState
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.options import scu_options_for
+from unicache.policy.scu.policy import DOUBT_ROUNDS, STEP_ASIDE, TRUST_ROUNDS, ScuPolicy, ScuState
 from unicache.topology import Unify
 
 from tests.topologies import TOPO_OPTERON_16

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from unicache.model import ChunkId
-from unicache.policy import mfc
-from unicache.policy.mfc import ChunkKey, MfcParams, MfcTable, UnitView, m_use
-from unicache.policy.scuoptions import min_read_size, scu_options_for
+from unicache.policy.scu import mfc
+from unicache.policy.scu.mfc import ChunkKey, MfcParams, MfcTable, UnitView, m_use
+from unicache.policy.scu.options import min_read_size, scu_options_for
 from unicache.topology import Unify
 
 from tests.topologies import TOPO_OPTERON_16

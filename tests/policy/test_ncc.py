@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.errors import StateError
 from unicache.model import ChunkId, DropReplica, NodeMemory, Replicate
-from unicache.policy.ncc import (
+from unicache.policy.ncc.cache import (
     MQ_QUEUES,
     NCC_THRESHOLD,
     RULE_MQ_EVICT,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache import policystate
 from unicache.model import ChunkId
-from unicache.policy.ncc import (
+from unicache.policy.ncc.cache import (
     Age,
     NccParams,
     NccState,
@@ -20,9 +20,9 @@ from unicache.policy.ncc import (
     Write,
     ncc_round,
 )
-from unicache.policy.ncccounters import Counters, counter_keys
-from unicache.policy.nccgain import NodeLedger, quiet, replica_cost_for
-from unicache.policy.replicas import ReplicaState, replicas_round
+from unicache.policy.ncc.counters import Counters, counter_keys
+from unicache.policy.ncc.gain import NodeLedger, quiet, replica_cost_for
+from unicache.policy.ncc.replicas import ReplicaState, replicas_round
 from unicache.policy.round import RoundState
 
 from tests.policy.test_colors_replicas import _remote, _vm

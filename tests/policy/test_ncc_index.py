@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache import policystate
 from unicache.model import ChunkId, DropReplica, Replicate
-from unicache.policy.ncc import (
+from unicache.policy.ncc.cache import (
     Age,
     NccEvent,
     NccParams,
@@ -25,8 +25,8 @@ from unicache.policy.ncc import (
     aged,
     ncc_round,
 )
-from unicache.policy.nccgain import remote_chunks
-from unicache.policy.replicas import ReplicaState, _nodes_after, _nodes_of, replicas_round
+from unicache.policy.ncc.gain import remote_chunks
+from unicache.policy.ncc.replicas import ReplicaState, _nodes_after, _nodes_of, replicas_round
 from unicache.policy.round import RoundState
 
 from tests.policy.test_colors_replicas import _remote, _vm

@@ -1,4 +1,4 @@
-"""NCC's gain prediction and step-aside (policy/nccgain.py) alone and in replicas_round."""
+"""NCC's gain prediction and step-aside (policy/ncc/gain.py) alone and in replicas_round."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 
 from unicache.model import ChunkAccess, ChunkId, DropReplica, GuestNode, GuestReport, Replicate, Vm
-from unicache.policy.ncc import (
+from unicache.policy.ncc.cache import (
     NccParams,
     NccState,
     Read,
@@ -16,7 +16,7 @@ from unicache.policy.ncc import (
     Write,
     ncc_round,
 )
-from unicache.policy.nccgain import (
+from unicache.policy.ncc.gain import (
     MIN_RETIRED,
     NCC_NO_GAIN,
     PROBE_ROUNDS,
@@ -27,7 +27,7 @@ from unicache.policy.nccgain import (
     remote_chunks,
     replica_cost_for,
 )
-from unicache.policy.replicas import ReplicaDecision, ReplicaState, replicas_round
+from unicache.policy.ncc.replicas import ReplicaDecision, ReplicaState, replicas_round
 
 from tests.topologies import TOPO_CORE_I7_860, TOPO_OPTERON_242_2NODE
 

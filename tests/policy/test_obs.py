@@ -21,7 +21,7 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.obs import (
+from unicache.policy.obs.policy import (
     BASE_CPU_WEIGHT,
     C_CREDIT,
     MAX_GUEST_BYTES_PER_NS,
@@ -460,7 +460,7 @@ def test_obs_l_pairs_always_running_vcpus_whose_task_clocks_sum_a_hair_under_the
     # four always-running vCPUs on the two CPUs of one unit: their task clocks sum to the
     # CPUs or a hair under (the scheduler's own time); OBS-L pairs them every round, where
     # it once paired them at 2.0 and let them float at 1.9999 (unicache-sim obs, pairs)
-    from unicache.policy.obslocal import local_sets
+    from unicache.policy.obs.local import local_sets
 
     unit = TOPO_XEON_5300.units()[0]  # LLC group 0: CPUs 0 and 1
     members = [VcpuId(f"v{i}", 0) for i in range(4)]
@@ -471,7 +471,7 @@ def test_obs_l_pairs_always_running_vcpus_whose_task_clocks_sum_a_hair_under_the
 
 
 def test_obs_l_leaves_a_unit_with_idle_time_unpaired() -> None:
-    from unicache.policy.obslocal import local_sets
+    from unicache.policy.obs.local import local_sets
 
     unit = TOPO_XEON_5300.units()[0]  # LLC group 0: CPUs 0 and 1
     members = [VcpuId(f"v{i}", 0) for i in range(4)]

@@ -4,14 +4,10 @@ group on another node would make every one of its misses remote (issue #16's str
 from __future__ import annotations
 
 from unicache.model import Vcpu, VcpuId, Vm
-from unicache.policy.obs import ObsPolicy, ObsState
-from unicache.policy.obshome import (
-    DEFAULT_REMOTE_GAP,
-    OBS_HOME_NODE,
-    home_nodes,
-    remote_gap_for,
-)
-from unicache.policy.obsoptions import obs_options_for
+from unicache.policy.machine import DEFAULT_REMOTE_GAP, remote_gap_for
+from unicache.policy.obs.home import OBS_HOME_NODE, home_nodes
+from unicache.policy.obs.options import obs_options_for
+from unicache.policy.obs.policy import ObsPolicy, ObsState
 
 from tests.policy.conftest import observation, sample
 from tests.topologies import TOPO_EPYC_2S, TOPO_HOST_2C

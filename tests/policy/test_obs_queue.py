@@ -7,17 +7,17 @@ import math
 
 import pytest
 from unicache.model import CounterSample, Decision, PinVcpu, ReleaseVcpu, Vcpu, VcpuId, Vm
-from unicache.policy.obs import ObsPolicy, ObsState
-from unicache.policy.obsgain import FLOAT_ROUNDS, OBS_STEP_ASIDE
-from unicache.policy.obsoptions import obs_options_for
-from unicache.policy.obsqueue import (
+from unicache.policy.machine import DEFAULT_OFFCHIP_BYTES_PER_CYCLE
+from unicache.policy.obs.gain import FLOAT_ROUNDS, OBS_STEP_ASIDE
+from unicache.policy.obs.options import obs_options_for
+from unicache.policy.obs.policy import ObsPolicy, ObsState
+from unicache.policy.obs.queue import (
     MissCost,
     PoolWait,
     confinement,
     erlang_c,
     miss_cost_for,
 )
-from unicache.policy.scuoptions import DEFAULT_OFFCHIP_BYTES_PER_CYCLE
 from unicache.topology import CacheUnit
 
 from tests.policy.conftest import observation, sample

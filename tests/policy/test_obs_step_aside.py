@@ -12,8 +12,8 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.obs import ObsPolicy, ObsState
-from unicache.policy.obsgain import FLOAT_ROUNDS, OBS_STEP_ASIDE
+from unicache.policy.obs.gain import FLOAT_ROUNDS, OBS_STEP_ASIDE
+from unicache.policy.obs.policy import ObsPolicy, ObsState
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.readback import explain
 

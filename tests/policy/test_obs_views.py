@@ -13,10 +13,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.model import VcpuId
-from unicache.policy.obs import ObsOptions, ObsPolicy, _count, _counts_for
-from unicache.policy.obscredit import credit_weights, credit_weights_by_vm
-from unicache.policy.obsgain import pinning_gain
-from unicache.policy.obsviews import LoadViews, UnitTally
+from unicache.policy.obs.credit import credit_weights, credit_weights_by_vm
+from unicache.policy.obs.gain import pinning_gain
+from unicache.policy.obs.policy import ObsOptions, ObsPolicy, _count, _counts_for
+from unicache.policy.obs.views import LoadViews, UnitTally
 from unicache.topology import CacheUnit
 
 from tests.topologies import TOPO_OPTERON_16, TOPO_XEON_5300
@@ -248,9 +248,9 @@ first_fleet = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(first_fleet)
 def test_first_placement_keeps_the_loads_counts_and_cpu_time_it_would_sum_again(rows) -> None:
-    import unicache.policy.obs as obs_module
+    import unicache.policy.obs.policy as obs_module
     from unicache.model import CounterSample, CounterSource, Observation, Vcpu, Vm
-    from unicache.policy.obsoptions import ObsState
+    from unicache.policy.obs.options import ObsState
 
     units = TOPO_OPTERON_16.units()
     policy = ObsPolicy(units, ObsOptions())

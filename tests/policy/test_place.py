@@ -1,7 +1,7 @@
 """VM placement on the named machines, table-driven as the Kubernetes CPU manager's tests.
 
 Each table row is one machine of tests/topologies.py and one request; ``ids`` say what the
-row shows. The rules are the module docstring's of unicache.policy.place: node alignment,
+row shows. The rules are the module docstring's of unicache.policy.place.vm: node alignment,
 compact vs spread, the fewest nodes for big VMs, capacity and refusal, no oscillation,
 and a guest topology whose dies are the LLC groups the vCPUs sit in.
 """
@@ -13,10 +13,9 @@ from dataclasses import replace
 
 import pytest
 from unicache.errors import ConfigError, PolicyRefusal
-from unicache.policy.place import place_vm
-from unicache.policy.placeoptions import MemoryMode, PlaceOptions, Profile, place_options_from
-from unicache.policy.placeroom import resolve_profile
-from unicache.policy.placetypes import (
+from unicache.policy.place.options import MemoryMode, PlaceOptions, Profile, place_options_from
+from unicache.policy.place.room import resolve_profile
+from unicache.policy.place.types import (
     PlacedVm,
     Placement,
     VmRequest,
@@ -25,6 +24,7 @@ from unicache.policy.placetypes import (
     placement_from_dict,
     placement_to_dict,
 )
+from unicache.policy.place.vm import place_vm
 from unicache.topology import Topology, Unify
 
 from tests.topologies import (

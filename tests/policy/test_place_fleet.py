@@ -6,11 +6,11 @@ import json
 
 import pytest
 from unicache.errors import ConfigError, PolicyRefusal
-from unicache.policy.place import place_vm
-from unicache.policy.placefleet import Arrival, parse_arrivals, place_fleet
-from unicache.policy.placeoptions import PlaceOptions, Profile
-from unicache.policy.placeroom import flavor_weight, host_room
-from unicache.policy.placetypes import PlacedVm, VmRequest
+from unicache.policy.place.fleet import Arrival, parse_arrivals, place_fleet
+from unicache.policy.place.options import PlaceOptions, Profile
+from unicache.policy.place.room import flavor_weight, host_room
+from unicache.policy.place.types import PlacedVm, VmRequest
+from unicache.policy.place.vm import place_vm
 from unicache.topology import Unify
 
 from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16

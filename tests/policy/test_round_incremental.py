@@ -25,11 +25,11 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
-from unicache.policy.mfcstate import use_pairs
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu import ScuState
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
+from unicache.policy.scu.mfc_state import use_pairs
+from unicache.policy.scu.options import scu_options_for
+from unicache.policy.scu.policy import ScuState
 from unicache.topology import Unify
 
 from tests.policy.conftest import sample

@@ -19,8 +19,8 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu import SCU_BOUNDED, SCU_SHARE, ScuPolicy, ScuState
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.options import scu_options_for
+from unicache.policy.scu.policy import SCU_BOUNDED, SCU_SHARE, ScuPolicy, ScuState
 from unicache.topology import Unify
 
 from tests.policy.conftest import sample

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.errors import StateError
 from unicache.model import ChunkAccess, ChunkId, GuestReport
-from unicache.policy.locality import detect_weak_locality
-from unicache.policy.srm import (
+from unicache.policy.srm.buffer import (
     RULE_NEW_SEQUENCE,
     RULE_REFILL,
     RULE_ROTATE,
@@ -33,6 +32,7 @@ from unicache.policy.srm import (
     page_colors,
     srm_round,
 )
+from unicache.policy.srm.locality import detect_weak_locality
 
 from tests.topologies import TOPO_XEON_X5355
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from unicache.model import ChunkId
-from unicache.policy.scutable import ChunkExtras, VmExtras
+from unicache.policy.scu.table import ChunkExtras, VmExtras
 
 chunks = st.builds(ChunkId, st.integers(0, 6), st.integers(0, 1))
 colors = st.dictionaries(chunks, st.integers(-1, 2), max_size=6)

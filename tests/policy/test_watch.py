@@ -4,7 +4,7 @@ back-off that doubles; the first interval of a standing is never counted."""
 from __future__ import annotations
 
 from unicache.model import ChunkAccess, ChunkId, GuestReport, Observation
-from unicache.policy.watch import (
+from unicache.policy.scu.watch import (
     WATCH_BACKOFF_ROUNDS,
     WATCH_TOLERANCE,
     ReadRate,

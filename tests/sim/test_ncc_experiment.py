@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 from unicache.errors import ConfigError
-from unicache.policy.ncc import NCC_THRESHOLD
+from unicache.policy.ncc.cache import NCC_THRESHOLD
 from unicache_sim.config import from_topology
 from unicache_sim.experiments.ncc_replicas import (
     NccResult,
@@ -116,8 +116,8 @@ def test_more_chunks_than_replica_capacity_evict_and_free_replicas(seed: int) ->
 
 def test_one_replica_per_node_shared_by_its_shells_is_the_memory_figure() -> None:
     # 4 shells, two on each node: the shells of node 1 read one copy of each chunk
-    from unicache.policy.ncc_memory import replica_budget, replica_bytes
-    from unicache.policy.scuoptions import scu_options_for
+    from unicache.policy.ncc.memory import replica_budget, replica_bytes
+    from unicache.policy.scu.options import scu_options_for
     from unicache.topology import Unify
 
     chunk = scu_options_for(TOPO, Unify.LLC).chunk_size
@@ -138,10 +138,10 @@ def test_a_node_at_the_agents_budget_evicts_as_the_daemons_round_does() -> None:
     # 32 MiB nodes: the agent's 10 % budget (3.2 MiB) holds fewer replicas than an 8 MB
     # tree has chunks; the policy's capacity is the daemon's (ncc_memory.budgeted)
     from unicache.model import ChunkId, GuestNode, GuestReport, Vcpu, VcpuId, Vm
-    from unicache.policy.ncc import NccParams
-    from unicache.policy.ncc_memory import budgeted, replica_budget
-    from unicache.policy.replicas import ReplicaState, replicas_round
-    from unicache.policy.scuoptions import scu_options_for
+    from unicache.policy.ncc.cache import NccParams
+    from unicache.policy.ncc.memory import budgeted, replica_budget
+    from unicache.policy.ncc.replicas import ReplicaState, replicas_round
+    from unicache.policy.scu.options import scu_options_for
     from unicache.topology import Unify
 
     from tests.policy.test_colors_replicas import _remote

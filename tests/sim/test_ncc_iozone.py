@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
-from unicache.policy.ncc import RULE_RECLAIM, RULE_WRITE
+from unicache.policy.ncc.cache import RULE_RECLAIM, RULE_WRITE
 from unicache.topology.toml import load_model
 from unicache_sim.cli import app
 from unicache_sim.experiments import ncc_iozone_guest

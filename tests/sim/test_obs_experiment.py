@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 from unicache.model import SetCpuWeight, VcpuId
-from unicache.policy.obscredit import BASE_CPU_WEIGHT
+from unicache.policy.obs.credit import BASE_CPU_WEIGHT
 from unicache_sim.cfs import NICE_0_LOAD, SlicedHost, flat_weights
 from unicache_sim.config import from_topology
 from unicache_sim.experiments.obs_scenarios import kind_rate

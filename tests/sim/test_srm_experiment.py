@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 from unicache.errors import ConfigError
-from unicache.policy.srm import T_L, page_colors
+from unicache.policy.srm.buffer import T_L, page_colors
 from unicache_sim.config import from_topology
 from unicache_sim.experiments.srm_colors import SrmPoint, grep_cpu, run_sort, run_srm
 from unicache_sim.experiments.srm_memory import KIB, SrmSpec, build_memory

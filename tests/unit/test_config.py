@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from unicache.config import CONFIG_KEYS, DaemonConfig, load_config
 from unicache.errors import ConfigError
-from unicache.policy.placeoptions import PlaceOptions
+from unicache.policy.place.options import PlaceOptions
 from unicache.topology import Unify
 
 #: each key: a good value in TOML, what it loads as, and a value of the wrong type

@@ -19,9 +19,9 @@ from unicache.host.libvirt.placement import (
     topology_support,
 )
 from unicache.host.placestate import merge_placed, placed_from_status
-from unicache.policy.place import place_vm
-from unicache.policy.placeoptions import MemoryMode, PlaceOptions, Profile
-from unicache.policy.placetypes import PlacedVm, VmRequest
+from unicache.policy.place.options import MemoryMode, PlaceOptions, Profile
+from unicache.policy.place.types import PlacedVm, VmRequest
+from unicache.policy.place.vm import place_vm
 from unicache.topology import Unify
 
 from tests.topologies import TOPO_EPYC_2S, TOPO_HOST_2C

@@ -18,7 +18,7 @@ from unicache.model import (
     PublishPlacement,
     VcpuId,
 )
-from unicache.policy.obs import ObsState
+from unicache.policy.obs.policy import ObsState
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Unify
 

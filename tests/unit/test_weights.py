@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from unicache.host.libvirt.weights import LibvirtWeights, domain_shares
 from unicache.host.linux.cgroup import CgroupWeights
-from unicache.policy.obs import BASE_CPU_WEIGHT
+from unicache.policy.obs.policy import BASE_CPU_WEIGHT
 
 
 class FakeLibvirt:

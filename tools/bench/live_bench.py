@@ -49,7 +49,7 @@ from types import ModuleType
 from typing import Any
 
 from unicache.errors import BenchError, UnicacheError
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
 from unicache_sim.density_live_daemon import DaemonSummary, LiveDaemon, read_log

@@ -44,10 +44,10 @@ from unicache.gcpace import GcPacer, GcPass
 from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation, PinVcpu
-from unicache.policy.mfc import MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu import ScuState
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.mfc import MfcTable, UnitView
+from unicache.policy.scu.options import scu_options_for
+from unicache.policy.scu.policy import ScuState
 from unicache.topology import Unify
 from unicache.topology.toml import load_model
 

@@ -6,7 +6,7 @@ load is defined so that nobody can read a flattering figure into it without sayi
 * **chunks**: each VM owns ``chunks / vms`` chunks (files of ``FILE_CHUNKS`` chunks,
   opaque random 64-bit file ids); SCU's table starts holding every one of them, each with
   a use count no aging empties before the timed rounds end (the daemon's restored state,
-  :meth:`unicache.policy.mfc.MfcTable.restore_chunk`), so every timed round runs over
+  :meth:`unicache.policy.scu.mfc.MfcTable.restore_chunk`), so every timed round runs over
   ``chunks`` tracked chunks;
 * **activity across VMs**: Zipf (exponent ``zipf_s``) over a random ranking of the VMs: a
   round's chunk records go to VM ``v`` with probability proportional to
@@ -53,10 +53,10 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.mfc import ChunkKey, ChunkState, MfcTable
-from unicache.policy.ncc import NccParams, NccState, Replica, ReplicaKey
-from unicache.policy.ncc_memory import budgeted
-from unicache.policy.replicas import ReplicaState, VmReplicas
+from unicache.policy.ncc.cache import NccParams, NccState, Replica, ReplicaKey
+from unicache.policy.ncc.memory import budgeted
+from unicache.policy.ncc.replicas import ReplicaState, VmReplicas
+from unicache.policy.scu.mfc import ChunkKey, ChunkState, MfcTable
 
 #: chunks per synthetic file
 FILE_CHUNKS = 8

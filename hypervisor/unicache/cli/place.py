@@ -1,6 +1,6 @@
 """``unicache place``: where a new VM goes, the libvirt XML for it, applying it, and fleets.
 
-Three uses of one pure function, :func:`unicache.policy.place.place_vm` (docs/placement.md):
+Three uses of one pure function, :func:`unicache.policy.place.vm.place_vm` (docs/placement.md):
 
 * ``unicache place --vcpus N --memory MIB [--profile P]``: the placement and its libvirt
   fragment, on this host (the daemon's observed weights and libvirt's running domains)
@@ -31,10 +31,10 @@ from rich.table import Table
 from unicache.cli.common import FileOpt, JsonOpt, ModelOpt, UnifyOpt, app, out
 from unicache.cpulist import format_list
 from unicache.errors import ConfigError
-from unicache.policy.place import MAX_VCPUS, place_vm
-from unicache.policy.placefleet import FleetResult, parse_arrivals, place_fleet
-from unicache.policy.placeoptions import PlaceOptions, Profile
-from unicache.policy.placetypes import PlacedVm, Placement, VmRequest, placement_to_dict
+from unicache.policy.place.fleet import FleetResult, parse_arrivals, place_fleet
+from unicache.policy.place.options import PlaceOptions, Profile
+from unicache.policy.place.types import PlacedVm, Placement, VmRequest, placement_to_dict
+from unicache.policy.place.vm import MAX_VCPUS, place_vm
 from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import load_topology
 

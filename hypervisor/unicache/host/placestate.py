@@ -22,7 +22,7 @@ from typing import Any
 
 from unicache.cpulist import parse_list
 from unicache.errors import ConfigError, StateError
-from unicache.policy.placetypes import PlacedVm, flavor_of
+from unicache.policy.place.types import PlacedVm, flavor_of
 from unicache.statefile import status_checkpoint
 from unicache.topology import CacheUnit
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from unicache.model import Action, GuestReport, PublishPlacement, Refusal
-from unicache.policy.colors import ColorState
-from unicache.policy.replicas import ReplicaState
-from unicache.policy.scu import ScuState
+from unicache.policy.ncc.replicas import ReplicaState
+from unicache.policy.scu.policy import ScuState
+from unicache.policy.srm.colors import ColorState
 
 V = TypeVar("V")
 

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from unicache.model import Decision, Observation, VcpuId
-from unicache.policy.colors import ColorOptions, ColorState, colors_round
 from unicache.policy.guestboot import GuestState, forget_guests, stamp_tables
-from unicache.policy.ncc import NccParams
-from unicache.policy.nccgain import replica_cost_for
-from unicache.policy.obs import ObsOptions, ObsPolicy, ObsState
-from unicache.policy.obsoptions import obs_options_for
-from unicache.policy.replicas import ReplicaState, replicas_round
-from unicache.policy.scu import ScuPolicy, ScuState
-from unicache.policy.scuoptions import ScuOptions, scu_options_for
-from unicache.policy.scutable import VmExtras
-from unicache.policy.srm import page_colors
+from unicache.policy.ncc.cache import NccParams
+from unicache.policy.ncc.gain import replica_cost_for
+from unicache.policy.ncc.replicas import ReplicaState, replicas_round
+from unicache.policy.obs.options import obs_options_for
+from unicache.policy.obs.policy import ObsOptions, ObsPolicy, ObsState
+from unicache.policy.scu.options import ScuOptions, scu_options_for
+from unicache.policy.scu.policy import ScuPolicy, ScuState
+from unicache.policy.scu.table import VmExtras
+from unicache.policy.srm.buffer import page_colors
+from unicache.policy.srm.colors import ColorOptions, ColorState, colors_round
 from unicache.topology import Topology, Unify
 
 

@@ -40,9 +40,9 @@ from typing import Any
 
 from unicache.cpulist import format_list
 from unicache.errors import ConfigError, PolicyRefusal, UnicacheError
-from unicache.policy.place import place_vm
-from unicache.policy.placeoptions import PlaceOptions
-from unicache.policy.placetypes import VmRequest
+from unicache.policy.place.options import PlaceOptions
+from unicache.policy.place.types import VmRequest
+from unicache.policy.place.vm import place_vm
 from unicache.topology import Unify
 from unicache.topology.sysfs import load_topology
 

@@ -1,6 +1,6 @@
 """A placement in libvirt's terms: the domain XML fragment, applying it, and reading it back.
 
-What a placement (:class:`~unicache.policy.placetypes.Placement`) becomes in a domain
+What a placement (:class:`~unicache.policy.place.types.Placement`) becomes in a domain
 (https://libvirt.org/formatdomain.html):
 
 * ``<vcpu current=N>MAX</vcpu>`` when the guest topology has trailing offline slots;
@@ -41,8 +41,8 @@ from unicache.cpulist import format_list
 from unicache.errors import ConfigError, ProtocolError, UnicacheError
 from unicache.host.libvirt.domain_xml import parse_domain
 from unicache.host.placestate import units_covering
-from unicache.policy.placeoptions import MemoryMode, Profile
-from unicache.policy.placetypes import (
+from unicache.policy.place.options import MemoryMode, Profile
+from unicache.policy.place.types import (
     PlacedVm,
     Placement,
     VmRequest,

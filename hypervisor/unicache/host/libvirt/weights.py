@@ -9,7 +9,7 @@ scheduler parameter (``virsh schedinfo --live``: ``cpu.weight`` on cgroup v2,
 ``cpu.shares`` on v1), set with ``virDomainSetSchedulerParametersFlags``.
 
 libvirt has no per-vCPU shares, so a domain's shares carry the mean of its vCPUs' OBS-C
-weights relative to :data:`~unicache.policy.obscredit.BASE_CPU_WEIGHT`, applied to the shares
+weights relative to :data:`~unicache.policy.obs.credit.BASE_CPU_WEIGHT`, applied to the shares
 the domain had before unicache: a domain whose vCPUs are all credited 2 % gets 2 % more
 than it had. The shares a domain had are journaled before the first change and put back
 on shutdown (and, after a crash, at the next start); a value already applied is never
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from unicache.host.ports import SharesPort
-from unicache.policy.obscredit import BASE_CPU_WEIGHT
+from unicache.policy.obs.credit import BASE_CPU_WEIGHT
 from unicache.statefile import Checkpoint
 
 #: libvirt's bounds for cpu_shares (cgroup v1 ``cpu.shares``; v2 takes 1..10000 and libvirt

@@ -126,7 +126,7 @@ def host_page_colors() -> int:
     """
     if not _colors_cache:
         # imported here: the policy package is pure and loads its own dependencies
-        from unicache.policy.srm import page_colors
+        from unicache.policy.srm.buffer import page_colors
         from unicache.topology.sysfs import discover_topology
 
         try:

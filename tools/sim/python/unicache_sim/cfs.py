@@ -10,7 +10,7 @@ the smallest virtual runtime first, as CFS picks (``pick_next_entity``); a vCPU 
 ``t`` cycles ages by ``t * NICE_0_LOAD / w``, ``w`` its weight.
 
 Weights are what the daemon's backends make of OBS-C's ``SetCpuWeight`` (a vCPU's
-``cpu.weight`` around :data:`~unicache.policy.obscredit.BASE_CPU_WEIGHT`), flattened
+``cpu.weight`` around :data:`~unicache.policy.obs.credit.BASE_CPU_WEIGHT`), flattened
 from the cgroup hierarchy CFS schedules (a group's share on a CPU is its shares times its
 load there over its load everywhere, ``calc_group_shares``):
 
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Literal
 from unicache.host.libvirt.weights import domain_shares
 from unicache.host.ports import ActResult
 from unicache.model import Action, Observation, SetCpuWeight, VcpuId
-from unicache.policy.obscredit import BASE_CPU_WEIGHT
+from unicache.policy.obs.credit import BASE_CPU_WEIGHT
 
 from unicache_sim.multihost import MultiHost
 from unicache_sim.simhost import SimHost

@@ -105,7 +105,7 @@ def srm(
         user_error(err)
         return
     if as_json:
-        from unicache.policy.srm import page_colors
+        from unicache.policy.srm.buffer import page_colors
 
         out = []
         for pair in points:

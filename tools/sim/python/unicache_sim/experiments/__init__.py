@@ -2,7 +2,7 @@
 measures it (the simulator's machinery, one level up, knows nothing of them).
 
 One module per experiment, named by technique and what it measures, never by a policy
-module's name (``unicache.policy.mfc``, ``.srm``, ``.ncc``, ``.colors``, ``.replicas``):
+module's name (``unicache.policy.scu.mfc``, ``.srm``, ``.ncc``, ``.colors``, ``.replicas``):
 
 * :mod:`.mfc_read` — the MFC read experiment (MFC paper §6.1-§6.3), three baselines in
   one run; :mod:`.mfc_baselines` how each baseline places threads and issues reads, and

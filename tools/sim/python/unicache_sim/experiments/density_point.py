@@ -3,7 +3,7 @@
 The point runs the product's path (docs/density.md "Method"):
 
 1. **Placement.** ``unicache``: the VMs arrive in order and are placed by
-   :func:`unicache.policy.placefleet.place_fleet` (``unicache place``'s function: NUMA
+   :func:`unicache.policy.place.fleet.place_fleet` (``unicache place``'s function: NUMA
    node, LLC groups, vCPU pins, memory nodes) with ``cpu_overcommit`` vCPUs per CPU;
    memory is strict on the placement's nodes. ``linux``: what a libvirt domain without
    ``<cputune>`` and ``<numatune>`` gets: every vCPU may run on every CPU and starts where
@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation
-from unicache.policy.placefleet import Arrival, place_fleet
-from unicache.policy.placeoptions import PlaceOptions, Profile
-from unicache.policy.placetypes import VmRequest
+from unicache.policy.place.fleet import Arrival, place_fleet
+from unicache.policy.place.options import PlaceOptions, Profile
+from unicache.policy.place.types import VmRequest
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Topology, Unify
 
 from unicache_sim.config import SimConfig, from_topology

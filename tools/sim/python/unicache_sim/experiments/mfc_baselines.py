@@ -26,9 +26,9 @@ from unicache.model import (
     PublishPlacement,
     ReleaseVcpu,
 )
-from unicache.policy.mfc import ChunkKey, MfcTable, UnitView
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.scu.mfc import ChunkKey, MfcTable, UnitView
+from unicache.policy.scu.options import scu_options_for
 from unicache.roundpace import RoundTrigger
 from unicache.topology import Topology, Unify
 

@@ -22,7 +22,7 @@ and then read through the page cache in 4 KB records.
   the 10 % floor as the paper says memory became tight), its page cache and its replicas.
 * **NCC, the product's path**: the guest (:mod:`~unicache_sim.experiments.ncc_iozone_guest`)
   counts reads and writes as the shim does and reports them with its free memory every
-  round; the host runs :func:`unicache.policy.replicas.replicas_round` (the daemon's,
+  round; the host runs :func:`unicache.policy.ncc.replicas.replicas_round` (the daemon's,
   with its chunk size: the agent's 10 % budget caps a node's replicas, a tight node
   makes none and gives back 2:1), and the guest's agent fills, serves and drops replicas
   from the resulting table.
@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError
 from unicache.model import DropReplica, GuestNode, Replicate, Vcpu, VcpuId, Vm
-from unicache.policy.ncc import NccParams
-from unicache.policy.ncc_memory import replica_budget
-from unicache.policy.nccgain import NCC_NO_GAIN, ReplicaCost, replica_cost_for
-from unicache.policy.replicas import ReplicaState, replicas_round
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.ncc.cache import NccParams
+from unicache.policy.ncc.gain import NCC_NO_GAIN, ReplicaCost, replica_cost_for
+from unicache.policy.ncc.memory import replica_budget
+from unicache.policy.ncc.replicas import ReplicaState, replicas_round
+from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Topology, Unify
 
 from unicache_sim import _native

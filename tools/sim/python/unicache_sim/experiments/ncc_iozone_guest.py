@@ -2,7 +2,7 @@
 
 :mod:`unicache_sim.experiments.ncc_iozone` runs iozone's threads; this module keeps what
 the guest kernel, the preload shim and the guest agent would, so the host's round
-(:func:`unicache.policy.replicas.replicas_round`, the daemon's) sees the reports they send:
+(:func:`unicache.policy.ncc.replicas.replicas_round`, the daemon's) sees the reports they send:
 
 * **page cache (NC)**: a file's page is placed when first written, on the writer's node
   (first touch), or on another node when the writer's is full (Linux's zonelist
@@ -18,7 +18,7 @@ the guest kernel, the preload shim and the guest agent would, so the host's roun
   chunk on their node (the reader's copy from the primary: a read there and a write
   here), unless the node was memory-tight at the agent's last round (``ENOSPC``) or
   lacks the room; each is charged as the agent charges its file
-  (:func:`~unicache.policy.ncc_memory.replica_bytes`); a written file's replicas are
+  (:func:`~unicache.policy.ncc.memory.replica_bytes`); a written file's replicas are
   dropped at the agent's round, and until then the shim's check (the file's change
   time against the fill's) refuses to serve them: **no read is ever served stale**.
 """
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from unicache.errors import ConfigError
 from unicache.model import ChunkAccess, ChunkId, GuestReport, NodeMemory
-from unicache.policy.ncc import MIN_FREE_RATIO
-from unicache.policy.ncc_memory import replica_bytes
+from unicache.policy.ncc.cache import MIN_FREE_RATIO
+from unicache.policy.ncc.memory import replica_bytes
 
 from unicache_sim import _native
 

@@ -9,7 +9,7 @@ order.
 * The primary copy of a file's page-cache pages lives on the node of the shell that
   read it first (Linux's first touch); a read from the other node is remote.
 * ``replicas`` off: every read is served by the primary copy.
-* ``replicas`` on: the host runs :class:`unicache.policy.ncc.NccPolicy` and feeds it a
+* ``replicas`` on: the host runs :class:`unicache.policy.ncc.cache.NccPolicy` and feeds it a
   ``Read`` event per chunk read (chunks of ``scu_options_for(...).chunk_size``, as the
   guest shim reports them); once a node has read a chunk remotely ``NCC_THRESHOLD`` times
   the policy replicates it there: the reading thread copies the chunk into a new object
@@ -17,11 +17,11 @@ order.
   that node are served by the replica. ``DropReplica`` frees the replica's frames.
 * As in the guest (docs/replicas.md "Guest enforcement"), a node holds **one replica of a
   chunk, shared by every shell on it**, charged as the guest agent charges its replica
-  file (:func:`unicache.policy.ncc_memory.replica_bytes`: a header page and the chunk's
+  file (:func:`unicache.policy.ncc.memory.replica_bytes`: a header page and the chunk's
   pages); the run reports the peak of that memory on any node and the agent's budget
-  (:func:`~unicache.policy.ncc_memory.replica_budget`, 10 % of the node), so the memory
+  (:func:`~unicache.policy.ncc.memory.replica_budget`, 10 % of the node), so the memory
   figure is the product's. The policy's node capacity is the daemon's: what that budget
-  holds on the smallest node (:func:`~unicache.policy.ncc_memory.budgeted`, as
+  holds on the smallest node (:func:`~unicache.policy.ncc.memory.budgeted`, as
   ``replicas_round`` derives it), so a node at its budget evicts in MQ order here as the
   daemon's round does; ``within_budget`` checks the peak against it.
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError
 from unicache.model import ChunkId, DropReplica, NodeMemory, Replicate
-from unicache.policy.ncc import (
+from unicache.policy.ncc.cache import (
     NccAction,
     NccParams,
     NccPolicy,
@@ -50,9 +50,9 @@ from unicache.policy.ncc import (
     Read,
     ReplicaKey,
 )
-from unicache.policy.ncc_memory import budgeted, replica_budget, replica_bytes
-from unicache.policy.nccgain import NodeLedger, judge, predict, remote_chunks, replica_cost_for
-from unicache.policy.scuoptions import scu_options_for
+from unicache.policy.ncc.gain import NodeLedger, judge, predict, remote_chunks, replica_cost_for
+from unicache.policy.ncc.memory import budgeted, replica_budget, replica_bytes
+from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Topology, Unify
 
 from unicache_sim import _native

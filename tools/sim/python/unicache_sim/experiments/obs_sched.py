@@ -36,8 +36,8 @@ from typing import Literal
 from unicache.errors import ConfigError
 from unicache.loop import RoundResult, run_rounds_sync
 from unicache.model import VcpuId
-from unicache.policy.obscredit import C_CREDIT
-from unicache.policy.obsoptions import obs_options_for
+from unicache.policy.obs.credit import C_CREDIT
+from unicache.policy.obs.options import obs_options_for
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.topology import Topology, Unify
 

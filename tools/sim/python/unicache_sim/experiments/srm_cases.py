@@ -19,7 +19,7 @@ several seeds (the page allocator's frames).
   MM: 32 % to 84 % without, below 26 % with).
 
 Coloring is the product's path of :func:`.srm_colors.run_srm`: the step-aside judges the
-uncolored shared run, then :class:`unicache.policy.srm.SrmPolicy` colors the pages.
+uncolored shared run, then :class:`unicache.policy.srm.buffer.SrmPolicy` colors the pages.
 """
 
 from __future__ import annotations

@@ -10,14 +10,14 @@ cores of a pair share a 4 MiB 16-way L2. As in §2:
   LLC misses per million instructions (Figure 2b); mergesort ``alone`` is run as well.
 * ``coloring`` off: every page comes from the normal allocator (random frames, so page
   colors are spread over the whole LLC, as a buddy allocator's free lists after uptime).
-* ``coloring`` on: first the product's step-aside (:mod:`unicache.policy.colorgain`, run
-  through :func:`unicache.policy.colors.colors_round`) judges the uncolored ``shared`` run
+* ``coloring`` on: first the product's step-aside (:mod:`unicache.policy.srm.gain`, run
+  through :func:`unicache.policy.srm.colors.colors_round`) judges the uncolored ``shared`` run
   from the counters a host would read (mergesort's and grep's LLC references and misses,
   grep's bytes from the guest report of its stream); where it predicts no gain the host
   colors nothing and the SRM point is the uncolored one. Otherwise the host runs
-  :class:`unicache.policy.srm.SrmPolicy`, fed the events a host sees: the tarball's
+  :class:`unicache.policy.srm.buffer.SrmPolicy`, fed the events a host sees: the tarball's
   page-cache fills are ``BufferMiss`` events (the file is classified as streaming by
-  :func:`unicache.policy.locality.detect_weak_locality` from the guest report of grep's
+  :func:`unicache.policy.srm.locality.detect_weak_locality` from the guest report of grep's
   reads), mergesort's anonymous pages are ``PageFault`` events;
   every page gets a frame of the color the policy decided (``Engine.place_page``).
 
@@ -44,9 +44,9 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.policy.colorgain import COLOR_STEP_ASIDE
-from unicache.policy.colors import ColorOptions, ColorState, colors_round
-from unicache.policy.srm import page_colors
+from unicache.policy.srm.buffer import page_colors
+from unicache.policy.srm.colors import ColorOptions, ColorState, colors_round
+from unicache.policy.srm.gain import COLOR_STEP_ASIDE
 from unicache.topology import Topology
 
 from unicache_sim import _native

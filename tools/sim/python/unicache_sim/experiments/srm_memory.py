@@ -12,8 +12,7 @@ import math
 from dataclasses import dataclass
 
 from unicache.model import ChunkAccess, ChunkId, GuestReport
-from unicache.policy.locality import detect_weak_locality
-from unicache.policy.srm import (
+from unicache.policy.srm.buffer import (
     T_L,
     BufferMiss,
     PageFault,
@@ -22,6 +21,7 @@ from unicache.policy.srm import (
     SrmState,
     page_colors,
 )
+from unicache.policy.srm.locality import detect_weak_locality
 from unicache.topology import Topology
 
 from unicache_sim import _native
@@ -61,7 +61,7 @@ class SrmSpec:
         offsets, no think time, after a sequential scan warmed the page cache).
     :param readers: how many of them run, each on its own core of mergesort's LLC
         (``shared``) or of another LLC (``apart``); each starts at its own offset.
-    :param color_only_weak: the product's filter (:mod:`unicache.policy.locality`):
+    :param color_only_weak: the product's filter (:mod:`unicache.policy.srm.locality`):
         confine only files classified as streaming; ``False`` is the paper's SRM-buffer,
         which confines every file larger than ``T_l`` (a what-if, not the product).
     :param scan_passes: how often the reader read each chunk of the file in the interval
@@ -174,7 +174,7 @@ def build_memory(
     """A cold engine with grep's file in the page cache and mergesort's arrays faulted in.
 
     Without coloring every frame comes from the normal (random) allocator; with coloring
-    from the colors :class:`~unicache.policy.srm.SrmPolicy` decided for the events of a
+    from the colors :class:`~unicache.policy.srm.buffer.SrmPolicy` decided for the events of a
     host: ``PageFault`` for mergesort's pages (or the normal allocator with
     ``vm_pages="spread"``) and ``BufferMiss`` for the tarball when the product's filter
     classifies it as streaming from the guest report of ``scan_passes`` passes (or always,
@@ -215,7 +215,7 @@ def build_memory(
         place_pages(engine, tar, tar_colors, colors.n_colors)
     else:
         # no coloring, or a file the product's filter finds re-read: the per-VM adapter
-        # (policy/colors.py) colors only streams, so its pages stay in the VM's normal
+        # (policy/srm/colors.py) colors only streams, so its pages stay in the VM's normal
         # memory, the normal allocator's frames
         place_pages(engine, tar, (-1,) * (tar_bytes // page), 0)
     return Memory(engine, tar, src, dst, page_colors(topo), tar_colors)
