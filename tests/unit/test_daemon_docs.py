@@ -49,7 +49,7 @@ def _policy_refusals() -> set[str]:
     # the refusal kinds are module constants of the policies: NAME = "NAME_IN_CAPITALS"
     constant = re.compile(r'^[A-Z_]+ = "([A-Z][A-Z_]+)"$', re.MULTILINE)
     policy = ROOT / "hypervisor/unicache/policy"
-    return {k for f in policy.glob("*.py") for k in constant.findall(f.read_text())}
+    return {k for f in policy.rglob("*.py") for k in constant.findall(f.read_text())}
 
 
 def test_every_refusal_kind_a_policy_logs_is_documented_and_no_other() -> None:

@@ -1,5 +1,6 @@
-"""OBS: vCPU placement by cache weight (the observations paper, "Policy": migrating across
-caches, keeping a VM's vCPUs local, CPU credit).
+"""OBS: vCPU placement by cache weight (the observations paper's "Policy: Migrating across
+caches", "Policy: Reducing cache interference" and "Policy: Addressing fairness": OBS-X,
+OBS-L and OBS-C).
 
 * :mod:`~unicache.policy.obs.policy` — OBS-X, OBS-L and OBS-C over cache units
   (:class:`ObsPolicy`, the entry), with its options and state

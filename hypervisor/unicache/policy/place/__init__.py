@@ -1,6 +1,6 @@
 """Placement of a new VM: its NUMA nodes, LLC groups, vCPU pins, memory and guest topology
-(the observations paper's OBS-X at arrival, with the Kubernetes CPU manager's
-uncore-cache alignment).
+(the observations paper's "Policy: Migrating across caches" at a VM's arrival, with the
+Kubernetes CPU manager's uncore-cache alignment).
 
 * :mod:`~unicache.policy.place.vm` — one VM's placement (:func:`place_vm`, the entry);
 * its values (:mod:`~unicache.policy.place.types`), options
