@@ -275,7 +275,7 @@ def test_an_aging_alone_hands_a_state_without_replicas_back_with_the_clock_on(
     rounds: list[tuple[list[int], list[NccEvent]]], params: NccParams, free: list[int]
 ) -> None:
     # replicas_round skips ncc_round for a VM with only the aging to replay and no replica
-    # (policy.replicas): that must be what ncc_round does with such a state
+    # (policy.ncc.replicas): that must be what ncc_round does with such a state
     state = NccState()
     for before, events in rounds:
         state = ncc_round(state, _memory(before), events, params).state

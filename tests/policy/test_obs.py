@@ -35,7 +35,7 @@ from tests.policy.conftest import observation, sample, vm
 from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16, TOPO_XEON_5300
 
 #: opteron-16's CPUs: a VM free to run on every node (one whose CPUs lie on one node has
-#: its memory there, and OBS-X keeps it on that node: policy.obshome)
+#: its memory there, and OBS-X keeps it on that node: policy.obs.home)
 EVERY_CPU = frozenset(range(16))
 
 UNITS = TOPO_XEON_5300.units()
@@ -273,7 +273,7 @@ def test_same_observations_give_same_actions(misses: list[int], tick: int) -> No
     assert all(u in {unit.id for unit in UNITS} for u in placed.values())
 
 
-# --- thread clustering (policy.cluster): vCPUs that share data, SCU leaving their VM alone
+# --- thread clustering (policy.obs.cluster): vCPUs that share data, SCU leaving their VM alone
 
 
 def _shared_reads(vmname: str, readers: dict[int, range]) -> GuestReport:

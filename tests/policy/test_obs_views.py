@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from unicache.model import VcpuId
 from unicache.policy.obs.credit import credit_weights, credit_weights_by_vm
 from unicache.policy.obs.gain import pinning_gain
-from unicache.policy.obs.policy import ObsOptions, ObsPolicy, _count, _counts_for
+from unicache.policy.obs.policy import ObsOptions, ObsPolicy, _counts_for
+from unicache.policy.obs.room import count_in as _count
 from unicache.policy.obs.views import LoadViews, UnitTally
 from unicache.topology import CacheUnit
 
@@ -71,7 +72,7 @@ def _simple_loads(policy, unit_of, weights, trusted, viewer):
 def _simple_rebalance_view(policy, unit_of, weights, kept, trusted, viewer, busy):
     loads = _simple_loads(policy, unit_of, weights, trusted, viewer)
     heavy = max(policy.units, key=lambda u: (loads[u.id], -u.id)).id
-    room = policy._with_room(unit_of, busy)
+    room = policy.room.with_room(unit_of, busy)
     if not room:
         return None
     light = min(room, key=lambda u: (loads[u.id], u.id)).id
@@ -86,9 +87,9 @@ def _simple_rebalance_view(policy, unit_of, weights, kept, trusted, viewer, busy
         if weights.get(v, 0.0) > average and v not in kept and (viewer is None or v.vm == viewer)
     ]
     useful = [v for v in overweight if loads[light] + weights.get(v, 0.0) < loads[heavy]]
-    demand = policy._demand(unit_of, busy)
+    demand = policy.room.demand(unit_of, busy)
     if demand is not None and len(unit_of) > sum(len(u.cpus) for u in policy.units):
-        share = min(1.0, policy._share(demand) + policy.options.imbalance_margin)
+        share = min(1.0, policy.room.share(demand) + policy.options.imbalance_margin)
         cpus = len(policy._unit_by_id[light].cpus)
         useful = [v for v in useful if demand[light] + busy.get(v, 0.0) <= share * cpus + 1e-9]
     if not useful:
@@ -141,7 +142,7 @@ def test_the_rebalance_moves_as_every_vm_summing_every_vcpu(rows, small) -> None
     units = (TOPO_XEON_5300 if small else TOPO_OPTERON_16).units()
     policy = ObsPolicy(units, ObsOptions())
     unit_of, weights, busy, trusted, kept = _build(rows, units)
-    got = policy._rebalance(dict(unit_of), weights, trusted, kept, busy)
+    got = policy.room.rebalance(dict(unit_of), weights, trusted, kept, busy)
     expected = _simple_rebalance(policy, dict(unit_of), weights, trusted, kept, busy)
     # the same move, and the same floats in its reason
     assert got == expected

@@ -1,6 +1,6 @@
 """The round's incremental forms decide exactly as the simple forms they replace.
 
-* ``MfcTable.copy`` forks a copy-on-write chunk store (``policy.mfcchunks``) instead of
+* ``MfcTable.copy`` forks a copy-on-write chunk store (``policy.scu.mfc_chunks``) instead of
   copying every chunk: on random reads, agings and forks, each fork answers and ends as a
   deep copy (the simple form) does, and changing one never changes the other;
 * SCU rebuilds only the tables of VMs whose chunks, pinning, extras or standing changed

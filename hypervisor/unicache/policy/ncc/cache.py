@@ -394,7 +394,7 @@ def ncc_round(
         ev = queue[i]
         i += 1
         if isinstance(ev, Read):
-            # a record's reads from one node are one event, repeated (policy.replicas)
+            # a record's reads from one node are one event, repeated (policy.ncc.replicas)
             repeats = 1
             while i < len(queue) and queue[i] is ev:
                 repeats, i = repeats + 1, i + 1

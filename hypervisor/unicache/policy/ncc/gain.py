@@ -190,7 +190,7 @@ def remote_chunks(
     last = None
     for ev in events:
         if ev is last:
-            continue  # a record's reads from one node: one event, repeated (policy.replicas)
+            continue  # a record's reads from one node: one event, repeated (policy.ncc.replicas)
         last = ev
         if isinstance(ev, Read) and ev.node != ev.home:
             key = ev.key

@@ -34,15 +34,15 @@ class ObsOptions:
         and light only below ``average / (1 + margin)``.
     :param weight_hysteresis: OBS-C changes a cpu.weight only by at least this much.
     :param step_aside: a VM whose pins would keep no two cache-heavy vCPUs apart keeps its
-        own CPUs (:mod:`.obsgain`), one whose pins would cost more wait than its cache
-        could save floats over its node (:mod:`.obsqueue`); ``False``: OBS pins every
+        own CPUs (:mod:`~.gain`), one whose pins would cost more wait than its cache
+        could save floats over its node (:mod:`~.queue`); ``False``: OBS pins every
         vCPU (the daemon's ``--always-place``).
-    :param miss_cost: what a miss costs, to estimate what a pin could save (:mod:`.obsqueue`).
+    :param miss_cost: what a miss costs, to estimate what a pin could save (:mod:`~.queue`).
     :param wait_margin: a VM floating for its wait is pinned again only when its cache time
         exceeds the wait by this fraction.
     :param remote_gap: the dual-layered file cache paper's latency gap, (remote DRAM
         latency - local) / local: what a miss would pay more off a vCPU's home nodes
-        (:mod:`.obshome`).
+        (:mod:`~.home`).
     :param remote_gap_source: where ``remote_gap`` comes from.
     """
 
@@ -68,14 +68,14 @@ class ObsState:
     :param weights: vCPU -> its last known cache weight.
     :param cpu_weights: vCPU -> the cpu.weight OBS-C last set.
     :param last_rebalance: the round of the last rebalance.
-    :param clustered: VMs whose busy vCPUs OBS-X keeps in one unit (:mod:`.cluster`).
+    :param clustered: VMs whose busy vCPUs OBS-X keeps in one unit (:mod:`~.cluster`).
     :param quiet: per VM, rounds in a row its pins would have kept nothing apart
-        (:mod:`.obsgain`).
+        (:mod:`~.gain`).
     :param pinned: vCPUs OBS holds pinned (a VM that starts floating gets them back).
     :param crowded: VMs floating over their node for the wait a pin would add
-        (:mod:`.obsqueue`).
+        (:mod:`~.queue`).
     :param crowded_rounds: per pinned VM, rounds in a row its wait exceeded its cache time.
-    :param homes: vCPU -> its home nodes, where its VM's memory is (:mod:`.obshome`).
+    :param homes: vCPU -> its home nodes, where its VM's memory is (:mod:`~.home`).
     """
 
     unit_of: Mapping[VcpuId, int] = field(default_factory=dict)

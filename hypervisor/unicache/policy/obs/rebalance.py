@@ -3,9 +3,9 @@ heaviest unit to the lightest it may go to.
 
 The observations paper's "Policy: Migrating across caches": "Periodically, the policy
 migrates an overweight task from the heaviest cache to the lightest." A vCPU moves only
-into a unit with room (``ObsPolicy._with_room``) on its home nodes (:mod:`.obshome`), and
-only where the move lowers the heaviest load. :meth:`unicache.policy.obs.policy.ObsPolicy.decide`
-asks every view (:mod:`.obsviews`) and takes the best move. Pure.
+into a unit with room (``UnitRoom.with_room``, :mod:`~.room`) on its home nodes
+(:mod:`~.home`), and only where the move lowers the heaviest load.
+:meth:`~.room.UnitRoom.rebalance` asks every view (:mod:`~.views`) and takes the best move. Pure.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def rebalance_view(
     # vCPUs its loads may move (its own VM's, or every one in the all-trusted view)
     movable = views.members[heavy] if viewer is None else views.own(viewer, heavy)
     overweight = [v for v in movable if weights.get(v, 0.0) > average and v not in kept]
-    # each vCPU to the lightest unit with room on its home nodes (policy.obshome;
+    # each vCPU to the lightest unit with room on its home nodes (policy.obs.home;
     # every unit for one without a home)
     useful: list[tuple[float, VcpuId, int, float]] = []
     # the lightest unit with room per home (a VM's vCPUs mostly share one): sort keys

@@ -264,7 +264,7 @@ class ScuPolicy:
                 for vm, n in sorted(forgotten.items())
             ]
 
-        # every live VM's table: kept, patched or built again (policy.scupublish)
+        # every live VM's table: kept, patched or built again (policy.scu.publish)
         tables = publish_tables(
             TablesBuilt(state.versions, state.published, state.built_on, state.built_extras),
             table,
@@ -342,7 +342,7 @@ class ScuPolicy:
             mine = running.get(vm, {})
             busy = sum(mine.get(u, 0.0) for u in spanned)
             # a VM OBS keeps in fewer units than it has vCPUs for (a cluster of vCPUs that
-            # share data, policy.cluster) is judged over the units OBS-X would spread it
+            # share data, policy.obs.cluster) is judged over the units OBS-X would spread it
             # to, its readers spread evenly: never over the one unit its cluster sits in
             spread = min(len(by_vm[vm]), len(self.units))
             if len(spanned) < spread:
