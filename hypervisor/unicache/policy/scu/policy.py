@@ -24,7 +24,6 @@ from unicache.errors import StateError
 from unicache.model import (
     BUDGET_UNLIMITED,
     ChunkDecision,
-    ChunkId,
     CounterSource,
     Decision,
     Observation,
@@ -32,7 +31,13 @@ from unicache.model import (
     Refusal,
     VcpuId,
 )
-from unicache.policy.scu.cost import GainEstimate, needed_gain
+from unicache.policy.scu.aside import (
+    DOUBT_ROUNDS as DOUBT_ROUNDS,
+)
+from unicache.policy.scu.aside import (
+    TRUST_ROUNDS as TRUST_ROUNDS,
+)
+from unicache.policy.scu.aside import GainPrediction, PredictionState
 from unicache.policy.scu.mfc import (
     RULE_NON_CACHING,
     ChunkKey,
@@ -56,14 +61,6 @@ SCU_BOUNDED = "SCU_BOUNDED"
 #: refusal kind: a VM's share of the units it shares with other VMs kept chunks off-chip
 #: that Figure 2 over every VM's chunks would have cached (MFC §4.6, per VM)
 SCU_SHARE = "SCU_SHARE"
-#: a placed VM predicted to lose is withdrawn only after this many rounds of it in a row
-#: (a prediction that flips with each round's sample must not flip the VM's table: the
-#: watch needs one settled placed interval to judge what the placement did)
-DOUBT_ROUNDS = 3
-#: a VM SCU left alone is placed again only after this many rounds in a row predicted a
-#: gain for it (the same reason the other way: a sampled estimate near the threshold
-#: must not place a VM for one round, and placing then withdrawing costs both ways)
-TRUST_ROUNDS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +99,18 @@ class ScuState:
     built_extras: Mapping[str, VmExtras] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _Standing:
+    """Which VMs SCU leaves alone this round, with the watch's and the prediction's state
+    and the refusals that say why."""
+
+    left_alone: frozenset[str]
+    watched: dict[str, ReadRates]
+    doubts: dict[str, int]
+    trusts: dict[str, int]
+    refusals: tuple[Refusal, ...]
+
+
 class ScuPolicy:
     """Software cache unification across all VMs of a host (MFC §3-§4).
 
@@ -129,10 +138,7 @@ class ScuPolicy:
         self.levels = levels
         self.smt = smt
         self._unit_by_id = {u.id: u for u in units}
-        # the units a VM is spread to first (sort keys: capacity desc, unit id), and the
-        # private levels of one core: both once, not once per VM and round
-        self._largest_first = sorted(units, key=lambda u: (-u.capacity_bytes, u.id))
-        self._private_bytes = sum(lv.size_bytes for lv in levels if lv.scope is Scope.CORE)
+        self._prediction = GainPrediction(units, options, levels, smt)
 
     def start(self, state: ScuState) -> None:
         """Validate a restored state against the units (idempotent).
@@ -152,7 +158,8 @@ class ScuPolicy:
         vcpu_units: Mapping[VcpuId, int],
         extras: Mapping[str, VmExtras] | None = None,
     ) -> tuple[Decision, ScuState]:
-        """One round: replay reported reads through ``mfc_access``, publish tables.
+        """One round: which VMs SCU leaves alone (its prediction and watch), the others'
+        reported reads replayed through ``mfc_access``, aging, and the tables published.
 
         :param obs: this round's observation.
         :param state: the previous state.
@@ -177,27 +184,97 @@ class ScuPolicy:
         else:
             table = state.table.copy()
             table.set_units(views, shares)
-        decisions: list[ChunkDecision] = []
-        refusals: list[Refusal] = []
-        touched: set[str] = set()
         live_vms = {vm.name for vm in obs.vms}
-        aside, doubts, trusts = self._step_aside(obs, by_vm, state)
+        standing = self._standing(obs, by_vm, state, live_vms)
+        refusals = list(standing.refusals)
+        decisions, touched = self._replay(obs, table, by_vm, standing.left_alone, refusals)
+        next_round = state.round + 1
+        aging = next_round % opts.update_period == 0
+        if aging:
+            forgotten = table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
+            refusals += [
+                Refusal(
+                    SCU_BOUNDED,
+                    f"SCU forgot {n} chunks of {vm}: over the {opts.max_chunks} it remembers, "
+                    "the least used of the VM holding the most go first",
+                )
+                for vm, n in sorted(forgotten.items())
+            ]
+
+        # every live VM's table: kept, patched or built again (policy.scu.publish)
+        tables = publish_tables(
+            TablesBuilt(state.versions, state.published, state.built_on, state.built_extras),
+            table,
+            TableInputs(live_vms, standing.left_alone, by_vm, extras, touched, aging),
+            decisions,
+            opts,
+            self._budget,
+        )
+
+        new_state = ScuState(
+            table,
+            tables.versions,
+            tables.published,
+            next_round,
+            standing.left_alone & live_vms,
+            standing.watched,
+            standing.doubts,
+            standing.trusts,
+            tables.built_on,
+            tables.built_extras,
+        )
+        actions = tables.actions
+        decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
+        return decision, new_state
+
+    def _standing(
+        self,
+        obs: Observation,
+        by_vm: Mapping[str, Mapping[int, int]],
+        state: ScuState,
+        live_vms: set[str],
+    ) -> _Standing:
+        """Which VMs SCU leaves alone this round, and why: those its cost model predicts no
+        gain for (:mod:`~unicache.policy.scu.aside`), those the watch holds back (placed reads got
+        slower), and those left alone before that read nothing since (MFC decides on
+        reads, §4.2: no read, nothing to decide; their tables stay unbuilt)."""
+        refusals: list[Refusal] = []
+        aside, doubts, trusts = self._prediction.step_aside(
+            obs, by_vm, PredictionState(state.round, state.aside, state.doubts, state.trusts)
+        )
         for vm, estimate in sorted(aside.items()):
             refusals.append(Refusal(STEP_ASIDE, f"SCU leaves {vm} alone: {estimate.reason}"))
         # what the cost model predicts, the watch checks against what the VM's reads did
-        rates = read_rates(obs) if opts.watch else {}
+        rates = read_rates(obs) if self.options.watch else {}
         watched, held = watch_round(
             rates, self.placed(state), state.watched, live_vms, state.round + 1
         )
         for vm, verdict in sorted(held.items()):
             if vm in rates and vm not in aside:
                 refusals.append(Refusal(WATCH, f"SCU leaves {vm} alone: {verdict.reason}"))
-        # a VM without reads this round keeps its standing (MFC decides on reads, §4.2: no
-        # read, nothing to decide): one left alone stays alone, its table unbuilt, until
-        # its reads say otherwise
         read_now = {r.vm for r in obs.reports if r.chunks}
         kept_aside = (state.aside - read_now) & live_vms
         left_alone = frozenset(aside) | frozenset(held) | kept_aside
+        return _Standing(left_alone, watched, doubts, trusts, tuple(refusals))
+
+    def _replay(
+        self,
+        obs: Observation,
+        table: MfcTable,
+        by_vm: Mapping[str, Mapping[int, int]],
+        left_alone: frozenset[str],
+        refusals: list[Refusal],
+    ) -> tuple[list[ChunkDecision], set[str]]:
+        """MFC Figure 2 over guest reports: each reported read of a VM SCU places is
+        replayed through ``mfc_access`` on the unit its vCPU is pinned in (bounded per VM
+        and per access: a guest cannot buy unbounded policy work); what was skipped or
+        capped is added to ``refusals``.
+
+        :returns: the chunk decisions and the VMs they touched.
+        """
+        opts = self.options
+        decisions: list[ChunkDecision] = []
+        touched: set[str] = set()
         # each VM's running readers: its vCPUs' busy time this round
         readers: dict[str, float] = {}
         for sample in obs.samples:
@@ -239,7 +316,6 @@ class ScuPolicy:
                         )
                     )
                     touched.add(report.vm)
-
         for vm, n in sorted(skipped.items()):
             refusals.append(
                 Refusal(
@@ -251,154 +327,7 @@ class ScuPolicy:
         for vm, n in sorted(capped.items()):
             if n:
                 refusals.append(Refusal(SCU_SHARE, _share_reason(vm, n, table, by_vm[vm])))
-        next_round = state.round + 1
-        aging = next_round % opts.update_period == 0
-        if aging:
-            forgotten = table.update_use(opts.max_chunks)  # Figure 2 lines 45-47
-            refusals += [
-                Refusal(
-                    SCU_BOUNDED,
-                    f"SCU forgot {n} chunks of {vm}: over the {opts.max_chunks} it remembers, "
-                    "the least used of the VM holding the most go first",
-                )
-                for vm, n in sorted(forgotten.items())
-            ]
-
-        # every live VM's table: kept, patched or built again (policy.scu.publish)
-        tables = publish_tables(
-            TablesBuilt(state.versions, state.published, state.built_on, state.built_extras),
-            table,
-            TableInputs(live_vms, left_alone, by_vm, extras, touched, aging),
-            decisions,
-            opts,
-            self._budget,
-        )
-
-        new_state = ScuState(
-            table,
-            tables.versions,
-            tables.published,
-            next_round,
-            left_alone & live_vms,
-            watched,
-            doubts,
-            trusts,
-            tables.built_on,
-            tables.built_extras,
-        )
-        actions = tables.actions
-        decision = Decision(self.name, tuple(actions), tuple(decisions), tuple(refusals))
-        return decision, new_state
-
-    def _step_aside(
-        self, obs: Observation, by_vm: Mapping[str, Mapping[int, int]], state: ScuState
-    ) -> tuple[dict[str, GainEstimate], dict[str, int], dict[str, int]]:
-        """VMs whose reads this round are predicted to gain nothing from unification.
-
-        :returns: those VMs with their estimates, the placed VMs kept in doubt (with
-            their rounds of doubt so far), and the VMs left alone that are predicted to
-            gain but not yet for ``TRUST_ROUNDS`` rounds (with those rounds so far).
-        """
-        cost = self.options.cost
-        if cost is None:
-            return {}, {}, {}
-        units = self._unit_by_id
-        chunk_size = self.options.chunk_size
-        reads: dict[str, dict[ChunkId, tuple[int, int]]] = {}
-        seconds: dict[str, float] = {}
-        for report in obs.reports:
-            seconds[report.vm] = max(seconds.get(report.vm, 0.0), report.interval_s)
-            per_chunk = reads.setdefault(report.vm, {})
-            for access in report.chunks:
-                n = access.reads
-                if n <= 0:
-                    continue
-                size = min(access.bytes_read // n, chunk_size)
-                old = per_chunk.get(access.chunk)
-                if old is None:
-                    per_chunk[access.chunk] = (max(size, 0), n)
-                else:
-                    per_chunk[access.chunk] = (max(size, old[0]), old[1] + n)
-        # running readers per unit: busy vCPU time, which stays put when threads migrate
-        # (the vCPUs a thread passes through in a round do not each count as a reader)
-        running: dict[str, dict[int, float]] = {}
-        for sample in obs.samples:
-            unit = by_vm.get(sample.vcpu.vm, {}).get(sample.vcpu.index)
-            if unit is not None:
-                in_vm = running.setdefault(sample.vcpu.vm, {})
-                in_vm[unit] = in_vm.get(unit, 0.0) + max(sample.busy, 0.0)
-        out = {}
-        doubts: dict[str, int] = {}
-        # a VM without reads this round keeps what trust it had (a VM that left, none)
-        live = {vm.name for vm in obs.vms}
-        trusts = {vm: n for vm, n in state.trusts.items() if vm not in reads and vm in live}
-        # what the prediction takes from the units a VM spans, with its readers in each:
-        # the same for every VM pinned alike (a fleet's VMs span few combinations)
-        facts: dict[tuple[tuple[int, int], ...], tuple[int, int, int]] = {}
-        for vm, per_chunk in reads.items():
-            spanned = sorted(set(by_vm.get(vm, {}).values()))
-            if not spanned or not per_chunk:
-                continue
-            mine = running.get(vm, {})
-            busy = sum(mine.get(u, 0.0) for u in spanned)
-            # a VM OBS keeps in fewer units than it has vCPUs for (a cluster of vCPUs that
-            # share data, policy.obs.cluster) is judged over the units OBS-X would spread it
-            # to, its readers spread evenly: never over the one unit its cluster sits in
-            spread = min(len(by_vm[vm]), len(self.units))
-            if len(spanned) < spread:
-                others = [u for u in self._largest_first if u.id not in spanned]
-                spanned += [u.id for u in others[: spread - len(spanned)]]
-                even = round(busy / len(spanned))
-                in_unit = tuple((u, even) for u in spanned)
-            else:
-                in_unit = tuple((u, round(mine.get(u, 0.0))) for u in spanned)
-            fact = facts.get(in_unit)
-            if fact is None:
-                fact = facts[in_unit] = (
-                    min(self._reach(units[u], n) for u, n in in_unit),
-                    sum(units[u].capacity_bytes for u in spanned),
-                    min(self._cores(units[u]) for u in spanned),
-                )
-            unit_bytes, spanned_bytes, cores_per_unit = fact
-            estimate = cost.predict_gain(
-                list(per_chunk.values()),
-                unit_bytes,
-                spanned_bytes,
-                len(spanned),
-                readers=max(1, round(busy)),
-                cores_per_unit=cores_per_unit,
-                busy_cycles=busy * seconds[vm] * (cost.clock_hz or 0.0),
-            )
-            # a VM placed last round stays placed while it is predicted not to lose, and
-            # for DOUBT_ROUNDS rounds of doubt more: the watch then judges what it measured
-            placed = state.round > 0 and vm not in state.aside
-            if estimate.keeps(placed):
-                if vm not in state.trusts:  # not left alone by a prediction: none to earn
-                    continue
-                trusts[vm] = state.trusts[vm] + 1
-                if trusts[vm] >= TRUST_ROUNDS:
-                    del trusts[vm]
-                    continue
-                out[vm] = GainEstimate(
-                    estimate.fraction,
-                    f"{estimate.reason}; gain predicted {trusts[vm]} of the "
-                    f"{TRUST_ROUNDS} rounds in a row it needs after being left alone",
-                )
-                continue
-            if placed and state.doubts.get(vm, 0) + 1 < DOUBT_ROUNDS:
-                doubts[vm] = state.doubts.get(vm, 0) + 1
-                continue
-            need = f"needs {needed_gain(placed):+.2%}" + (" to stay placed" if placed else "")
-            out[vm] = GainEstimate(estimate.fraction, f"{estimate.reason} ({need})")
-            trusts[vm] = 0
-        return out, doubts, trusts
-
-    def _reach(self, unit: CacheUnit, readers: int) -> int:
-        """What a unit caches for its readers without migrations: its shared levels and the
-        private levels of the cores they run on, not the other cores' (MFC's per-core
-        M_on-chip, §4.6); at least one reader's worth."""
-        idle_cores = self._cores(unit) - min(max(readers, 1), self._cores(unit))
-        return unit.capacity_bytes - self._private_bytes * idle_cores
+        return decisions, touched
 
     @staticmethod
     def placed(state: ScuState) -> frozenset[str]:
