@@ -221,74 +221,108 @@ def replicas_round(
     refusals: list[Refusal] = []
     nodes: dict[str, Mapping[ChunkId, frozenset[int]]] = {}
     before = {v.vm: v for v in state.vms}  # one lookup per VM, not a scan (a fleet's VMs)
-    budgets: dict[tuple[int, ...], ncc.NccParams] = {}  # node sizes -> their parameters
+    given = _Given(params, max_reads, chunk_size, cost, {})
     for vm in sorted(vms, key=lambda v: v.name):
         known = before.get(vm.name)
         if len(vm.nodes) < 2 and (known is None or not known.ncc.replicas):
             continue  # one guest node and no replica: nothing for NCC (a fleet's most VMs)
-        mine = by_vm.get(vm.name, [])
-        guest_nodes = frozenset(n.node for n in vm.nodes)  # the backend's, not the guest's
-        prev = known or VmReplicas(vm.name)
-        if len(guest_nodes) < 2 and not prev.ncc.replicas:
+        step = _vm_round(vm, by_vm.get(vm.name, []), known, given)
+        if step is None:
             continue
-        memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
-        memory = tuple(m for m in memory if m.node in guest_nodes)
-        colored = frozenset(n.node for n in vm.colored_nodes())
-        events, dropped, unknown = _events(vm.name, mine, prev.ncc, max_reads, guest_nodes, colored)
-        vm_params = _vm_params(vm, memory, params, chunk_size, budgets)
-        latest = next((r.node_memory for r in reversed(mine) if r.node_memory), ())
-        fresh = [m for m in latest if m.node in guest_nodes]
-        if chunk_size > 0 and prev.ncc.replicas and fresh:
-            # the agent's shrink, after aging as in its round, for memory reported this
-            # round only (a silent guest's old figure would shrink it again every round);
-            # no new replica is made on a tight node, so only older ones are given back
-            events += shrink_reclaims(fresh, vm_params, chunk_size)
-        verdict = GainVerdict(prev.gain)
-        remote = {} if cost is None else remote_chunks(events, prev.ncc, prev.nodes)
-        # a VM that has read nothing remote for a window keeps its ledgers as they are
-        steady = cost is not None and not remote and quiet(prev.gain, guest_nodes, cost)
-        if cost is not None and not steady:
-            verdict = predict(
-                prev.gain,
-                remote,
-                guest_nodes,
-                vm_params.max_replicas_per_node,
-                vm_params.ncc_threshold,
-                cost,
-            )
-        if len(events) == 1:
-            # only the aging (the VM read and wrote nothing NCC replays): ncc_round would
-            # hand its state back aged, with the clock one on; the replicas at frequency
-            # one, most of them, stay as they are (and so does a tuple of only those)
-            tight = ncc.memory_tight_nodes(memory, vm_params)
-            decision = ncc.NccDecision((), (), ncc.aged(prev.ncc, tight))
-        else:
-            decision = ncc.ncc_round(prev.ncc, memory, events, vm_params, verdict.aside)
-        kept = decision.state
-        trimmed = len(kept.counters) - MAX_COUNTERS_PER_VM
-        if trimmed > 0:
-            most = sorted(kept.counters, key=lambda c: (-c.count, c.key, c.node))
-            kept = replace(kept, counters=tuple(sorted(most[:MAX_COUNTERS_PER_VM])))
-        why = _bounded(vm.name, sorted(guest_nodes), dropped, max(trimmed, 0), unknown)
-        if why:
-            refusals.append(Refusal(NCC_BOUNDED, why))
-        if cost is not None and not (steady and not decision.retired):
-            judged = judge(verdict, decision.retired, cost)
-            why = "; ".join(verdict.reasons + judged.reasons)
-            if why:
-                refusals.append(Refusal(NCC_NO_GAIN, f"NCC makes no replicas for {vm.name}: {why}"))
-            verdict = judged
-        # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
-        actions += [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
-        vm_nodes = prev.nodes
-        changed = [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
-        if vm_nodes is None:
-            vm_nodes = _nodes_of(kept.replicas)  # (a restart)
-        elif changed:
-            vm_nodes = _nodes_after(vm_nodes, changed)  # replicas made or dropped
+        replicas, vm_nodes, changed, said = step
+        actions += changed
+        refusals += said
         nodes[vm.name] = vm_nodes
-        out.append(VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers).with_nodes(vm_nodes))
+        out.append(replicas)
     return ReplicaDecision(tuple(actions), nodes, ReplicaState(tuple(out)), tuple(refusals))
+
+
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """What every VM's round is given: NCC's parameters, the bounds, the machine's cost,
+    and the parameters made per size of guest nodes (shared by the VMs alike)."""
+
+    params: ncc.NccParams
+    max_reads: int
+    chunk_size: int
+    cost: ReplicaCost | None
+    budgets: dict[tuple[int, ...], ncc.NccParams]
+
+
+def _vm_round(
+    vm: Vm, mine: list[GuestReport], known: VmReplicas | None, given: _Given
+) -> (
+    tuple[
+        VmReplicas, Mapping[ChunkId, frozenset[int]], list[Replicate | DropReplica], list[Refusal]
+    ]
+    | None
+):
+    """One VM's round (:func:`replicas_round`'s steps 1-4): its replicas after, its chunks'
+    nodes, the replicas made and dropped, and the refusals; ``None``: nothing for NCC."""
+    guest_nodes = frozenset(n.node for n in vm.nodes)  # the backend's, not the guest's
+    prev = known or VmReplicas(vm.name)
+    if len(guest_nodes) < 2 and not prev.ncc.replicas:
+        return None
+    memory = next((r.node_memory for r in reversed(mine) if r.node_memory), prev.memory)
+    memory = tuple(m for m in memory if m.node in guest_nodes)
+    colored = frozenset(n.node for n in vm.colored_nodes())
+    events, dropped, unknown = _events(
+        vm.name, mine, prev.ncc, given.max_reads, guest_nodes, colored
+    )
+    vm_params = _vm_params(vm, memory, given.params, given.chunk_size, given.budgets)
+    latest = next((r.node_memory for r in reversed(mine) if r.node_memory), ())
+    fresh = [m for m in latest if m.node in guest_nodes]
+    if given.chunk_size > 0 and prev.ncc.replicas and fresh:
+        # the agent's shrink, after aging as in its round, for memory reported this
+        # round only (a silent guest's old figure would shrink it again every round);
+        # no new replica is made on a tight node, so only older ones are given back
+        events += shrink_reclaims(fresh, vm_params, given.chunk_size)
+    cost = given.cost
+    verdict = GainVerdict(prev.gain)
+    remote = {} if cost is None else remote_chunks(events, prev.ncc, prev.nodes)
+    # a VM that has read nothing remote for a window keeps its ledgers as they are
+    steady = cost is not None and not remote and quiet(prev.gain, guest_nodes, cost)
+    if cost is not None and not steady:
+        verdict = predict(
+            prev.gain,
+            remote,
+            guest_nodes,
+            vm_params.max_replicas_per_node,
+            vm_params.ncc_threshold,
+            cost,
+        )
+    if len(events) == 1:
+        # only the aging (the VM read and wrote nothing NCC replays): ncc_round would
+        # hand its state back aged, with the clock one on; the replicas at frequency
+        # one, most of them, stay as they are (and so does a tuple of only those)
+        tight = ncc.memory_tight_nodes(memory, vm_params)
+        decision = ncc.NccDecision((), (), ncc.aged(prev.ncc, tight))
+    else:
+        decision = ncc.ncc_round(prev.ncc, memory, events, vm_params, verdict.aside)
+    kept = decision.state
+    trimmed = len(kept.counters) - MAX_COUNTERS_PER_VM
+    if trimmed > 0:
+        most = sorted(kept.counters, key=lambda c: (-c.count, c.key, c.node))
+        kept = replace(kept, counters=tuple(sorted(most[:MAX_COUNTERS_PER_VM])))
+    refusals: list[Refusal] = []
+    why = _bounded(vm.name, sorted(guest_nodes), dropped, max(trimmed, 0), unknown)
+    if why:
+        refusals.append(Refusal(NCC_BOUNDED, why))
+    if cost is not None and not (steady and not decision.retired):
+        judged = judge(verdict, decision.retired, cost)
+        why = "; ".join(verdict.reasons + judged.reasons)
+        if why:
+            refusals.append(Refusal(NCC_NO_GAIN, f"NCC makes no replicas for {vm.name}: {why}"))
+        verdict = judged
+    # ReclaimPrimary: the guest kernel reclaims its own page cache; nothing to send
+    changed = [a for a in decision.actions if isinstance(a, Replicate | DropReplica)]
+    vm_nodes = prev.nodes
+    if vm_nodes is None:
+        vm_nodes = _nodes_of(kept.replicas)  # (a restart)
+    elif changed:
+        vm_nodes = _nodes_after(vm_nodes, changed)  # replicas made or dropped
+    replicas = VmReplicas(vm.name, kept, tuple(memory), verdict.ledgers).with_nodes(vm_nodes)
+    return replicas, vm_nodes, changed, refusals
 
 
 def _vm_params(
