@@ -111,48 +111,9 @@ def publish_tables(
             continue  # nothing its table is built on changed: the same table again
         built_on[vm] = basis
         built_extras[vm] = vm_extras
-        patchable = (
-            same_units
-            and previous is not None
-            and built is not None
-            and not built.adds_nothing_somewhere()
-            and not vm_extras.adds_nothing_somewhere()
+        entries = _entries(
+            vm, previous, built, same_units, vm_extras, units, table, vm in left_alone, opts, budget
         )
-        if patchable and previous is not None and built is not None and vm in left_alone:
-            # a table of colors and replicas only: the entries of the chunks whose
-            # extras changed again, the others kept
-            entries = patched_entries(
-                previous,
-                [(c, None) for c in vm_extras.changed_since(built)],
-                units,
-                vm_extras,
-                budget,
-                opts.params.min_read_size,
-            )
-        elif (
-            patchable
-            and previous is not None
-            and built is not None
-            and len(previous) < opts.max_entries  # neither table cut: each entry is its
-            and table.count_of(vm) <= opts.max_entries  # chunk's alone
-        ):
-            # only some chunks or their extras changed: their entries again, the others
-            # kept
-            again = table.changed_chunks(vm) | vm_extras.changed_since(built)
-            entries = patched_entries(
-                previous,
-                [(c, table.chunk(ChunkKey(vm, c))) for c in again],
-                units,
-                vm_extras,
-                budget,
-                opts.params.min_read_size,
-            )
-        else:
-            # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
-            mine = [] if vm in left_alone else table.chunks_of(vm)
-            entries = placement_entries(
-                mine, units, vm_extras, budget, opts.params.min_read_size, opts.max_entries
-            )
         if vm not in inputs.touched and (previous or ()) == entries:
             continue  # an empty table for a VM without one, unread: nothing to publish
         if previous == entries:
@@ -174,6 +135,66 @@ def publish_tables(
             built_on.pop(vm, None)
             built_extras.pop(vm, None)
     return TablesBuilt(versions, published, built_on, built_extras, actions)
+
+
+def _entries(
+    vm: str,
+    previous: tuple[PlacementEntry, ...] | None,
+    built: VmExtras | None,
+    same_units: bool,
+    vm_extras: VmExtras,
+    units: Mapping[int, int],
+    table: MfcTable,
+    alone: bool,
+    opts: ScuOptions,
+    budget: Callable[[int], int],
+) -> tuple[PlacementEntry, ...]:
+    """A VM's table this round: the previous one patched where only some chunks or their
+    extras changed, else built again (``alone``: SCU leaves the VM alone, so only what SRM
+    and NCC add, no migration)."""
+    patchable = (
+        same_units
+        and previous is not None
+        and built is not None
+        and not built.adds_nothing_somewhere()
+        and not vm_extras.adds_nothing_somewhere()
+    )
+    if patchable and previous is not None and built is not None and alone:
+        # a table of colors and replicas only: the entries of the chunks whose
+        # extras changed again, the others kept
+        entries = patched_entries(
+            previous,
+            [(c, None) for c in vm_extras.changed_since(built)],
+            units,
+            vm_extras,
+            budget,
+            opts.params.min_read_size,
+        )
+    elif (
+        patchable
+        and previous is not None
+        and built is not None
+        and len(previous) < opts.max_entries  # neither table cut: each entry is its
+        and table.count_of(vm) <= opts.max_entries  # chunk's alone
+    ):
+        # only some chunks or their extras changed: their entries again, the others
+        # kept
+        again = table.changed_chunks(vm) | vm_extras.changed_since(built)
+        entries = patched_entries(
+            previous,
+            [(c, table.chunk(ChunkKey(vm, c))) for c in again],
+            units,
+            vm_extras,
+            budget,
+            opts.params.min_read_size,
+        )
+    else:
+        # a VM SCU leaves alone keeps only what SRM and NCC add (no migration)
+        mine = [] if alone else table.chunks_of(vm)
+        entries = placement_entries(
+            mine, units, vm_extras, budget, opts.params.min_read_size, opts.max_entries
+        )
+    return entries
 
 
 def _same_extras(built: VmExtras, extras: VmExtras) -> bool:
