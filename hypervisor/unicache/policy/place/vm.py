@@ -350,51 +350,8 @@ def _assemble(
     d, m = layout.dies_per_cell, layout.per_die
     topo = GuestTopology(sockets=k, dies=d, cores=m)
     per_cell = d * m
-    # the die of each slot; slots of a die with no unit (a short last cell) go with the
-    # last die of their cell
-    by_slot = {(die.cell, die.die): die for die in layout.dies}
-    pins: list[VcpuPin] = []
-    online: dict[tuple[int, int], list[int]] = {}
-    for v in range(topo.max_vcpus):
-        cell, die = v // per_cell, (v % per_cell) // m
-        place = by_slot.get((cell, die)) or max(
-            (x for x in layout.dies if x.cell == cell), key=lambda x: x.die
-        )
-        if v < n:
-            online.setdefault((place.cell, place.die), []).append(v)
-        reason = (
-            place.reason
-            if v < n
-            else (
-                f"offline slot of the guest topology, pinned with die {place.die} of cell {cell} "
-                "for a later hot-plug"
-            )
-        )
-        pins.append(VcpuPin(v, place.unit, room.units[place.unit].cpus, v < n, reason))
-    dies = tuple(
-        DiePlacement(
-            x.cell,
-            x.die,
-            x.unit,
-            room.units[x.unit].cpus,
-            tuple(online.get((x.cell, x.die), ())),
-            x.reason,
-        )
-        for x in layout.dies
-    )
-    if k == 1:
-        node = layout.nodes[0]
-        node_reason = (
-            f"NUMA-aligned: node {node} holds all {n} vCPUs and {request.memory_mib} MiB "
-            f"({room.node_room(node):g} vCPU slots on {room.node_cpus(node)} cpus, "
-            f"{room.free_memory(node):g} MiB free)"
-        )
-    else:
-        node_reason = (
-            f"no single node holds {n} vCPUs and {request.memory_mib} MiB: the fewest nodes, "
-            f"{k} ({format_list(layout.nodes)}, on "
-            f"{len({room.socket[x] for x in layout.nodes})} socket(s)), one guest cell each"
-        )
+    pins, dies = _pins(room, n, layout, topo)
+    node_reason = _node_reason(room, request, layout, k)
     cells = tuple(
         CellPlacement(
             i,
@@ -446,6 +403,67 @@ def _assemble(
         reasons=reasons,
         reason=summary,
     )
+
+
+def _pins(
+    room: HostRoom, n: int, layout: _Layout, topo: GuestTopology
+) -> tuple[list[VcpuPin], tuple[DiePlacement, ...]]:
+    """Every slot of the guest topology pinned to its die's LLC group (the first ``n``
+    online), and each die with the online vCPUs it holds."""
+    per_cell = topo.dies * topo.cores
+    m = topo.cores
+    # the die of each slot; slots of a die with no unit (a short last cell) go with the
+    # last die of their cell
+    by_slot = {(die.cell, die.die): die for die in layout.dies}
+    pins: list[VcpuPin] = []
+    online: dict[tuple[int, int], list[int]] = {}
+    for v in range(topo.max_vcpus):
+        cell, die = v // per_cell, (v % per_cell) // m
+        place = by_slot.get((cell, die)) or max(
+            (x for x in layout.dies if x.cell == cell), key=lambda x: x.die
+        )
+        if v < n:
+            online.setdefault((place.cell, place.die), []).append(v)
+        reason = (
+            place.reason
+            if v < n
+            else (
+                f"offline slot of the guest topology, pinned with die {place.die} of cell {cell} "
+                "for a later hot-plug"
+            )
+        )
+        pins.append(VcpuPin(v, place.unit, room.units[place.unit].cpus, v < n, reason))
+    dies = tuple(
+        DiePlacement(
+            x.cell,
+            x.die,
+            x.unit,
+            room.units[x.unit].cpus,
+            tuple(online.get((x.cell, x.die), ())),
+            x.reason,
+        )
+        for x in layout.dies
+    )
+    return pins, dies
+
+
+def _node_reason(room: HostRoom, request: VmRequest, layout: _Layout, k: int) -> str:
+    """Why these nodes: one that holds the VM, or the fewest that do."""
+    n = request.vcpus
+    if k == 1:
+        node = layout.nodes[0]
+        node_reason = (
+            f"NUMA-aligned: node {node} holds all {n} vCPUs and {request.memory_mib} MiB "
+            f"({room.node_room(node):g} vCPU slots on {room.node_cpus(node)} cpus, "
+            f"{room.free_memory(node):g} MiB free)"
+        )
+    else:
+        node_reason = (
+            f"no single node holds {n} vCPUs and {request.memory_mib} MiB: the fewest nodes, "
+            f"{k} ({format_list(layout.nodes)}, on "
+            f"{len({room.socket[x] for x in layout.nodes})} socket(s)), one guest cell each"
+        )
+    return node_reason
 
 
 def _n(count: int, what: str) -> str:
