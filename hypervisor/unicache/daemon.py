@@ -15,8 +15,8 @@ import functools
 import logging
 import os
 import signal
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ from unicache.host.libvirt.weights import LibvirtWeights
 from unicache.host.linux.cgroup import CgroupWeights, probe_cpu_weight
 from unicache.host.linux.perf import PerfCounters, hardware_counters_available
 from unicache.host.live import LiveHost
-from unicache.host.ports import ActResult, VmSource, WeightSetter
+from unicache.host.ports import ActResult, AffinitySetter, VmSource, WeightSetter
 from unicache.loop import run_rounds
 from unicache.metrics import DaemonMetrics
 from unicache.model import Action, Decision, Observation
@@ -70,7 +70,6 @@ async def run_daemon(
     :param echo_json: echo every decision-log record as its JSON line, not a human line.
     :returns: the exit code (0).
     """
-    from unicache.channel.protocol import ChannelParams
     from unicache.channel.server import ChannelServer
 
     stop = stop or asyncio.Event()
@@ -81,6 +80,56 @@ async def run_daemon(
         decisions.write({"kind": "note", "message": message})
         log.info("%s", message)
 
+    policy, hardware = _policy_for(config, note)
+    source = vm_source if vm_source is not None else _vm_source(config, note)
+    # crash recovery first: whatever a previous run left changed is put back
+    actuator, weights = _setters(config, source, note)
+    # a report naming a chunk no round decided on asks for a round now (roundpace)
+    pacer = RoundPacer(RoundTrigger(config.interval_s))
+    channel = ChannelServer(
+        config.state_dir / "channels", _channel_params(config, policy), on_arrival=pacer.arrived
+    )
+    perf = PerfCounters(hardware)
+    host = LiveHost(
+        source, perf, actuator, weights, channel, channel.drain_reports, dry_run=config.dry_run
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    metrics = _metrics(config, note)
+    state = _restored_state(config, policy, note)
+    deadline_s = max(ROUND_DEADLINE_MIN_S, ROUND_DEADLINE_INTERVALS * config.interval_s)
+    vms = _DaemonHost(host, source, channel, stop, deadline_s, note, pacer)
+    collector = GcPacer()
+    try:
+        await _serve(
+            _Serving(config, policy, vms, channel, decisions, metrics, pacer, collector, stop),
+            state,
+            _decider(policy, stop, deadline_s, note),
+            note,
+        )
+    finally:
+        for line in actuator.restore_all():
+            note(f"shutdown: {line}")
+        if weights is not None:
+            for line in weights.restore_all():
+                note(f"shutdown: {line}")
+        await channel.close()
+        perf.close()
+        source.close()  # after channel.close(): restores the agent sockets' placeholders
+        decisions.flush()
+        decisions.close()
+        collector.release()
+    return 0
+
+
+def _policy_for(
+    config: DaemonConfig, note: Callable[[str], None]
+) -> tuple[UnicachePolicy, bool]:
+    """The round's policy for this host's topology (``--always-place``: without the cost
+    models, watches and step-asides), what it says of them, and whether the CPU has
+    hardware counters."""
     topo = load_topology(config.model, config.model_file)
     scu_options = scu_options_for(topo, config.unify)
     if config.always_place:
@@ -102,21 +151,30 @@ async def run_daemon(
         note(f"SCU costs: {policy.scu.options.cost_source} (docs/policies.md)")
     hardware, why = hardware_counters_available()
     note(why)
+    return policy, hardware
 
-    # libvirt when reachable, else unicache's own QEMU (the libvirt actuator needs it)
-    from unicache.host.libvirt.actuator import make_actuator
+
+def _vm_source(config: DaemonConfig, note: Callable[[str], None]) -> VmSource:
+    """libvirt when reachable, else unicache's own QEMU (the libvirt actuator needs it)."""
     from unicache.host.libvirt.choose import choose_vm_source
+
+    source, why_vms = choose_vm_source(config.connect, config.state_dir)
+    note(why_vms)
+    return source
+
+
+def _setters(
+    config: DaemonConfig, source: VmSource, note: Callable[[str], None]
+) -> tuple[AffinitySetter, WeightSetter | None]:
+    """The journaled affinity and weight setters for ``source``, each first putting back
+    what a previous run left changed (a dry run builds the same setters with ``dry_run``:
+    they return what they would write)."""
+    from unicache.host.libvirt.actuator import make_actuator
     from unicache.host.libvirt.source import LibvirtVmSource
 
-    if vm_source is None:
-        vm_source, why_vms = choose_vm_source(config.connect, config.state_dir)
-        note(why_vms)
-    source = vm_source
-    # crash recovery first: whatever a previous run left changed is put back
     actuator = make_actuator(source, config.state_dir / "journal.json", config.dry_run)
     for line in actuator.restore_all() if actuator.pending else []:
         note(f"recovery: {line}")
-    # a dry run builds the same setters with dry_run: they return what they would write
     weights: WeightSetter | None = None
     if isinstance(source, LibvirtVmSource):
         # libvirt owns its domains' cgroups: credit goes through its scheduler parameters
@@ -131,26 +189,24 @@ async def run_daemon(
                                     dry_run=config.dry_run)
     for line in weights.restore_all() if weights is not None else []:
         note(f"recovery: {line}")
+    return actuator, weights
 
-    # the guest must chunk files exactly as SCU does (MFC §4.7) and skip small reads (§4.5)
+
+def _channel_params(config: DaemonConfig, policy: UnicachePolicy) -> ChannelParams:
+    """The guest must chunk files exactly as SCU does (MFC §4.7) and skip small reads
+    (§4.5)."""
+    from unicache.channel.protocol import ChannelParams
+
     scu = policy.scu.options
-    params = ChannelParams(
+    return ChannelParams(
         chunk_size=scu.chunk_size,
         min_read_size=min(scu.params.min_read_size, scu.chunk_size),
         report_interval_s=max(config.interval_s, 0.1),
     )
-    # a report naming a chunk no round decided on asks for a round now (roundpace)
-    pacer = RoundPacer(RoundTrigger(config.interval_s))
-    channel = ChannelServer(config.state_dir / "channels", params, on_arrival=pacer.arrived)
-    perf = PerfCounters(hardware)
-    host = LiveHost(
-        source, perf, actuator, weights, channel, channel.drain_reports, dry_run=config.dry_run
-    )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
 
+
+def _metrics(config: DaemonConfig, note: Callable[[str], None]) -> DaemonMetrics:
+    """The daemon's metrics, served on 127.0.0.1 when ``metrics_port`` is given."""
     metrics = DaemonMetrics()
     if config.metrics_port is not None:
         try:
@@ -158,16 +214,19 @@ async def run_daemon(
         except OSError as err:
             raise ConfigError(f"cannot serve metrics on port {config.metrics_port}") from err
         note(f"metrics on http://127.0.0.1:{config.metrics_port}/metrics")
+    return metrics
 
-    state = _restored_state(config, policy, note)
-    deadline_s = max(ROUND_DEADLINE_MIN_S, ROUND_DEADLINE_INTERVALS * config.interval_s)
-    vms = _DaemonHost(host, source, channel, stop, deadline_s, note, pacer)
+
+def _decider(
+    policy: UnicachePolicy, stop: asyncio.Event, deadline_s: float, note: Callable[[str], None]
+) -> Callable[[Observation, RoundState], Awaitable[tuple[Decision, RoundState] | None]]:
+    """How a round is decided: in a worker thread, so the loop keeps serving every VM's
+    channel and the signals while one guest's reports keep the policy busy (issue #12);
+    a round over its deadline has its actions dropped."""
 
     async def decide(
         obs: Observation, state: RoundState
     ) -> tuple[Decision, RoundState] | None:
-        # the round runs in a worker thread: the loop keeps serving every VM's channel and
-        # the signals while one guest's reports keep the policy busy (issue #12)
         outcome = await run_round(functools.partial(policy.decide, obs, state), stop,
                                   deadline_s)
         if outcome is None:
@@ -182,50 +241,64 @@ async def run_daemon(
             decision = replace(decision, actions=())
         return decision, state
 
+    return decide
+
+
+@dataclass(frozen=True, slots=True)
+class _Serving:
+    """What the daemon's rounds go through: the settings, the policy, the host as the loop
+    sees it, the channels, the log, the metrics, the pace, the collector and the stop."""
+
+    config: DaemonConfig
+    policy: UnicachePolicy
+    vms: _DaemonHost
+    channel: ChannelServer
+    decisions: DecisionLog
+    metrics: DaemonMetrics
+    pacer: RoundPacer
+    collector: GcPacer
+    stop: asyncio.Event
+
+
+async def _serve(
+    serving: _Serving,
+    state: RoundState,
+    decide: Callable[[Observation, RoundState], Awaitable[tuple[Decision, RoundState] | None]],
+    note: Callable[[str], None],
+) -> None:
+    """The rounds: each recorded, then the collector's work, then the wait for the next."""
+    config, channel, pacer, collector = (
+        serving.config, serving.channel, serving.pacer, serving.collector
+    )
     rounds = 0
-    collector = GcPacer()
-    try:
-        async with contextlib.aclosing(
-            run_rounds(vms, policy, state, config.rounds, decide)
-        ) as loop_rounds:
-            async for rnd in loop_rounds:
-                channels = channel.status()
-                errors = [(st.vm, kind, n) for st in channels for kind, n in st.errors]
-                traffic = [(st.vm, st.bytes_in, st.bytes_out) for st in channels]
-                # the records, the status checkpoint and the metrics are written in a worker
-                # thread: a disk that stalls (a journal commit, a full log) never stalls the
-                # channels and signals the loop serves (issue #12)
-                await asyncio.to_thread(
-                    record_round, decisions, policy, rnd, metrics, errors, config.state_dir,
-                    dry_run=config.dry_run, log_chunks=config.log_chunks,
-                    channel_bytes=traffic,
-                )
-                rounds += 1
-                if config.rounds is not None and rounds >= config.rounds:
-                    break
-                # the collector's work between rounds, not in the next one (gcpace)
-                swept = collector.settle()
-                if swept.full and swept.seconds >= GC_NOTE_S:
-                    note(f"gc: a collection over all {swept.frozen} objects took "
-                         f"{swept.seconds * 1e3:.0f} ms between rounds (one every "
-                         f"{collector.full_every_s:.0f} s; the others look at a round's own)")
-                obs = rnd.observation
-                pacer.trigger.took(obs.reports, [vm.name for vm in obs.vms], pacer.clock(),
-                                   periodic=not vms.early)
-                await pacer.wait(stop)
-    finally:
-        for line in actuator.restore_all():
-            note(f"shutdown: {line}")
-        if weights is not None:
-            for line in weights.restore_all():
-                note(f"shutdown: {line}")
-        await channel.close()
-        perf.close()
-        source.close()  # after channel.close(): restores the agent sockets' placeholders
-        decisions.flush()
-        decisions.close()
-        collector.release()
-    return 0
+    async with contextlib.aclosing(
+        run_rounds(serving.vms, serving.policy, state, config.rounds, decide)
+    ) as loop_rounds:
+        async for rnd in loop_rounds:
+            channels = channel.status()
+            errors = [(st.vm, kind, n) for st in channels for kind, n in st.errors]
+            traffic = [(st.vm, st.bytes_in, st.bytes_out) for st in channels]
+            # the records, the status checkpoint and the metrics are written in a worker
+            # thread: a disk that stalls (a journal commit, a full log) never stalls the
+            # channels and signals the loop serves (issue #12)
+            await asyncio.to_thread(
+                record_round, serving.decisions, serving.policy, rnd, serving.metrics, errors,
+                config.state_dir, dry_run=config.dry_run, log_chunks=config.log_chunks,
+                channel_bytes=traffic,
+            )
+            rounds += 1
+            if config.rounds is not None and rounds >= config.rounds:
+                break
+            # the collector's work between rounds, not in the next one (gcpace)
+            swept = collector.settle()
+            if swept.full and swept.seconds >= GC_NOTE_S:
+                note(f"gc: a collection over all {swept.frozen} objects took "
+                     f"{swept.seconds * 1e3:.0f} ms between rounds (one every "
+                     f"{collector.full_every_s:.0f} s; the others look at a round's own)")
+            obs = rnd.observation
+            pacer.trigger.took(obs.reports, [vm.name for vm in obs.vms], pacer.clock(),
+                               periodic=not serving.vms.early)
+            await pacer.wait(serving.stop)
 
 
 class _DaemonHost:
@@ -335,6 +408,7 @@ def _process_uid(pid: int) -> int:
 
 
 if TYPE_CHECKING:  # conformance, as mypy sees it
+    from unicache.channel.protocol import ChannelParams
     from unicache.channel.server import ChannelServer
     from unicache.host.ports import PerfPort, Publisher, RoundHost
 
