@@ -40,64 +40,96 @@ def _front_end(name: str = FRONT_END) -> Any:
         raise
 
 
+#: the options of ``density``, one alias each (the command's signature stays short)
+_DensityModel = Annotated[
+    str, typer.Option("--model", "-m", help="A shipped machine model (see `unicache models`).")
+]
+_DensityMix = Annotated[
+    Path | None,
+    typer.Option("--mix", help="A mix file: [[mix]] tables, a name and flavors = {web = 3}."),
+]
+_DensityRandomMixes = Annotated[
+    int, typer.Option("--random-mixes", help="Draw N random mixes of 2-4 flavors instead.")
+]
+_DensityPolicies = Annotated[
+    str, typer.Option("--policies", help="Comma-separated: linux, unicache.")
+]
+_DensitySeeds = Annotated[int, typer.Option("--seeds", help="Seeds per point (pooled).")]
+_DensityOut = Annotated[
+    Path, typer.Option("--out", help="Results, plots and the cache of finished points.")
+]
+_DensityScheduler = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="A Dask scheduler, tcp://HOST:PORT (default: a "
+        "local cluster on this machine's CPUs).",
+    ),
+]
+_DensityWorkers = Annotated[
+    int, typer.Option("--workers", help="Local worker processes (0: one per CPU).")
+]
+_DensityCatalogue = Annotated[
+    Path | None,
+    typer.Option("--catalogue", help="A tenant catalogue (default: the shipped one)."),
+]
+_DensityOvercommit = Annotated[
+    float, typer.Option("--overcommit", help="vCPUs per CPU both hosts admit (1..16).")
+]
+_DensityTolerance = Annotated[
+    float,
+    typer.Option("--tolerance", help="Stop the search within this share of N " "(0: to one VM)."),
+]
+_DensityMixSeed = Annotated[int, typer.Option("--mix-seed", help="Seed of --random-mixes.")]
+_DensityWindowMs = Annotated[
+    float, typer.Option("--window-ms", help="Simulated ms of one sampled interval.")
+]
+_DensityLive = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="Boot real guests on this host from the project's "
+        "image, one tenant each, and measure their requests without and "
+        "with the daemon, beside the simulator's prediction for --model.",
+    ),
+]
+_DensityGuests = Annotated[int, typer.Option("--guests", help="--live: guests to boot (1..3).")]
+_DensityVcpus = Annotated[int, typer.Option("--vcpus", help="--live: vCPUs per guest (1..2).")]
+_DensitySeconds = Annotated[
+    float, typer.Option("--seconds", help="--live: seconds measured per policy.")
+]
+_DensityAlwaysPlace = Annotated[
+    bool,
+    typer.Option(
+        "--always-place",
+        help="--live: run the daemon as make demo does "
+        "(--unify l2 --always-place: place and pin without weighing the "
+        "cost) instead of as an operator runs it.",
+    ),
+]
+
+
 @app.command()
 def density(
-    model: Annotated[
-        str, typer.Option("--model", "-m", help="A shipped machine model (see `unicache models`).")
-    ] = "epyc-2s",
-    mix: Annotated[
-        Path | None,
-        typer.Option("--mix", help="A mix file: [[mix]] tables, a name and flavors = {web = 3}."),
-    ] = None,
-    random_mixes: Annotated[
-        int, typer.Option("--random-mixes", help="Draw N random mixes of 2-4 flavors instead.")
-    ] = 0,
-    policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated: linux, unicache.")
-    ] = "linux,unicache",
-    seeds: Annotated[int, typer.Option("--seeds", help="Seeds per point (pooled).")] = 1,
+    model: _DensityModel = "epyc-2s",
+    mix: _DensityMix = None,
+    random_mixes: _DensityRandomMixes = 0,
+    policies: _DensityPolicies = "linux,unicache",
+    seeds: _DensitySeeds = 1,
     json_out: JsonOpt = False,
-    out: Annotated[
-        Path, typer.Option("--out", help="Results, plots and the cache of finished points.")
-    ] = Path("build/density"),
-    scheduler: Annotated[
-        str | None,
-        typer.Option("--scheduler", help="A Dask scheduler, tcp://HOST:PORT (default: a "
-                     "local cluster on this machine's CPUs)."),
-    ] = None,
-    workers: Annotated[
-        int, typer.Option("--workers", help="Local worker processes (0: one per CPU).")
-    ] = 0,
-    catalogue: Annotated[
-        Path | None,
-        typer.Option("--catalogue", help="A tenant catalogue (default: the shipped one)."),
-    ] = None,
-    overcommit: Annotated[
-        float, typer.Option("--overcommit", help="vCPUs per CPU both hosts admit (1..16).")
-    ] = 4.0,
-    tolerance: Annotated[
-        float, typer.Option("--tolerance", help="Stop the search within this share of N "
-                            "(0: to one VM).")
-    ] = 0.05,
-    mix_seed: Annotated[int, typer.Option("--mix-seed", help="Seed of --random-mixes.")] = 1,
-    window_ms: Annotated[
-        float, typer.Option("--window-ms", help="Simulated ms of one sampled interval.")
-    ] = 1.0,
-    live: Annotated[
-        bool, typer.Option("--live", help="Boot real guests on this host from the project's "
-                           "image, one tenant each, and measure their requests without and "
-                           "with the daemon, beside the simulator's prediction for --model.")
-    ] = False,
-    guests: Annotated[int, typer.Option("--guests", help="--live: guests to boot (1..3).")] = 2,
-    vcpus: Annotated[int, typer.Option("--vcpus", help="--live: vCPUs per guest (1..2).")] = 1,
-    seconds: Annotated[
-        float, typer.Option("--seconds", help="--live: seconds measured per policy.")
-    ] = 10.0,
-    always_place: Annotated[
-        bool, typer.Option("--always-place", help="--live: run the daemon as make demo does "
-                           "(--unify l2 --always-place: place and pin without weighing the "
-                           "cost) instead of as an operator runs it.")
-    ] = False,
+    out: _DensityOut = Path("build/density"),
+    scheduler: _DensityScheduler = None,
+    workers: _DensityWorkers = 0,
+    catalogue: _DensityCatalogue = None,
+    overcommit: _DensityOvercommit = 4.0,
+    tolerance: _DensityTolerance = 0.05,
+    mix_seed: _DensityMixSeed = 1,
+    window_ms: _DensityWindowMs = 1.0,
+    live: _DensityLive = False,
+    guests: _DensityGuests = 2,
+    vcpus: _DensityVcpus = 1,
+    seconds: _DensitySeconds = 10.0,
+    always_place: _DensityAlwaysPlace = False,
 ) -> None:
     """VMs per host at the SLO, with and without unicache, on a simulated host (--live: real
     guests on this host)."""
@@ -106,10 +138,23 @@ def density(
         if random_mixes:
             raise ConfigError("--live runs one mix: give --mix FILE or none (web and kv)")
         front = _front_end(LIVE_FRONT_END)
-        _run(front.run_live_command, front.LiveOptions(
-            model=model, mix=mix, guests=guests, vcpus=vcpus, seconds=seconds,
-            policies=policies, json_out=json_out, out=out, catalogue=catalogue,
-            overcommit=overcommit, argv=argv, always_place=always_place))
+        _run(
+            front.run_live_command,
+            front.LiveOptions(
+                model=model,
+                mix=mix,
+                guests=guests,
+                vcpus=vcpus,
+                seconds=seconds,
+                policies=policies,
+                json_out=json_out,
+                out=out,
+                catalogue=catalogue,
+                overcommit=overcommit,
+                argv=argv,
+                always_place=always_place,
+            ),
+        )
         return
     front = _front_end()
     opts = front.DensityOptions(

@@ -30,24 +30,31 @@ from unicache.topology import Unify
 from unicache.topology.sysfs import load_topology
 from unicache.trace import read_trace
 
+#: the options of ``replay``, one alias each (the command's signature stays short)
+_ReplayTrace = Annotated[
+    Path, typer.Option("--trace", "-t", help="Observation trace (JSON lines).")
+]
+_ReplayUnify = Annotated[
+    str | None,
+    typer.Option(
+        "--unify",
+        click_type=UNIFY_CHOICE,
+        help="Cache unit (default: the trace header's, else llc).",
+    ),
+]
+_ReplayChunks = Annotated[
+    bool, typer.Option("--chunks", help="Also show every per-chunk decision.")
+]
+
 
 @app.command()
 def replay(
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Observation trace (JSON lines).")],
+    trace: _ReplayTrace,
     model: ModelOpt = None,
     file: FileOpt = None,
-    unify: Annotated[
-        str | None,
-        typer.Option(
-            "--unify",
-            click_type=UNIFY_CHOICE,
-            help="Cache unit (default: the trace header's, else llc).",
-        ),
-    ] = None,
+    unify: _ReplayUnify = None,
     json_out: JsonOpt = False,
-    chunks: Annotated[
-        bool, typer.Option("--chunks", help="Also show every per-chunk decision.")
-    ] = False,
+    chunks: _ReplayChunks = False,
 ) -> None:
     """Feed a recorded observation trace through the policies and print their actions.
 

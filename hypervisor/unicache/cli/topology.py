@@ -97,15 +97,19 @@ def topology_json(topo: Topology, unify: Unify) -> dict[str, Any]:
     }
 
 
+#: the options of ``topology``, one alias each (the command's signature stays short)
+_TopologySave = Annotated[
+    Path | None, typer.Option("--save", help="Also write the topology as a TOML model.")
+]
+
+
 @app.command()
 def topology(
     model: ModelOpt = None,
     file: FileOpt = None,
     unify: UnifyOpt = "llc",
     json_out: JsonOpt = False,
-    save: Annotated[
-        Path | None, typer.Option("--save", help="Also write the topology as a TOML model.")
-    ] = None,
+    save: _TopologySave = None,
 ) -> None:
     """Show a machine's LLC groups, cache levels, NUMA nodes and cache units.
 
