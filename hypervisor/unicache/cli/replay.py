@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -76,63 +78,95 @@ def replay(
             highlight=False,
         )
     host = ReplayHost(parsed, frozenset(c.cpu for c in topo.cpus))
-    records: list[dict[str, Any]] = []
-    chunk_records: list[dict[str, Any]] = []
-    failures: list[dict[str, Any]] = []
-    refusals: list[dict[str, Any]] = []
-    rules: Counter[str] = Counter()
+    done = _replayed(host, policy)
+    if json_out:
+        _print_json(topo.name, level, policy, parsed.skipped, done)
+        return
+    _print_tables(topo.name, level, policy, done, chunks)
+
+
+@dataclass(slots=True)
+class _Replayed:
+    """What the rounds of a replay decided, as decision-log records."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    chunk_records: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    rules: Counter[str] = field(default_factory=Counter)
+
+
+def _replayed(host: ReplayHost, policy: UnicachePolicy) -> _Replayed:
+    """Every round of the trace through the policy."""
+    done = _Replayed()
     for rnd in run_rounds_sync(host, policy, RoundState()):
-        records.extend(action_record(rnd.tick, a) for a in rnd.decision.actions)
-        refusals.extend(refusal_record(rnd.tick, r) for r in rnd.decision.refusals)
-        chunk_records.extend(chunk_record(rnd.tick, d) for d in rnd.decision.chunk_decisions)
-        rules.update(d.rule for d in rnd.decision.chunk_decisions)
-        failures.extend(
+        done.records.extend(action_record(rnd.tick, a) for a in rnd.decision.actions)
+        done.refusals.extend(refusal_record(rnd.tick, r) for r in rnd.decision.refusals)
+        done.chunk_records.extend(
+            chunk_record(rnd.tick, d) for d in rnd.decision.chunk_decisions
+        )
+        done.rules.update(d.rule for d in rnd.decision.chunk_decisions)
+        done.failures.extend(
             {**action_record(rnd.tick, a), "error": why} for a, why in rnd.result.failed
         )
+    return done
+
+
+def _print_json(
+    model: str,
+    level: Unify,
+    policy: UnicachePolicy,
+    skipped: Sequence[tuple[int, str]],
+    done: _Replayed,
+) -> None:
     opts = policy.scu.options
-    if json_out:
-        print(
-            json.dumps(
-                {
-                    "model": topo.name,
-                    "unify": str(level),
-                    "units": len(policy.units),
-                    "scu": {
-                        "min_read_size": opts.params.min_read_size,
-                        "chunk_size": opts.chunk_size,
-                        "busy_threshold": opts.params.busy_threshold,
-                        "idle_threshold": opts.params.idle_threshold,
-                        "cost_source": opts.cost_source,
-                    },
-                    "skipped": [{"line": n, "why": w} for n, w in parsed.skipped],
-                    "actions": records,
-                    "chunk_decisions": chunk_records,
-                    "rules": dict(sorted(rules.items())),
-                    "refusals": refusals,
-                    "failed": failures,
+    print(
+        json.dumps(
+            {
+                "model": model,
+                "unify": str(level),
+                "units": len(policy.units),
+                "scu": {
+                    "min_read_size": opts.params.min_read_size,
+                    "chunk_size": opts.chunk_size,
+                    "busy_threshold": opts.params.busy_threshold,
+                    "idle_threshold": opts.params.idle_threshold,
+                    "cost_source": opts.cost_source,
                 },
-                indent=1,
-            )
+                "skipped": [{"line": n, "why": w} for n, w in skipped],
+                "actions": done.records,
+                "chunk_decisions": done.chunk_records,
+                "rules": dict(sorted(done.rules.items())),
+                "refusals": done.refusals,
+                "failed": done.failures,
+            },
+            indent=1,
         )
-        return
+    )
+
+
+def _print_tables(
+    model: str, level: Unify, policy: UnicachePolicy, done: _Replayed, chunks: bool
+) -> None:
+    opts = policy.scu.options
     out.print(
-        f"[bold]{topo.name}[/bold], --unify {level}: {len(policy.units)} units; "
+        f"[bold]{model}[/bold], --unify {level}: {len(policy.units)} units; "
         f"min_read_size {opts.params.min_read_size} B, chunk size {kib(opts.chunk_size)}"
     )
     table = Table("tick", "action", "target", "detail", "reason", title="actions")
-    for rec in records:
+    for rec in done.records:
         detail = record_detail(rec)
         table.add_row(str(rec["tick"]), rec["kind"], rec["target"], detail, rec["reason"])
     out.print(table)
-    if refusals:
+    if done.refusals:
         # what a policy chose not to do, and why (SCU stepping aside where it predicts no gain)
         rtable = Table("tick", "refusal", "reason", title="left alone")
-        for rec in refusals:
+        for rec in done.refusals:
             rtable.add_row(str(rec["tick"]), rec["refusal"], rec["reason"])
         out.print(rtable)
     if chunks:
         ctable = Table("tick", "vm", "chunk", "unit", "load", "rule", title="chunk decisions")
-        for rec in chunk_records:
+        for rec in done.chunk_records:
             ctable.add_row(
                 str(rec["tick"]),
                 rec["vm"],
@@ -143,8 +177,8 @@ def replay(
             )
         out.print(ctable)
     summary = Table("Figure 2 rule", "decisions", title="chunk decisions by rule")
-    for rule, n in sorted(rules.items()):
+    for rule, n in sorted(done.rules.items()):
         summary.add_row(rule, str(n))
     out.print(summary)
-    for fail in failures:
+    for fail in done.failures:
         err.print(f"failed: {fail['target']}: {fail['error']}", highlight=False)
