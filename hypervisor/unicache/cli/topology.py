@@ -128,6 +128,11 @@ def topology(
     if json_out:
         print(json.dumps(topology_json(topo, level), indent=2))
         return
+    _print_tables(topo, level)
+
+
+def _print_tables(topo: Topology, level: Unify) -> None:
+    """The machine as tables: cache levels, LLC groups, NUMA nodes, cache units."""
     out.print(f"[bold]{topo.name}[/bold]: {topo.description}")
     out.print(f"source: {topo.source}")
     levels = Table(
