@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from typing import List, NoReturn, Optional, Tuple
+from typing import Dict, List, NoReturn, Optional, Tuple
 
 from . import __version__
 from .agent import Agent
@@ -132,13 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .scope import main as scope_main
 
         return scope_main(argv[1:])
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.duration < 0:
-        parser.error(f"argument --duration: must be 0 or more, not {args.duration:g}")
-    if not 0 <= args.replica_budget <= 50:
-        parser.error(f"argument --replica-budget: must be 0 to 50 (%), not "
-                     f"{args.replica_budget:g}")
+    args = _args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="unicache-agent: %(levelname)s %(message)s", stream=sys.stderr)
     stop = {"now": False}
@@ -149,67 +143,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        transport: Transport
-        if args.stdio:
-            transport = FdTransport(sys.stdin.fileno(), sys.stdout.fileno())
-        elif args.socket:
-            transport = SocketTransport(args.socket)
-        else:
-            transport = PortTransport(args.port, args.device)
-        _vcpus, nodes = guest_topology()
-        layout = CounterLayout.of()
-        # one map: the table publishes it to the shims, the harvester sums reads by it
-        cpu_nodes = CpuNodes.from_sysfs()
-        # the counters directory first: a shim that maps the table finds where to count
-        try:
-            counters = CounterHarvester(args.counters, layout, cpu_nodes)
-        except ShmError as err:
-            _raise_if_unusable(err, "--counters", args.counters)
-            raise
-        try:
-            table = TableWriter(args.table, counters=layout, cpu_nodes=cpu_nodes)
-        except ShmError as err:
-            _raise_if_unusable(err, "--table", args.table)
-            raise
-        replicas = _replica_server(args, table.salt, nodes)
-
-        def on_modify(file_id: int) -> None:
-            counters.bump_generation(file_id)
-            if replicas is not None:
-                replicas.call("drop_file", file_id)
-
-        capture = None
-        if args.fanotify:
-            from .fanotify import FanotifyCapture
-
-            try:
-                # writes of processes without the shim invalidate replicas (generations)
-                capture = FanotifyCapture(table.salt, on_modify=on_modify)
-            except AgentError as err:
-                logging.getLogger("unicache_agent").warning(
-                    "%s; file-level capture is off (shim counts only)", err)
-        agent = Agent(transport, table, counters, capture=capture,
-                      extra_caps=shim_caps(args.shim), replicas=replicas)
-        end = time.monotonic() + args.duration if args.duration > 0 else None
-        if replicas is not None:
-            # the replicas' process keeps the priority the agent started with (answers
-            # are awaited by the processes that asked: replica_service.py) ...
-            replicas.start()
-        if args.nice:
-            # ... and the agent is niced (before any thread starts: on Linux a thread's
-            # nice value is its own, inherited by the threads it starts)
-            os.setpriority(os.PRIO_PROCESS, 0, args.nice)
-
-        def should_stop() -> bool:
-            return stop["now"] or (end is not None and time.monotonic() >= end)
-
-        try:
-            agent.run(should_stop)
-        finally:
-            if replicas is not None:  # replicas dropped, mounts undone: nothing left behind
-                replicas.close(unmount=True)
-        if capture is not None:
-            capture.close()
+        _serve(args, stop)
     except UsageError as err:
         print(f"unicache-agent: {err}", file=sys.stderr)
         return 2
@@ -218,6 +152,93 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     return 0
 
+
+def _args(argv: List[str]) -> argparse.Namespace:
+    """The agent's flags, their bounds checked (argparse's one line and exit 2)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.duration < 0:
+        parser.error(f"argument --duration: must be 0 or more, not {args.duration:g}")
+    if not 0 <= args.replica_budget <= 50:
+        parser.error(f"argument --replica-budget: must be 0 to 50 (%), not "
+                     f"{args.replica_budget:g}")
+    return args
+
+
+def _transport(args: argparse.Namespace) -> Transport:
+    """Where the host is: stdio, a unix socket, or the virtio-serial port."""
+    if args.stdio:
+        return FdTransport(sys.stdin.fileno(), sys.stdout.fileno())
+    if args.socket:
+        return SocketTransport(args.socket)
+    return PortTransport(args.port, args.device)
+
+
+def _shared(args: argparse.Namespace, layout: CounterLayout,
+            cpu_nodes: CpuNodes) -> Tuple[CounterHarvester, TableWriter]:
+    """The counters directory, then the table (a shim that maps the table finds where to
+    count); a path the user named that cannot be used is a UsageError."""
+    try:
+        counters = CounterHarvester(args.counters, layout, cpu_nodes)
+    except ShmError as err:
+        _raise_if_unusable(err, "--counters", args.counters)
+        raise
+    try:
+        table = TableWriter(args.table, counters=layout, cpu_nodes=cpu_nodes)
+    except ShmError as err:
+        _raise_if_unusable(err, "--table", args.table)
+        raise
+    return counters, table
+
+
+def _serve(args: argparse.Namespace, stop: Dict[str, bool]) -> None:
+    """The agent's life: its files, the replicas' process, the optional fanotify capture,
+    and the loop until stopped or ``--duration`` is over; nothing left behind."""
+    transport = _transport(args)
+    _vcpus, nodes = guest_topology()
+    layout = CounterLayout.of()
+    # one map: the table publishes it to the shims, the harvester sums reads by it
+    cpu_nodes = CpuNodes.from_sysfs()
+    counters, table = _shared(args, layout, cpu_nodes)
+    replicas = _replica_server(args, table.salt, nodes)
+
+    def on_modify(file_id: int) -> None:
+        counters.bump_generation(file_id)
+        if replicas is not None:
+            replicas.call("drop_file", file_id)
+
+    capture = None
+    if args.fanotify:
+        from .fanotify import FanotifyCapture
+
+        try:
+            # writes of processes without the shim invalidate replicas (generations)
+            capture = FanotifyCapture(table.salt, on_modify=on_modify)
+        except AgentError as err:
+            logging.getLogger("unicache_agent").warning(
+                "%s; file-level capture is off (shim counts only)", err)
+    agent = Agent(transport, table, counters, capture=capture,
+                  extra_caps=shim_caps(args.shim), replicas=replicas)
+    end = time.monotonic() + args.duration if args.duration > 0 else None
+    if replicas is not None:
+        # the replicas' process keeps the priority the agent started with (answers
+        # are awaited by the processes that asked: replica_service.py) ...
+        replicas.start()
+    if args.nice:
+        # ... and the agent is niced (before any thread starts: on Linux a thread's
+        # nice value is its own, inherited by the threads it starts)
+        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+
+    def should_stop() -> bool:
+        return stop["now"] or (end is not None and time.monotonic() >= end)
+
+    try:
+        agent.run(should_stop)
+    finally:
+        if replicas is not None:  # replicas dropped, mounts undone: nothing left behind
+            replicas.close(unmount=True)
+    if capture is not None:
+        capture.close()
 
 if __name__ == "__main__":
     sys.exit(main())
