@@ -197,15 +197,7 @@ def confinement(
     for vm, vcpus in sorted(candidates.items()):
         mine = [v for v in vcpus if v in unit_of]
         ran = sum(busy.get(v, 0.0) for v in mine)
-        cost = gain = 0.0
-        for v in mine:
-            unit = by_id[unit_of[v]]
-            here, node = waits_in_unit[unit.id], waits_in_node[unit.node]
-            added = 0.0 if math.isinf(node) else here - node
-            ran_v = busy.get(v, 0.0)
-            if ran_v > 0.0:
-                cost += ran_v * added if added > 0.0 else 0.0
-                gain += ran_v * stall.get(v, 0.0)
+        cost, gain = _cost_and_gain(mine, by_id, unit_of, busy, stall, waits_in_unit, waits_in_node)
         was = vm in crowded_before
         if ran <= 0.0:
             floats_now = was  # it did not run: it keeps its standing
@@ -240,6 +232,29 @@ def confinement(
             "(its misses at the core's DRAM bandwidth)"
         )
     return Confinement(frozenset(crowded), rounds, reasons, floats)
+
+
+def _cost_and_gain(
+    mine: list[VcpuId],
+    by_id: Mapping[int, CacheUnit],
+    unit_of: Mapping[VcpuId, int],
+    busy: Mapping[VcpuId, float],
+    stall: Mapping[VcpuId, float],
+    waits_in_unit: Mapping[int, float],
+    waits_in_node: Mapping[int, float],
+) -> tuple[float, float]:
+    """A VM's run time its pins would cost it in wait (its unit's wait above its node's),
+    and what they could save it (its vCPUs' stall shares), both weighted by run time."""
+    cost = gain = 0.0
+    for v in mine:
+        unit = by_id[unit_of[v]]
+        here, node = waits_in_unit[unit.id], waits_in_node[unit.node]
+        added = 0.0 if math.isinf(node) else here - node
+        ran_v = busy.get(v, 0.0)
+        if ran_v > 0.0:
+            cost += ran_v * added if added > 0.0 else 0.0
+            gain += ran_v * stall.get(v, 0.0)
+    return cost, gain
 
 
 def _pools(

@@ -30,6 +30,7 @@ Pure: no I/O, no clock; the same state and observation give the same decision.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from unicache.errors import ConfigError
@@ -226,29 +227,9 @@ def _vm_round(
     # §4.5: files re-read within the LLC's reach lose their colors and spread again
     events: list[srm.SrmEvent] = [srm.CloseFile(vm.name, f) for _, f in sorted(locality.strong)]
     colored = {c: k for c, k in colored.items() if (vm.name, c.file_id) not in locality.strong}
-    # the chunks of streaming files read this interval, and the runs ahead of each stream
-    reached: dict[int, int] = {}
-    rate: dict[int, int] = {}
-    wanted: set[ChunkId] = set()
-    streamed: dict[int, int] = {}
-    for report in reports:
-        for access in report.chunks:
-            fid = access.chunk.file_id
-            if (vm.name, fid) in locality.weak:
-                for index, nbytes in access.vcpu_bytes:
-                    streamed[index] = streamed.get(index, 0) + nbytes
-                wanted.add(access.chunk)
-                reached[fid] = max(reached.get(fid, -1), access.chunk.index)
-                rate[fid] = rate.get(fid, 0) + 1
-    ahead: dict[int, int] = {}
-    for fid, last in reached.items():
-        # one interval's worth of the stream, in whole T_l runs, bounded by the plan's size
-        runs = max(
-            options.lookahead_runs,
-            -(-rate[fid] * options.lookahead_intervals // params.t_l),
-        )
-        ahead[fid] = min(runs * params.t_l, options.max_colored_chunks // 4)
-        wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead[fid]))
+    wanted, reached, rate, ahead, streamed = _wanted(
+        vm.name, reports, locality.weak, params, options
+    )
     # Figure 7's sequences end with their stream: a file not read this interval releases its
     # color (so the sequences a guest can hold are bounded by what it reads per interval)
     events += [
@@ -289,6 +270,41 @@ def _vm_round(
         streamed,
         _bounded(vm.name, len(todo) - len(misses), len(colored) - len(kept), options),
     )
+
+
+def _wanted(
+    vm: str,
+    reports: list[GuestReport],
+    weak: AbstractSet[tuple[str, int]],
+    params: srm.SrmParams,
+    options: ColorOptions,
+) -> tuple[set[ChunkId], dict[int, int], dict[int, int], dict[int, int], dict[int, int]]:
+    """The chunks of streaming files read this interval and the runs ahead of each stream:
+    the chunks wanted colored, each stream's last chunk read, its reads, its lookahead, and
+    the bytes of streams each vCPU read."""
+    reached: dict[int, int] = {}
+    rate: dict[int, int] = {}
+    wanted: set[ChunkId] = set()
+    streamed: dict[int, int] = {}
+    for report in reports:
+        for access in report.chunks:
+            fid = access.chunk.file_id
+            if (vm, fid) in weak:
+                for index, nbytes in access.vcpu_bytes:
+                    streamed[index] = streamed.get(index, 0) + nbytes
+                wanted.add(access.chunk)
+                reached[fid] = max(reached.get(fid, -1), access.chunk.index)
+                rate[fid] = rate.get(fid, 0) + 1
+    ahead: dict[int, int] = {}
+    for fid, last in reached.items():
+        # one interval's worth of the stream, in whole T_l runs, bounded by the plan's size
+        runs = max(
+            options.lookahead_runs,
+            -(-rate[fid] * options.lookahead_intervals // params.t_l),
+        )
+        ahead[fid] = min(runs * params.t_l, options.max_colored_chunks // 4)
+        wanted.update(ChunkId(fid, i) for i in range(last + 1, last + 1 + ahead[fid]))
+    return wanted, reached, rate, ahead, streamed
 
 
 def _bounded(vm: str, uncolored: int, forgotten: int, options: ColorOptions) -> str:
