@@ -215,6 +215,18 @@ def remove_hook(hooks_dir: Path = DEFAULT_HOOKS_DIR) -> HookChange:
 # Section: the placement the hook applies ---------------------------------------------------
 
 
+def _wait_running(dom: Any, domain: str, wait_s: float, running: int) -> None:
+    """Until libvirt says the domain runs (``running``: ``VIR_DOMAIN_RUNNING``).
+
+    :raises UnicacheError: when it does not within ``wait_s``.
+    """
+    deadline = time.monotonic() + wait_s
+    while dom.state()[0] != running:
+        if time.monotonic() > deadline:
+            raise UnicacheError(f"domain {domain} did not reach 'running' in {wait_s:.0f} s")
+        time.sleep(0.2)
+
+
 def apply_placement(
     domain: str, config: HookConfig, options: PlaceOptions | None = None,
     wait_s: float = START_WAIT_S,
@@ -247,11 +259,7 @@ def apply_placement(
         raise ConfigError(f"cannot connect to libvirt at {config.uri}") from err
     try:
         dom = conn.lookupByName(domain)
-        deadline = time.monotonic() + wait_s
-        while dom.state()[0] != libvirt.VIR_DOMAIN_RUNNING:
-            if time.monotonic() > deadline:
-                raise UnicacheError(f"domain {domain} did not reach 'running' in {wait_s:.0f} s")
-            time.sleep(0.2)
+        _wait_running(dom, domain, wait_s, libvirt.VIR_DOMAIN_RUNNING)
         text = dom.XMLDesc(0)
         xml = parse_domain(text)
         record: dict[str, Any] = {"time": round(time.time(), 3), "kind": "hook-placement",
