@@ -33,8 +33,15 @@ import cattrs.gen
 
 from unicache.errors import StateError
 from unicache.policy.round import RoundState
-from unicache.policy.scu.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
-from unicache.policy.scu.mfc_state import use_map, use_pairs
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import (
+    ChunkKey,
+    ChunkState,
+    MfcParams,
+    UnitView,
+    use_map,
+    use_pairs,
+)
 from unicache.policy.scu.policy import ScuState
 from unicache.statefile import Checkpoint
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from unicache.cpulist import parse_list
-from unicache.policy.scu.mfc import RULES
+from unicache.policy.scu.mfc_state import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 UNICACHE = str(Path(sys.executable).parent / "unicache")

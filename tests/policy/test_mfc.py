@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from unicache.model import ChunkId
 from unicache.policy.scu import mfc
-from unicache.policy.scu.mfc import ChunkKey, MfcParams, MfcTable, UnitView, m_use
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import ChunkKey, MfcParams, UnitView, m_use
 from unicache.policy.scu.options import min_read_size, scu_options_for
 from unicache.topology import Unify
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from unicache.model import ChunkId
-from unicache.policy.scu.mfc import RULE_EVICT_LFU, ChunkKey, MfcParams, MfcTable, UnitView
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import RULE_EVICT_LFU, ChunkKey, MfcParams, UnitView
 
 KIB = 1024
 

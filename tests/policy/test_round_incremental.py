@@ -26,8 +26,8 @@ from unicache.model import (
     Vm,
 )
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu.mfc import ChunkKey, ChunkState, MfcParams, MfcTable, UnitView
-from unicache.policy.scu.mfc_state import use_pairs
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import ChunkKey, ChunkState, MfcParams, UnitView, use_pairs
 from unicache.policy.scu.options import scu_options_for
 from unicache.policy.scu.policy import ScuState
 from unicache.topology import Unify

@@ -45,7 +45,8 @@ from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation, PinVcpu
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu.mfc import MfcTable, UnitView
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import UnitView
 from unicache.policy.scu.options import scu_options_for
 from unicache.policy.scu.policy import ScuState
 from unicache.topology import Unify

@@ -56,7 +56,8 @@ from unicache.model import (
 from unicache.policy.ncc.cache import NccParams, NccState, Replica, ReplicaKey
 from unicache.policy.ncc.memory import budgeted
 from unicache.policy.ncc.replicas import ReplicaState, VmReplicas
-from unicache.policy.scu.mfc import ChunkKey, ChunkState, MfcTable
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import ChunkKey, ChunkState
 
 #: chunks per synthetic file
 FILE_CHUNKS = 8

@@ -5,7 +5,7 @@ that it can be read beside the pseudo-code. It is pure: no I/O, no clock, no thr
 Like Figure 2 it updates the table it is given (``f.cores``, ``f.use``); callers that
 must not see the change work on :meth:`MfcTable.copy` (the policy round does). The state
 it works on (§4.2's per-file information, eq. 1, the units' views) is in
-:mod:`unicache.policy.scu.mfc_state`, re-exported here.
+:mod:`unicache.policy.scu.mfc_state`.
 
 Generalisations, each marked where it happens:
 
@@ -40,34 +40,12 @@ from unicache.policy.scu.mfc_state import (
     RULE_REPLICATE_SPARE,
     RULE_SMALL,
     RULE_STAY_HOLDER,
-    RULES,
     Access,
     ChunkKey,
     ChunkState,
     MfcParams,
     UnitView,
-    m_use,
 )
-
-__all__ = [
-    "RULES",
-    "RULE_COMPETITIVE",
-    "RULE_EVICT_LFU",
-    "RULE_MIGRATE_HOLDER",
-    "RULE_MIGRATE_MAX_AVAIL",
-    "RULE_NON_CACHING",
-    "RULE_REPLICATE_BUSY",
-    "RULE_REPLICATE_SPARE",
-    "RULE_SMALL",
-    "RULE_STAY_HOLDER",
-    "Access",
-    "ChunkKey",
-    "ChunkState",
-    "MfcParams",
-    "MfcTable",
-    "UnitView",
-    "m_use",
-]
 
 
 class MfcTable:
@@ -413,21 +391,7 @@ class MfcTable:
 
         # lines 18-29: not cached anywhere this VM can read it
         if not holders:
-            found = self._lookup_lfu_any(allowed, exclude=key, vm=vm)
-            if found is not None and len(f.units) < copies:
-                lfu1, c = found
-                # line 21: c holds lfu1, less popular than f
-                if self._use(lfu1, c) < f.total_use():
-                    self._remove(lfu1, c)
-                    evicted = [lfu1, *self._make_room(c, size, keep=key)]
-                    if self._fits(c, size, vm):
-                        access = self._migrate(key, f, curunit, c, RULE_EVICT_LFU)
-                        evicted += access.evicted
-                        return Access(access.unit, access.caching, access.rule, tuple(evicted))
-            # lines 27-29: too unpopular to cache: non-caching loads where the thread is
-            capped = len(f.units) < copies and self._shared_out(key, f, allowed)
-            f.add_use(curunit)
-            return Access(curunit, False, RULE_NON_CACHING, capped=capped)
+            return self._not_held(key, f, size, curunit, allowed, copies)
 
         # line 31: the least loaded holder (ours: curunit first if it holds f and is not busy)
         if curunit in holders and self.units[curunit].runqueue_len <= p.busy_threshold:
@@ -450,6 +414,35 @@ class MfcTable:
 
         # lines 42-43: migrate to the holder
         return self._migrate(key, f, curunit, newunit, RULE_MIGRATE_HOLDER)
+
+    def _not_held(
+        self,
+        key: ChunkKey,
+        f: ChunkState,
+        size: int,
+        curunit: int,
+        allowed: frozenset[int],
+        copies: int,
+    ) -> Access:
+        """Figure 2 lines 18-29: ``f`` is cached in no unit the VM can read it from: evict
+        the least used chunk of any allowed unit if ``f`` is more popular and migrate there
+        (lines 19-25), else read it with non-caching loads where the thread is (27-29)."""
+        vm = key.vm
+        found = self._lookup_lfu_any(allowed, exclude=key, vm=vm)
+        if found is not None and len(f.units) < copies:
+            lfu1, c = found
+            # line 21: c holds lfu1, less popular than f
+            if self._use(lfu1, c) < f.total_use():
+                self._remove(lfu1, c)
+                evicted = [lfu1, *self._make_room(c, size, keep=key)]
+                if self._fits(c, size, vm):
+                    access = self._migrate(key, f, curunit, c, RULE_EVICT_LFU)
+                    evicted += access.evicted
+                    return Access(access.unit, access.caching, access.rule, tuple(evicted))
+        # lines 27-29: too unpopular to cache: non-caching loads where the thread is
+        capped = len(f.units) < copies and self._shared_out(key, f, allowed)
+        f.add_use(curunit)
+        return Access(curunit, False, RULE_NON_CACHING, capped=capped)
 
     def _frequent_user(self, f: ChunkState, curunit: int) -> bool:
         # §4.2 "curcore is a frequent user of f": it read f at least frequent_reads times

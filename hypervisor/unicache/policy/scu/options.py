@@ -13,7 +13,7 @@ from typing import Any
 
 from unicache.policy.machine import cost_figures
 from unicache.policy.scu.cost import CostModel
-from unicache.policy.scu.mfc import MfcParams
+from unicache.policy.scu.mfc_state import MfcParams
 from unicache.topology import Topology, Unify
 
 

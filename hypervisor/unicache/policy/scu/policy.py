@@ -38,13 +38,8 @@ from unicache.policy.scu.aside import (
     TRUST_ROUNDS as TRUST_ROUNDS,
 )
 from unicache.policy.scu.aside import GainPrediction, PredictionState
-from unicache.policy.scu.mfc import (
-    RULE_NON_CACHING,
-    ChunkKey,
-    MfcTable,
-    UnitView,
-    m_use,
-)
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import RULE_NON_CACHING, ChunkKey, UnitView, m_use
 from unicache.policy.scu.options import ScuOptions
 from unicache.policy.scu.publish import TableBasis, TableInputs, TablesBuilt, publish_tables
 from unicache.policy.scu.table import VmExtras

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from unicache.model import ChunkDecision, PlacementEntry, PlacementTable, PublishPlacement
-from unicache.policy.scu.mfc import ChunkKey, MfcTable
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import ChunkKey
 from unicache.policy.scu.options import ScuOptions
 from unicache.policy.scu.table import NO_EXTRAS, VmExtras, patched_entries, placement_entries
 

@@ -27,7 +27,8 @@ from unicache.model import (
     ReleaseVcpu,
 )
 from unicache.policy.round import RoundState, UnicachePolicy
-from unicache.policy.scu.mfc import ChunkKey, MfcTable, UnitView
+from unicache.policy.scu.mfc import MfcTable
+from unicache.policy.scu.mfc_state import ChunkKey, UnitView
 from unicache.policy.scu.options import scu_options_for
 from unicache.roundpace import RoundTrigger
 from unicache.topology import Topology, Unify
