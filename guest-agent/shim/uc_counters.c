@@ -10,10 +10,10 @@
  * add of a packed cell, uc_layout.h) when the call moves elsewhere, after UC_RUN_CALLS
  * calls or UC_RUN_CHUNKS chunks, at its first call after the agent's next harvest (the
  * table header's `harvests`: a slow reader's counts wait at most one harvest), when its
- * descriptor is closed, and when the thread or the process ends. So a sequential reader pays for the shared counters once per chunk and
- * without waiting on one miss after another, and the counts are exact: what is still
- * gathered when a process execs, calls _exit or is killed (at most one run per thread) is
- * all that is lost. A chunk reaches the agent's early look (the counters' `inserts`) when
+ * descriptor is closed, and when the thread or the process ends. So a sequential reader
+ * pays for the shared counters once per chunk and without waiting on one miss after
+ * another, and the counts are exact: what is still gathered when a process execs, calls
+ * _exit or is killed (at most one run per thread) is all that is lost. A chunk reaches the agent's early look (the counters' `inserts`) when
  * its run is sent: a reader that keeps reading a fresh chunk sends it within UC_RUN_CALLS
  * calls.
  */
