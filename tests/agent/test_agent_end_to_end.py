@@ -170,6 +170,21 @@ def test_agent_reconnects_after_the_host_restarts(tmp_path: Path) -> None:
         agent = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "unicache_agent", "--socket", str(sock), "--duration", "30",
             env=env, stderr=subprocess.PIPE)
+        said: list[str] = []
+
+        async def agent_says(what: str, times: int) -> bool:
+            # the host is ready once it sent its welcome; the agent says so once it read it
+            assert agent.stderr is not None
+            for _ in range(300):
+                if sum(what in line for line in said) >= times:
+                    return True
+                try:
+                    line = await asyncio.wait_for(agent.stderr.readline(), 0.05)
+                except TimeoutError:
+                    continue
+                said.append(line.decode())
+            return False
+
         try:
             assert await wait_ready(server)
             await server.close()  # the host goes away
@@ -177,11 +192,13 @@ def test_agent_reconnects_after_the_host_restarts(tmp_path: Path) -> None:
             server = ChannelServer(tmp_path)
             await server.add_vm("vm1", sock)  # and comes back on the same socket
             assert await wait_ready(server)
+            assert await agent_says("host ready", 2)
         finally:
             agent.terminate()
-            _, err = await agent.communicate()
+            _, rest = await agent.communicate()
             await server.close()
-        assert "host closed the connection" in err.decode()
-        assert err.decode().count("host ready") == 2
+        err = "".join(said) + rest.decode()
+        assert "host closed the connection" in err
+        assert err.count("host ready") == 2
 
     asyncio.run(main())
