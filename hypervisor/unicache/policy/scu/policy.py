@@ -366,9 +366,6 @@ class ScuPolicy:
             views.append(UnitView(unit.id, unit.capacity_bytes, counter_use, runqueue))
         return views
 
-    def _cores(self, unit: CacheUnit) -> int:
-        return max(len(unit.cpus) // self.smt, 1)
-
     def _copies_needed(self, readers: float, units_of_vm: Mapping[int, int]) -> int:
         """The copies of a chunk a VM's readers can use (MFC §4.4).
 
@@ -379,12 +376,12 @@ class ScuPolicy:
         running ``readers`` (its vCPUs' busy time this round), at least one.
         """
         units = set(units_of_vm.values())
-        cores = min((self._cores(self._unit_by_id[u]) for u in units), default=1)
+        cores = min((self._prediction.cores(self._unit_by_id[u]) for u in units), default=1)
         return max(1, math.ceil(readers / cores - 1e-9))
 
     def _copies(self, unit: CacheUnit) -> list[int]:
         # instances of each level inside a unit: one per core for private levels
-        cores = self._cores(unit)
+        cores = self._prediction.cores(unit)
         return [cores if lvl.scope is Scope.CORE else 1 for lvl in self.levels]
 
 
