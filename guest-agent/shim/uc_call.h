@@ -238,6 +238,40 @@ static inline __attribute__((always_inline)) int uc_in_run(struct uc_fd *e, uint
 	       (t->run_chunks == 1 || (t->run_bytes == cs && t->run_runs == 1));
 }
 
+/*
+ * A read of n bytes at `off` that continues this thread's run of a file the table does not
+ * name inside the run's chunk: at the end of the thread's last read, not at the chunk's
+ * start, under the decision the run opened with. It reads nothing but this thread's line
+ * and the descriptor's: no table header, no CPU number. So it is counted on the vCPU the
+ * run began on, and a new table or a harvest is seen at the run's next chunk or start,
+ * within UC_RUN_CALLS calls (uc_in_run sees them for every other call of the run).
+ */
+static inline __attribute__((always_inline)) int uc_continues(struct uc_fd *e, uint64_t off,
+							      size_t n)
+{
+	const struct uc_thread *t = uc_me();
+	uint64_t in = uc_in_chunk(off, 1ull << t->run_shift);
+
+	return t->run_chunks && !t->run_ff && off == t->seq_end && in != 0 &&
+	       in + n <= 1ull << t->run_shift && off >> t->run_shift == t->run_hi &&
+	       t->seq_file == t->run_file && !t->busy && !t->pinned &&
+	       t->run_calls + 1 < UC_RUN_CALLS &&
+	       atomic_load_explicit(&e->file_id, memory_order_relaxed) == t->run_file &&
+	       atomic_load_explicit(&e->decision, memory_order_relaxed) == t->gen << 8;
+}
+
+/* After a call uc_continues let through: its r bytes (r >= 0) go to the run's chunk. */
+static inline __attribute__((always_inline)) void uc_run_continue(uint64_t off, ssize_t r)
+{
+	struct uc_thread *t = uc_me();
+
+	t->run_calls++;
+	if (r > 0) {
+		t->run_bytes += (uint64_t)r;
+		t->seq_end = off + (uint64_t)r;
+	}
+}
+
 /* After a call uc_in_run let through: its r bytes (r >= 0) at `off` go to the run. A read
  * starts a run unless it continues this thread's previous one inside the chunk. */
 static inline __attribute__((always_inline)) void uc_run_add(uint64_t off, ssize_t r)

@@ -8,8 +8,9 @@
  * one vCPU, in one chunk or, for a sequential reader, in the chunks it enters one after
  * another; the run goes to the shared counters (per chunk, a slot lookup and one atomic
  * add of a packed cell, uc_layout.h) when the call moves elsewhere, after UC_RUN_CALLS
- * calls or UC_RUN_CHUNKS chunks, at its first call after the agent's next harvest (the
- * table header's `harvests`: a slow reader's counts wait at most one harvest), when its
+ * calls or UC_RUN_CHUNKS chunks, at its first call after the agent's next harvest that
+ * does not continue it inside its chunk (the table header's `harvests`: a slow reader's
+ * counts wait at most one harvest or the rest of its chunk, uc_in_run), when its
  * descriptor is closed, and when the thread or the process ends. So a sequential reader
  * pays for the shared counters once per chunk and without waiting on one miss after
  * another, and the counts are exact: what is still gathered when a process execs, calls

@@ -106,10 +106,10 @@ static __attribute__((noinline)) ssize_t uc_read_slow(struct uc_fd *e, int fd, v
 	return r;
 }
 
-/* read() of a file: a call inside the thread's run is the real call and a few stores */
-static inline ssize_t uc_do_read(struct uc_fd *e, int fd, void *buf, size_t n)
+/* read() of a file inside the thread's run is the real call and a few stores */
+static __attribute__((noinline)) ssize_t uc_do_read_run(struct uc_fd *e, int fd, void *buf,
+							size_t n, uint64_t at)
 {
-	uint64_t at = (uint64_t)atomic_load_explicit(&e->pos, memory_order_relaxed);
 	ssize_t r;
 
 	if (!uc_in_run(e, at, n))
@@ -121,6 +121,23 @@ static inline ssize_t uc_do_read(struct uc_fd *e, int fd, void *buf, size_t n)
 					      memory_order_relaxed);
 		uc_run_add(at, r);
 	}
+	return r;
+}
+
+/* read() of a file: a call that continues the thread's run is the real call and three
+ * stores, in a frame of its own (the other paths' registers are not saved for it) */
+static inline ssize_t uc_do_read(struct uc_fd *e, int fd, void *buf, size_t n)
+{
+	uint64_t at = (uint64_t)atomic_load_explicit(&e->pos, memory_order_relaxed);
+	ssize_t r;
+
+	if (!uc_continues(e, at, n))
+		return uc_do_read_run(e, fd, buf, n, at);
+	r = uc.real_read(fd, buf, n);
+	if (r > 0)
+		atomic_store_explicit(&e->pos, (int64_t)(at + (uint64_t)r), memory_order_relaxed);
+	if (r >= 0)
+		uc_run_continue(at, r);
 	return r;
 }
 
@@ -166,8 +183,9 @@ static __attribute__((noinline)) ssize_t uc_pread_slow(struct uc_fd *e, int fd, 
 	return r;
 }
 
-/* pread() of a file: a call inside the thread's run is the real call and a few stores */
-static inline ssize_t uc_do_pread(struct uc_fd *e, int fd, void *buf, size_t n, int64_t off)
+/* pread() of a file inside the thread's run is the real call and a few stores */
+static __attribute__((noinline)) ssize_t uc_do_pread_run(struct uc_fd *e, int fd, void *buf,
+							 size_t n, int64_t off)
 {
 	ssize_t r;
 
@@ -176,6 +194,20 @@ static inline ssize_t uc_do_pread(struct uc_fd *e, int fd, void *buf, size_t n, 
 	r = uc.real_pread64(fd, buf, n, (off64_t)off);
 	if (r >= 0)
 		uc_run_add((uint64_t)off, r);
+	return r;
+}
+
+/* pread() of a file: a call that continues the thread's run is the real call and two
+ * stores, in a frame of its own */
+static inline ssize_t uc_do_pread(struct uc_fd *e, int fd, void *buf, size_t n, int64_t off)
+{
+	ssize_t r;
+
+	if (off < 0 || !uc_continues(e, (uint64_t)off, n))
+		return uc_do_pread_run(e, fd, buf, n, off);
+	r = uc.real_pread64(fd, buf, n, (off64_t)off);
+	if (r >= 0)
+		uc_run_continue((uint64_t)off, r);
 	return r;
 }
 

@@ -117,6 +117,21 @@ def test_the_interval_ranks_are_the_binomial_ones() -> None:
         stats.paired([1.0], [])
 
 
+def test_a_cells_interval_is_over_its_processes_not_their_pooled_blocks() -> None:
+    # each process's blocks share its offset: nine processes whose medians spread from -20
+    # to +20 ns, each with tight blocks, give an interval as wide as the processes, where
+    # the pooled blocks would claim a few ns
+    stats = load_bench("shim_stats")
+    run_added = [-20.0, -15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 20.0]
+    with_blocks = [100.0 + a + j * 0.01 for a in run_added for j in range(50)]
+    without_blocks = [100.0] * len(with_blocks)
+    pooled = stats.paired(with_blocks, without_blocks)
+    by_process = stats.paired_runs(run_added, with_blocks, without_blocks)
+    assert (by_process.ci_low, by_process.added, by_process.ci_high) == (-15.0, 0.0, 15.0)
+    assert pooled.ci_high - pooled.ci_low < 15.0  # what the old interval claimed
+    assert by_process.blocks == len(with_blocks)
+
+
 def test_uc_bench_budget_prints_its_cases_and_exits_by_them(shim_bench: ModuleType,
                                                              tmp_path: Path) -> None:
     from unicache_agent import counters, shm, table_writer

@@ -192,7 +192,7 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
                    kinds: Sequence[str] = shim_cells.KINDS,
                    patterns: Sequence[str] = shim_cells.PATTERNS,
                    tables: Sequence[str] = shim_tables.TABLE_STATES,
-                   seconds: float = 0.15, rounds: int = 5, fds: bool = True,
+                   seconds: float = 0.15, rounds: int = 9, fds: bool = True,
                    spawn: bool = True,
                    tick: Callable[[str], None] = lambda _: None) -> ShimBenchResult:
     """Measure what the calls of the matrix pay under the shim, against the control.

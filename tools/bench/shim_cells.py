@@ -181,7 +181,8 @@ class Driver:
 
 @dataclass(slots=True)
 class Pool:
-    """Samples of several runs of one comparison, pooled; each run's own median kept."""
+    """Samples of several runs (processes) of one comparison: each run's own median, and
+    the blocks pooled for the paths' medians."""
 
     with_blocks: list[float] = field(default_factory=list)
     without_blocks: list[float] = field(default_factory=list)
@@ -193,7 +194,7 @@ class Pool:
         self.run_medians.append(float(doc[f"added_{unit}"]))
 
     def paired(self) -> shim_stats.Paired:
-        return shim_stats.paired(self.with_blocks, self.without_blocks)
+        return shim_stats.paired_runs(self.run_medians, self.with_blocks, self.without_blocks)
 
 
 def _stats(shim: shim_stats.Paired, control: shim_stats.Paired, unit: str) -> dict[str, Any]:
@@ -210,8 +211,8 @@ def _stats(shim: shim_stats.Paired, control: shim_stats.Paired, unit: str) -> di
 class CellResult:
     """One cell's figures: under the shim, under the null preload (the control), ns/call.
 
-    :param round_added: the shim's median of each round alone (their spread is the
-        between-process noise the pooled interval does not see).
+    :param round_added: the shim's median of each round (process) alone: the samples of
+        the figure and its interval.
     """
 
     cell: Cell

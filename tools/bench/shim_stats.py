@@ -8,6 +8,11 @@ ns per call on each path. The added cost is the median of the paired differences
 the distribution of the differences, so long as the samples are independent (for large n,
 about ``n/2 -+ 1.96 sqrt(n)/2``; computed exactly, as uc_bench_run.c does). Below 6 samples no
 rank reaches 95 %: the interval is then the whole range.
+
+The samples that are independent are the processes, not the blocks: a process's blocks
+share its offset (where ASLR put the code and the buffers; between processes the shim's
+median moves by some 20 ns at 4 KiB on the project machine), so a cell's figure is the
+median of its processes' medians and its interval is over them (:func:`paired_runs`).
 """
 
 from __future__ import annotations
@@ -67,13 +72,32 @@ class Paired:
     blocks: int
 
 
+def paired_runs(run_added: Sequence[float], with_blocks: Sequence[float],
+                without_blocks: Sequence[float]) -> Paired:
+    """The comparison over processes: the median of each process's paired median
+    (``run_added``) and its interval, the paths' medians from the pooled blocks.
+
+    :raises ValueError: when there are no runs, or the blocks differ in length or are empty.
+    """
+    return _paired(median_ci(run_added), with_blocks, without_blocks)
+
+
 def paired(with_blocks: Sequence[float], without_blocks: Sequence[float]) -> Paired:
     """The comparison of pooled block pairs.
 
     :raises ValueError: when the two differ in length or are empty.
     """
+    if len(with_blocks) != len(without_blocks):
+        raise ValueError(f"{len(with_blocks)} with-blocks against {len(without_blocks)}")
+    diffs = [w - o for w, o in zip(with_blocks, without_blocks, strict=True)]
+    return _paired(median_ci(diffs) if diffs else (0.0, 0.0, 0.0), with_blocks, without_blocks)
+
+
+def _paired(added: tuple[float, float, float], with_blocks: Sequence[float],
+            without_blocks: Sequence[float]) -> Paired:
+    """A :class:`Paired` of an added cost ``(low, median, high)`` and the paths' blocks."""
     if len(with_blocks) != len(without_blocks) or not with_blocks:
         raise ValueError(f"{len(with_blocks)} with-blocks against {len(without_blocks)}")
-    low, mid, high = median_ci([w - o for w, o in zip(with_blocks, without_blocks, strict=True)])
+    low, mid, high = added
     w, o = statistics.median(with_blocks), statistics.median(without_blocks)
     return Paired(mid, low, high, w, o, o / w if w > 0 else 0.0, len(with_blocks))

@@ -83,7 +83,8 @@ def shim(
     rounds: Annotated[int | None, typer.Option(
         help="Rounds: processes per cell under the shim and under the control, "
              "alternating; more rounds average out offsets that differ between processes "
-             "[default: 5; --quick 1].")] = None,
+             "[default: 9, the fewest whose interval leaves out both extremes; "
+             "--quick 1].")] = None,
     quick: Annotated[bool, typer.Option(
         help="A smoke run: 4 KiB and 64 KiB sequential read() under each table, pipes, "
              "sockets and starts, briefly (options given still apply).")] = False,
@@ -104,7 +105,7 @@ def shim(
         bench = load_bench("shim_bench")
         matrix = load_bench("shim_cells").matrix_of(sizes, kinds, patterns, tables, quick)
         secs = seconds if seconds is not None else (0.05 if quick else 0.15)
-        nrounds = rounds if rounds is not None else (1 if quick else 5)
+        nrounds = rounds if rounds is not None else (1 if quick else 9)
         with Progress(console=_err, transient=True) as progress:
             task = progress.add_task("shim cells", total=max(bench.steps(matrix, nrounds), 1))
 
