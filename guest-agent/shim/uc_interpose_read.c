@@ -315,11 +315,12 @@ static ssize_t uc_do_sendfile(struct uc_fd *e, int out, int in, void *offp, size
  * the shim classified, else file_call (which sees the file's entry as e).
  */
 #define UC_READ_WRAP(type, name, params, real_args, file_call)                     \
+	UC_COLD_PASS(type, name, params, real_args)                                \
 	UC_EXPORT type name params                                                 \
 	{                                                                          \
 		struct uc_fd *e = uc_fd_file(fd);                                  \
 		if (!e)                                                            \
-			return UC_REAL(name) real_args;                            \
+			return UC_PASS(name, real_args);                           \
 		return file_call;                                                  \
 	}
 

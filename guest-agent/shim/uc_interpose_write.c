@@ -68,24 +68,29 @@ static ssize_t uc_do_pwrite(int fd, const void *buf, size_t n, int64_t off, int 
 	return r;
 }
 
+UC_COLD_PASS(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n))
+UC_COLD_PASS(ssize_t, pwrite, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off))
+UC_COLD_PASS(ssize_t, pwrite64, (int fd, const void *buf, size_t n, off64_t off),
+	     (fd, buf, n, off))
+
 UC_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	if (!uc_fd_file(fd))
-		return UC_REAL(write)(fd, buf, n);
+		return UC_PASS(write, (fd, buf, n));
 	return uc_do_pwrite(fd, buf, n, -1, 1);
 }
 
 UC_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	if (!uc_fd_file(fd))
-		return UC_REAL(pwrite)(fd, buf, n, off);
+		return UC_PASS(pwrite, (fd, buf, n, off));
 	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
 }
 
 UC_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off)
 {
 	if (!uc_fd_file(fd))
-		return UC_REAL(pwrite64)(fd, buf, n, off);
+		return UC_PASS(pwrite64, (fd, buf, n, off));
 	return uc_do_pwrite(fd, buf, n, (int64_t)off, 0);
 }
 

@@ -5,3 +5,11 @@
 #include "uc_shim.h"
 
 struct uc_real_fns uc_real;
+
+void *uc_real_resolve(void **slot, const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+
+	*slot = f;
+	return f;
+}

@@ -128,17 +128,38 @@ struct uc_real_fns {
 /* filled one function at a time by UC_REAL / UC_REAL_SYM; never reset */
 extern struct uc_real_fns uc_real __attribute__((visibility("hidden")));
 
+/* the cold half of UC_REAL: look `name` up and keep it in *slot (uc_real.c); out of line,
+ * so that a wrapper's common path (the pointer is there) is a load and a tail call */
+void *uc_real_resolve(void **slot, const char *name)
+	__attribute__((visibility("hidden"), noinline, cold));
+
 #define UC_REAL(name)                                                              \
 	(__extension__({                                                           \
-		if (!uc_real.name)                                                 \
-			uc_real.name = (__typeof__(uc_real.name))dlsym(RTLD_NEXT, #name); \
-		uc_real.name;                                                      \
+		__typeof__(uc_real.name) f_ = uc_real.name;                        \
+		if (__builtin_expect(!f_, 0))                                      \
+			f_ = (__typeof__(f_))uc_real_resolve((void **)&uc_real.name, #name); \
+		f_;                                                                \
 	}))
 #define UC_REAL_SYM(field, sym)                                                    \
 	(__extension__({                                                           \
-		if (!uc_real.field)                                                \
-			uc_real.field = (__typeof__(uc_real.field))dlsym(RTLD_NEXT, sym); \
-		uc_real.field;                                                     \
+		__typeof__(uc_real.field) f_ = uc_real.field;                      \
+		if (__builtin_expect(!f_, 0))                                      \
+			f_ = (__typeof__(f_))uc_real_resolve((void **)&uc_real.field, sym); \
+		f_;                                                                \
 	}))
+
+/*
+ * A wrapper's pass-through without a frame: UC_COLD_PASS(type, name, params, args) defines
+ * uc_cold_<name>, the real call after its lookup, out of line; UC_PASS(name, args) is then
+ * one load and a tail call while the pointer is there (a lookup in the wrapper itself
+ * would make every call save registers for it).
+ */
+#define UC_COLD_PASS(type, name, params, args)                                     \
+	static __attribute__((noinline, cold)) type uc_cold_##name params          \
+	{                                                                          \
+		return UC_REAL(name) args;                                         \
+	}
+#define UC_PASS(name, args)                                                        \
+	(__builtin_expect(uc_real.name != NULL, 1) ? uc_real.name args : uc_cold_##name args)
 
 #endif /* UC_REAL_H */
