@@ -250,7 +250,7 @@ def test_a_run_the_agent_harvested_since_it_opened_goes_out_at_its_next_call(
     # a slow reader keeps its run open for many calls (uc_counters.c); the table header's
     # `harvests` bounds how long: its first call after the agent's next harvest that does
     # not continue the run inside its chunk sends it (a read that does is one cache line
-    # of the thread's and the descriptor's, no more: uc_in_run)
+    # of the thread's and the descriptor's, no more: uc_continues)
     f = tmp_path / "data"
     f.write_bytes(bytes(range(256)) * 1024)
     fid = shim_env.file_id(f)
