@@ -79,6 +79,7 @@ def paired_runs(run_added: Sequence[float], with_blocks: Sequence[float],
 
     :raises ValueError: when there are no runs, or the blocks differ in length or are empty.
     """
+    _check_blocks(with_blocks, without_blocks)
     return _paired(median_ci(run_added), with_blocks, without_blocks)
 
 
@@ -87,17 +88,19 @@ def paired(with_blocks: Sequence[float], without_blocks: Sequence[float]) -> Pai
 
     :raises ValueError: when the two differ in length or are empty.
     """
-    if len(with_blocks) != len(without_blocks):
-        raise ValueError(f"{len(with_blocks)} with-blocks against {len(without_blocks)}")
+    _check_blocks(with_blocks, without_blocks)
     diffs = [w - o for w, o in zip(with_blocks, without_blocks, strict=True)]
-    return _paired(median_ci(diffs) if diffs else (0.0, 0.0, 0.0), with_blocks, without_blocks)
+    return _paired(median_ci(diffs), with_blocks, without_blocks)
+
+
+def _check_blocks(with_blocks: Sequence[float], without_blocks: Sequence[float]) -> None:
+    if len(with_blocks) != len(without_blocks) or not with_blocks:
+        raise ValueError(f"{len(with_blocks)} with-blocks against {len(without_blocks)}")
 
 
 def _paired(added: tuple[float, float, float], with_blocks: Sequence[float],
             without_blocks: Sequence[float]) -> Paired:
     """A :class:`Paired` of an added cost ``(low, median, high)`` and the paths' blocks."""
-    if len(with_blocks) != len(without_blocks) or not with_blocks:
-        raise ValueError(f"{len(with_blocks)} with-blocks against {len(without_blocks)}")
     low, mid, high = added
     w, o = statistics.median(with_blocks), statistics.median(without_blocks)
     return Paired(mid, low, high, w, o, o / w if w > 0 else 0.0, len(with_blocks))

@@ -131,7 +131,6 @@ class ScuPolicy:
         self.units = units
         self.options = options
         self.levels = levels
-        self.smt = smt
         self._unit_by_id = {u.id: u for u in units}
         self._prediction = GainPrediction(units, options, levels, smt)
 
