@@ -70,7 +70,8 @@ def test_the_shim_block_is_one_row_group_per_table_then_fds_starts_budgets(
     cells[1]["control_ci_high_ns"] = -7.5  # placed read seq 4 KiB: the widest control
     doc = {"cells": cells, "fds": [{"kind": "pipe", "size": 4096, **_figures(2.0)}],
            "spawn": [{"kind": "exec", "command": ["/bin/true"], **_figures(50.0, "us")}],
-           "budgets": [{"case": "placed-4k", "limit_ns": 40.0, "upper_ns": 5.0, "met": True},
+           "budgets": [{"case": "placed-4k", "limit_ns": 40.0, "upper_ns": 5.0, "met": True,
+                        "floor": {"low_ns": -1.0, "median_ns": 2.5, "high_ns": 4.0}},
                        {"case": "unplaced-4k", "limit_ns": 15.0, "upper_ns": None,
                         "met": None}],
            "cpu": 1, "seconds": 0.25, "rounds": 3}
@@ -86,7 +87,7 @@ def test_the_shim_block_is_one_row_group_per_table_then_fds_starts_budgets(
                         "+2.0 [+1.0, +3.0]; control +0.2 [-0.5, +3.0]")
     assert rows[11][:3] == ("start", "exec (/bin/true), us",
                             "+50.0 [+49.0, +51.0], ratio 0.990; control +0.2 [-0.5, +3.0]")
-    assert rows[12][1:3] == ("placed-4k <= 40 ns", "upper 5.0: met")
+    assert rows[12][1:3] == ("placed-4k <= 40 ns", "upper 5.0: met; floor +2.5 [-1.0, +4.0]")
     assert rows[13][1:3] == ("unplaced-4k <= 15 ns", "not run")
     assert all(len(r) == len(head) for r in rows)
 
@@ -115,7 +116,7 @@ def test_record_runs_the_shim_and_simulator_benchmarks_tiny_into_json_and_blocks
     page = doc.read_text()
     assert "Hand-written analysis before." in page and "Hand-written analysis after." in page
     assert "old table" not in page
-    assert "unicache bench shim --quick --json" in page
+    assert "unicache bench shim --rounds 25 --quick --rounds 1 --json" in page
     assert "| placed | read seq |" in page and "| budget | unplaced-4k <= 15 ns |" in page
     assert "unicache-sim bench --accesses 200000 --repeats 1 --json" in page
     for name in ("shim", "sim"):

@@ -64,6 +64,16 @@ def test_bench_shim_quick_json_has_every_figure(shim_bench: ModuleType) -> None:
         "unplaced-4k", "unplaced-64k", "placed-4k", "pipe", "socket"]
     for b in fig["budgets"]:
         assert b["met"] == (b["upper_ns"] <= b["limit_ns"])
+        # each budget stands beside the floor, the least a counting preload does, run in
+        # the same cell: an ordered interval of a fraction of a call
+        floor = b["floor"]
+        assert floor["low_ns"] <= floor["median_ns"] <= floor["high_ns"], b
+    budget_cells = [c for c in [*fig["cells"], *fig["fds"]] if "floor_ns" in c]
+    assert {(c["kind"], c["size"], c.get("table")) for c in budget_cells} == {
+        ("read", 4096, "unplaced"), ("read", 65536, "unplaced"), ("read", 4096, "placed"),
+        ("pipe", 4096, "placed"), ("socket", 4096, "placed")}
+    for cell in budget_cells:
+        assert abs(cell["floor_ns"]) < cell["without_ns"] / 2, cell
     # the shim ran: it counted the bench file's reads under both tables that name files
     assert fig["counted_reads"]["placed"] > 0 and fig["counted_reads"]["unplaced"] > 0
     assert fig["table_entries"] == 8192 and fig["rounds"] == 1
@@ -84,8 +94,8 @@ def test_a_driver_not_under_the_shim_is_refused(shim_bench: ModuleType,
     cells = load_bench("shim_cells")
     null = SHIM_DIR / "libuc_null.so"
     # the "shim" this driver expects is the null preload: its read is libc's
-    driver = cells.Driver(SHIM_DIR / "uc_bench", null, SHIM_DIR / "libunicache.so", 0,
-                          dict(os.environ))
+    driver = cells.Driver(SHIM_DIR / "uc_bench", null, SHIM_DIR / "libunicache.so",
+                          SHIM_DIR / "libuc_floor.so", 0, dict(os.environ))
     with pytest.raises(BenchError, match="its pipe is libc's"):
         driver.cell("pipe", 4096, "-", tmp_path, 0.01, null, {})
 

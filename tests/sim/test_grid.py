@@ -30,6 +30,8 @@ from unicache_sim.grid import (
     ws_series,
 )
 from unicache_sim.grid_report import (
+    CONFIRM_SEEDS,
+    confirmation_points,
     THRESHOLD,
     regressions,
     summarize_groups,
@@ -224,6 +226,54 @@ def test_check_exits_1_on_a_regression_and_0_without(
     speedup["value"] = 1.0
     good = runner.invoke(app, args)
     assert good.exit_code == 0, good.stderr
+
+
+def test_only_a_point_below_the_threshold_is_confirmed_over_more_seeds() -> None:
+    results = _results(
+        [
+            ("live", "zipf", 8.0, [0.969, 0.973]),  # below over 2 seeds: to 12
+            ("live", "zipf", 1.0, [0.99, 1.0]),  # above: not rerun
+            ("live", "uniform", 8.0, [0.95, 0.96, 0.97, 0.96, 1.0]),  # below over 5: to 12
+        ]
+    )
+    extra = confirmation_points(results)
+    assert [(p.dist, p.ws_mb, p.seed) for p in extra] == [
+        *(("zipf", 8.0, s) for s in range(3, CONFIRM_SEEDS + 1)),
+        *(("uniform", 8.0, s) for s in range(6, CONFIRM_SEEDS + 1)),
+    ]
+    # the rest of each point is kept: the same model, workload, threads and path
+    assert {(p.model, p.workload, p.threads, p.path) for p in extra} == {
+        ("opteron-16", "read", 1, "live")
+    }
+    # a point that already has every seed is judged as it is
+    full = _results([("live", "zipf", 8.0, [0.9] * CONFIRM_SEEDS)])
+    assert confirmation_points(full) == ()
+
+
+def test_check_judges_a_point_below_over_its_seeds_by_the_confirming_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # seeds 1-2 below (0.97), seeds 3-12 at 1.0: the median over 12 is 1.0, no regression;
+    # seeds 3-12 at 0.97 too: a regression over 12 seeds
+    later = {"value": 1.0}
+    calls: list[int] = []
+
+    def fake_run(points: Sequence[GridPoint], *_: object) -> tuple[GridResult, ...]:
+        calls.append(len(points))
+        return tuple(_result(p, 0.97 if p.seed <= 2 else later["value"]) for p in points)
+
+    monkeypatch.setattr(cli_grid, "run_grid", fake_run)
+    args = ["grid", "--models", "opteron-242-2node", "--workloads", "read", "--dists", "zipf"]
+    args += ["--threads", "1", "--paths", "live", "--seeds", "2", "--ws-points", "1"]
+    args += ["--out", str(tmp_path), "--check", "--json"]
+    good = runner.invoke(app, args)
+    assert good.exit_code == 0, good.stderr
+    assert calls == [2, CONFIRM_SEEDS - 2]
+    (point,) = json.loads(good.stdout)["points"]
+    assert point["seeds"] == list(range(1, CONFIRM_SEEDS + 1)) and point["median"] == 1.0
+    later["value"] = 0.97
+    bad = runner.invoke(app, args)
+    assert bad.exit_code == 1, bad.stderr
 
 
 # --- a real run and user errors through the CLI ----------------------------------------

@@ -17,6 +17,11 @@ shim_tables.py), plus a pipe and a socketpair (4 KiB write + read) and process s
   preloaded path calls through it, libc's through a pointer; an application pays the stub
   with or without the shim): about 1.5 to 2 ns per call here (a reread's lseek + read:
   3 to 4 ns).
+* ``floor_ns``: for the budgets' cells, the same under ``libuc_floor.so``, the least a
+  preload that counts reads does (libc's function loaded before the call, the bytes added
+  to the descriptor's counter after it). A budget whose limit lies below the floor's
+  interval cannot be met on this machine by any shim that counts; the shim's figure less
+  the floor's is what its own design adds.
 
 Each cell runs once under each preload per round, the two processes in alternating order,
 and the rounds' samples are pooled. Rounds are processes: the control shows offsets of a few
@@ -55,6 +60,7 @@ def _sibling(name: str) -> ModuleType:
 
 if TYPE_CHECKING:
     import shim_cells
+    import shim_stats
     import shim_tables
 else:
     shim_cells, shim_tables = _sibling("shim_cells"), _sibling("shim_tables")
@@ -63,7 +69,7 @@ else:
 GUEST_AGENT = Path(__file__).resolve().parents[2] / "guest-agent"
 SHIM_DIR = GUEST_AGENT / "shim"
 #: what ``make`` builds: the shim, the driver, the control
-TARGETS = ("libunicache.so", "uc_bench", "libuc_null.so")
+TARGETS = ("libunicache.so", "uc_bench", "libuc_null.so", "libuc_floor.so")
 #: seconds per start to size the spawn runs by (the interpreter's run takes about 2 x its
 #: ``seconds``: it needs more starts than the others to see through its own spread)
 EXEC_S, INTERPRETER_S = 1.5e-3, 10e-3
@@ -89,17 +95,24 @@ BUDGETS = (Budget("unplaced-4k", "read", 4096, "unplaced", 15.0),
 
 @dataclass(frozen=True, slots=True)
 class BudgetResult:
-    """A budget against this run (``upper_ns`` and ``met`` None: its cell was not run)."""
+    """A budget against this run (``upper_ns`` and ``met`` None: its cell was not run).
+
+    :param floor: the floor's ``(low, median, high)`` in the same cell (None: not run).
+    """
 
     case: str
     limit_ns: float
     upper_ns: float | None
     met: bool | None
+    floor: tuple[float, float, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
+        floor = None if self.floor is None else {
+            k: round(v, 3) for k, v in zip(("low_ns", "median_ns", "high_ns"), self.floor,
+                                           strict=True)}
         return {"case": self.case, "limit_ns": self.limit_ns,
                 "upper_ns": None if self.upper_ns is None else round(self.upper_ns, 3),
-                "met": self.met}
+                "met": self.met, "floor": floor}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,16 +183,27 @@ def steps(matrix: shim_cells.Matrix, rounds: int, fds: bool = True, spawn: bool 
                      + (2 if spawn else 0))
 
 
+def _is_budget_cell(kind: str, size: int, pattern: str, table: str) -> bool:
+    return pattern == "seq" and any((b.kind, b.size, b.table) == (kind, size, table)
+                                    for b in BUDGETS)
+
+
 def _budgets(cells: Sequence[shim_cells.CellResult],
              fds: Sequence[shim_cells.FdResult]) -> tuple[BudgetResult, ...]:
-    upper: dict[tuple[str, int, str], float] = {
-        (c.cell.kind, c.cell.size, c.cell.table): c.shim.ci_high
+    runs: dict[tuple[str, int, str], tuple[shim_stats.Paired, shim_stats.Paired | None]] = {
+        (c.cell.kind, c.cell.size, c.cell.table): (c.shim, c.floor)
         for c in cells if c.cell.pattern == "seq"}
-    upper.update({(f.kind, f.size, ""): f.shim.ci_high for f in fds})
+    runs.update({(f.kind, f.size, ""): (f.shim, f.floor) for f in fds})
     out = []
     for b in BUDGETS:
-        up = upper.get((b.kind, b.size, b.table))
-        out.append(BudgetResult(b.case, b.limit_ns, up, None if up is None else up <= b.limit_ns))
+        run = runs.get((b.kind, b.size, b.table))
+        if run is None:
+            out.append(BudgetResult(b.case, b.limit_ns, None, None))
+            continue
+        shim, floor = run
+        out.append(BudgetResult(b.case, b.limit_ns, shim.ci_high, shim.ci_high <= b.limit_ns,
+                                None if floor is None
+                                else (floor.ci_low, floor.added, floor.ci_high)))
     return tuple(out)
 
 
@@ -222,7 +246,8 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     base = {k: v for k, v in os.environ.items()
             if not k.startswith("UNICACHE_") and k != "LD_PRELOAD"}
     driver = shim_cells.Driver(SHIM_DIR / "uc_bench", SHIM_DIR / "libunicache.so",
-                               SHIM_DIR / "libuc_null.so", cpu, base)
+                               SHIM_DIR / "libuc_null.so", SHIM_DIR / "libuc_floor.so", cpu,
+                               base)
     with tempfile.TemporaryDirectory(prefix="unicache-bench-", dir=_scratch_dir()) as tmp:
         data = Path(tmp) / "data"
         data.write_bytes(os.urandom(shim_tables.FILE_SIZE))
@@ -271,31 +296,37 @@ class _Run:
     rounds: int
     tick: Callable[[str], None]
 
-    def _pools(self, label: str, once: Callable[[Path], dict[str, Any]]
-               ) -> tuple[shim_cells.Pool, shim_cells.Pool]:
-        shim, control = shim_cells.Pool(), shim_cells.Pool()
+    def _pools(self, label: str, once: Callable[[Path], dict[str, Any]], floor: bool = False
+               ) -> tuple[shim_cells.Pool, shim_cells.Pool, shim_cells.Pool | None]:
         d = self.driver
+        pools = {d.shim: shim_cells.Pool(), d.null: shim_cells.Pool()}
+        if floor:
+            pools[d.floor] = shim_cells.Pool()
+        order = list(pools)
         for r in range(self.rounds):
             self.tick(f"{label} (round {r + 1}/{self.rounds})")
-            # the shim's process first in even rounds, the control's in odd ones
-            for preload in ((d.shim, d.null) if r % 2 == 0 else (d.null, d.shim)):
-                (shim if preload == d.shim else control).add(once(preload))
-        return shim, control
+            # each preload's process first in turn: the shim's in round 0, the control's in 1
+            for preload in order[r % len(order):] + order[:r % len(order)]:
+                pools[preload].add(once(preload))
+        return pools[d.shim], pools[d.null], pools.get(d.floor)
 
     def cell(self, cell: shim_cells.Cell) -> shim_cells.CellResult:
         env = self.tables.states[cell.table].env
-        shim, control = self._pools(cell.label(), lambda preload: self.driver.cell(
-            cell.kind, cell.size, cell.pattern, self.data, self.seconds, preload, env))
+        shim, control, floor = self._pools(cell.label(), lambda preload: self.driver.cell(
+            cell.kind, cell.size, cell.pattern, self.data, self.seconds, preload, env),
+            floor=_is_budget_cell(cell.kind, cell.size, cell.pattern, cell.table))
         return shim_cells.CellResult(cell, shim.paired(), control.paired(),
-                                     tuple(shim.run_medians))
+                                     tuple(shim.run_medians),
+                                     None if floor is None else floor.paired())
 
     def fd(self, kind: str, table: str) -> shim_cells.FdResult:
         env, size = self.tables.states[table].env, shim_cells.FD_SIZE
-        shim, control = self._pools(f"{kind} {size} B write + read", lambda preload:
-                                    self.driver.cell(kind, size, "-", self.data, self.seconds,
-                                                     preload, env))
+        shim, control, floor = self._pools(
+            f"{kind} {size} B write + read", lambda preload: self.driver.cell(
+                kind, size, "-", self.data, self.seconds, preload, env), floor=True)
         return shim_cells.FdResult(kind, size, table, shim.paired(), control.paired(),
-                                   tuple(shim.run_medians))
+                                   tuple(shim.run_medians),
+                                   None if floor is None else floor.paired())
 
     def spawn(self, kind: str, command: tuple[str, ...], table: str) -> shim_cells.SpawnResult:
         env, d = self.tables.states[table].env, self.driver

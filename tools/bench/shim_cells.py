@@ -6,9 +6,11 @@ A *cell* is one kind of call (read, pread, readv, stdio fread) of one size in on
 interposed function against blocks through libc's own, every sample's ns per call printed.
 Each cell runs once under the shim and once under ``libuc_null.so`` (the control: a preload
 that does nothing, whose figure is the method's own zero) per round, the two processes in
-alternating order; the samples of all rounds are pooled (shim_stats.py). The pipe and socket
-cells (write + read of 4 KiB) and the process starts (``uc_bench spawn``: /bin/true and the
-interpreter) run the same way.
+alternating order; the samples of all rounds are pooled (shim_stats.py). The budgets' cells
+run a third time per round, under ``libuc_floor.so`` (the floor: the least a preload that
+counts reads does), so that each budget stands beside what no counting shim can go below on
+this machine. The pipe and socket cells (write + read of 4 KiB) and the process starts
+(``uc_bench spawn``: /bin/true and the interpreter) run the same way.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ FD_KINDS = ("pipe", "socket")
 FD_SIZE = 4096
 #: kinds whose function the shim interposes (fread reads through libc's internal read)
 INTERPOSED = frozenset({"read", "pread", "readv", "pipe", "socket"})
+#: kinds the floor (libuc_floor.so) interposes: read, and a pipe's or socket's write + read
+FLOOR_KINDS = frozenset({"read", "pipe", "socket"})
 #: the seq blocks are 1 MiB (uc_bench.h): sizes that divide it
 MIN_SIZE, MAX_SIZE = 64, 1 << 20
 
@@ -130,12 +134,14 @@ def matrix_of(sizes: str | None = None, kinds: str | None = None,
 
 @dataclass(frozen=True, slots=True)
 class Driver:
-    """How to run uc_bench: its path, the two preloads, the CPU, the base environment
-    (the caller's, without LD_PRELOAD and UNICACHE_*)."""
+    """How to run uc_bench: its path, the three preloads (the shim, the control, the
+    floor), the CPU, the base environment (the caller's, without LD_PRELOAD and
+    UNICACHE_*)."""
 
     uc_bench: Path
     shim: Path
     null: Path
+    floor: Path
     cpu: int
     base_env: dict[str, str]
 
@@ -164,9 +170,11 @@ class Driver:
             args += ["--pattern", pattern, "--file", str(data)]
         env = {**self.base_env, **table_env, "LD_PRELOAD": str(preload)}
         doc = self._run(args, env, timeout=4 * seconds + 120)
-        # the shim's own functions must have been the ones called, and the null's not
-        if kind in INTERPOSED and doc.get("interposed") != (preload == self.shim):
-            what = "is libc's" if preload == self.shim else "is not libc's"
+        # the shim's (or the floor's) own functions must have been the ones called, and the
+        # null's not (the floor interposes read and write only: FLOOR_KINDS)
+        expected = preload == self.shim or (preload == self.floor and kind in FLOOR_KINDS)
+        if kind in INTERPOSED and doc.get("interposed") != expected:
+            what = "is libc's" if expected else "is not libc's"
             raise BenchError(f"uc_bench under LD_PRELOAD={preload}: its {kind} {what}: the "
                              "preload did not load as it should")
         return doc
@@ -197,6 +205,13 @@ class Pool:
         return shim_stats.paired_runs(self.run_medians, self.with_blocks, self.without_blocks)
 
 
+def _floor(floor: shim_stats.Paired | None) -> dict[str, Any]:
+    if floor is None:
+        return {}
+    return {"floor_ns": round(floor.added, 3), "floor_ci_low_ns": round(floor.ci_low, 3),
+            "floor_ci_high_ns": round(floor.ci_high, 3)}
+
+
 def _stats(shim: shim_stats.Paired, control: shim_stats.Paired, unit: str) -> dict[str, Any]:
     return {f"added_{unit}": round(shim.added, 3), f"ci_low_{unit}": round(shim.ci_low, 3),
             f"ci_high_{unit}": round(shim.ci_high, 3), "ratio": round(shim.ratio, 5),
@@ -213,23 +228,26 @@ class CellResult:
 
     :param round_added: the shim's median of each round (process) alone: the samples of
         the figure and its interval.
+    :param floor: under the floor (libuc_floor.so), for a budget's cell; else None.
     """
 
     cell: Cell
     shim: shim_stats.Paired
     control: shim_stats.Paired
     round_added: tuple[float, ...]
+    floor: shim_stats.Paired | None = None
 
     def as_json(self) -> dict[str, Any]:
         c = self.cell
         return {"kind": c.kind, "size": c.size, "pattern": c.pattern, "table": c.table,
-                **_stats(self.shim, self.control, "ns"),
+                **_stats(self.shim, self.control, "ns"), **_floor(self.floor),
                 "round_added_ns": [round(x, 3) for x in self.round_added]}
 
 
 @dataclass(frozen=True, slots=True)
 class FdResult:
-    """A pipe or socket cell: write + read of ``size`` bytes, ns per pair of calls."""
+    """A pipe or socket cell: write + read of ``size`` bytes, ns per pair of calls (and
+    under the floor: each is a budget's)."""
 
     kind: str
     size: int
@@ -237,10 +255,11 @@ class FdResult:
     shim: shim_stats.Paired
     control: shim_stats.Paired
     round_added: tuple[float, ...]
+    floor: shim_stats.Paired | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "size": self.size, "table": self.table,
-                **_stats(self.shim, self.control, "ns"),
+                **_stats(self.shim, self.control, "ns"), **_floor(self.floor),
                 "round_added_ns": [round(x, 3) for x in self.round_added]}
 
 

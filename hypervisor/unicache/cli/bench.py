@@ -140,12 +140,13 @@ def shim(
                       _ci(k.added, k.ci_low, k.ci_high) + " us")
     out.print(table)
     budgets = Table(title="budgets (upper end of the 95 % interval, sequential calls)")
-    for col in ("case", "limit ns", "upper ns", "met"):
+    for col in ("case", "limit ns", "upper ns", "met", "floor ns [95 % CI]"):
         budgets.add_column(col, justify="left" if col == "case" else "right")
     for b in res.budgets:
         budgets.add_row(b.case, f"{b.limit_ns:g}",
                         "-" if b.upper_ns is None else f"{b.upper_ns:.1f}",
-                        "not run" if b.met is None else ("yes" if b.met else "NO"))
+                        "not run" if b.met is None else ("yes" if b.met else "NO"),
+                        "-" if b.floor is None else _ci(b.floor[1], b.floor[0], b.floor[2]))
     out.print(budgets)
 
 
