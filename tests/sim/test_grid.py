@@ -31,8 +31,8 @@ from unicache_sim.grid import (
 )
 from unicache_sim.grid_report import (
     CONFIRM_SEEDS,
-    confirmation_points,
     THRESHOLD,
+    confirmation_points,
     regressions,
     summarize_groups,
     summarize_points,

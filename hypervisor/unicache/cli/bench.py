@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -119,6 +119,11 @@ def shim(
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
+    _print_shim(res)
+
+
+def _print_shim(res: Any) -> None:
+    """The shim bench's tables: the cells, fds and starts; then the budgets."""
     out = Console()
     table = Table(title=f"added cost per call under libunicache.so, CPU {res.cpu}, "
                         f"{res.rounds} x {res.seconds:g} s per cell, "
