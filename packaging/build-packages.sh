@@ -72,10 +72,13 @@ host() {
     ls "$OUT"/unicache-"$UC_VERSION"-*.whl >/dev/null 2>&1 || wheel
     step "host: venv with $($SYSTEM_PY --version) (unicache, unicache-sim, their pinned dependencies)"
     "$SYSTEM_PY" -m venv "$venv" || die "$SYSTEM_PY -m venv failed (apt-get install python3-venv)"
-    # the same pins as the development .venv (requirements.txt); libvirt-python is built
-    # against the host's libvirt (libvirt-dev)
+    # the same pins as the development .venv (requirements.txt, the simulator's without
+    # their extras: pip takes none in a constraint); libvirt-python is built against the
+    # host's libvirt (libvirt-dev)
+    sed 's/\[[^]]*\]//' tools/sim/requirements.txt > "$STAGES/sim-constraints.txt"
     "$venv/bin/pip" install -q --disable-pip-version-check \
         -c requirements.txt -c hypervisor/requirements-libvirt.txt -c images/requirements.txt \
+        -c "$STAGES/sim-constraints.txt" \
         "$OUT"/unicache-"$UC_VERSION"-*.whl "$sim_wheel" libvirt-python
     # made at $venv, run at $final: the paths pip and venv wrote (script shebangs,
     # activate, pyvenv.cfg) move there, as dh-virtualenv does

@@ -19,6 +19,7 @@ APT_PACKAGES += help2man python3-venv rpm
 APT_PACKAGES_NO_RECOMMENDS += libguestfs-tools
 PACKAGE_INPUTS := VERSION packaging/build-packages.sh $(wildcard packaging/host/*) \
 	requirements.txt hypervisor/requirements-libvirt.txt images/requirements.txt \
+	tools/sim/requirements.txt tools/sim/pyproject.toml \
 	packaging/unicache.service $(wildcard guest-agent/packaging/* guest-agent/unicache_agent/*.py) \
 	guest-agent/unicache-agent.service $(wildcard docs/*.md) hypervisor/pyproject.toml \
 	$(shell find hypervisor/unicache -name '*.py' -o -name '*.toml' 2>/dev/null)

@@ -6,8 +6,10 @@ leaves the root as before."""
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -86,6 +88,7 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
     assert "attach" in in_root(root, "unicache", "--help").stdout
     assert "Usage" in in_root(root, "unicache-sim", "--help").stdout
     in_root(root, "/opt/unicache/.venv/bin/python", "-c", "import unicache_sim._native")
+    _density_runs_from_the_package(root)
 
     # the libvirt hook on request; it runs the package's python and goes with the package
     in_root(root, "mkdir", "-p", "/etc/libvirt/hooks")
@@ -98,3 +101,23 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
 
     in_root(root, "dpkg", "-P", "unicache")
     assert differences(before, inventory(root)) == []
+
+
+def _density_runs_from_the_package(root: Path) -> None:
+    """A real `unicache density` from /, outside any checkout: the simulator, its Dask
+    cluster and its Parquet cache, all from the package's venv. Dask's workers read /proc,
+    which a chroot has only while it is mounted there; what the run leaves (its --out, Dask's
+    scratch space and config, matplotlib's font cache) goes before the purge's check."""
+    subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+    try:
+        run = in_root(root, "sh", "-c", "cd / && unicache density --model epyc-2s "
+                      "--random-mixes 1 --seeds 1 --out /tmp/density --json")
+    finally:
+        subprocess.run(["umount", str(root / "proc")], check=True)
+    doc = json.loads(run.stdout)
+    assert doc["model"] == "epyc-2s" and doc["policies"] == ["linux", "unicache"]
+    (mix,) = doc["mixes"]
+    assert mix["vms"]["linux"] > 0 and mix["vms"]["unicache"] > 0
+    assert doc["catalogue"].startswith("/opt/unicache/.venv/")
+    in_root(root, "rm", "-rf", "/tmp/density", "/tmp/dask-scratch-space", "/root/.cache",
+            "/root/.config")
