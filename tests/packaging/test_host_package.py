@@ -58,6 +58,23 @@ def test_the_wheel_is_the_unicache_package_at_the_version(packages: Packages) ->
     assert "Requires-Dist: qemu.qmp" in meta  # the package imports it (host/qemu/qmp.py)
 
 
+def test_the_wheel_runs_its_benchmark_from_a_fresh_venv_outside_the_checkout(
+        packages: Packages, tmp_path: Path) -> None:
+    # the wheel and its dependencies at the project's pins, in a venv of the system's python3
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
+                    "-c", str(ROOT / "requirements.txt"), str(packages.wheel)], check=True)
+    run = subprocess.run([str(venv / "bin/unicache"), "bench", "policy", "--vms", "10",
+                          "--chunks", "1000", "--json"], cwd=tmp_path, capture_output=True,
+                         text=True, check=False,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["bench"] == "policy" and [p["vms"] for p in doc["points"]] == [10]
+    assert doc["points"][0]["tracked_chunks"] > 0
+
+
 def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_trace(
         packages: Packages, clean_root: Path) -> None:
     root = clean_root
@@ -89,6 +106,9 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
     assert "Usage" in in_root(root, "unicache-sim", "--help").stdout
     in_root(root, "/opt/unicache/.venv/bin/python", "-c", "import unicache_sim._native")
     _density_runs_from_the_package(root)
+    bench = json.loads(in_root(root, "sh", "-c", "cd / && unicache bench policy --vms 10 "
+                               "--chunks 1000 --json").stdout)
+    assert bench["bench"] == "policy" and [p["vms"] for p in bench["points"]] == [10]
 
     # the libvirt hook on request; it runs the package's python and goes with the package
     in_root(root, "mkdir", "-p", "/etc/libvirt/hooks")

@@ -1,8 +1,9 @@
 """``unicache bench``: benchmarks of unicache's components (mounted by the main CLI).
 
-The benchmarks themselves are not product code: they build the guest shim and import the
-guest agent from the source checkout, so they live in the checkout too (``tools/bench/``),
-and each command loads its benchmark from there (:func:`load_bench`).
+The policy round's benchmark is in the package (:mod:`unicache.bench`) and runs wherever
+unicache is installed. The others build the guest shim, import the guest agent or boot
+guests from the source checkout, so they live in the checkout too (``tools/bench/``), and
+each command loads its benchmark from there (:func:`load_bench`).
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def policy(
     from rich.progress import Progress
 
     try:
-        bench = load_bench("policy_bench")
+        from unicache.bench import policy as bench
         vm_sizes, chunk_sizes = _sizes(vms, "--vms"), _sizes(chunks, "--chunks")
         total = len(set(vm_sizes)) * len(set(chunk_sizes)) * (rounds + bench.WARMUP_ROUNDS)
         with Progress(console=_err, transient=True) as progress:

@@ -31,7 +31,7 @@ load is defined so that nobody can read a flattering figure into it without sayi
   as on a host that applies the round's actions (a host that applied nothing would be
   asked to pin every vCPU again every round).
 
-Deterministic from ``seed``. Benchmark code, not the product's (``tools/bench/``).
+Deterministic from ``seed``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The round is the product's (:class:`unicache.policy.round.UnicachePolicy`: OBS, SRM-buffer,
 NCC, then SCU), driven by the product's loop (:func:`unicache.loop.run_rounds_sync`, as
 replay and the simulator drive it) over a synthetic host whose observations are
-``policy_load``'s (its docstring defines the load). Per point (VMs x chunks):
+:mod:`unicache.bench.policy_load`'s (its docstring defines the load). Per point (VMs x
+chunks):
 
 * ``p50_ms`` / ``p99_ms`` / ``max_ms``: wall time of the policy's decision per timed round
   (from the host's observation handed over to the decision handed back: the host's own
@@ -21,14 +22,12 @@ replay and the simulator drive it) over a synthetic host whose observations are
 
 The table is seeded, warm-up rounds run untimed (OBS places every vCPU, SRM and NCC
 start), then ``rounds`` timed rounds, which include SCU's agings (every
-``update_period`` rounds). Benchmark code, not the product's: it lives in the checkout
-(``tools/bench/``) and ``unicache bench policy`` (:mod:`unicache.cli.bench`) loads it.
+``update_period`` rounds). ``unicache bench policy`` (:mod:`unicache.cli.bench`) runs it.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
 import resource
 import statistics
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from unicache.bench import policy_load as load
 from unicache.errors import ConfigError
 from unicache.gcpace import GcPacer, GcPass
 from unicache.host.ports import ActResult
@@ -59,12 +59,6 @@ SCHEMA = 1
 #: the seeded chunks' use count is below ``1 << SEED_USE_BITS`` (one int object of the
 #: size a 64-bit count takes), which bounds the rounds before an aging would empty it
 SEED_USE_BITS = 62
-
-
-def _load() -> ModuleType:
-    # the load generator is the sibling module (loaded the way ``load_bench`` loads this one)
-    bench = importlib.import_module("unicache.cli.bench")
-    return bench.load_bench("policy_load")  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +177,6 @@ def run_point(
     :param model: the machine model.
     :param tick: called after each round with what it was ("warm-up", "timed").
     """
-    load = _load()
     topo = load_model(model)
     base = scu_options_for(topo, Unify.LLC)
     # the table must be allowed to hold every chunk the load tracks
@@ -262,7 +255,6 @@ def run_policy_bench(
         raise ConfigError("--changed-fraction must be in (0, 1]")
     if zipf_s < 0 or vcpus < 1:
         raise ConfigError("--zipf-s must be >= 0 and --vcpus >= 1")
-    load = _load()
     try:
         topo = load_model(model)
     except Exception as err:  # an unknown model: one line
