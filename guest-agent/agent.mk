@@ -1,11 +1,12 @@
 # guest-agent/agent.mk — included by the top Makefile.
 # shim-build: guest-agent/shim/libunicache.so (and the test drivers uc_selftest and
-# libuc_decide.so, the benchmark's driver uc_bench and its control libuc_null.so).
+# libuc_decide.so, the benchmark's driver uc_bench, its control libuc_null.so and its floor
+# libuc_floor.so).
 SHIM_DIR := guest-agent/shim
 SHIM_SRCS := $(wildcard $(SHIM_DIR)/*.c $(SHIM_DIR)/*.h) $(SHIM_DIR)/Makefile
 
 SHIM_OUTPUTS := $(addprefix $(SHIM_DIR)/,libunicache.so uc_selftest libuc_decide.so uc_bench \
-	libuc_null.so)
+	libuc_null.so libuc_floor.so)
 
 $(SHIM_OUTPUTS) &: $(SHIM_SRCS)
 	$(MAKE) -C $(SHIM_DIR) CC=gcc all

@@ -42,7 +42,9 @@ agent() {
     mkdir -p "$UC_STAGE/unicache_agent"
     [ -f "$UC_SHIM" ] || die "no shim at $UC_SHIM: run 'make shim-build'"
     [ -x guest-agent/shim/uc_selftest ] || die "no guest-agent/shim/uc_selftest: run 'make shim-build'"
-    [ -x guest-agent/shim/uc_bench ] || die "no guest-agent/shim/uc_bench: run 'make shim-build'"
+    for built in uc_bench libuc_null.so libuc_floor.so; do
+        [ -f "guest-agent/shim/$built" ] || die "no guest-agent/shim/$built: run 'make shim-build'"
+    done
     install -m 0644 guest-agent/unicache_agent/*.py "$UC_STAGE/unicache_agent/"
     install -m 0755 guest-agent/shim/uc_selftest "$UC_STAGE/uc_selftest"
     # the man page is the agent's own --help (help2man), so the two never disagree

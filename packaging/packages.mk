@@ -32,7 +32,8 @@ $(NFPM):
 	GOBIN=$(abspath $(dir $(NFPM))) go install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 	@touch $@
 
-$(PACKAGES_DIR)/.built: $(NFPM) $(PACKAGE_INPUTS) guest-agent/shim/libunicache.so $(SIM_STAMP)
+$(PACKAGES_DIR)/.built: $(NFPM) $(PACKAGE_INPUTS) guest-agent/shim/libunicache.so \
+	guest-agent/shim/libuc_null.so guest-agent/shim/libuc_floor.so $(SIM_STAMP)
 	NFPM=$(abspath $(NFPM)) bash packaging/build-packages.sh all $(PACKAGES_DIR)
 	@touch $@
 

@@ -54,6 +54,7 @@ def test_the_deb_holds_the_agent_the_shim_its_unit_and_rule_and_declares_python_
     files = _deb_files(deb)
     assert {"/usr/bin/unicache-agent", SHIM, "/usr/lib/unicache-agent/uc_selftest",
             "/usr/lib/unicache-agent/uc_bench", "/usr/lib/unicache-agent/preload",
+            "/usr/lib/unicache-agent/libuc_null.so", "/usr/lib/unicache-agent/libuc_floor.so",
             "/usr/lib/unicache-agent/unicache_agent/__main__.py",
             "/usr/lib/unicache-agent/unicache_agent/scope.py",
             "/usr/lib/systemd/system/unicache-agent.service",

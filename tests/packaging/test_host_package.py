@@ -9,6 +9,7 @@ import configparser
 import json
 import os
 import re
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_the_wheel_is_the_unicache_package_at_the_version(packages: Packages) ->
     assert "Requires-Dist: qemu.qmp" in meta  # the package imports it (host/qemu/qmp.py)
 
 
-def test_the_wheel_runs_its_benchmark_from_a_fresh_venv_outside_the_checkout(
+def test_the_wheel_runs_its_benchmarks_from_a_fresh_venv_outside_the_checkout(
         packages: Packages, tmp_path: Path) -> None:
     # the wheel and its dependencies at the project's pins, in a venv of the system's python3
     venv = tmp_path / "venv"
@@ -73,6 +74,18 @@ def test_the_wheel_runs_its_benchmark_from_a_fresh_venv_outside_the_checkout(
     doc = json.loads(run.stdout)
     assert doc["bench"] == "policy" and [p["vms"] for p in doc["points"]] == [10]
     assert doc["points"][0]["tracked_chunks"] > 0
+    # one cell of the shim's bench, on a shim laid out as the agent package installs it
+    kit = tmp_path / "unicache-agent"
+    shutil.copytree(ROOT / "guest-agent/unicache_agent", kit / "unicache_agent")
+    for name in ("libunicache.so", "uc_bench", "libuc_null.so", "libuc_floor.so"):
+        shutil.copy2(ROOT / "guest-agent/shim" / name, kit / name)
+    run = subprocess.run([str(venv / "bin/unicache"), "bench", "shim", "--kinds", "read",
+                          "--sizes", "4096", "--patterns", "seq", "--tables", "unplaced",
+                          "--rounds", "1", "--seconds", "0.02", "--shim-dir", str(kit),
+                          "--json"], cwd=tmp_path, capture_output=True, text=True,
+                         check=False, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["counted_reads"]["unplaced"] > 0
 
 
 def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_trace(
@@ -106,9 +119,7 @@ def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_
     assert "Usage" in in_root(root, "unicache-sim", "--help").stdout
     in_root(root, "/opt/unicache/.venv/bin/python", "-c", "import unicache_sim._native")
     _density_runs_from_the_package(root)
-    bench = json.loads(in_root(root, "sh", "-c", "cd / && unicache bench policy --vms 10 "
-                               "--chunks 1000 --json").stdout)
-    assert bench["bench"] == "policy" and [p["vms"] for p in bench["points"]] == [10]
+    _benchmarks_run_from_the_package(root, packages)
 
     # the libvirt hook on request; it runs the package's python and goes with the package
     in_root(root, "mkdir", "-p", "/etc/libvirt/hooks")
@@ -141,3 +152,20 @@ def _density_runs_from_the_package(root: Path) -> None:
     assert doc["catalogue"].startswith("/opt/unicache/.venv/")
     in_root(root, "rm", "-rf", "/tmp/density", "/tmp/dask-scratch-space", "/root/.cache",
             "/root/.config")
+
+
+def _benchmarks_run_from_the_package(root: Path, packages: Packages) -> None:
+    """`unicache bench policy`, and one cell of `unicache bench shim` on the shim the
+    unicache-agent package installs beside it (/usr/lib/unicache-agent), from /."""
+    bench = json.loads(in_root(root, "sh", "-c", "cd / && unicache bench policy --vms 10 "
+                               "--chunks 1000 --json").stdout)
+    assert bench["bench"] == "policy" and [p["vms"] for p in bench["points"]] == [10]
+    in_root(root, "dpkg", "-i", copy_in(root, packages.agent_deb))
+    shim = json.loads(in_root(root, "sh", "-c", "cd / && unicache bench shim --kinds read "
+                              "--sizes 4096 --patterns seq --tables unplaced --rounds 1 "
+                              "--seconds 0.02 --json").stdout)
+    assert [(c["kind"], c["size"], c["table"]) for c in shim["cells"]] == [
+        ("read", 4096, "unplaced")]
+    assert shim["counted_reads"]["unplaced"] > 0  # the installed shim ran, and counted
+    in_root(root, "dpkg", "-P", "unicache-agent")
+    in_root(root, "rm", "-f", f"/tmp/{packages.agent_deb.name}")

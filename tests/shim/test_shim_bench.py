@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
+from unicache.bench import shim as shim_bench_module
+from unicache.bench import shim_cells, shim_stats, shim_tables
 from unicache.cli import bench
-from unicache.cli.bench import app, load_bench
+from unicache.cli.bench import app
 from unicache.errors import BenchError
 
 from tests.shim.shimtools import SHIM_DIR
@@ -29,7 +32,7 @@ CELL_KEYS = {"kind", "size", "pattern", "table", "added_ns", "ci_low_ns", "ci_hi
 
 @pytest.fixture(scope="module")
 def shim_bench() -> ModuleType:
-    module = load_bench("shim_bench")
+    module = shim_bench_module
     module.build_shim()
     return module
 
@@ -82,7 +85,7 @@ def test_bench_shim_quick_json_has_every_figure(shim_bench: ModuleType) -> None:
 def test_a_shim_that_counted_nothing_fails_the_bench(
     shim_bench: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(load_bench("shim_tables").TableState, "reads_of_file", lambda _: 0)
+    monkeypatch.setattr(shim_tables.TableState, "reads_of_file", lambda _: 0)
     with pytest.raises(BenchError, match="counted no reads of the bench file under the "
                                          "unplaced table"):
         shim_bench.run_shim_bench((4096,), ("read",), ("seq",), ("unplaced",), seconds=0.02,
@@ -91,7 +94,7 @@ def test_a_shim_that_counted_nothing_fails_the_bench(
 
 def test_a_driver_not_under_the_shim_is_refused(shim_bench: ModuleType,
                                                 tmp_path: Path) -> None:
-    cells = load_bench("shim_cells")
+    cells = shim_cells
     null = SHIM_DIR / "libuc_null.so"
     # the "shim" this driver expects is the null preload: its read is libc's
     driver = cells.Driver(SHIM_DIR / "uc_bench", null, SHIM_DIR / "libunicache.so",
@@ -110,7 +113,7 @@ def test_the_driver_and_the_statistics_agree(shim_bench: ModuleType, tmp_path: P
                          capture_output=True, text=True, check=True)
     doc = json.loads(out.stdout)
     assert doc["interposed"] is False and doc["calls_per_block"] == (1 << 20) // int(size)
-    pair = load_bench("shim_stats").paired(doc["with_blocks"], doc["without_blocks"])
+    pair = shim_stats.paired(doc["with_blocks"], doc["without_blocks"])
     assert pair.blocks == doc["blocks"] == len(doc["with_blocks"])
     for mine, its in ((pair.added, "added_ns"), (pair.ci_low, "ci_low_ns"),
                       (pair.ci_high, "ci_high_ns"), (pair.with_, "with_ns")):
@@ -118,7 +121,7 @@ def test_the_driver_and_the_statistics_agree(shim_bench: ModuleType, tmp_path: P
 
 
 def test_the_interval_ranks_are_the_binomial_ones() -> None:
-    stats = load_bench("shim_stats")
+    stats = shim_stats
     assert stats.ci_rank(100) == 40  # P(B <= 39) = 0.018, P(B <= 40) = 0.028
     assert stats.ci_rank(5) == 1 and stats.ci_rank(1) == 1
     assert abs(stats.ci_rank(10_000) - (5000 - 1.96 * 50)) <= 2
@@ -131,7 +134,7 @@ def test_a_cells_interval_is_over_its_processes_not_their_pooled_blocks() -> Non
     # each process's blocks share its offset: nine processes whose medians spread from -20
     # to +20 ns, each with tight blocks, give an interval as wide as the processes, where
     # the pooled blocks would claim a few ns
-    stats = load_bench("shim_stats")
+    stats = shim_stats
     run_added = [-20.0, -15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 20.0]
     with_blocks = [100.0 + a + j * 0.01 for a in run_added for j in range(50)]
     without_blocks = [100.0] * len(with_blocks)
@@ -148,7 +151,7 @@ def test_uc_bench_budget_prints_its_cases_and_exits_by_them(shim_bench: ModuleTy
 
     data = tmp_path / "data"
     data.write_bytes(os.urandom(2 << 20))
-    tables = load_bench("shim_tables").BenchTables(shm, counters, table_writer, tmp_path,
+    tables = shim_tables.BenchTables(shm, counters, table_writer, tmp_path,
                                                    data, ("unplaced",))
     try:
         env = {**os.environ, **tables.states["unplaced"].env,
@@ -186,7 +189,7 @@ def test_uc_bench_budget_prints_its_cases_and_exits_by_them(shim_bench: ModuleTy
 def test_bench_shim_bad_option_is_one_line(args: list[str], line: str | None,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     if line is None:  # a trailing comma is no error: stop the run before it starts
-        monkeypatch.setattr(load_bench("shim_bench"), "build_shim", _no_build)
+        monkeypatch.setattr(shim_bench_module, "build_shim", _no_build)
         line = "unicache bench shim: stopped before building"
     res = CliRunner().invoke(app, ["shim", *args])
     assert res.exit_code == 2
@@ -194,18 +197,58 @@ def test_bench_shim_bad_option_is_one_line(args: list[str], line: str | None,
     assert "Traceback" not in res.output
 
 
-def _no_build() -> Path:
+def _no_build(_kit: object = None) -> Path:
     raise BenchError("stopped before building")
 
 
-def test_bench_outside_a_checkout_is_one_line(
+def test_a_checkout_bench_outside_a_checkout_is_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # the benchmarks are not in the package: they are loaded from the checkout's tools/bench
+    # the benchmarks that boot guests are loaded from the checkout's tools/bench
     monkeypatch.setattr(bench, "BENCH_DIR", tmp_path)
-    res = CliRunner().invoke(app, ["shim", "--rounds", "1"])
+    res = CliRunner().invoke(app, ["live", "--seconds", "1"])
     assert res.exit_code == 2
     assert res.output.strip() == (
-        f"unicache bench shim: {tmp_path / 'shim_bench.py'} not found: the benchmarks run "
+        f"unicache bench live: {tmp_path / 'live_bench.py'} not found: the benchmarks run "
         "from a source checkout"
     )
+
+
+def test_the_shim_bench_without_a_shim_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # installed from the wheel, with no checkout and no unicache-agent package
+    monkeypatch.setattr(shim_bench_module, "CHECKOUT_AGENT", tmp_path / "checkout")
+    monkeypatch.setattr(shim_bench_module, "INSTALLED_AGENT", tmp_path / "agent")
+    res = CliRunner().invoke(app, ["shim", "--rounds", "1"])
+    assert res.exit_code == 2
+    assert res.output.strip().startswith(
+        f"unicache bench shim: no shim to measure: not run from a source checkout, and no "
+        f"unicache-agent package at {tmp_path / 'agent'}; pass --shim-dir DIR")
+    # a --shim-dir that lacks the driver and the preloads says what it lacks
+    (tmp_path / "kit" / "unicache_agent").mkdir(parents=True)
+    (tmp_path / "kit" / "libunicache.so").write_bytes(b"")
+    res = CliRunner().invoke(app, ["shim", "--rounds", "1", "--shim-dir", str(tmp_path / "kit")])
+    assert res.exit_code == 2
+    assert res.output.strip() == (f"unicache bench shim: {tmp_path / 'kit'} lacks uc_bench, "
+                                  "libuc_null.so, libuc_floor.so")
+
+
+def test_the_shim_bench_runs_an_installed_agents_shim(shim_bench: ModuleType,
+                                                      tmp_path: Path) -> None:
+    # the layout the unicache-agent package installs (/usr/lib/unicache-agent): binaries and
+    # the agent's modules side by side, nothing to build
+    kit = tmp_path / "unicache-agent"
+    kit.mkdir()
+    for name in shim_bench.TARGETS:
+        (kit / name).write_bytes((SHIM_DIR / name).read_bytes())
+        (kit / name).chmod(0o755)
+    shutil.copytree(SHIM_DIR.parent / "unicache_agent", kit / "unicache_agent")
+    res = CliRunner().invoke(app, ["shim", "--kinds", "read", "--sizes", "4096", "--patterns",
+                                   "seq", "--tables", "unplaced", "--rounds", "1", "--seconds",
+                                   "0.02", "--shim-dir", str(kit), "--json"])
+    assert res.exit_code == 0, res.output
+    fig = json.loads(res.stdout)
+    assert [(c["kind"], c["size"], c["table"]) for c in fig["cells"]] == [
+        ("read", 4096, "unplaced")]
+    assert fig["counted_reads"]["unplaced"] > 0

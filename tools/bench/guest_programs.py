@@ -52,6 +52,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from unicache.bench import shim_stats
 from unicache.errors import BenchError, UnicacheError
 from unicache.host.qemu import QemuVm, VmConfig, load_image
 from unicache.host.qemu.accel import cache_dir, choose_accel
@@ -64,10 +65,8 @@ def _sibling(name: str) -> ModuleType:
 
 if TYPE_CHECKING:
     import guest_programs_checks as checks
-    import shim_stats
 else:
     checks = _sibling("guest_programs_checks")
-    shim_stats = _sibling("shim_stats")
 
 #: the guest program (read as text, run by the guest's python3)
 GUEST_PROGRAM = Path(__file__).with_name("guest_programs_runner.py")

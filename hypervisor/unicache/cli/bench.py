@@ -1,9 +1,10 @@
 """``unicache bench``: benchmarks of unicache's components (mounted by the main CLI).
 
-The policy round's benchmark is in the package (:mod:`unicache.bench`) and runs wherever
-unicache is installed. The others build the guest shim, import the guest agent or boot
-guests from the source checkout, so they live in the checkout too (``tools/bench/``), and
-each command loads its benchmark from there (:func:`load_bench`).
+The policy round's and the shim's benchmarks are in the package (:mod:`unicache.bench`) and
+run wherever unicache is installed (the shim's needs a shim: the checkout's or an installed
+agent's). The others boot guests from the source checkout's image, so they live in the
+checkout too (``tools/bench/``), and each command loads its benchmark from there
+(:func:`load_bench`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ def shim(
     quick: Annotated[bool, typer.Option(
         help="A smoke run: 4 KiB and 64 KiB sequential read() under each table, pipes, "
              "sockets and starts, briefly (options given still apply).")] = False,
+    shim_dir: Annotated[Path | None, typer.Option(
+        help="The shim to measure: a directory with libunicache.so, uc_bench, "
+             "libuc_null.so, libuc_floor.so and unicache_agent/ [default: the source "
+             "checkout's guest-agent/shim, built with make; else the unicache-agent "
+             "package's /usr/lib/unicache-agent].")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """What a guest's calls pay under libunicache.so: added ns per call, cell by cell.
@@ -103,8 +109,10 @@ def shim(
     from rich.progress import Progress
 
     try:
-        bench = load_bench("shim_bench")
-        matrix = load_bench("shim_cells").matrix_of(sizes, kinds, patterns, tables, quick)
+        from unicache.bench import shim as bench
+        from unicache.bench import shim_cells
+
+        matrix = shim_cells.matrix_of(sizes, kinds, patterns, tables, quick)
         secs = seconds if seconds is not None else (0.05 if quick else 0.15)
         nrounds = rounds if rounds is not None else (1 if quick else 9)
         with Progress(console=_err, transient=True) as progress:
@@ -114,7 +122,8 @@ def shim(
                 progress.update(task, advance=1, description=f"shim: {what}")
 
             res = bench.run_shim_bench(matrix.sizes, matrix.kinds, matrix.patterns,
-                                       matrix.tables, seconds=secs, rounds=nrounds, tick=tick)
+                                       matrix.tables, seconds=secs, rounds=nrounds, tick=tick,
+                                       shim_dir=shim_dir)
     except UnicacheError as err:
         _fail("shim", err)
     if json_out:

@@ -32,9 +32,10 @@ The budgets (upper end of the interval; sequential 4 KiB / 64 KiB reads, 8,192-e
 table) are held against the cells: unplaced 4 KiB and 64 KiB <= 15 ns, placed (counted,
 never migrated) 4 KiB <= 40 ns, pipes and sockets <= 10 ns.
 
-Benchmark code, not the product's: it builds the shim and imports the agent from the
-source checkout, so it lives there too (``tools/bench/``), and ``unicache bench shim``
-(:mod:`unicache.cli.bench`) loads it from the checkout.
+It needs the shim, its driver and the two reference preloads, and the agent's modules that
+write tables (:func:`locate_shim`): from the source checkout, where it builds them with
+``make``; from ``--shim-dir``; or from an installed unicache-agent package
+(``/usr/lib/unicache-agent``).
 """
 
 from __future__ import annotations
@@ -47,27 +48,18 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from unicache.bench import shim_cells, shim_tables
 from unicache.errors import BenchError, ConfigError
 
-
-def _sibling(name: str) -> ModuleType:
-    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
-    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
-
-
 if TYPE_CHECKING:
-    import shim_cells
-    import shim_stats
-    import shim_tables
-else:
-    shim_cells, shim_tables = _sibling("shim_cells"), _sibling("shim_tables")
+    from unicache.bench import shim_stats
 
-#: the repository's guest-agent directory (the bench runs from a source checkout)
-GUEST_AGENT = Path(__file__).resolve().parents[2] / "guest-agent"
-SHIM_DIR = GUEST_AGENT / "shim"
+#: the source checkout's guest agent, when unicache runs from one (hypervisor/unicache/...)
+CHECKOUT_AGENT = Path(__file__).resolve().parents[3] / "guest-agent"
+#: where the unicache-agent package installs the shim, uc_bench and the agent's modules
+INSTALLED_AGENT = Path("/usr/lib/unicache-agent")
 #: what ``make`` builds: the shim, the driver, the control
 TARGETS = ("libunicache.so", "uc_bench", "libuc_null.so", "libuc_floor.so")
 #: seconds per start to size the spawn runs by (the interpreter's run takes about 2 x its
@@ -152,29 +144,67 @@ class ShimBenchResult:
                 "min_read_size": shim_tables.MIN_READ_SIZE}
 
 
-def _agent_module(name: str) -> Any:
-    """A guest agent module (stdlib only: shm, counters), imported from the checkout."""
-    if str(GUEST_AGENT) not in sys.path:
-        sys.path.insert(0, str(GUEST_AGENT))
-    return importlib.import_module(f"unicache_agent.{name}")
+@dataclass(frozen=True, slots=True)
+class ShimKit:
+    """Where the bench finds what it runs.
 
-
-def build_shim() -> Path:
-    """Build the shim, the driver and the control if needed.
-
-    :returns: the shim directory.
-    :raises BenchError: when the build fails.
+    :param directory: holds :data:`TARGETS`.
+    :param agent: holds the ``unicache_agent`` package.
+    :param build: ``directory`` is the checkout's shim source: ``make`` builds it first.
     """
-    try:
-        res = subprocess.run(["make", "-s", "-C", str(SHIM_DIR), *TARGETS], check=False,
-                             capture_output=True, text=True)
-    except OSError as err:
-        raise BenchError(f"cannot run make in {SHIM_DIR}") from err
-    if res.returncode != 0:
-        # make's last line names the target that failed; the compiler's lines are above it
-        last = [line for line in res.stderr.splitlines() if line.strip()][-1:] or ["no output"]
-        raise BenchError(f"cannot build {' '.join(TARGETS)} in {SHIM_DIR}: {last[0][-200:]}")
-    return SHIM_DIR
+
+    directory: Path
+    agent: Path
+    build: bool
+
+    def module(self, name: str) -> Any:
+        """A guest agent module (stdlib only: shm, counters, table_writer)."""
+        if str(self.agent) not in sys.path:
+            sys.path.insert(0, str(self.agent))
+        return importlib.import_module(f"unicache_agent.{name}")
+
+
+def locate_shim(given: Path | None = None) -> ShimKit:
+    """The shim to measure: ``given`` (``--shim-dir``), else the source checkout's, else the
+    installed unicache-agent package's.
+
+    :raises BenchError: when none holds the shim, the driver and the agent's modules.
+    """
+    if given is not None:
+        agent = given if (given / "unicache_agent").is_dir() else given.parent
+        return ShimKit(given, agent, (given / "Makefile").is_file())
+    if (CHECKOUT_AGENT / "shim" / "Makefile").is_file():
+        return ShimKit(CHECKOUT_AGENT / "shim", CHECKOUT_AGENT, True)
+    if (INSTALLED_AGENT / "unicache_agent").is_dir():
+        return ShimKit(INSTALLED_AGENT, INSTALLED_AGENT, False)
+    raise BenchError(f"no shim to measure: not run from a source checkout, and no "
+                     f"unicache-agent package at {INSTALLED_AGENT}; pass --shim-dir DIR "
+                     f"(a directory with {', '.join(TARGETS)} and unicache_agent/)")
+
+
+def build_shim(kit: ShimKit | None = None) -> ShimKit:
+    """Build the shim, the driver and the preloads if ``kit`` is a checkout's; check that
+    each is there.
+
+    :returns: the kit (:func:`locate_shim`'s when None).
+    :raises BenchError: when the build fails, or something is missing.
+    """
+    kit = kit or locate_shim()
+    if kit.build:
+        try:
+            res = subprocess.run(["make", "-s", "-C", str(kit.directory), *TARGETS],
+                                 check=False, capture_output=True, text=True)
+        except OSError as err:
+            raise BenchError(f"cannot run make in {kit.directory}") from err
+        if res.returncode != 0:
+            # make's last line names the target that failed; the compiler's are above it
+            last = [ln for ln in res.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
+            raise BenchError(f"cannot build {' '.join(TARGETS)} in {kit.directory}: "
+                             f"{last[0][-200:]}")
+    missing = [t for t in TARGETS if not (kit.directory / t).is_file()]
+    if missing or not (kit.agent / "unicache_agent").is_dir():
+        raise BenchError(f"{kit.directory} lacks {', '.join(missing) or 'unicache_agent/'}")
+    return kit
 
 
 def steps(matrix: shim_cells.Matrix, rounds: int, fds: bool = True, spawn: bool = True) -> int:
@@ -218,7 +248,8 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
                    tables: Sequence[str] = shim_tables.TABLE_STATES,
                    seconds: float = 0.15, rounds: int = 9, fds: bool = True,
                    spawn: bool = True,
-                   tick: Callable[[str], None] = lambda _: None) -> ShimBenchResult:
+                   tick: Callable[[str], None] = lambda _: None,
+                   shim_dir: Path | None = None) -> ShimBenchResult:
     """Measure what the calls of the matrix pay under the shim, against the control.
 
     :param sizes: bytes per call (powers of two, 64 B to 1 MiB).
@@ -230,6 +261,7 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     :param fds: also the pipe and socket cells.
     :param spawn: also the process starts.
     :param tick: called before each step (its description; :func:`steps` counts them).
+    :param shim_dir: the shim to measure (:func:`locate_shim`).
     :returns: the figures.
     :raises ConfigError: on a bad parameter.
     :raises BenchError: when the shim or its driver cannot run, or the shim did not count.
@@ -239,15 +271,14 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     if not 1 <= rounds <= 100 or not 0 < seconds <= 60:
         raise ConfigError(f"--rounds takes 1 to 100 and --seconds more than 0 up to 60, not "
                           f"{rounds} and {seconds:g}")
-    build_shim()
-    shm, counters = _agent_module("shm"), _agent_module("counters")
-    writer = _agent_module("table_writer")
+    kit = build_shim(locate_shim(shim_dir))
+    shm, counters, writer = (kit.module(n) for n in ("shm", "counters", "table_writer"))
     cpu = max(os.sched_getaffinity(0))
     base = {k: v for k, v in os.environ.items()
             if not k.startswith("UNICACHE_") and k != "LD_PRELOAD"}
-    driver = shim_cells.Driver(SHIM_DIR / "uc_bench", SHIM_DIR / "libunicache.so",
-                               SHIM_DIR / "libuc_null.so", SHIM_DIR / "libuc_floor.so", cpu,
-                               base)
+    d = kit.directory
+    driver = shim_cells.Driver(d / "uc_bench", d / "libunicache.so", d / "libuc_null.so",
+                               d / "libuc_floor.so", cpu, base)
     with tempfile.TemporaryDirectory(prefix="unicache-bench-", dir=_scratch_dir()) as tmp:
         data = Path(tmp) / "data"
         data.write_bytes(os.urandom(shim_tables.FILE_SIZE))

@@ -15,28 +15,15 @@ this machine. The pipe and socket cells (write + read of 4 KiB) and the process 
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from unicache.bench import shim_stats, shim_tables
 from unicache.errors import BenchError, ConfigError
-
-
-def _sibling(name: str) -> ModuleType:
-    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
-    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
-
-
-if TYPE_CHECKING:
-    import shim_stats
-    import shim_tables
-else:
-    shim_stats, shim_tables = _sibling("shim_stats"), _sibling("shim_tables")
 
 KINDS = ("read", "pread", "readv", "fread")
 PATTERNS = ("seq", "reread")
