@@ -86,6 +86,20 @@ def test_the_wheel_runs_its_benchmarks_from_a_fresh_venv_outside_the_checkout(
                          check=False, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["counted_reads"]["unplaced"] > 0
+    # and the simulator's wheel beside it (the one the host package carries): a density run
+    (sim_wheel,) = (ROOT / "tools/sim/target/wheels").glob(f"unicache_sim-{VERSION}-*.whl")
+    pins = tmp_path / "sim-pins.txt"  # pip takes no extras in a constraint
+    pins.write_text(re.sub(r"\[[^]]*\]", "", (ROOT / "tools/sim/requirements.txt").read_text()))
+    subprocess.run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
+                    "-c", str(ROOT / "requirements.txt"), "-c", str(pins), str(sim_wheel)],
+                   check=True)
+    run = subprocess.run([str(venv / "bin/unicache"), "density", "--model", "epyc-2s",
+                          "--random-mixes", "1", "--seeds", "1", "--out", str(tmp_path / "d"),
+                          "--json"], cwd=tmp_path, capture_output=True, text=True,
+                         check=False, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    (mix,) = json.loads(run.stdout)["mixes"]
+    assert mix["vms"]["linux"] > 0 and mix["vms"]["unicache"] > 0
 
 
 def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_trace(
