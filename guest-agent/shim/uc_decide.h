@@ -3,7 +3,7 @@
  * uc_decide.h - which vCPU a read runs on: the shim's migration rule (MFC section 4.2, 4.5).
  *
  * One rule for the product and the simulator: libunicache.so calls it for every placed
- * read, tools/sim/python/unicache_sim/shimrule.py mirrors it line for line for the
+ * read, tools/sim/python/unicache_sim/guest/shimrule.py mirrors it line for line for the
  * simulated guest, and tests/shim/test_decide_differential.py holds the two together.
  *
  * uc_decide() is pure: it reads the claims and writes nothing. The steps:

@@ -17,7 +17,7 @@ Early reports are at most one per :data:`EARLY_REPORT_MIN_S` (the periodic repor
 waits for that gap too), so a guest's reports stay at most 10 a second, and the daemon's
 rounds (so its tables, so the agent's ``applied`` answers) as many: 20 messages a second
 at most, the channel's ``MAX_MESSAGES_PER_SECOND``. Pure: the agent passes the clock's
-readings; ``unicache-sim`` mirrors it (``unicache_sim.earlyreport``, tied by a test).
+readings; ``unicache-sim`` mirrors it (``unicache_sim.guest.earlyreport``, tied by a test).
 """
 
 from __future__ import annotations

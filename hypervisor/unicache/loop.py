@@ -4,7 +4,7 @@
 ``observe`` lists the VMs and serves their channels, and with a ``decide`` that runs the
 round in a worker thread against the stop event and a deadline (``roundworker``); it logs
 each round as the loop yields it. ``unicache replay`` and the simulator's live path
-(``unicache_sim.experiments.mfc_baselines.UnicacheLive``, whose host observes when a
+(``unicache_sim.experiments.mfc.baselines.UnicacheLive``, whose host observes when a
 sampled interval ends) drive the same loop through :func:`run_rounds_sync`, for hosts that
 observe synchronously. The loop owns the order of a round, so no host can act before it observed
 or decide on a stale state.

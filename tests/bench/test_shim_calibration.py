@@ -1,5 +1,5 @@
 """The simulated guest pays what the shim benchmark measured: ``make bench`` writes the
-simulator's calibration (unicache_sim/shimcost.toml) from the shim's run, and the shipped
+simulator's calibration (unicache_sim/guest/shimcost.toml) from the shim's run, and the shipped
 file is the run whose table docs/PERFORMANCE.md's shim block shows."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from unicache.cli.bench import load_bench
 from unicache.errors import BenchError, ConfigError
-from unicache_sim import shimcost
-from unicache_sim.shimcost import TABLE_STATES
+from unicache_sim.guest import shimcost
+from unicache_sim.guest.shimcost import TABLE_STATES
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = (512, 4096, 16384, 65536, 262144)

@@ -20,9 +20,9 @@ from unicache.host.procfs_source import ProcessVmSource
 from unicache.model import Action, Decision, Observation
 from unicache.policy.round import RoundState
 from unicache.topology import Unify
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import run_baseline
-from unicache_sim.experiments.mfc_spec import MIB, MfcSpec
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.mfc.read import run_baseline
+from unicache_sim.experiments.mfc.spec import MIB, MfcSpec
 
 from tests.host.test_daemon import guest  # noqa: F401  (the stand-in QEMU fixture)
 from tests.topologies import TOPO_OPTERON_16

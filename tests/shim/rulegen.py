@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from itertools import islice
 
-from unicache_sim.shimrule import (
+from unicache_sim.guest.shimrule import (
     BUDGET_UNLIMITED,
     CLAIM_EXPIRY_BITS,
     CLAIM_TID_BITS,

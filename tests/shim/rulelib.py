@@ -14,7 +14,7 @@ from array import array
 from pathlib import Path
 from typing import NamedTuple
 
-from unicache_sim.shimrule import ClaimTable, decide
+from unicache_sim.guest.shimrule import ClaimTable, decide
 
 #: one step's result: ((action, vcpu), nonzero claim words by vCPU)
 OutcomeT = tuple[tuple[int, int], dict[int, int]]

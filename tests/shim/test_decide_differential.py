@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from unicache_agent import shm
-from unicache_sim import shimrule
-from unicache_sim.shimrule import BUDGET_UNLIMITED, CLAIM_TID_BITS, Action, ClaimTable
+from unicache_sim.guest import shimrule
+from unicache_sim.guest.shimrule import BUDGET_UNLIMITED, CLAIM_TID_BITS, Action, ClaimTable
 
 from tests.shim.rulegen import read_sequences, single_reads, span_cases
 from tests.shim.rulelib import STEP, OutcomeT, RuleLib, Step, py_step

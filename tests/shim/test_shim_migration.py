@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from unicache_agent.counters import CounterHarvester
 from unicache_agent.shm import BUDGET_UNLIMITED, CLAIMS_OFFSET, ShmEntry
-from unicache_sim.shimrule import (
+from unicache_sim.guest.shimrule import (
     CLAIM_LEASE_NS,
     CLAIM_TID_BITS,
     CLAIM_TID_MAX,

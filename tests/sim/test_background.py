@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from unicache.errors import UnicacheError
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import run_baseline
-from unicache_sim.experiments.mfc_spec import MIB, MfcSpec
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.mfc.read import run_baseline
+from unicache_sim.experiments.mfc.spec import MIB, MfcSpec
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -1,4 +1,4 @@
-"""Upper bounds on MFC §6.3's parallel set-up (unicache_sim.experiments.parallel_bound,
+"""Upper bounds on MFC §6.3's parallel set-up (unicache_sim.experiments.mfc.parallel_bound,
 docs/simulator.md "The parallel set-up"): the CPU bound by hand, the queue bound below it
 and rising with readers, and issue #11's 2.5x above both on the paper's machine."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from unicache.topology import Unify
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import run_baseline
-from unicache_sim.experiments.mfc_spec import MIB, MfcSpec
-from unicache_sim.experiments.parallel_bound import parallel_bound
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.mfc.parallel_bound import parallel_bound
+from unicache_sim.experiments.mfc.read import run_baseline
+from unicache_sim.experiments.mfc.spec import MIB, MfcSpec
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 from unicache.config import DaemonConfig
-from unicache_sim.cli import app
+from unicache_sim.cli.main import app
 
 # click < 8.2 mixes stderr into stdout unless told not to; 8.2 always separates them
 if "mix_stderr" in inspect.signature(CliRunner).parameters:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from typer.testing import CliRunner
-from unicache_sim.cli import app
+from unicache_sim.cli.main import app
 
 # click < 8.2 mixes stderr into stdout unless told not to; 8.2 always separates them
 if "mix_stderr" in inspect.signature(CliRunner).parameters:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import unicache_sim
-from unicache_sim.density import DensityRequest, run_density
-from unicache_sim.density_points import Runner
-from unicache_sim.experiments.density_point import DensityTiming
-from unicache_sim.tenants import Mix, load_catalogue
+from unicache_sim.density.experiment import DensityRequest, run_density
+from unicache_sim.density.point import DensityTiming
+from unicache_sim.density.points import Runner
+from unicache_sim.density.tenants import Mix, load_catalogue
 
 DASK = str(Path(sys.executable).parent / "dask")
 #: a tiny experiment: one mix on the 16-CPU model, short intervals, two seeds

@@ -1,6 +1,6 @@
 """The live density run's plan and guest program, without a guest: sizes, checks, timing.
 
-The guest program (``unicache_sim/density_guest.py``) is plain Python; here it runs on
+The guest program (``unicache_sim/density/guest.py``) is plain Python; here it runs on
 the host, in a temporary directory, as the guest runs it (``python3 -c PROGRAM JSON``).
 """
 
@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 from unicache.errors import ConfigError
-from unicache_sim.density_live import (
+from unicache_sim.density.live import (
     GUEST_PROGRAM,
     LIVE_DATA_BYTES,
     LiveRequest,
     live_workload,
     plan_guests,
 )
-from unicache_sim.density_live_cli import DEFAULT_MIX
-from unicache_sim.tenants import load_catalogue
+from unicache_sim.density.live_cli import DEFAULT_MIX
+from unicache_sim.density.tenants import load_catalogue
 
 
 def test_tenant_data_is_sized_down_keeping_its_shape() -> None:

@@ -7,10 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-from unicache_sim.config import from_topology
-from unicache_sim.density_points import DensityPoint, PointResult
-from unicache_sim.density_store import PointCache, point_key, read_points, write_points
-from unicache_sim.experiments.density_point import (
+from unicache_sim.density.mixes import mix_vms
+from unicache_sim.density.point import (
     DensityTiming,
     PointOutcome,
     PointSpec,
@@ -20,8 +18,10 @@ from unicache_sim.experiments.density_point import (
     run_point,
     unicache_cap,
 )
-from unicache_sim.mixes import mix_vms
-from unicache_sim.tenants import Flavor, Mix, load_catalogue
+from unicache_sim.density.points import DensityPoint, PointResult
+from unicache_sim.density.store import PointCache, point_key, read_points, write_points
+from unicache_sim.density.tenants import Flavor, Mix, load_catalogue
+from unicache_sim.engine.config import from_topology
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -6,7 +6,8 @@ import math
 from collections.abc import Callable
 
 import pytest
-from unicache_sim.density_search import (
+from unicache_sim.density.mixes import mix_vms
+from unicache_sim.density.search import (
     DensitySearch,
     Reference,
     cdf,
@@ -18,8 +19,7 @@ from unicache_sim.density_search import (
     pooled_p95,
     worst_ratio,
 )
-from unicache_sim.mixes import mix_vms
-from unicache_sim.tenants import Mix, SloKind, load_catalogue
+from unicache_sim.density.tenants import Mix, SloKind, load_catalogue
 
 
 def test_percentiles_are_nearest_rank_and_seeds_pool() -> None:

@@ -11,12 +11,12 @@ import math
 import pytest
 from typer.testing import CliRunner
 from unicache.topology.toml import load_model
-from unicache_sim.cli import app
-from unicache_sim.experiments.dmc_costs import PAPER_COSTS, c2c_cycles, dmc_costs_for, paper_config
-from unicache_sim.experiments.dmc_isa import NOBODY, Core, DmcMachine
-from unicache_sim.experiments.dmc_micro import linked_list, pingpong, scan
-from unicache_sim.experiments.dmc_whatif import dmc_migration_cycles, dmc_topology
-from unicache_sim.experiments.mfc_spec import MfcSpec
+from unicache_sim.cli.main import app
+from unicache_sim.experiments.dmc.costs import PAPER_COSTS, c2c_cycles, dmc_costs_for, paper_config
+from unicache_sim.experiments.dmc.isa import NOBODY, Core, DmcMachine
+from unicache_sim.experiments.dmc.micro import linked_list, pingpong, scan
+from unicache_sim.experiments.dmc.whatif import dmc_migration_cycles, dmc_topology
+from unicache_sim.experiments.mfc.spec import MfcSpec
 
 MODELS = ("opteron-16", "epyc-2s", "epyc-rome-2s", "xeon-spr-2s", "xeon-spr-2s-snc4")
 

@@ -1,5 +1,5 @@
 """The simulator's live loop runs the product's early rounds: the agent's early-report rule
-(mirrored in unicache_sim.earlyreport, checked here against unicache_agent.early on the
+(mirrored in unicache_sim.guest.earlyreport, checked here against unicache_agent.early on the
 same sequences) and the daemon's RoundTrigger (the same class), with the product's
 constants."""
 
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from unicache.model import ChunkId
 from unicache.roundpace import EARLY_ROUND_MIN_S, RoundTrigger
-from unicache_sim import earlyreport
-from unicache_sim.config import from_topology
-from unicache_sim.experiments import mfc_read
-from unicache_sim.experiments.mfc_baselines import UnicacheLive
-from unicache_sim.experiments.mfc_read import run_baseline
-from unicache_sim.experiments.mfc_spec import MfcSpec
-from unicache_sim.livetiming import LoopTiming
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.mfc import read as mfc_read
+from unicache_sim.experiments.mfc.baselines import UnicacheLive
+from unicache_sim.experiments.mfc.read import run_baseline
+from unicache_sim.experiments.mfc.spec import MfcSpec
+from unicache_sim.guest import earlyreport
+from unicache_sim.guest.livetiming import LoopTiming
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -6,7 +6,7 @@ import pytest
 import unicache_sim as us
 from unicache.errors import ConfigError, UnicacheError
 from unicache.topology.toml import load_model, model_names
-from unicache_sim.config import from_topology, oracle
+from unicache_sim.engine.config import from_topology, oracle
 
 from tests.topologies import TOPO_OPTERON_16
 

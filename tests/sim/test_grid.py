@@ -12,10 +12,18 @@ import pytest
 from typer.testing import CliRunner
 from unicache.errors import ConfigError, UnicacheError
 from unicache.topology.toml import load_model, model_names
-from unicache_sim import cli_grid
-from unicache_sim.cli import app
-from unicache_sim.experiments.mfc_read import BaselineResult, PointResult
-from unicache_sim.grid import (
+from unicache_sim.cli import grid as cli_grid
+from unicache_sim.cli.main import app
+from unicache_sim.experiments.mfc.read import BaselineResult, PointResult
+from unicache_sim.grid.report import (
+    CONFIRM_SEEDS,
+    THRESHOLD,
+    confirmation_points,
+    regressions,
+    summarize_groups,
+    summarize_points,
+)
+from unicache_sim.grid.sweep import (
     QUICK_MAX_CPUS,
     GridPoint,
     GridRequest,
@@ -28,14 +36,6 @@ from unicache_sim.grid import (
     spread,
     thread_counts,
     ws_series,
-)
-from unicache_sim.grid_report import (
-    CONFIRM_SEEDS,
-    THRESHOLD,
-    confirmation_points,
-    regressions,
-    summarize_groups,
-    summarize_points,
 )
 
 from tests.topologies import TOPO_EPYC_2S, TOPO_OPTERON_16, TOPO_OPTERON_242_2NODE, TOPO_XEON_5300

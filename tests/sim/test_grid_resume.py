@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from unicache_sim import cli_grid
-from unicache_sim.cli import app
-from unicache_sim.experiments.mfc_read import BaselineResult, PointResult
-from unicache_sim.grid import GridPoint, GridResult
-from unicache_sim.grid_store import (
+from unicache_sim.cli import grid as cli_grid
+from unicache_sim.cli.main import app
+from unicache_sim.experiments.mfc.read import BaselineResult, PointResult
+from unicache_sim.grid.store import (
     CHECKPOINT_NAME,
     CheckpointWriter,
     build_fingerprint,
     load_checkpoint,
 )
+from unicache_sim.grid.sweep import GridPoint, GridResult
 
 if "mix_stderr" in inspect.signature(CliRunner).parameters:
     runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg,unused-ignore]

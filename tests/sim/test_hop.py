@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 from unicache.errors import UnicacheError
 from unicache.host.qemu import GuestResult
-from unicache_sim.cli import app
-from unicache_sim.experiments import sched_hop
-from unicache_sim.experiments.sched_hop import (
+from unicache_sim.cli.main import app
+from unicache_sim.experiments.mfc import sched_hop
+from unicache_sim.experiments.mfc.sched_hop import (
     HOP_SNIPPET,
     measure_guest_hop,
     measure_host_hop,

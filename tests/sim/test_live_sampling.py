@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import pytest
 from unicache.config import DaemonConfig
-from unicache_sim import simhost
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_baselines import UnicacheLive
-from unicache_sim.experiments.mfc_read import run_mfc
-from unicache_sim.experiments.mfc_spec import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec
-from unicache_sim.livetiming import LoopTiming
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.mfc.baselines import UnicacheLive
+from unicache_sim.experiments.mfc.read import run_mfc
+from unicache_sim.experiments.mfc.spec import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec
+from unicache_sim.guest import simhost
+from unicache_sim.guest.livetiming import LoopTiming
 
 from tests.sim.freeshim import FREE_SHIM
 from tests.topologies import TOPO_OPTERON_16

@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 from unicache.topology.toml import load_model
-from unicache_sim.experiments.mfc_read import PointResult, run_mfc
-from unicache_sim.experiments.mfc_spec import MfcSpec
+from unicache_sim.experiments.mfc.read import PointResult, run_mfc
+from unicache_sim.experiments.mfc.spec import MfcSpec
 
 SEEDS = range(1, 6)
 MIB = 1024 * 1024

@@ -7,8 +7,8 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from unicache_sim.experiments.mfc_read import PointResult, run_mfc
-from unicache_sim.experiments.mfc_spec import MfcSpec
+from unicache_sim.experiments.mfc.read import PointResult, run_mfc
+from unicache_sim.experiments.mfc.spec import MfcSpec
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -14,9 +14,9 @@ from unicache.model import (
     ReleaseVcpu,
     VcpuId,
 )
-from unicache_sim.config import from_topology
-from unicache_sim.multihost import MultiHost
-from unicache_sim.simhost import GuestShim, SimHost
+from unicache_sim.engine.config import from_topology
+from unicache_sim.guest.multihost import MultiHost
+from unicache_sim.guest.simhost import GuestShim, SimHost
 
 from tests.topologies import TOPO_OPTERON_16
 

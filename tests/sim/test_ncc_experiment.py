@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 from unicache.errors import ConfigError
 from unicache.policy.ncc.cache import NCC_THRESHOLD
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.ncc_replicas import (
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.ncc.replicas import (
     NccResult,
     NccSpec,
     run_config,

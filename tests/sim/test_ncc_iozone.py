@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 from unicache.policy.ncc.cache import RULE_RECLAIM, RULE_WRITE
 from unicache.topology.toml import load_model
-from unicache_sim.cli import app
-from unicache_sim.experiments import ncc_iozone_guest
-from unicache_sim.experiments.ncc_iozone import IozoneSpec, run_config, run_iozone
+from unicache_sim.cli.main import app
+from unicache_sim.experiments.ncc import iozone_guest as ncc_iozone_guest
+from unicache_sim.experiments.ncc.iozone import IozoneSpec, run_config, run_iozone
 
 TOPO = load_model("opteron-242-2node")
 #: 4 MiB files on 32 MiB nodes, rounds every 3 ms simulated: quick, and replicas are made

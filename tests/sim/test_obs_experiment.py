@@ -14,13 +14,13 @@ from dataclasses import replace
 import pytest
 from unicache.model import SetCpuWeight, VcpuId
 from unicache.policy.obs.credit import BASE_CPU_WEIGHT
-from unicache_sim.cfs import NICE_0_LOAD, SlicedHost, flat_weights
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.obs_scenarios import kind_rate
-from unicache_sim.experiments.obs_sched import ObsSpec, run_obs, run_slices
-from unicache_sim.experiments.obs_tasks import KINDS, Program
-from unicache_sim.multihost import MultiHost
-from unicache_sim.simhost import SimHost
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.obs.scenarios import kind_rate
+from unicache_sim.experiments.obs.sched import ObsSpec, run_obs, run_slices
+from unicache_sim.experiments.obs.tasks import KINDS, Program
+from unicache_sim.guest.cfs import NICE_0_LOAD, SlicedHost, flat_weights
+from unicache_sim.guest.multihost import MultiHost
+from unicache_sim.guest.simhost import SimHost
 
 from tests.topologies import TOPO_XEON_5300
 

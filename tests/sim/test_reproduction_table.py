@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from unicache_sim.repro_catalog import PAPER_FIGURES, experiments, not_attempted
-from unicache_sim.repro_mfc import NOT_ATTEMPTED
-from unicache_sim.repro_table import ReproRow, Verdict, gain_verdict, markdown, points_verdict
+from unicache_sim.repro.catalog import PAPER_FIGURES, experiments, not_attempted
+from unicache_sim.repro.mfc import NOT_ATTEMPTED
+from unicache_sim.repro.table import ReproRow, Verdict, gain_verdict, markdown, points_verdict
 from unicache_sim.spread import Spread
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"

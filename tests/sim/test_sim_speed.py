@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import unicache_sim as us
 from typer.testing import CliRunner
-from unicache_sim.cli import app
-from unicache_sim.config import from_topology
+from unicache_sim.cli.main import app
+from unicache_sim.engine.config import from_topology
 from unicache_sim.experiments.sim_speed import run_bench
 
 from tests.topologies import TOPO_OPTERON_16

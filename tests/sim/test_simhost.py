@@ -13,12 +13,12 @@ from unicache.model import (
     PublishPlacement,
     VcpuId,
 )
-from unicache_sim import shimrule, simhost
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.mfc_read import run_mfc
-from unicache_sim.experiments.mfc_spec import MfcSpec
-from unicache_sim.shimcost import ShimCost
-from unicache_sim.simhost import GuestShim, SimHost
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.mfc.read import run_mfc
+from unicache_sim.experiments.mfc.spec import MfcSpec
+from unicache_sim.guest import shimrule, simhost
+from unicache_sim.guest.shimcost import ShimCost
+from unicache_sim.guest.simhost import GuestShim, SimHost
 
 from tests.sim.freeshim import FREE_SHIM, SIZES
 from tests.topologies import TOPO_CORE_I7_860, TOPO_OPTERON_16

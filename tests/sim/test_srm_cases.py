@@ -9,10 +9,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.srm_cases import RESCAN_MB, SORT_KB, scan_seconds
-from unicache_sim.experiments.srm_colors import run_sort, step_aside
-from unicache_sim.experiments.srm_memory import KIB, SrmSpec
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.srm.cases import RESCAN_MB, SORT_KB, scan_seconds
+from unicache_sim.experiments.srm.colors import run_sort, step_aside
+from unicache_sim.experiments.srm.memory import KIB, SrmSpec
 
 from tests.topologies import TOPO_CORE_I7_860, TOPO_XEON_X5355
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 from unicache.errors import ConfigError
 from unicache.policy.srm.buffer import T_L, page_colors
-from unicache_sim.config import from_topology
-from unicache_sim.experiments.srm_colors import SrmPoint, grep_cpu, run_sort, run_srm
-from unicache_sim.experiments.srm_memory import KIB, SrmSpec, build_memory
+from unicache_sim.engine.config import from_topology
+from unicache_sim.experiments.srm.colors import SrmPoint, grep_cpu, run_sort, run_srm
+from unicache_sim.experiments.srm.memory import KIB, SrmSpec, build_memory
 
 from tests.topologies import TOPO_OPTERON_242_2NODE, TOPO_XEON_X5355
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from unicache_sim.mixes import file_heavy, mix_vms, parse_mixes, random_mixes
-from unicache_sim.tenants import (
+from unicache_sim.density.mixes import file_heavy, mix_vms, parse_mixes, random_mixes
+from unicache_sim.density.tenants import (
     DEFAULT_K,
     CatalogueError,
     Kind,

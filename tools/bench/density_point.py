@@ -23,10 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from unicache_sim.density_points import DensityPoint, run_task
-from unicache_sim.density_store import read_points
-from unicache_sim.experiments.density_point import DensityTiming
-from unicache_sim.tenants import load_catalogue
+from unicache_sim.density.point import DensityTiming
+from unicache_sim.density.points import DensityPoint, run_task
+from unicache_sim.density.store import read_points
+from unicache_sim.density.tenants import load_catalogue
 
 
 def find_point(path: Path, mix: str, n: int, policy: str, seed: int) -> DensityPoint | None:

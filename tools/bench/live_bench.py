@@ -1,7 +1,7 @@
 """``unicache bench live``: what the daemon and the guest agent cost with real guests reading.
 
 Real guests (the project's image, QEMU; TCG on a host without usable KVM) under the real
-daemon (``unicache run`` as :mod:`unicache_sim.density_live_daemon` runs it, with its
+daemon (``unicache run`` as :mod:`unicache_sim.density.live_daemon` runs it, with its
 default interval of one round a second, and ``--metrics-port``). In order:
 
 1. **boot** ``guests`` guests (2 vCPUs, 512 MiB) and **prepare** in each
@@ -52,8 +52,8 @@ from unicache.errors import BenchError, UnicacheError
 from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
-from unicache_sim.density_live_daemon import DaemonSummary, LiveDaemon, read_log
-from unicache_sim.density_live_vms import GuestCommand, GuestSpec, LiveGuests
+from unicache_sim.density.live_daemon import DaemonSummary, LiveDaemon, read_log
+from unicache_sim.density.live_vms import GuestCommand, GuestSpec, LiveGuests
 
 #: the guest program (read as text, run by the guest's python3)
 GUEST_PROGRAM = Path(__file__).with_name("live_guest.py")

@@ -336,7 +336,7 @@ def record(out: Path, doc_path: Path, names: Sequence[str] | None = None, tiny: 
         body = block(bench, doc, when, (load0, os.getloadavg()[0]), tiny)
         doc_path.write_text(splice(page, bench.name, body))
         if bench.name == "shim" and calibrate:
-            # the simulated guest's cost per call, from this very run (unicache_sim.shimcost)
+            # the simulated guest's cost per call, from this very run (unicache_sim.guest.shimcost)
             shim_calibration.write_calibration(doc_path.resolve().parents[1], doc, when,
                                                bench.shown(tiny))
         done.append(Recorded(bench.name, path, seconds))

@@ -1,7 +1,7 @@
 """The simulator's figures of the shim's cost, from a run of ``unicache bench shim``.
 
-``make bench`` (:func:`record.record`) writes them to ``unicache_sim/shimcost.toml``, the
-calibration the simulated guest charges per call (:mod:`unicache_sim.shimcost`): for each
+``make bench`` (:func:`record.record`) writes them to ``unicache_sim/guest/shimcost.toml``, the
+calibration the simulated guest charges per call (:mod:`unicache_sim.guest.shimcost`): for each
 table state and size, the upper end of the 95 % interval of the sequential ``read()``
 cell, with the run's date, command and this machine's clock. The same run's table is the
 shim block of docs/PERFORMANCE.md, which tests/bench/test_shim_calibration.py holds the
@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from unicache.errors import BenchError
-from unicache_sim.calibration import host_clock_ghz
-from unicache_sim.shimcost import TABLE_STATES, parse
+from unicache_sim.engine.calibration import host_clock_ghz
+from unicache_sim.guest.shimcost import TABLE_STATES, parse
 
 #: where the simulator's package keeps it, from the repository's root
-CALIBRATION = Path("tools/sim/python/unicache_sim/shimcost.toml")
+CALIBRATION = Path("tools/sim/python/unicache_sim/guest/shimcost.toml")
 #: the sizes the simulator interpolates between (the benchmark's default sizes)
 SIZES = (512, 4096, 16384, 65536, 262144)
 

@@ -373,7 +373,7 @@ def record(
     calibrate: Annotated[bool | None, typer.Option(
         "--calibrate/--no-calibrate",
         help="Write the simulator's calibration of the shim's cost per call "
-             "(tools/sim/python/unicache_sim/shimcost.toml) from the shim's run, beside "
+             "(tools/sim/python/unicache_sim/guest/shimcost.toml) from the shim's run, beside "
              "--doc's page (default: yes, but not with --tiny).")] = None,
     json_out: JsonFlag = False,
 ) -> None:

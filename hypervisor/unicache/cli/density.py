@@ -20,9 +20,9 @@ from unicache.cli.common import JsonOpt, app
 from unicache.errors import ConfigError
 
 #: the simulator's front end of this command
-FRONT_END = "unicache_sim.density_cli"
+FRONT_END = "unicache_sim.density.cli"
 #: the front end of ``--live`` (real guests on this host, beside the simulator's prediction)
-LIVE_FRONT_END = "unicache_sim.density_live_cli"
+LIVE_FRONT_END = "unicache_sim.density.live_cli"
 
 
 def _front_end(name: str = FRONT_END) -> Any:
@@ -180,7 +180,7 @@ def density(
 def _run(command: Any, opts: Any) -> None:
     """Run a front end's command: a catalogue's problems one line each, exit 2; its exit
     code otherwise."""
-    catalogue_error = importlib.import_module("unicache_sim.tenants").CatalogueError
+    catalogue_error = importlib.import_module("unicache_sim.density.tenants").CatalogueError
     try:
         code = command(opts)
     except catalogue_error as err:

@@ -38,7 +38,7 @@ use unicache_sim_core::machine::AccessKind;
 use unicache_sim_core::{trace, Inclusion, Machine, MachineConfig, NodeConfig};
 
 /// [`main`]'s `single` machine: one core's levels, non-inclusive, and one node without
-/// a DRAM queue, as `unicache_sim.config.single_core` builds it for the benchmark.
+/// a DRAM queue, as `unicache_sim.engine.config.single_core` builds it for the benchmark.
 fn single_core(mut cfg: MachineConfig) -> MachineConfig {
     for lv in &mut cfg.levels {
         lv.inclusion = Inclusion::NonInclusive;

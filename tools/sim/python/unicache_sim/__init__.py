@@ -3,17 +3,23 @@
 The simulated host runs the same unicache policy objects as the live daemon, on modelled
 machines (16-core 4-chip Opteron, cc-NUMA boxes, EPYC) this machine is not.
 
-Three layers, each importing only the ones below it:
+Subpackages by concern, each importing only the ones below it (the import-linter contract
+in ``tools/sim/pyproject.toml``):
 
-* the front end: the ``unicache-sim`` command (:mod:`.cli`, ``cli_*``), the grid that fans
-  the MFC experiment out on Dask (``grid``, ``grid_store``, ``grid_report``,
-  ``grid_plot``), the plots (:mod:`.plot`, :mod:`.figures`);
+* the front end: the ``unicache-sim`` command (:mod:`.cli`: ``cli.main`` and one module
+  per command); the reproduction's table and plots (:mod:`.repro`); the grid that fans the
+  MFC experiment out on Dask (:mod:`.grid`: ``sweep``, ``store``, ``report``, ``plot``);
+  the density experiment (:mod:`.density`, which uses the grid's build fingerprint and
+  workers);
 * :mod:`unicache_sim.experiments`: the papers' experiments and the measurements, one
-  module each;
-* the simulator's machinery: the native engine (``_native``), the machine from a
-  topology (:mod:`.config`), the simulated host and guest (:mod:`.simhost`,
-  :mod:`.shimrule`), the live loop's timing (:mod:`.livetiming`) and the tools' compute
-  costs (:mod:`.calibration`).
+  subpackage per paper (``mfc``, ``obs``, ``srm``, ``ncc``, ``dmc``);
+* the simulator's machinery: the simulated host and guest (:mod:`.guest`: ``simhost``,
+  ``multihost``, ``cfs``, the shim's rule and cost ``shimrule`` and ``shimcost``, the
+  agent's ``earlyreport``, the live loop's timing ``livetiming``), on the engine
+  (:mod:`.engine`: the machine from a topology ``config``, the tools' compute costs
+  ``calibration``) and the native core (``_native``);
+* under all of them, shared: ``spread`` (a median and range over seeds) and
+  ``dask_client`` (the local Dask cluster).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import logging
 
 from unicache_sim._native import Counters, Engine, SimulatorError, ThreadStats, Trace
-from unicache_sim.config import SimConfig, from_topology, oracle, single_core
+from unicache_sim.engine.config import SimConfig, from_topology, oracle, single_core
 
 __all__ = [
     "Counters",

@@ -37,7 +37,7 @@ from typing import Any
 from unicache.topology.toml import load_model
 
 from unicache_sim import _native
-from unicache_sim.config import SimConfig, from_topology, single_core
+from unicache_sim.engine.config import SimConfig, from_topology, single_core
 
 FILE_BYTES = 256 * 1024
 #: independent simulations of the parallel measurement (trace seeds 1..PARALLEL_JOBS)

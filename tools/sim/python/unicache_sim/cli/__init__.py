@@ -1,0 +1,1 @@
+"""The ``unicache-sim`` command: :mod:`.main` and one module per command."""

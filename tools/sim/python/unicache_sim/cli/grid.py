@@ -1,0 +1,310 @@
+"""The ``unicache-sim grid`` command: options, progress bar, output files (mounted by
+cli/main.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+from unicache.errors import ConfigError, UnicacheError
+
+from unicache_sim.cli.common import stderr, user_error
+from unicache_sim.experiments.mfc.spec import FILE_BYTES
+from unicache_sim.grid.plot import plot_model
+from unicache_sim.grid.report import (
+    THRESHOLD,
+    GridRun,
+    confirmation_points,
+    grid_document,
+    markdown,
+    regressions,
+    rich_table,
+    summarize_points,
+)
+from unicache_sim.grid.store import (
+    CHECKPOINT_NAME,
+    CheckpointWriter,
+    build_fingerprint,
+    load_checkpoint,
+)
+from unicache_sim.grid.sweep import (
+    GridPoint,
+    GridRequest,
+    GridResult,
+    build_axes,
+    default_workers,
+    grid_points,
+    run_grid,
+)
+
+
+def _csv(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _opt(help_text: str, metavar: str) -> Any:
+    """An option whose default (``None``: the whole axis) is told in its help."""
+    return typer.Option(help=help_text, metavar=metavar, show_default=False)
+
+
+def grid(
+    models: Annotated[
+        str | None,
+        _opt("machine models, comma-separated [default: every model with several LLCs]", "M,.."),
+    ] = None,
+    workloads: Annotated[
+        str | None, _opt("workloads [default: read,grep,wc,md5sum]", "W,..")
+    ] = None,
+    dists: Annotated[str | None, _opt("file popularity [default: uniform,zipf]", "D,..")] = None,
+    threads: Annotated[
+        str | None,
+        _opt("reader threads, integers or 'all' (the model's CPUs) [default: 1,4,all]", "T,.."),
+    ] = None,
+    paths: Annotated[
+        str | None,
+        _opt("unicache path: live (the product's loop), whatif [default: live,whatif]", "P,.."),
+    ] = None,
+    seeds: Annotated[int | None, _opt("seeds 1..N of every point [default: 5]", "N")] = None,
+    ws_points: Annotated[
+        int | None,
+        _opt("working sets per model, spread over its series, ends kept [default: all]", "N"),
+    ] = None,
+    setup: Annotated[str, typer.Option(help="MfcSpec.setup: equal or parallel")] = "equal",
+    unify: Annotated[
+        str, typer.Option(help="the daemon's --unify: llc or l2 (MfcSpec.unify)")
+    ] = "llc",
+    file_kib: Annotated[
+        int, _opt("size of every file, KiB; large files make a scan [default: 256]", "KIB")
+    ] = 256,
+    read_kib: Annotated[
+        int,
+        _opt(
+            "KiB per read call of the guest's program (coreutils: 128) [default: 0, one "
+            "call per chunk]",
+            "KIB",
+        ),
+    ] = 0,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="smoke subset of every axis not given: models with <= 16 CPUs, read, "
+            "threads 1,all, 3 working sets (smallest, middle, largest), 2 seeds",
+        ),
+    ] = False,
+    workers: Annotated[
+        int | None, _opt("local worker processes [default: this machine's CPUs]", "N")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        _opt("use the running Dask scheduler at ADDR (tcp://host:8786) instead", "ADDR"),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="output directory", metavar="DIR")] = Path("build/grid"),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="reuse the results in OUT/points.jsonl that this build wrote (a killed or "
+            "narrower run) and run only the points missing",
+        ),
+    ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="exit 1 if a point's median speedup is below 0.98 (over seeds 1-12 for "
+            "one below it over the grid's seeds)",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print everything as JSON, every raw result too")
+    ] = False,
+) -> None:
+    """The MFC experiment over a grid of machines and workloads, in parallel on Dask.
+
+    Axes: every model with several LLC groups x read, grep, wc, md5sum x uniform, Zipf x 1,
+    4 and all threads x working sets (powers of two from half an LLC to twice the on-chip
+    cache) x path (live, whatif) x seeds. Each point runs linux, unicache and oracle; its
+    speedup is the median over seeds of unicache / linux. A point below 0.98x over the
+    grid's seeds runs seeds up to 12, and is judged over those: its speedup moves by a few
+    per cent between seeds where unicache steps aside.
+
+    Prints, per model, workload and path, the min / median / max of the point speedups,
+    the points below 0.98x and the worst one. Writes OUT/results.json (every raw result),
+    OUT/grid.md (the table, for docs/PERFORMANCE.md) and OUT/grid-MODEL.png (heat maps).
+    Each result is also appended to OUT/points.jsonl as it arrives: after an interruption,
+    the same command with --resume runs only what is missing.
+
+    Exit 2 on a user error; with --check, 1 if a point is below 0.98x.
+    """
+    req = GridRequest(
+        models=_csv(models),
+        workloads=_csv(workloads),
+        dists=_csv(dists),
+        threads=_csv(threads),
+        paths=_csv(paths),
+        seeds=seeds,
+        ws_points=ws_points,
+        quick=quick,
+        setup=setup,
+        file_kib=file_kib,
+        read_kib=read_kib,
+        unify=unify,
+    )
+    n_workers = default_workers() if workers is None else workers
+    try:
+        if n_workers < 1:
+            raise ConfigError(f"--workers must be at least 1, not {n_workers}")
+        axes = build_axes(req)
+        points = grid_points(axes)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"cannot create output directory {out}") from err
+        checkpoint = out / CHECKPOINT_NAME
+        build = build_fingerprint()
+        try:
+            reused = _reusable(checkpoint, build, points) if resume else {}
+            writer = CheckpointWriter(checkpoint, build, reused.values())
+        except OSError as err:
+            raise ConfigError(f"cannot use the checkpoint {checkpoint}: {err.strerror}") from err
+        todo = [p for p in points if p not in reused]
+        start = time.monotonic()
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
+        with writer, Progress(*columns, console=stderr, transient=True) as progress:
+            task = progress.add_task(
+                "starting workers", total=len(points), completed=len(points) - len(todo)
+            )
+
+            def step(result: GridResult) -> None:
+                try:
+                    writer.write(result)
+                except OSError as err:
+                    raise ConfigError(f"cannot write to {checkpoint}: {err.strerror}") from err
+                progress.update(task, advance=1, description=result.point.label)
+
+            try:
+                fresh = run_grid(todo, n_workers, scheduler, step) if todo else ()
+                by_point = {**reused, **{r.point: r for r in fresh}}
+                results = tuple(by_point[p] for p in points)
+                # a point below the threshold over the grid's seeds is judged over more
+                extra = confirmation_points(results)
+                if extra:
+                    progress.update(task, total=len(points) + len(extra))
+                    results += run_grid(extra, n_workers, scheduler, step)
+            except KeyboardInterrupt:
+                progress.stop()
+                stderr.print(
+                    f"interrupted: finished points are in {checkpoint}; the same command with "
+                    "--resume runs only the rest",
+                    soft_wrap=True,
+                )
+                raise typer.Exit(130) from None
+        run = GridRun(
+            axes,
+            results,
+            time.monotonic() - start,
+            0 if scheduler else n_workers,
+            scheduler,
+            resumed=len(points) - len(todo),
+        )
+        doc = grid_document(run)
+        command = _grid_command(req)
+        try:
+            (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+            (out / "grid.md").write_text(markdown(run, command))
+        except OSError as err:
+            raise ConfigError(f"cannot write to {out}") from err
+        summary = summarize_points(results)
+        pngs = [out / f"grid-{m.model}.png" for m in axes.models]
+        for m, png in zip(axes.models, pngs, strict=True):
+            plot_model(axes, m, summary, png)
+    except ConfigError as err:
+        user_error(err)
+        return
+    except UnicacheError as err:  # a point failed in the simulator: not the user's doing
+        stderr.print(Text.assemble(("error:", "red"), f" {err}"), soft_wrap=True)
+        raise typer.Exit(1) from None
+    bad = regressions(summary)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        console = Console()
+        console.print(rich_table(run))
+        for p in bad[:10]:
+            k = p.key
+            per_seed = ", ".join(f"{s:.3f}" for s in p.speedups)
+            console.print(
+                f"[red]below {THRESHOLD}x:[/red] {k.model} {k.workload} {k.path} {p.label}: "
+                f"{p.median:.3f} (per seed {per_seed})"
+            )
+        if len(bad) > 10:
+            console.print(f"[red]... and {len(bad) - 10} more points below {THRESHOLD}x[/red]")
+        written = ", ".join(str(f) for f in (out / "results.json", out / "grid.md", *pngs))
+        console.print(f"written: {written}", soft_wrap=True)
+    if check and bad:
+        raise typer.Exit(1)
+
+
+def _reusable(
+    checkpoint: Path, build: str, points: tuple[GridPoint, ...]
+) -> dict[GridPoint, GridResult]:
+    """The checkpoint's results of this build, telling the user what was dropped and why."""
+    found = load_checkpoint(checkpoint, build)
+    wanted = set(points)
+    reused = {p: r for p, r in found.results.items() if p in wanted}
+    notes = [f"resuming: {len(reused)} of {len(points)} points from {checkpoint}"]
+    if found.stale:
+        notes.append(f"{found.stale} written by another build dropped")
+    if found.torn:
+        notes.append(f"{found.torn} unreadable lines dropped")
+    stderr.print("; ".join(notes), soft_wrap=True)
+    return reused
+
+
+def _grid_command(req: GridRequest) -> str:
+    """The ``unicache-sim grid`` command line that reproduces a request (for grid.md)."""
+    parts = ["unicache-sim grid"]
+    if req.quick:
+        parts.append("--quick")
+    for flag, value in (
+        ("--models", req.models),
+        ("--workloads", req.workloads),
+        ("--dists", req.dists),
+        ("--threads", req.threads),
+        ("--paths", req.paths),
+    ):
+        if value is not None:
+            parts.append(f"{flag} {','.join(value)}")
+    for flag, number in (("--seeds", req.seeds), ("--ws-points", req.ws_points)):
+        if number is not None:
+            parts.append(f"{flag} {number}")
+    if req.setup != "equal":
+        parts.append(f"--setup {req.setup}")
+    if req.file_kib != FILE_BYTES // 1024:
+        parts.append(f"--file-kib {req.file_kib}")
+    if req.read_kib:
+        parts.append(f"--read-kib {req.read_kib}")
+    if req.unify != "llc":
+        parts.append(f"--unify {req.unify}")
+    return " ".join(parts)

@@ -1,0 +1,1 @@
+"""The NCC experiments (dual-layered file cache paper §5): parallel greps and iozone."""
