@@ -23,8 +23,9 @@ shim_tables.py), plus a pipe and a socketpair (4 KiB write + read) and process s
   interval cannot be met on this machine by any shim that counts; the shim's figure less
   the floor's is what its own design adds.
 
-Each cell runs once under each preload per round, the two processes in alternating order,
-and the rounds' samples are pooled. Rounds are processes: the control shows offsets of a few
+Each cell runs once under each preload per round (the shim and the control; a budget's cell
+under the floor too), each preload's process first in turn, and the rounds' samples are
+pooled. Rounds are processes: the control shows offsets of a few
 ns that differ from one process to the next (where the libraries and buffers landed) and
 that a process's own interval does not see; more rounds average them out.
 
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 CHECKOUT_AGENT = Path(__file__).resolve().parents[3] / "guest-agent"
 #: where the unicache-agent package installs the shim, uc_bench and the agent's modules
 INSTALLED_AGENT = Path("/usr/lib/unicache-agent")
-#: what ``make`` builds: the shim, the driver, the control
+#: what ``make`` builds: the shim, the driver, the control, the floor
 TARGETS = ("libunicache.so", "uc_bench", "libuc_null.so", "libuc_floor.so")
 #: seconds per start to size the spawn runs by (the interpreter's run takes about 2 x its
 #: ``seconds``: it needs more starts than the others to see through its own spread)
