@@ -1,7 +1,8 @@
 """The host package unicache .deb and the unicache wheel (`make packages`): the deb installs
 into a clean Debian 12 root, its files are where its unit and docs/operations.md say, its
-commands run, the libvirt hook installs on request and goes with the package, and purge
-leaves the root as before."""
+commands run (density and the benchmarks too, from /), the libvirt hook installs on request
+and goes with the package, and purge leaves the root as before; the wheel, in a fresh venv
+outside the checkout, runs the benchmarks and, with the simulator's wheel, density."""
 
 from __future__ import annotations
 
