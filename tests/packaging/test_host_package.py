@@ -15,6 +15,8 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from unicache.bench.shim import TARGETS as SHIM_TARGETS
+
 from tests.packaging.chroot import (
     ROOT,
     VERSION,
@@ -78,7 +80,7 @@ def test_the_wheel_runs_its_benchmarks_from_a_fresh_venv_outside_the_checkout(
     # one cell of the shim's bench, on a shim laid out as the agent package installs it
     kit = tmp_path / "unicache-agent"
     shutil.copytree(ROOT / "guest-agent/unicache_agent", kit / "unicache_agent")
-    for name in ("libunicache.so", "uc_bench", "libuc_null.so", "libuc_floor.so"):
+    for name in SHIM_TARGETS:
         shutil.copy2(ROOT / "guest-agent/shim" / name, kit / name)
     run = subprocess.run([str(venv / "bin/unicache"), "bench", "shim", "--kinds", "read",
                           "--sizes", "4096", "--patterns", "seq", "--tables", "unplaced",

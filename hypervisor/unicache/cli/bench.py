@@ -14,13 +14,16 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from unicache.errors import BenchError, UnicacheError
+
+if TYPE_CHECKING:
+    from unicache.bench.shim import ShimBenchResult
 
 #: where the benchmarks are: ``tools/bench/`` of the checkout this package runs from
 BENCH_DIR = Path(__file__).resolve().parents[3] / "tools" / "bench"
@@ -132,7 +135,7 @@ def shim(
     _print_shim(res)
 
 
-def _print_shim(res: Any) -> None:
+def _print_shim(res: ShimBenchResult) -> None:
     """The shim bench's tables: the cells, fds and starts; then the budgets."""
     out = Console()
     table = Table(title=f"added cost per call under libunicache.so, CPU {res.cpu}, "

@@ -26,6 +26,7 @@ from unicache_sim.cli.common import stderr, user_error
 from unicache_sim.experiments.mfc.spec import FILE_BYTES
 from unicache_sim.grid.plot import plot_model
 from unicache_sim.grid.report import (
+    CONFIRM_SEEDS,
     THRESHOLD,
     GridRun,
     confirmation_points,
@@ -126,8 +127,8 @@ def grid(
         bool,
         typer.Option(
             "--check",
-            help="exit 1 if a point's median speedup is below 0.98 (over seeds 1-12 for "
-            "one below it over the grid's seeds)",
+            help=f"exit 1 if a point's median speedup is below {THRESHOLD} (over seeds "
+            f"1-{CONFIRM_SEEDS} for one below it over the grid's seeds)",
         ),
     ] = False,
     as_json: Annotated[
