@@ -105,6 +105,9 @@
 #define UC_HOME_BUSY 0xffffull
 /* a counters cell: bytes in the low bits, runs above */
 #define UC_CELL_BYTES_BITS 40u
+/* the largest sample_shift a table buffer may carry (a descriptor's decision keeps it in
+ * four bits, uc_fd.h) */
+#define UC_SAMPLE_SHIFT_MAX 15u
 #define UC_CELL_BYTES_MASK ((1ull << UC_CELL_BYTES_BITS) - 1ull)
 
 /* migration budget meaning "no limit" */
@@ -150,7 +153,12 @@ struct uc_table_buf {
 	uint64_t min_read_size; /* MFC section 4.5: shorter reads never migrate */
 	uint32_t nentries;      /* chunk and file entries */
 	uint32_t flags;         /* UC_TABLE_VALID, UC_TABLE_HOMES, UC_TABLE_NUMA */
-	uint8_t pad[24];
+	/* which opens the shims count (the agent's OpenSample): a read-only open of a regular
+	 * file of at most sample_bytes is counted with probability 2^-sample_shift, its counts
+	 * multiplied by 2^sample_shift; 0 and 0 (a writer that never set them): every open */
+	uint32_t sample_bytes;
+	uint8_t sample_shift;   /* at most UC_SAMPLE_SHIFT_MAX */
+	uint8_t pad[19];
 };
 
 struct uc_entry {

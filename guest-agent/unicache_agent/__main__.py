@@ -21,7 +21,14 @@ from .protocol import PORT_NAME
 from .replica_server import ReplicaServer
 from .replica_service import ReplicaService
 from .replica_store import DEFAULT_BUDGET_RATIO, ReplicaStore, node_totals
-from .shm import DEFAULT_COUNTERS, DEFAULT_TABLE, CounterLayout, CpuNodes
+from .shm import (
+    AGENT_OPEN_SAMPLE,
+    DEFAULT_COUNTERS,
+    DEFAULT_TABLE,
+    EVERY_OPEN,
+    CounterLayout,
+    CpuNodes,
+)
 from .table_writer import TableWriter
 
 #: where the replicas and their socket live (the shim's UNICACHE_REPLICAS default)
@@ -67,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
                     metavar="PERCENT",
                     help="replica memory per node, in %% of the node's memory "
                          "(default %(default)g; 0 serves no replicas)")
+    ap.add_argument("--count-every-open", action="store_true",
+                    help="the shims count every open whole (default: one in "
+                         f"{1 << AGENT_OPEN_SAMPLE.shift} read-only opens of files up to "
+                         f"{AGENT_OPEN_SAMPLE.max_bytes // 1024} KiB, its counts scaled; "
+                         "docs/agent.md \"Counting\")")
     ap.add_argument("--fanotify", action="store_true",
                     help="also capture file reads of processes without the shim (needs root)")
     ap.add_argument("--nice", type=int, default=DEFAULT_NICE, choices=range(0, 20),
@@ -184,7 +196,8 @@ def _shared(args: argparse.Namespace, layout: CounterLayout,
         _raise_if_unusable(err, "--counters", args.counters)
         raise
     try:
-        table = TableWriter(args.table, counters=layout, cpu_nodes=cpu_nodes)
+        table = TableWriter(args.table, counters=layout, cpu_nodes=cpu_nodes,
+                            sample=EVERY_OPEN if args.count_every_open else AGENT_OPEN_SAMPLE)
     except ShmError as err:
         _raise_if_unusable(err, "--table", args.table)
         raise

@@ -107,7 +107,8 @@ TABLE_BUFS_OFFSET = 4096
 BUF_HEAD_LEN = 4096
 FILTER_BYTES = 4032
 FILTER_BITS = 8 * FILTER_BYTES
-_BUF = struct.Struct("<QQQQII24x")  # seq version chunk_size min_read_size nentries flags
+# seq version chunk_size min_read_size nentries flags sample_bytes sample_shift
+_BUF = struct.Struct("<QQQQIIIB19x")
 _ENTRY = struct.Struct("<QQIIHHI4Q")  # file_id chunk flags budget color pad replicas mask[4]
 # magic layout nslots max_vcpus active slot_size dropped[2] clients reserved ngens inserts
 _CHDR = struct.Struct("<IIIIII2QQIIQ")
@@ -205,6 +206,44 @@ class ShmEntry:
     migration_budget: int = BUDGET_UNLIMITED
     color_node: int = -1
     replica_nodes: FrozenSet[int] = frozenset()
+
+
+#: the largest ``sample_shift`` a table may carry (``UC_SAMPLE_SHIFT_MAX``: the shim keeps it
+#: in four bits of a descriptor's decision)
+SAMPLE_SHIFT_MAX = 15
+
+
+@dataclass(frozen=True)
+class OpenSample:
+    """Which opens the shims count, published in each table buffer (``sample_bytes``,
+    ``sample_shift`` of ``uc_table_buf``).
+
+    A read-only open of a regular file of at most ``max_bytes`` bytes is counted with
+    probability 2^-``shift`` (one draw per open) and its counts go out multiplied by
+    2^``shift``; the other opens of such files pass every call straight through, unless
+    the table names the file. Larger files, files opened for writing, and every open when
+    ``shift`` is 0 are counted whole. Why: a program that reads many small files (tar,
+    a web server) pays the shim's per-file work (its run of counts opened and sent) on each;
+    sampled, it pays it on one file in 2^``shift``, and the host still sees unbiased counts
+    (docs/agent.md "Counting").
+
+    :param max_bytes: the largest file sampled (0: none).
+    :param shift: log2 of the sampling interval, 0..:data:`SAMPLE_SHIFT_MAX`.
+    """
+
+    max_bytes: int = 0
+    shift: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_bytes <= 0xFFFFFFFF or not 0 <= self.shift <= SAMPLE_SHIFT_MAX:
+            raise ShmError(f"an open sample takes files up to 4 GiB and a shift of 0 to "
+                           f"{SAMPLE_SHIFT_MAX}, not {self.max_bytes} and {self.shift}")
+
+
+#: every open counted whole (a table writer's default: tests and tools count exactly)
+EVERY_OPEN = OpenSample()
+#: the agent's default: one in 8 read-only opens of files up to 64 KiB
+AGENT_OPEN_SAMPLE = OpenSample(64 * 1024, 3)
 
 
 @dataclass(frozen=True)

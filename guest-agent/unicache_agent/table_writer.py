@@ -39,6 +39,7 @@ from .shm import (
     ENTRY_HOMES,
     ENTRY_REPLICA,
     ENTRY_USED,
+    EVERY_OPEN,
     FILE_CHUNK,
     FILTER_BYTES,
     LAYOUT_VERSION,
@@ -53,6 +54,7 @@ from .shm import (
     TABLE_VALID,
     CounterLayout,
     CpuNodes,
+    OpenSample,
     ShmEntry,
     bucket_hash,
     filter_bits,
@@ -116,6 +118,7 @@ class TableSnapshot:
 
     :param entries: the chunk entries.
     :param files: (file_id, flags) of each file entry, by file id.
+    :param sample: which opens the shims count.
     """
 
     version: int
@@ -125,6 +128,7 @@ class TableSnapshot:
     flags: int
     entries: Tuple[ShmEntry, ...]
     files: Tuple[Tuple[int, int], ...]
+    sample: OpenSample = EVERY_OPEN
 
 
 class TableWriter:
@@ -135,16 +139,21 @@ class TableWriter:
     :param counters: the layout of the users' counters files, published in the header.
     :param cpu_nodes: each CPU's node and the online nodes, published after the header
         (default: this guest's, from sysfs).
+    :param sample: which opens the shims count, written with every publish (default: every
+        open, whole; the agent passes :data:`~unicache_agent.shm.AGENT_OPEN_SAMPLE`).
     :raises ShmError: when the file cannot be created or mapped.
     """
 
     def __init__(self, path: str = DEFAULT_TABLE, nbuckets: int = DEFAULT_BUCKETS,
                  counters: Optional[CounterLayout] = None,
-                 cpu_nodes: Optional[CpuNodes] = None) -> None:
+                 cpu_nodes: Optional[CpuNodes] = None,
+                 sample: OpenSample = EVERY_OPEN) -> None:
         if nbuckets <= 0 or nbuckets > MAX_BUCKETS or nbuckets & (nbuckets - 1):
             raise ShmError(f"nbuckets must be a power of two <= {MAX_BUCKETS}, not {nbuckets}")
         self.path = path
         self.nbuckets = nbuckets
+        #: which opens the shims count (``uc_table_buf.sample_*``)
+        self.sample = sample
         self._buf_len = BUF_HEAD_LEN + nbuckets * _ENTRY.size
         size = TABLE_BUFS_OFFSET + 2 * self._buf_len
         ctr = counters if counters is not None else CounterLayout.of()
@@ -248,7 +257,7 @@ class TableWriter:
         self._map[base + _BUF.size:base + BUF_HEAD_LEN] = bloom
         self._map[base + BUF_HEAD_LEN:base + self._buf_len] = body
         _BUF.pack_into(self._map, base, seq, version, chunk_size, min_read_size, nentries,
-                       table_flags)
+                       table_flags, self.sample.max_bytes, self.sample.shift)
         _U64.pack_into(self._map, base, seq + 1)  # even: done
         _U32.pack_into(self._map, _HDR_ACTIVE_OFF, target)
         self._gen += 1
@@ -270,7 +279,8 @@ class TableWriter:
     def snapshot(self) -> TableSnapshot:
         """Read the active buffer back, chunk and file entries apart."""
         base = TABLE_BUFS_OFFSET + self._active() * self._buf_len
-        _seq, version, cs, mrs, nentries, table_flags = _BUF.unpack_from(self._map, base)
+        (_seq, version, cs, mrs, nentries, table_flags, sample_bytes,
+         sample_shift) = _BUF.unpack_from(self._map, base)
         out: List[ShmEntry] = []
         files: List[Tuple[int, int]] = []
         for i in range(self.nbuckets):
@@ -288,7 +298,8 @@ class TableWriter:
                                 color if flags & ENTRY_COLOR else -1,
                                 nodes if flags & ENTRY_REPLICA else frozenset()))
         return TableSnapshot(int(version), int(cs), int(mrs), int(nentries), int(table_flags),
-                             tuple(out), tuple(sorted(files)))
+                             tuple(out), tuple(sorted(files)),
+                             OpenSample(int(sample_bytes), int(sample_shift)))
 
     def read_active(self) -> Tuple[int, int, int, List[ShmEntry]]:
         """Read the active buffer's chunk entries back (for tests and ``status``).

@@ -40,7 +40,8 @@ def test_constants_mirror_uc_layout_h() -> None:
                 "UC_FILE_CHUNK": shm.FILE_CHUNK, "UC_TABLE_VALID": shm.TABLE_VALID,
                 "UC_TABLE_HOMES": shm.TABLE_HOMES, "UC_TABLE_NUMA": shm.TABLE_NUMA,
                 "UC_NO_NODE": shm.NO_NODE, "UC_CELL_BYTES_BITS": shm.CELL_BYTES_BITS,
-                "UC_MAX_VCPUS": shm.MAX_VCPUS, "UC_MAX_NODES": shm.MAX_NODES}
+                "UC_MAX_VCPUS": shm.MAX_VCPUS, "UC_MAX_NODES": shm.MAX_NODES,
+                "UC_SAMPLE_SHIFT_MAX": shm.SAMPLE_SHIFT_MAX}
     defines = _defines()
     assert {name: defines.get(name) for name in mirrored} == mirrored
     # [uc_table_hdr 64][uc_table_cpus 256][to 4 KiB][buffer 0][buffer 1], each buffer
@@ -104,6 +105,27 @@ def _filter_holds(path: Path, nbuckets: int, file_id: int) -> bool:
     active = struct.unpack_from("<I", data, 20)[0] & 1
     head = shm.buffer_offset(nbuckets, active) + 64
     return all(data[head + bit // 8] >> (bit % 8) & 1 for bit in shm.filter_bits(file_id))
+
+
+def test_every_publish_carries_the_writers_open_sample_after_the_flags(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    sample = shm.OpenSample(64 * 1024, 3)
+    t = TableWriter(str(path), nbuckets=64, sample=sample)
+    for version in (1, 2):  # both buffers
+        t.publish(version, 65536, 0, [])
+        data = path.read_bytes()
+        base = 4096 + (struct.unpack_from("<I", data, 20)[0] & 1) * (4096 + 64 * 64)
+        # uc_table_buf: seq version chunk_size min_read_size (u64) nentries flags (u32), then
+        # sample_bytes (u32) and sample_shift (u8)
+        assert struct.unpack_from("<IB", data, base + 40) == (64 * 1024, 3)
+        assert t.snapshot().sample == sample
+    assert TableWriter(str(tmp_path / "u"), nbuckets=64).sample == shm.EVERY_OPEN
+
+
+@pytest.mark.parametrize("bad", [(-1, 3), (1 << 32, 3), (65536, 16), (65536, -1)])
+def test_an_open_sample_out_of_the_layouts_range_is_refused(bad: tuple[int, int]) -> None:
+    with pytest.raises(ShmError, match="open sample"):
+        shm.OpenSample(*bad)
 
 
 def test_the_file_filter_holds_every_named_file_and_few_others(tmp_path: Path) -> None:
