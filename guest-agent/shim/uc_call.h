@@ -134,6 +134,7 @@ struct uc_call {
 	 * placed chunk the vCPU whose claim keeps the thread there and until when */
 	uint8_t run_ff;
 	uint8_t pend;       /* the descriptor's file is not known yet: file_id is a stand-in */
+	uint8_t scale;      /* log2 its counts are multiplied by (a sampled open's) */
 	uint16_t run_home, run_fresh;
 };
 
@@ -177,6 +178,7 @@ static inline int uc_pre(struct uc_fd *e, int64_t off, size_t n, struct uc_call 
 	c->rep_node = -1;
 	c->fflags = uc_fd_flags(e, gen);
 	c->run_ff = (uint8_t)c->fflags;
+	c->scale = uc_ff_scale(c->fflags);
 	c->pend = atomic_load_explicit(&e->state, memory_order_relaxed) == UC_FD_OPENED;
 	c->run_home = c->run_fresh = UC_NO_HOME;
 	if (__builtin_expect(!(c->fflags & UC_FF_NAMED) && !uc_t.pinned, 1) || c->off < 0 ||

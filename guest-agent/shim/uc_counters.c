@@ -186,6 +186,9 @@ void uc_run_send(const struct uc_run *r)
 		if (!s)
 			continue;
 		uc_run_chunk(r, c, &bytes, &runs);
+		/* a sampled open stands for 2^scale opens of its kind (uc_fd_known) */
+		bytes <<= r->scale;
+		runs <<= r->scale;
 		if (c == r->lo && r->writes)
 			__atomic_fetch_add(&s->writes, r->writes, __ATOMIC_RELAXED);
 		if (c == r->lo && r->nt)
@@ -238,6 +241,7 @@ void uc_run_flush(int may_identify)
 		.nt = t->run_nt,
 		.fd = t->run_fd,
 		.cpu = t->run_cpu,
+		.scale = t->run_scale,
 	};
 	t->run_chunks = 0;
 	/* counters replaced since: their region is gone, and so are its counts */
@@ -321,7 +325,8 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 			part = left;
 		if (t->run_chunks != 1 || t->run_cv != cv || t->run_hi != chunk ||
 		    t->run_file != file_id || t->run_cpu != (uint16_t)cpu ||
-		    1ull << t->run_shift != cs || t->run_harvest != harvests) {
+		    1ull << t->run_shift != cs || t->run_harvest != harvests ||
+		    t->run_scale != c->scale) {
 			uc_run_flush(0);
 			t->run_cv = cv;
 			t->run_file = file_id;
@@ -345,6 +350,7 @@ void uc_count(int fd, const struct uc_call *c, ssize_t n, int is_write, int nt, 
 			t->run_fresh = c->run_home == UC_NO_HOME ? UC_NO_HOME : c->run_fresh;
 			t->run_fd = fd;
 			t->run_pend = c->pend;
+			t->run_scale = c->scale;
 			t->run_cpu = (uint16_t)cpu;
 		}
 		t->run_calls++;

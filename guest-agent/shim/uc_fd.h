@@ -68,7 +68,8 @@ int uc_take_budget(uint64_t file_id, uint64_t chunk, uint32_t budget);
  */
 struct uc_fd {
 	_Atomic uint32_t state;   /* UC_FD_* */
-	_Atomic uint32_t pad32;
+	_Atomic uint32_t sample;  /* UC_FD_READ_ONLY, and the log2 its counts are scaled by
+				   * (uc_fd_known: the table's open sample drew it) */
 	_Atomic uint64_t file_id; /* FILE: 0 until computed (no salt yet); OPENED: opened_id */
 	_Atomic int64_t pos;      /* predicted file offset for read/readv */
 	_Atomic uint64_t dev, ino;
@@ -85,6 +86,20 @@ enum { UC_FD_UNKNOWN = 0, UC_FD_FILE = 1, UC_FD_PASS = 2, UC_FD_OPENED = 3 };
 #define UC_FF_HOMES 2u
 #define UC_FF_COLOR 4u
 #define UC_FF_REPLICA 8u
+/* and above them the descriptor's count scale (uc_fd.sample's low bits): a run opened on
+ * one scale is never joined by a call of another (uc_in_run compares the whole byte) */
+#define UC_FF_SCALE_SHIFT 4u
+#define UC_FF_SCALE_MASK 0xfu
+
+/* uc_fd.sample: opened read-only (O_RDONLY), so its open may be sampled; the low bits
+ * are the scale */
+#define UC_FD_READ_ONLY 0x100u
+
+/* log2 of what a call's counts are multiplied by, from its file decision's flags */
+static inline uint8_t uc_ff_scale(uint32_t ff)
+{
+	return (uint8_t)(ff >> UC_FF_SCALE_SHIFT & UC_FF_SCALE_MASK);
+}
 
 extern struct uc_fd uc_fds[UC_FD_CACHE];
 
@@ -94,6 +109,8 @@ int uc_fd_identify(int fd);
 void uc_fd_copy(int from, int to);
 uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen);
 void uc_fd_forget_ids(void);
+void uc_fd_seed(uint64_t random);
+void uc_fd_atfork_child(void);
 
 /* The descriptor's entry when it is a regular file, or one opened whose file is not known
  * yet (OPENED: counted under its stand-in id), else NULL (pass through).

@@ -17,14 +17,33 @@
 struct uc_fd uc_fds[UC_FD_CACHE];
 
 /* stand-in ids: distinct per open in this process (a real file id colliding with one is a
- * 2^-64 chance, and would only mix two runs' counts) */
+ * 2^-64 chance, and would only mix two runs' counts). The sequence starts at random
+ * (uc_fd_seed), so that an open's id is also its draw for the table's open sample. */
 static _Atomic uint64_t uc_opens_seq;
+
+/* At load: where this process's sequence starts (uc_state.c: no system call). */
+void uc_fd_seed(uint64_t random)
+{
+	atomic_store_explicit(&uc_opens_seq, random, memory_order_relaxed);
+}
+
+/* A fork child draws apart from its parent: the clock (vDSO) mixed into its sequence. */
+void uc_fd_atfork_child(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	atomic_store_explicit(&uc_opens_seq,
+			      uc_mix64(atomic_load_explicit(&uc_opens_seq, memory_order_relaxed) ^
+				       ((uint64_t)ts.tv_sec << 30 ^ (uint64_t)ts.tv_nsec)),
+			      memory_order_relaxed);
+}
 
 /*
  * A descriptor open* just made with `flags`: OPENED, at offset 0 (a fresh open file
- * description; O_APPEND moves it only at a write, which the shim sees). O_DIRECT, O_PATH
- * and O_DIRECTORY pass: their reads are not the page cache's, or no reads at all. No
- * system call; errno untouched.
+ * description; O_APPEND moves it only at a write, which the shim sees), read-only or not.
+ * O_DIRECT, O_PATH and O_DIRECTORY pass: their reads are not the page cache's, or no reads
+ * at all. No system call; errno untouched.
  */
 void uc_fd_opened(int fd, int flags)
 {
@@ -46,7 +65,73 @@ void uc_fd_opened(int fd, int flags)
 	atomic_store_explicit(&e->pos, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->size, -1, memory_order_relaxed);
 	atomic_store_explicit(&e->decision, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->sample, (flags & O_ACCMODE) == O_RDONLY ? UC_FD_READ_ONLY : 0,
+			      memory_order_relaxed);
 	atomic_store_explicit(&e->state, UC_FD_OPENED, memory_order_release);
+}
+
+/*
+ * The table's open sample, once the file of a descriptor an open* made is known: a
+ * read-only open of a regular file of at most sample_bytes is counted with probability
+ * 2^-sample_shift, and then its counts go out multiplied by 2^sample_shift (uc_run_send);
+ * any other such open passes every call straight through (PASS: no run opened at its
+ * first read, none sent at its close: the per-file work a program of many small files,
+ * tar or a web server, pays on each), unless the table names its file, which is then
+ * counted whole. One draw per open: bits of its stand-in id, random from uc_fd_seed.
+ *
+ * uc_fd_sample_shift: the sample's shift when this open of a file of `size` bytes is one
+ * the sample may leave out, else 0; uc_fd_drawn: whether the draw counts it.
+ */
+static inline unsigned uc_fd_sample_shift(const struct uc_fd *e, int64_t size)
+{
+	unsigned shift;
+
+	if (!(atomic_load_explicit(&e->sample, memory_order_relaxed) & UC_FD_READ_ONLY) ||
+	    !uc_table_gen()) /* this thread's copy of the buffer's sample, up to date */
+		return 0;
+	shift = uc_t.tp.sample_shift;
+	return size <= (int64_t)uc_t.tp.sample_bytes ? shift : 0;
+}
+
+static inline int uc_fd_drawn(uint64_t opened, unsigned shift)
+{
+	return ((opened >> 32) & ((1ull << shift) - 1u)) == 0;
+}
+
+/* The common case first, before any of the naming's work: an open the draw leaves out, of
+ * a file the table's filter clears. 1 when it is left out: it passes from now on. */
+static int uc_fd_skip(int fd, struct uc_fd *e, const struct stat *st, uint64_t opened)
+{
+	unsigned shift = uc_fd_sample_shift(e, (int64_t)st->st_size);
+
+	if (!shift || uc_fd_drawn(opened, shift) ||
+	    !uc_file_unnamed(uc_file_id_of(atomic_load_explicit(&uc.salt, memory_order_relaxed),
+					   (uint64_t)st->st_dev, (uint64_t)st->st_ino)))
+		return 0;
+	atomic_store_explicit(&e->state, UC_FD_PASS, memory_order_release);
+	uc_pend_known(fd, opened, 0); /* reads before the stat: a left-out open's, dropped */
+	return 1;
+}
+
+/* The rest, once the file is named: the draw counts this open (its scale set), or the
+ * filter held the file: the table names it (counted whole) or it was the filter's false
+ * positive (it passes). */
+static void uc_fd_sample(struct uc_fd *e, uint64_t opened)
+{
+	unsigned shift = uc_fd_sample_shift(e, atomic_load_explicit(&e->size,
+								   memory_order_relaxed));
+	uint64_t gen = uc_t.gen;
+
+	/* named, or a table being rewritten (not decided for gen): counted whole */
+	if (!shift || (uc_fd_flags(e, gen) & UC_FF_NAMED) ||
+	    atomic_load_explicit(&e->decision, memory_order_relaxed) >> 8 != gen)
+		return;
+	if (uc_fd_drawn(opened, shift)) {
+		atomic_store_explicit(&e->sample, UC_FD_READ_ONLY | shift, memory_order_relaxed);
+		atomic_store_explicit(&e->decision, 0, memory_order_release); /* with its scale */
+		return;
+	}
+	atomic_store_explicit(&e->state, UC_FD_PASS, memory_order_release);
 }
 
 /*
@@ -71,6 +156,11 @@ void uc_fd_known(int fd, const struct stat *st)
 		return; /* the process's first file: is the shim on here? */
 	if (state == UC_FD_OPENED) {
 		opened = atomic_load_explicit(&e->opened_id, memory_order_relaxed);
+		if (S_ISREG(st->st_mode) && atomic_load_explicit(&uc.mapped, memory_order_acquire) &&
+		    uc_fd_skip(fd, e, st, opened)) {
+			errno = saved;
+			return;
+		}
 		pos = atomic_load_explicit(&e->pos, memory_order_relaxed);
 	} else if (state == UC_FD_UNKNOWN && fd < 3 && S_ISREG(st->st_mode)) {
 		opened = 0;
@@ -98,8 +188,10 @@ void uc_fd_known(int fd, const struct stat *st)
 	atomic_store_explicit(&e->state, UC_FD_FILE, memory_order_release);
 	if (!atomic_load_explicit(&uc.mapped, memory_order_acquire))
 		(void)uc_retry_map(1); /* fds 0-2: a process that opened nothing yet */
-	if (opened && atomic_load_explicit(&uc.mapped, memory_order_acquire))
+	if (opened && atomic_load_explicit(&uc.mapped, memory_order_acquire)) {
 		uc_pend_known(fd, opened, uc_fd_id(e));
+		uc_fd_sample(e, opened);
+	}
 	errno = saved;
 }
 
@@ -154,13 +246,14 @@ void uc_fd_copy(int from, int to)
 	atomic_store_explicit(&b->file_id, atomic_load(&a->file_id), memory_order_relaxed);
 	atomic_store_explicit(&b->opened_id, 0, memory_order_relaxed);
 	atomic_store_explicit(&b->decision, 0, memory_order_relaxed);
+	atomic_store_explicit(&b->sample, atomic_load(&a->sample), memory_order_relaxed);
 	atomic_store_explicit(&b->state, UC_FD_FILE, memory_order_release);
 }
 
 /*
  * The file's decision for table generation `gen`: its file entry's flags (UC_FF_*), or 0
  * when the table names none of its chunks, or its file is not known yet (OPENED: nothing
- * acts on it). Stored with the generation in one word, so a decision never passes for
+ * acts on it); above them the descriptor's count scale (a sampled open's). Stored with the generation in one word, so a decision never passes for
  * another generation's. (The buffer read is gen's or a newer one: the agent flips the
  * buffer before it bumps the generation.)
  */
@@ -182,6 +275,8 @@ uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen)
 		if (fl & UC_ENTRY_REPLICA)
 			ff |= UC_FF_REPLICA;
 	}
+	ff |= (atomic_load_explicit(&e->sample, memory_order_relaxed) & UC_FF_SCALE_MASK)
+	      << UC_FF_SCALE_SHIFT;
 done:
 	atomic_store_explicit(&e->decision, gen << 8 | ff, memory_order_release);
 	return ff;

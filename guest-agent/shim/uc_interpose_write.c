@@ -62,6 +62,7 @@ static ssize_t uc_do_pwrite(int fd, const void *buf, size_t n, int64_t off, int 
 	c.file_id = uc_fd_id(e);
 	c.chunk_size = uc_t.tp.chunk_size;
 	c.nt = 0;
+	c.scale = 0; /* writes are never sampled: their descriptors are not read-only */
 	c.run_ff = UC_RUN_SEALED; /* a write's run takes no read on the fast path */
 	c.run_home = c.run_fresh = UC_NO_HOME;
 	uc_post(fd, &c, r, cur, 1, 0);

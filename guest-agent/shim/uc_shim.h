@@ -291,6 +291,8 @@ struct uc_params {
 	uint64_t chunk_size;     /* bytes, a power of two; 0: no valid table */
 	uint64_t min_read_size;
 	uint32_t flags;          /* UC_TABLE_* */
+	uint32_t sample_bytes;   /* the open sample (uc_table_buf): files up to this size */
+	uint8_t sample_shift;    /* are counted in one open of 2^sample_shift (0: all) */
 };
 
 /*
@@ -308,6 +310,8 @@ struct uc_run {
 	uint32_t lo_runs, cur_runs;
 	uint32_t calls, writes, nt;   /* writes and nt_reads: of a one-chunk run only */
 	int fd, cpu;
+	uint8_t scale;                /* its runs and bytes go out multiplied by 2^scale (a
+				       * sampled open's, uc_fd_known) */
 };
 
 /*
@@ -347,6 +351,7 @@ struct uc_thread {
 	int run_fd;
 	int registered;          /* the thread-exit flush of its run is set up */
 	uint8_t run_pend;        /* run_file is a stand-in: its descriptor's file is not known */
+	uint8_t run_scale;       /* log2 its counts are multiplied by when sent (uc_run.scale) */
 } __attribute__((aligned(64)));
 
 _Static_assert(offsetof(struct uc_thread, tp) == 64, "a run's call reads one line");
@@ -416,6 +421,7 @@ struct uc_hit {
 int uc_lookup(uint64_t file_id, uint64_t off, struct uc_hit *h);
 int uc_lookup_cached(uint64_t gen, uint64_t file_id, uint64_t off, struct uc_hit *h);
 uint32_t uc_file_flags(uint64_t file_id);
+int uc_file_unnamed(uint64_t file_id);
 
 /* --- guest NUMA nodes (uc_nodes.c) ---------------------------------------------------- */
 

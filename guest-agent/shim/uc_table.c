@@ -60,14 +60,14 @@ static const struct uc_entry *uc_probe(const struct uc_entry *e, uint32_t nbucke
 }
 
 /*
- * Bring this thread's parameters to generation `gen`: chunk size, min_read_size and flags
- * of the active buffer (chunk_size 0 when it holds no valid table). 0 when they could not
+ * Bring this thread's parameters to generation `gen`: chunk size, min_read_size, flags and
+ * the open sample of the active buffer (chunk_size 0 when it holds no valid table). 0 when they could not
  * be read consistently (retried on the next call).
  */
 int uc_params_refresh(uint64_t gen)
 {
 	const struct uc_tbl_view *tv = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
-	struct uc_params p = {0, 0, 0};
+	struct uc_params p = {0, 0, 0, 0, 0};
 
 	UC_WITH_BUFFER(tv, b, e, {
 		uint64_t cs = __atomic_load_n(&b->chunk_size, __ATOMIC_RELAXED);
@@ -76,7 +76,11 @@ int uc_params_refresh(uint64_t gen)
 		p.flags = __atomic_load_n(&b->flags, __ATOMIC_RELAXED);
 		p.chunk_size = (p.flags & UC_TABLE_VALID) && cs && !(cs & (cs - 1)) ? cs : 0;
 		p.min_read_size = __atomic_load_n(&b->min_read_size, __ATOMIC_RELAXED);
+		p.sample_bytes = __atomic_load_n(&b->sample_bytes, __ATOMIC_RELAXED);
+		p.sample_shift = __atomic_load_n(&b->sample_shift, __ATOMIC_RELAXED);
 	});
+	if (p.sample_shift > UC_SAMPLE_SHIFT_MAX) /* not the agent's: count every open */
+		p.sample_shift = 0;
 	return 0;
 done:
 	uc_t.tp = p;
@@ -177,4 +181,24 @@ uint32_t uc_file_flags(uint64_t file_id)
 	return UINT32_MAX;
 done:
 	return fl;
+}
+
+/* Does the table surely not name the file? Its buffer's file filter alone (no probe of the
+ * entries): 1 when the filter does not hold it, 0 when it may (or the table could not be
+ * read consistently). For the open sample's skip (uc_fdcache.c), which costs one open of a
+ * file the filter clears nothing but the filter's two bits. */
+int uc_file_unnamed(uint64_t file_id)
+{
+	const struct uc_tbl_view *tv = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
+	int clear = 0;
+
+	if (!tv)
+		return 0;
+	UC_WITH_BUFFER(tv, b, e, {
+		(void)e;
+		clear = !uc_filter_may_hold(b, file_id);
+	});
+	return 0;
+done:
+	return clear;
 }
