@@ -17,6 +17,7 @@
  *   uc_bench_libc.c    libc's own functions (the "without" path)
  *   uc_bench_file.c    the file cells: read, pread, readv, fread; seq and reread
  *   uc_bench_chan.c    the pipe and socket cells: write + read
+ *   uc_bench_files.c   the files cell: open, fstat, read to EOF, close, file after file
  *   uc_bench_spawn.c   process-level alternation: posix_spawn + wait under two preloads
  */
 #ifndef UC_BENCH_H
@@ -25,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -74,6 +76,9 @@ struct ucb_libc {
 	ssize_t (*write)(int, const void *, size_t);
 	size_t (*fread)(void *, size_t, size_t, FILE *);
 	int (*fseek)(FILE *, long, int);
+	int (*open)(const char *, int, ...);
+	int (*fstat)(int, struct stat *);
+	int (*close)(int);
 };
 extern struct ucb_libc ucb_libc;
 int ucb_libc_init(void);
@@ -119,6 +124,24 @@ extern const char *const ucb_chan_names[2];
 #define UCB_CHAN_CALLS 64
 int ucb_chan_open(struct ucb_chan_cell *c, enum ucb_chan_kind kind, size_t size);
 void ucb_chan_close(struct ucb_chan_cell *c);
+
+/* uc_bench_files.c */
+struct ucb_files {
+	char **paths;    /* the directory's regular files, in name order */
+	size_t npaths;
+	size_t next;     /* the next block's first file: both paths share it (uc_bench_files.c) */
+	void *buf;       /* page-aligned, rounded up to whole pages, at least size bytes */
+	size_t buf_size;
+	off_t size;      /* every file's size */
+};
+struct ucb_files_cell {
+	struct ucb_files files;
+	struct ucb_pair pair;
+};
+#define UCB_FILES_CALLS 32 /* files per block */
+#define UCB_FILES_MAX 4096 /* files a directory may hold */
+int ucb_files_open(struct ucb_files_cell *c, const char *dir, size_t size);
+void ucb_files_close(struct ucb_files_cell *c);
 
 /* the subcommands */
 int ucb_cmd_budget(int argc, char **argv);

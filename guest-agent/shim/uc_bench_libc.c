@@ -23,7 +23,8 @@ int ucb_libc_init(void)
 	if (!libc_handle)
 		return -1;
 	if (!LIBC_FN(read) || !LIBC_FN(pread) || !LIBC_FN(readv) || !LIBC_FN(lseek) ||
-	    !LIBC_FN(write) || !LIBC_FN(fread) || !LIBC_FN(fseek))
+	    !LIBC_FN(write) || !LIBC_FN(fread) || !LIBC_FN(fseek) || !LIBC_FN(open) ||
+	    !LIBC_FN(fstat) || !LIBC_FN(close))
 		return -1;
 	return 0;
 }

@@ -49,7 +49,7 @@ def test_splice_adds_a_missing_block_at_the_end(rec: ModuleType) -> None:
 
 def test_a_json_without_its_schema_is_refused_naming_what_lacks(rec: ModuleType) -> None:
     shim = rec.bench_named("shim")
-    with pytest.raises(BenchError, match="lacks budgets, cpu, rounds"):
+    with pytest.raises(BenchError, match="lacks budgets, cpu, files, rounds"):
         rec.check_schema(shim, {"cells": [], "fds": [], "spawn": [], "seconds": 1})
     with pytest.raises(BenchError, match="no benchmark 'nope'"):
         rec.bench_named("nope")
@@ -74,7 +74,7 @@ def test_the_shim_block_is_one_row_group_per_table_then_fds_starts_budgets(
                         "floor": {"low_ns": -1.0, "median_ns": 2.5, "high_ns": 4.0}},
                        {"case": "unplaced-4k", "limit_ns": 15.0, "upper_ns": None,
                         "met": None}],
-           "cpu": 1, "seconds": 0.25, "rounds": 3}
+           "files": [], "cpu": 1, "seconds": 0.25, "rounds": 3}
     head, rows = rec.bench_named("shim").render(rec.check_schema(rec.bench_named("shim"), doc))
     assert head == ("table", "call: added ns per call [95 % CI]", "512 B", "4 KiB")
     assert rows[0] == ("placed", "read seq", "+0.5 [-0.5, +1.5]", "+4.0 [+3.0, +5.0]")
@@ -90,6 +90,43 @@ def test_the_shim_block_is_one_row_group_per_table_then_fds_starts_budgets(
     assert rows[12][1:3] == ("placed-4k <= 40 ns", "upper 5.0: met; floor +2.5 [-1.0, +4.0]")
     assert rows[13][1:3] == ("unplaced-4k <= 15 ns", "not run")
     assert all(len(r) == len(head) for r in rows)
+
+
+def _files(sample: str, max_bytes: int, shift: int, size: int, added: float
+           ) -> dict[str, object]:
+    return {"sample": sample, "sample_bytes": max_bytes, "sample_shift": shift, "size": size,
+            **_figures(added)}
+
+
+def test_the_shim_block_ends_with_the_files_table_and_what_it_measures(
+    rec: ModuleType
+) -> None:
+    shim = rec.bench_named("shim")
+    files = [_files("agent", 65536, 3, s, 300.0) for s in (4096, 65536)]
+    files += [_files("every", 0, 0, s, 600.0) for s in (4096, 65536)]
+    files += [_files("never", 65536, 15, 4096, 100.0)]  # no 64 KiB cell: an empty cell
+    files[1]["control_ci_low_ns"] = -40.0  # agent 64 KiB: the widest control of its size
+    doc = {"cells": [{"kind": "read", "size": 4096, "pattern": "seq", "table": "none",
+                      **_figures(4.0)}], "fds": [], "spawn": [], "budgets": [],
+           "files": files, "files_per_dir": 256, "table_entries": 8192}
+    body = rec.block(shim, doc, "2026-11-29 12:00 UTC", (0.5, 0.5))
+    calls, text, table = body.split("\n\n")[-3:]
+    assert calls.startswith("| table | call: added ns per call")
+    assert text.startswith("Files: what a program that reads many small files (tar")
+    assert "256 page-cached files" in text and "8,192 entries" in text
+    assert table.splitlines() == [
+        "| files | open sample: added ns per file [95 % CI] | 4 KiB | 64 KiB |",
+        "|---|---|---|---|",
+        "| files | agent: 1 in 8 opens of files up to 64 KiB counted | +300.0 [+299.0, +301.0] "
+        "| +300.0 [+299.0, +301.0] |",
+        "| files | every: every open counted | +600.0 [+599.0, +601.0] | +600.0 [+599.0, "
+        "+601.0] |",
+        "| files | never: 1 in 32,768 opens of files up to 64 KiB counted | +100.0 [+99.0, "
+        "+101.0] |  |",
+        "| files | control (null preload): its widest | +0.2 [-0.5, +3.0] | +0.2 [-40.0, "
+        "+3.0] |"]
+    # a run of before the files cells: the calls' table alone
+    assert rec.block(shim, {**doc, "files": []}, "when", (0.5, 0.5)).endswith(calls)
 
 
 def test_every_benchmark_has_a_tiny_size_and_a_block(rec: ModuleType) -> None:
@@ -118,6 +155,10 @@ def test_record_runs_the_shim_and_simulator_benchmarks_tiny_into_json_and_blocks
     assert "old table" not in page
     assert "unicache bench shim --rounds 25 --quick --rounds 1 --json" in page
     assert "| placed | read seq |" in page and "| budget | unplaced-4k <= 15 ns |" in page
+    # the files cells, --quick's one size under each open sample
+    assert {(f["sample"], f["size"]) for f in shim["files"]} == {
+        ("agent", 16384), ("every", 16384), ("never", 16384)}
+    assert "| files | every: every open counted |" in page
     assert "unicache-sim bench --accesses 200000 --repeats 1 --json" in page
     for name in ("shim", "sim"):
         assert page.count(f"<!-- bench:{name} -->") == page.count(f"<!-- /bench:{name} -->") == 1

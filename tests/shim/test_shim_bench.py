@@ -18,16 +18,18 @@ from types import ModuleType
 import pytest
 from typer.testing import CliRunner
 from unicache.bench import shim as shim_bench_module
-from unicache.bench import shim_cells, shim_stats, shim_tables
+from unicache.bench import shim_cells, shim_files, shim_stats, shim_tables
 from unicache.cli import bench
 from unicache.cli.bench import app
 from unicache.errors import BenchError
 
 from tests.shim.shimtools import SHIM_DIR
 
-CELL_KEYS = {"kind", "size", "pattern", "table", "added_ns", "ci_low_ns", "ci_high_ns",
-             "ratio", "with_ns", "without_ns", "control_ns", "control_ci_low_ns",
-             "control_ci_high_ns", "blocks"}
+FIGURE_KEYS = {"added_ns", "ci_low_ns", "ci_high_ns", "ratio", "with_ns", "without_ns",
+               "control_ns", "control_ci_low_ns", "control_ci_high_ns", "blocks",
+               "round_added_ns"}
+CELL_KEYS = {"kind", "size", "pattern", "table", *FIGURE_KEYS}
+FILES_KEYS = {"size", "sample", "sample_bytes", "sample_shift", "table", *FIGURE_KEYS}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,18 @@ def test_bench_shim_quick_json_has_every_figure(shim_bench: ModuleType) -> None:
     # the shim ran: it counted the bench file's reads under both tables that name files
     assert fig["counted_reads"]["placed"] > 0 and fig["counted_reads"]["unplaced"] > 0
     assert fig["table_entries"] == 8192 and fig["rounds"] == 1
+    # the files cells: --quick's one size under each open sample, ns per file
+    assert [(f["sample"], f["size"]) for f in fig["files"]] == [
+        ("agent", 16384), ("every", 16384), ("never", 16384)]
+    assert [(f["sample_bytes"], f["sample_shift"]) for f in fig["files"]] == [
+        (65536, 3), (0, 0), (65536, 15)]
+    for f in fig["files"]:
+        assert set(f) >= FILES_KEYS and f["table"] == f"unplaced/{f['sample']}", f
+        _ordered(f)
+        # a file is an open, an fstat, two reads and a close: more than a read call
+        assert f["without_ns"] > 100 and abs(f["control_ns"]) < f["without_ns"] / 2, f
+    # with every open counted, the shim counted the files' reads
+    assert fig["files_counted_reads"]["every"] > 0 and fig["files_per_dir"] == 256
 
 
 def test_a_shim_that_counted_nothing_fails_the_bench(
@@ -89,7 +103,17 @@ def test_a_shim_that_counted_nothing_fails_the_bench(
     with pytest.raises(BenchError, match="counted no reads of the bench file under the "
                                          "unplaced table"):
         shim_bench.run_shim_bench((4096,), ("read",), ("seq",), ("unplaced",), seconds=0.02,
-                                  rounds=1, fds=False, spawn=False)
+                                  rounds=1, fds=False, spawn=False, file_sizes=())
+
+
+def test_a_shim_that_counted_no_file_with_every_open_counted_fails_the_bench(
+    shim_bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shim_tables.TableState, "reads_counted", lambda _: 0)
+    with pytest.raises(BenchError, match="counted no reads of the files cells' files with "
+                                         "every open counted"):
+        shim_bench.run_shim_bench((4096,), ("read",), ("seq",), ("none",), seconds=0.02,
+                                  rounds=1, fds=False, spawn=False, file_sizes=(4096,))
 
 
 def test_a_driver_not_under_the_shim_is_refused(shim_bench: ModuleType,
@@ -118,6 +142,32 @@ def test_the_driver_and_the_statistics_agree(shim_bench: ModuleType, tmp_path: P
     for mine, its in ((pair.added, "added_ns"), (pair.ci_low, "ci_low_ns"),
                       (pair.ci_high, "ci_high_ns"), (pair.with_, "with_ns")):
         assert mine == pytest.approx(doc[its], abs=2e-3), its
+
+
+def test_the_files_cell_reads_every_file_whole_and_refuses_a_wrong_one(
+    shim_bench: ModuleType, tmp_path: Path
+) -> None:
+    files = shim_files.make_files(tmp_path, 4096)
+    assert len(list(files.iterdir())) == shim_files.FILES_PER_DIR
+    cell = [str(SHIM_DIR / "uc_bench"), "cell", "--kind", "files", "--size", "4096",
+            "--seconds", "0.02", "--blocks"]
+    out = subprocess.run([*cell, "--dir", str(files)], capture_output=True, text=True,
+                         check=True)
+    doc = json.loads(out.stdout)
+    # no preload: open and read are libc's; a block is 32 files, its figures ns per file
+    assert doc["kind"] == "files" and doc["pattern"] == "-" and doc["interposed"] is False
+    assert doc["calls_per_block"] == 32 and doc["blocks"] == len(doc["with_blocks"]) >= 2
+    pair = shim_stats.paired(doc["with_blocks"], doc["without_blocks"])
+    assert pair.added == pytest.approx(doc["added_ns"], abs=2e-3)
+    # a file of another size would not be one read and EOF: the directory is refused
+    (files / "f9999").write_bytes(b"x" * 4097)
+    bad = subprocess.run([*cell, "--dir", str(files)], capture_output=True, text=True,
+                         check=False)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == (f"uc_bench cell: cannot read the files of {files} (1 to "
+                                  "4096 readable regular files of exactly 4096 bytes)")
+    no_dir = subprocess.run(cell, capture_output=True, text=True, check=False)
+    assert no_dir.returncode == 2 and "[--dir D: for files]" in no_dir.stderr
 
 
 def test_the_interval_ranks_are_the_binomial_ones() -> None:
@@ -184,7 +234,14 @@ def test_uc_bench_budget_prints_its_cases_and_exits_by_them(shim_bench: ModuleTy
                         "not '4k'"),
     (["--kinds", "read,write"], "unicache bench shim: --kinds takes some of "
                                 "read,pread,readv,fread separated by commas, not 'read,write'"),
+    (["--file-sizes", "4096,131072"], "unicache bench shim: --file-sizes takes byte counts of "
+                                      "1 to 65536 (files an open sample covers) separated by "
+                                      "commas, or none, not '4096,131072'"),
+    (["--file-sizes", "4k"], "unicache bench shim: --file-sizes takes byte counts of 1 to "
+                             "65536 (files an open sample covers) separated by commas, or "
+                             "none, not '4k'"),
     (["--tables", "placed,", "--quick"], None),
+    (["--file-sizes", "none", "--quick"], None),
 ])
 def test_bench_shim_bad_option_is_one_line(args: list[str], line: str | None,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,10 +302,13 @@ def test_the_shim_bench_runs_an_installed_agents_shim(shim_bench: ModuleType,
         (kit / name).chmod(0o755)
     shutil.copytree(SHIM_DIR.parent / "unicache_agent", kit / "unicache_agent")
     res = CliRunner().invoke(app, ["shim", "--kinds", "read", "--sizes", "4096", "--patterns",
-                                   "seq", "--tables", "unplaced", "--rounds", "1", "--seconds",
-                                   "0.02", "--shim-dir", str(kit), "--json"])
+                                   "seq", "--tables", "unplaced", "--file-sizes", "4096",
+                                   "--rounds", "1", "--seconds", "0.02", "--shim-dir",
+                                   str(kit), "--json"])
     assert res.exit_code == 0, res.output
     fig = json.loads(res.stdout)
     assert [(c["kind"], c["size"], c["table"]) for c in fig["cells"]] == [
         ("read", 4096, "unplaced")]
     assert fig["counted_reads"]["unplaced"] > 0
+    assert [(f["sample"], f["size"]) for f in fig["files"]] == [
+        ("agent", 4096), ("every", 4096), ("never", 4096)]

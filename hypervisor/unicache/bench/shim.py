@@ -3,8 +3,9 @@
 For every cell of the matrix (shim_cells.py: kinds read, pread, readv, stdio fread; sizes
 512 B to 256 KiB; patterns ``seq``, sequential through a page-cached 16 MiB file, and
 ``reread``, the same first bytes again; table states ``placed``, ``unplaced``, ``none``,
-shim_tables.py), plus a pipe and a socketpair (4 KiB write + read) and process starts
-(/bin/true, ``python3 -c pass``), on this machine:
+shim_tables.py), plus a pipe and a socketpair (4 KiB write + read), small files (open,
+fstat, read to EOF, close per file, under three open samples: shim_files.py) and process
+starts (/bin/true, ``python3 -c pass``), on this machine:
 
 * ``added_ns``: the median over samples of (ns per call through the preloaded function
   - ns per call through libc's own), in one process pinned to one CPU (the driver
@@ -51,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from unicache.bench import shim_cells, shim_tables
+from unicache.bench import shim_cells, shim_files, shim_tables
 from unicache.errors import BenchError, ConfigError
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class ShimBenchResult:
 
     :param cells: the matrix, table by table.
     :param fds: the pipe and socket cells.
+    :param files: the files cells (shim_files.py), size by size, sample by sample.
     :param spawn: the process starts.
     :param budgets: the budgets, met or not.
     :param cpu: the CPU every in-process cell was pinned to.
@@ -121,10 +123,13 @@ class ShimBenchResult:
     :param rounds: rounds (processes per cell and preload).
     :param table_entries: entries of the placed and unplaced tables.
     :param counted_reads: reads of the bench file the shim counted, per table state.
+    :param files_counted_reads: reads of the files cells' files the shim counted, per open
+        sample (every one under ``every``; practically none under ``never``).
     """
 
     cells: tuple[shim_cells.CellResult, ...]
     fds: tuple[shim_cells.FdResult, ...]
+    files: tuple[shim_files.FilesResult, ...]
     spawn: tuple[shim_cells.SpawnResult, ...]
     budgets: tuple[BudgetResult, ...]
     cpu: int
@@ -132,15 +137,19 @@ class ShimBenchResult:
     rounds: int
     table_entries: int
     counted_reads: dict[str, int]
+    files_counted_reads: dict[str, int]
 
     def as_json(self) -> dict[str, Any]:
         """The JSON ``unicache bench shim --json`` prints."""
         return {"cells": [c.as_json() for c in self.cells],
                 "fds": [f.as_json() for f in self.fds],
+                "files": [f.as_json() for f in self.files],
                 "spawn": [s.as_json() for s in self.spawn],
                 "budgets": [b.as_json() for b in self.budgets],
                 "cpu": self.cpu, "seconds": self.seconds, "rounds": self.rounds,
                 "table_entries": self.table_entries, "counted_reads": self.counted_reads,
+                "files_counted_reads": self.files_counted_reads,
+                "files_per_dir": shim_files.FILES_PER_DIR,
                 "file_size": shim_tables.FILE_SIZE, "chunk_size": shim_tables.CHUNK_SIZE,
                 "min_read_size": shim_tables.MIN_READ_SIZE}
 
@@ -208,10 +217,12 @@ def build_shim(kit: ShimKit | None = None) -> ShimKit:
     return kit
 
 
-def steps(matrix: shim_cells.Matrix, rounds: int, fds: bool = True, spawn: bool = True) -> int:
-    """Progress steps of a run (one per cell, fd cell and start kind, per round)."""
+def steps(matrix: shim_cells.Matrix, rounds: int, fds: bool = True, spawn: bool = True,
+          file_sizes: Sequence[int] = shim_files.FILE_SIZES) -> int:
+    """Progress steps of a run (one per cell, fd cell, files cell and start kind, per
+    round)."""
     return rounds * (len(matrix.cells()) + (len(shim_cells.FD_KINDS) if fds else 0)
-                     + (2 if spawn else 0))
+                     + len(shim_files.cells(tuple(file_sizes))) + (2 if spawn else 0))
 
 
 def _is_budget_cell(kind: str, size: int, pattern: str, table: str) -> bool:
@@ -249,6 +260,7 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
                    tables: Sequence[str] = shim_tables.TABLE_STATES,
                    seconds: float = 0.15, rounds: int = 9, fds: bool = True,
                    spawn: bool = True,
+                   file_sizes: Sequence[int] = shim_files.FILE_SIZES,
                    tick: Callable[[str], None] = lambda _: None,
                    shim_dir: Path | None = None) -> ShimBenchResult:
     """Measure what the calls of the matrix pay under the shim, against the control.
@@ -261,6 +273,7 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     :param rounds: processes per cell and preload (alternating shim and control).
     :param fds: also the pipe and socket cells.
     :param spawn: also the process starts.
+    :param file_sizes: the files cells' sizes, each under every open sample (none: none).
     :param tick: called before each step (its description; :func:`steps` counts them).
     :param shim_dir: the shim to measure (:func:`locate_shim`).
     :returns: the figures.
@@ -269,6 +282,7 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     """
     matrix = shim_cells.Matrix(tuple(sizes), tuple(kinds), tuple(patterns),
                                tuple(tables)).check()
+    files_cells = shim_files.cells(shim_files.checked_sizes(tuple(file_sizes)))
     if not 1 <= rounds <= 100 or not 0 < seconds <= 60:
         raise ConfigError(f"--rounds takes 1 to 100 and --seconds more than 0 up to 60, not "
                           f"{rounds} and {seconds:g}")
@@ -283,23 +297,41 @@ def run_shim_bench(sizes: Sequence[int] = shim_cells.SIZES,
     with tempfile.TemporaryDirectory(prefix="unicache-bench-", dir=_scratch_dir()) as tmp:
         data = Path(tmp) / "data"
         data.write_bytes(os.urandom(shim_tables.FILE_SIZE))
+        dirs = {s: shim_files.make_files(Path(tmp), s)
+                for s in dict.fromkeys(c.size for c in files_cells)}
+        samples = shim_tables.OPEN_SAMPLES if files_cells else ()
         bench_tables = shim_tables.BenchTables(shm, counters, writer, Path(tmp), data,
-                                                  matrix.tables)
+                                                  matrix.tables, samples)
         try:
             run = _Run(driver, data, bench_tables, seconds, rounds, tick)
             cells = tuple(run.cell(c) for c in matrix.cells())
             fd_state = "placed" if "placed" in matrix.tables else matrix.tables[0]
             fd_results = (tuple(run.fd(k, fd_state) for k in shim_cells.FD_KINDS)
                           if fds else ())
+            files = tuple(run.files(c, dirs[c.size]) for c in files_cells)
             starts = (run.spawn("exec", ("/bin/true",), fd_state),
                       run.spawn("interpreter", (shim_cells.interpreter(), "-c", "pass"),
                                 fd_state)) if spawn else ()
             counted = _check_counted(bench_tables, matrix)
+            files_counted = _check_files_counted(bench_tables, samples)
             entries = max((s.entries for s in bench_tables.states.values()), default=0)
         finally:
             bench_tables.close()
-    return ShimBenchResult(cells, fd_results, starts, _budgets(cells, fd_results), cpu,
-                           seconds, rounds, entries, counted)
+    return ShimBenchResult(cells, fd_results, files, starts, _budgets(cells, fd_results),
+                           cpu, seconds, rounds, entries, counted, files_counted)
+
+
+def _check_files_counted(bench_tables: shim_tables.BenchTables,
+                         samples: Sequence[str]) -> dict[str, int]:
+    """Reads of the files cells' files the shim counted per open sample; with every open
+    counted there must be some, or the shim did not run (or did not see its table)."""
+    counted = {s: bench_tables.states[shim_tables.sampled_state(s)].reads_counted()
+               for s in samples}
+    if counted.get("every") == 0:
+        raise BenchError("the shim counted no reads of the files cells' files with every "
+                         "open counted: it did not run under LD_PRELOAD, or did not map the "
+                         "table")
+    return counted
 
 
 def _check_counted(bench_tables: shim_tables.BenchTables,
@@ -307,7 +339,8 @@ def _check_counted(bench_tables: shim_tables.BenchTables,
     """Reads of the bench file the shim counted per table; a table whose seq reads ran
     must have some, or the shim did not run (or did not see its table)."""
     counted = {}
-    for name, state in bench_tables.states.items():
+    for name in matrix.tables:
+        state = bench_tables.states[name]
         if state.harvester is None:
             continue
         counted[name] = state.reads_of_file()
@@ -359,6 +392,14 @@ class _Run:
         return shim_cells.FdResult(kind, size, table, shim.paired(), control.paired(),
                                    tuple(shim.run_medians),
                                    None if floor is None else floor.paired())
+
+    def files(self, cell: shim_files.FilesCell, directory: Path) -> shim_files.FilesResult:
+        state = self.tables.states[cell.table]
+        shim, control, _ = self._pools(cell.label(), lambda preload: self.driver.cell(
+            "files", cell.size, "-", directory, self.seconds, preload, state.env))
+        return shim_files.FilesResult(cell, state.sample.max_bytes, state.sample.shift,
+                                      shim.paired(), control.paired(),
+                                      tuple(shim.run_medians))
 
     def spawn(self, kind: str, command: tuple[str, ...], table: str) -> shim_cells.SpawnResult:
         env, d = self.tables.states[table].env, self.driver

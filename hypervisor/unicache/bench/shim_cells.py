@@ -30,8 +30,9 @@ PATTERNS = ("seq", "reread")
 SIZES = (512, 4096, 16384, 65536, 262144)
 FD_KINDS = ("pipe", "socket")
 FD_SIZE = 4096
-#: kinds whose function the shim interposes (fread reads through libc's internal read)
-INTERPOSED = frozenset({"read", "pread", "readv", "pipe", "socket"})
+#: kinds whose function the shim interposes (fread reads through libc's internal read; the
+#: files cell is open, fstat, read and close: shim_files.py)
+INTERPOSED = frozenset({"read", "pread", "readv", "pipe", "socket", "files"})
 #: kinds the floor (libuc_floor.so) interposes: read, and a pipe's or socket's write + read
 FLOOR_KINDS = frozenset({"read", "pipe", "socket"})
 #: the seq blocks are 1 MiB (uc_bench.h): sizes that divide it
@@ -48,10 +49,11 @@ class Cell:
     table: str
 
     def label(self) -> str:
-        return f"{self.kind} {_size_text(self.size)} {self.pattern} {self.table}"
+        return f"{self.kind} {size_text(self.size)} {self.pattern} {self.table}"
 
 
-def _size_text(size: int) -> str:
+def size_text(size: int) -> str:
+    """``512 B``, ``4 KiB``."""
     return f"{size // 1024} KiB" if size >= 1024 else f"{size} B"
 
 
@@ -150,10 +152,16 @@ class Driver:
 
     def cell(self, kind: str, size: int, pattern: str, data: Path, seconds: float,
              preload: Path, table_env: dict[str, str]) -> dict[str, Any]:
-        """One ``uc_bench cell`` under ``preload``; its JSON, every sample included."""
+        """One ``uc_bench cell`` under ``preload``; its JSON, every sample included.
+
+        :param data: the file a read, pread, readv or fread cell reads; the directory of
+            the files cell (shim_files.py); not read by a pipe or socket cell.
+        """
         args = ["cell", "--kind", kind, "--size", str(size), "--seconds", f"{seconds:g}",
                 "--cpu", str(self.cpu), "--blocks"]
-        if kind not in FD_KINDS:
+        if kind == "files":
+            args += ["--dir", str(data)]
+        elif kind not in FD_KINDS:
             args += ["--pattern", pattern, "--file", str(data)]
         env = {**self.base_env, **table_env, "LD_PRELOAD": str(preload)}
         doc = self._run(args, env, timeout=4 * seconds + 120)
@@ -199,7 +207,9 @@ def _floor(floor: shim_stats.Paired | None) -> dict[str, Any]:
             "floor_ci_high_ns": round(floor.ci_high, 3)}
 
 
-def _stats(shim: shim_stats.Paired, control: shim_stats.Paired, unit: str) -> dict[str, Any]:
+def stats_json(shim: shim_stats.Paired, control: shim_stats.Paired, unit: str
+               ) -> dict[str, Any]:
+    """A comparison's JSON members: the shim's figures, then its control's."""
     return {f"added_{unit}": round(shim.added, 3), f"ci_low_{unit}": round(shim.ci_low, 3),
             f"ci_high_{unit}": round(shim.ci_high, 3), "ratio": round(shim.ratio, 5),
             f"with_{unit}": round(shim.with_, 3), f"without_{unit}": round(shim.without, 3),
@@ -227,7 +237,7 @@ class CellResult:
     def as_json(self) -> dict[str, Any]:
         c = self.cell
         return {"kind": c.kind, "size": c.size, "pattern": c.pattern, "table": c.table,
-                **_stats(self.shim, self.control, "ns"), **_floor(self.floor),
+                **stats_json(self.shim, self.control, "ns"), **_floor(self.floor),
                 "round_added_ns": [round(x, 3) for x in self.round_added]}
 
 
@@ -246,7 +256,7 @@ class FdResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "size": self.size, "table": self.table,
-                **_stats(self.shim, self.control, "ns"), **_floor(self.floor),
+                **stats_json(self.shim, self.control, "ns"), **_floor(self.floor),
                 "round_added_ns": [round(x, 3) for x in self.round_added]}
 
 
@@ -262,7 +272,7 @@ class SpawnResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "command": list(self.command), "table": self.table,
-                **_stats(self.shim, self.control, "us"), "count": self.shim.blocks}
+                **stats_json(self.shim, self.control, "us"), "count": self.shim.blocks}
 
 
 def interpreter() -> str:

@@ -83,6 +83,12 @@ def shim(
              "[default: both].")] = None,
     tables: Annotated[str | None, typer.Option(
         help="Table states, of placed,unplaced,none [default: all].")] = None,
+    file_sizes: Annotated[str | None, typer.Option(
+        help="Sizes of the files cells' small files, separated by commas, or none: per "
+             "file an open, fstat, read to EOF and close (what tar pays the shim per "
+             "file), under the unplaced table with each open sample: the agent's, every "
+             "open counted, practically none [default: 4096,16384,65536; --quick "
+             "16384].")] = None,
     seconds: Annotated[float | None, typer.Option(
         help="Seconds per cell, process and round [default: 0.15; --quick 0.05].")] = None,
     rounds: Annotated[int | None, typer.Option(
@@ -92,7 +98,8 @@ def shim(
              "--quick 1].")] = None,
     quick: Annotated[bool, typer.Option(
         help="A smoke run: 4 KiB and 64 KiB sequential read() under each table, pipes, "
-             "sockets and starts, briefly (options given still apply).")] = False,
+             "sockets, 16 KiB files under each open sample and starts, briefly (options "
+             "given still apply).")] = False,
     shim_dir: Annotated[Path | None, typer.Option(
         help="The shim to measure: a directory with libunicache.so, uc_bench, "
              "libuc_null.so, libuc_floor.so and unicache_agent/ [default: the source "
@@ -106,27 +113,30 @@ def shim(
     CPU, blocks through the preloaded function alternating with blocks through libc's
     own; the figure is the median of the paired differences with its 95 % interval, the
     ratio libc's ns over the preloaded one's, and the control the same cell under a
-    preload that does nothing (the method's zero). Then pipes and sockets, process starts,
-    and the shim's budgets, met or not (docs/PERFORMANCE.md).
+    preload that does nothing (the method's zero). Then pipes and sockets, small files
+    (ns per file), process starts, and the shim's budgets, met or not
+    (docs/PERFORMANCE.md).
     """
     from rich.progress import Progress
 
     try:
         from unicache.bench import shim as bench
-        from unicache.bench import shim_cells
+        from unicache.bench import shim_cells, shim_files
 
         matrix = shim_cells.matrix_of(sizes, kinds, patterns, tables, quick)
+        files = shim_files.file_sizes_of(file_sizes, quick)
         secs = seconds if seconds is not None else (0.05 if quick else 0.15)
         nrounds = rounds if rounds is not None else (1 if quick else 9)
         with Progress(console=_err, transient=True) as progress:
-            task = progress.add_task("shim cells", total=max(bench.steps(matrix, nrounds), 1))
+            task = progress.add_task("shim cells", total=max(
+                bench.steps(matrix, nrounds, file_sizes=files), 1))
 
             def tick(what: str) -> None:
                 progress.update(task, advance=1, description=f"shim: {what}")
 
             res = bench.run_shim_bench(matrix.sizes, matrix.kinds, matrix.patterns,
-                                       matrix.tables, seconds=secs, rounds=nrounds, tick=tick,
-                                       shim_dir=shim_dir)
+                                       matrix.tables, seconds=secs, rounds=nrounds,
+                                       file_sizes=files, tick=tick, shim_dir=shim_dir)
     except UnicacheError as err:
         _fail("shim", err)
     if json_out:
@@ -157,6 +167,8 @@ def _print_shim(res: ShimBenchResult) -> None:
                       _ci(s.added, s.ci_low, s.ci_high) + " us", f"{s.ratio:.3f}",
                       _ci(k.added, k.ci_low, k.ci_high) + " us")
     out.print(table)
+    if res.files:
+        out.print(_files_table(res))
     budgets = Table(title="budgets (upper end of the 95 % interval, sequential calls)")
     for col in ("case", "limit ns", "upper ns", "met", "floor ns [95 % CI]"):
         budgets.add_column(col, justify="left" if col == "case" else "right")
@@ -166,6 +178,22 @@ def _print_shim(res: ShimBenchResult) -> None:
                         "not run" if b.met is None else ("yes" if b.met else "NO"),
                         "-" if b.floor is None else _ci(b.floor[1], b.floor[0], b.floor[2]))
     out.print(budgets)
+
+
+def _files_table(res: ShimBenchResult) -> Table:
+    """The files cells: added ns per file (open, fstat, read to EOF, close), by size and
+    open sample."""
+    from unicache.bench.shim_cells import size_text
+
+    table = Table(title="added cost per file (open, fstat, read to EOF, close) under the "
+                        "unplaced table, by open sample")
+    for col in ("files", "open sample", "added [95 % CI]", "ratio", "control [95 % CI]"):
+        table.add_column(col, justify="left" if col in ("files", "open sample") else "right")
+    for f in res.files:
+        s, k = f.shim, f.control
+        table.add_row(size_text(f.cell.size), f.cell.sample, _ci(s.added, s.ci_low, s.ci_high)
+                      + " ns", f"{s.ratio:.3f}", _ci(k.added, k.ci_low, k.ci_high) + " ns")
+    return table
 
 
 def _sizes(text: str, flag: str) -> list[int]:
