@@ -104,6 +104,7 @@ static inline uint8_t uc_ff_scale(uint32_t ff)
 extern struct uc_fd uc_fds[UC_FD_CACHE];
 
 void uc_fd_opened(int fd, int flags);
+int uc_fd_left_out(int fd, const struct stat *st);
 void uc_fd_known(int fd, const struct stat *st);
 int uc_fd_identify(int fd);
 void uc_fd_copy(int from, int to);

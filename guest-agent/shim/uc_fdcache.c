@@ -98,15 +98,28 @@ static inline int uc_fd_drawn(uint64_t opened, unsigned shift)
 	return ((opened >> 32) & ((1ull << shift) - 1u)) == 0;
 }
 
-/* The common case first, before any of the naming's work: an open the draw leaves out, of
- * a file the table's filter clears. 1 when it is left out: it passes from now on. */
-static int uc_fd_skip(int fd, struct uc_fd *e, const struct stat *st, uint64_t opened)
+/*
+ * The common case first, before any of the naming's work (uc_interpose_stat.c asks it
+ * before uc_fd_known): the program's stat of a descriptor an open* made says a regular
+ * file the sample may leave out, the draw leaves this open out, and the table names no
+ * file at all or its filter clears this one. 1 when it is left out: it passes from now on.
+ * No system call; errno untouched.
+ */
+int uc_fd_left_out(int fd, const struct stat *st)
 {
-	unsigned shift = uc_fd_sample_shift(e, (int64_t)st->st_size);
+	struct uc_fd *e = &uc_fds[fd]; /* the caller's uc_fd_unknown_file bounds fd */
+	uint64_t opened;
+	unsigned shift;
 
+	if (atomic_load_explicit(&e->state, memory_order_acquire) != UC_FD_OPENED ||
+	    !S_ISREG(st->st_mode) || !atomic_load_explicit(&uc.mapped, memory_order_acquire))
+		return 0;
+	shift = uc_fd_sample_shift(e, (int64_t)st->st_size);
+	opened = atomic_load_explicit(&e->opened_id, memory_order_relaxed);
 	if (!shift || uc_fd_drawn(opened, shift) ||
-	    !uc_file_unnamed(uc_file_id_of(atomic_load_explicit(&uc.salt, memory_order_relaxed),
-					   (uint64_t)st->st_dev, (uint64_t)st->st_ino)))
+	    (uc_t.tp.names_files &&
+	     !uc_file_unnamed(uc_file_id_of(atomic_load_explicit(&uc.salt, memory_order_relaxed),
+					    (uint64_t)st->st_dev, (uint64_t)st->st_ino))))
 		return 0;
 	atomic_store_explicit(&e->state, UC_FD_PASS, memory_order_release);
 	uc_pend_known(fd, opened, 0); /* reads before the stat: a left-out open's, dropped */
@@ -156,11 +169,6 @@ void uc_fd_known(int fd, const struct stat *st)
 		return; /* the process's first file: is the shim on here? */
 	if (state == UC_FD_OPENED) {
 		opened = atomic_load_explicit(&e->opened_id, memory_order_relaxed);
-		if (S_ISREG(st->st_mode) && atomic_load_explicit(&uc.mapped, memory_order_acquire) &&
-		    uc_fd_skip(fd, e, st, opened)) {
-			errno = saved;
-			return;
-		}
 		pos = atomic_load_explicit(&e->pos, memory_order_relaxed);
 	} else if (state == UC_FD_UNKNOWN && fd < 3 && S_ISREG(st->st_mode)) {
 		opened = 0;

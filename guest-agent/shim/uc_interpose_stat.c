@@ -28,10 +28,11 @@ int uc_real_fstat(int fd, struct stat *st)
 	return (int)UC_REAL(syscall)(SYS_fstat, fd, (long)(uintptr_t)st, 0, 0, 0, 0);
 }
 
-/* after a stat of fd that returned r into st: the file, when the shim waits to know it */
+/* after a stat of fd that returned r into st: the file, when the shim waits to know it
+ * (unless the table's open sample leaves this open out: uc_fd_left_out) */
 static inline int uc_stat_seen(int fd, int r, const struct stat *st)
 {
-	if (r == 0 && uc_fd_unknown_file(fd))
+	if (r == 0 && uc_fd_unknown_file(fd) && !uc_fd_left_out(fd, st))
 		uc_fd_known(fd, st);
 	return r;
 }
@@ -44,7 +45,13 @@ static inline int uc_names_fd(const char *path, int flags)
 
 UC_EXPORT int fstat(int fd, struct stat *st)
 {
-	return uc_stat_seen(fd, uc_real_fstat(fd, st), st);
+	uc_fstat_t f = uc_real.fstat; /* glibc 2.33 and later: resolved, called directly */
+
+	/* a descriptor the shim knows already (a program's second stat of its file), or one
+	 * it never learns from a stat: libc's, by a tail call */
+	if (__builtin_expect(f != NULL, 1) && !uc_fd_unknown_file(fd))
+		return f(fd, st);
+	return uc_stat_seen(fd, f ? f(fd, st) : uc_real_fstat(fd, st), st);
 }
 
 UC_EXPORT int fstat64(int fd, struct stat64 *st)
@@ -56,18 +63,26 @@ UC_EXPORT int fstat64(int fd, struct stat64 *st)
 	return uc_stat_seen(fd, f ? f(fd, s) : uc_real_fstat(fd, s), s);
 }
 
+/* fstatat of fd itself ("" with AT_EMPTY_PATH), in a frame of its own */
+static __attribute__((noinline)) int uc_fstatat_learn(uc_fstatat_t f, int dirfd,
+						       const char *path, struct stat *s, int flags)
+{
+	return uc_stat_seen(dirfd, f(dirfd, path, s, flags), s);
+}
+
+/* a path's stat (a program's lstat of each file it walks) is libc's, by a tail call */
 #define UC_FSTATAT(name, type)                                                      \
 	UC_EXPORT int name(int dirfd, const char *path, type *st, int flags)        \
 	{                                                                           \
 		struct stat *s = (struct stat *)(void *)st;                         \
 		uc_fstatat_t f = UC_REAL_SYM(name, #name);                          \
-		int r;                                                              \
-		if (!f) {                                                           \
+		if (__builtin_expect(!f, 0)) {                                      \
 			errno = ENOSYS;                                             \
 			return -1;                                                  \
 		}                                                                   \
-		r = f(dirfd, path, s, flags);                                       \
-		return uc_names_fd(path, flags) ? uc_stat_seen(dirfd, r, s) : r;    \
+		if (!uc_names_fd(path, flags))                                      \
+			return f(dirfd, path, s, flags);                            \
+		return uc_fstatat_learn(f, dirfd, path, s, flags);                  \
 	}
 UC_FSTATAT(fstatat, struct stat)
 UC_FSTATAT(fstatat64, struct stat64)

@@ -293,6 +293,7 @@ struct uc_params {
 	uint32_t flags;          /* UC_TABLE_* */
 	uint32_t sample_bytes;   /* the open sample (uc_table_buf): files up to this size */
 	uint8_t sample_shift;    /* are counted in one open of 2^sample_shift (0: all) */
+	uint8_t names_files;     /* the buffer has entries: its file filter may hold a file */
 };
 
 /*

@@ -67,7 +67,7 @@ static const struct uc_entry *uc_probe(const struct uc_entry *e, uint32_t nbucke
 int uc_params_refresh(uint64_t gen)
 {
 	const struct uc_tbl_view *tv = __atomic_load_n(&uc.table, __ATOMIC_ACQUIRE);
-	struct uc_params p = {0, 0, 0, 0, 0};
+	struct uc_params p = {0, 0, 0, 0, 0, 0};
 
 	UC_WITH_BUFFER(tv, b, e, {
 		uint64_t cs = __atomic_load_n(&b->chunk_size, __ATOMIC_RELAXED);
@@ -78,6 +78,7 @@ int uc_params_refresh(uint64_t gen)
 		p.min_read_size = __atomic_load_n(&b->min_read_size, __ATOMIC_RELAXED);
 		p.sample_bytes = __atomic_load_n(&b->sample_bytes, __ATOMIC_RELAXED);
 		p.sample_shift = __atomic_load_n(&b->sample_shift, __ATOMIC_RELAXED);
+		p.names_files = __atomic_load_n(&b->nentries, __ATOMIC_RELAXED) != 0;
 	});
 	if (p.sample_shift > UC_SAMPLE_SHIFT_MAX) /* not the agent's: count every open */
 		p.sample_shift = 0;

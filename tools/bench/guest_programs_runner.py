@@ -75,10 +75,12 @@ def table_state(shm: Any) -> dict[str, Any]:
         data = f.read()
     magic, layout, _salt, nbuckets, active = shm._HDR.unpack_from(data, 0)[:5]
     base = shm.buffer_offset(nbuckets, active)
-    _seq, version, chunk_size, _mrs, nentries, flags = shm._BUF.unpack_from(data, base)
+    (_seq, version, chunk_size, _mrs, nentries, flags, sample_bytes,
+     sample_shift) = shm._BUF.unpack_from(data, base)
     return {"path": path, "exists": True, "valid": magic == shm.TABLE_MAGIC,
             "layout": layout, "version": version, "chunk_size": chunk_size,
-            "entries": nentries, "flags": flags}
+            "entries": nentries, "flags": flags, "sample_bytes": sample_bytes,
+            "sample_shift": sample_shift}
 
 
 def counted(shm: Any, path: str) -> tuple[int, int, int, int]:
