@@ -25,9 +25,9 @@ from .shm import (
     AGENT_OPEN_SAMPLE,
     DEFAULT_COUNTERS,
     DEFAULT_TABLE,
-    EVERY_OPEN,
     CounterLayout,
     CpuNodes,
+    OpenSample,
 )
 from .table_writer import TableWriter
 
@@ -44,6 +44,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _open_sample(text: str) -> OpenSample:
+    """``--open-sample BYTES:SHIFT`` (argparse's one clear line and exit 2 otherwise)."""
+    try:
+        size, shift = text.split(":")
+        return OpenSample(int(size), int(shift))
+    except (ValueError, ShmError) as err:
+        raise argparse.ArgumentTypeError(
+            f"takes BYTES:SHIFT, files up to 4 GiB and a shift of 0 to 15, not {text!r}"
+        ) from err
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,11 +85,12 @@ def _parser() -> argparse.ArgumentParser:
                     metavar="PERCENT",
                     help="replica memory per node, in %% of the node's memory "
                          "(default %(default)g; 0 serves no replicas)")
-    ap.add_argument("--count-every-open", action="store_true",
-                    help="the shims count every open whole (default: one in "
-                         f"{1 << AGENT_OPEN_SAMPLE.shift} read-only opens of files up to "
-                         f"{AGENT_OPEN_SAMPLE.max_bytes // 1024} KiB, its counts scaled; "
-                         "docs/agent.md \"Counting\")")
+    ap.add_argument("--open-sample", type=_open_sample, metavar="BYTES:SHIFT",
+                    default=AGENT_OPEN_SAMPLE,
+                    help="which opens the shims count: one in 2^SHIFT read-only opens of "
+                         "files up to BYTES, its counts scaled by 2^SHIFT (default "
+                         f"{AGENT_OPEN_SAMPLE.max_bytes}:{AGENT_OPEN_SAMPLE.shift}; 0:0 counts "
+                         "every open whole; docs/agent.md \"The open sample\")")
     ap.add_argument("--fanotify", action="store_true",
                     help="also capture file reads of processes without the shim (needs root)")
     ap.add_argument("--nice", type=int, default=DEFAULT_NICE, choices=range(0, 20),
@@ -197,7 +209,7 @@ def _shared(args: argparse.Namespace, layout: CounterLayout,
         raise
     try:
         table = TableWriter(args.table, counters=layout, cpu_nodes=cpu_nodes,
-                            sample=EVERY_OPEN if args.count_every_open else AGENT_OPEN_SAMPLE)
+                            sample=args.open_sample)
     except ShmError as err:
         _raise_if_unusable(err, "--table", args.table)
         raise

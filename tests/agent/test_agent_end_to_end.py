@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,21 @@ def test_agent_runs_at_nice_19_so_the_guest_s_work_goes_first(tmp_path: Path) ->
     assert f"nice {max(19, os.getpriority(os.PRIO_PROCESS, 0))}" in res.stdout
 
 
+@pytest.mark.parametrize(("args", "sample"), [((), (64 * 1024, 3)),
+                                              (("--open-sample", "0:0"), (0, 0))],
+                         ids=["default", "every-open"])
+def test_the_agents_tables_carry_its_open_sample(tmp_path: Path, args: tuple[str, ...],
+                                                 sample: tuple[int, int]) -> None:
+    res = _agent("--socket", str(tmp_path / "absent.sock"), "--table", str(tmp_path / "t"),
+                 "--counters", str(tmp_path / "c"), "--duration", "0.2", *args)
+    assert res.returncode == 0, res.stderr
+    data = (tmp_path / "t").read_bytes()
+    nbuckets, active = struct.unpack_from("<II", data, 16)
+    base = 4096 + (active & 1) * (4096 + 64 * nbuckets)
+    # uc_table_buf's sample_bytes (u32) and sample_shift (u8) after its flags
+    assert struct.unpack_from("<IB", data, base + 40) == sample
+
+
 def _agent(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
     """Run the agent over stdio (no host) with ``args``; ``code`` runs first, in-process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "guest-agent")}
@@ -112,7 +128,9 @@ def _agent(*args: str, code: str = "") -> subprocess.CompletedProcess[str]:
     (("--stdio", "--socket", "/x"), "unicache-agent: argument --socket: not allowed with"),
     (("--no-such-flag",), "unicache-agent: unrecognized arguments: --no-such-flag"),
     (("--nice", "20"), "unicache-agent: argument --nice: invalid choice: 20"),
-], ids=["bad-value", "negative-duration", "exclusive-flags", "unknown-flag", "nice-over-19"])
+    (("--open-sample", "65536:16"), "unicache-agent: argument --open-sample: takes BYTES:SHIFT"),
+], ids=["bad-value", "negative-duration", "exclusive-flags", "unknown-flag", "nice-over-19",
+        "sample-shift-over-15"])
 def test_agent_bad_flag_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
     res = _agent(*args)
     assert res.returncode == 2

@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shlex
 import statistics
 import tempfile
@@ -356,7 +357,7 @@ def resolve_clock(clock: str, image: Any, state: Path) -> str:
 
 def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | None = None,
                        tick: Callable[[str], None] = lambda _: None,
-                       clock: str = "auto") -> GuestProgramsResult:
+                       clock: str = "auto", open_sample: str | None = None) -> GuestProgramsResult:
     """Run the benchmark (module docstring).
 
     :param rounds: timed rounds (each program W O O W or O W W O per round).
@@ -364,11 +365,16 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
     :param image_dir: the guest image (``None``: the project's, ``make image``).
     :param tick: told what just ended, once per :func:`steps`.
     :param clock: the guest's clock (:data:`CLOCKS`; ``auto``: :func:`resolve_clock`).
+    :param open_sample: ``BYTES:SHIFT``, the guest agent's ``--open-sample`` (None: its
+        default); the run's JSON says what the table carried (``table``).
     :raises BenchError: when an argument is out of range, the guest cannot run the programs,
         or a run proves nothing (module docstring).
     """
     if not 1 <= rounds <= MAX_ROUNDS:
         raise BenchError(f"--rounds takes 1 to {MAX_ROUNDS}, not {rounds}")
+    if open_sample is not None and not re.fullmatch(r"\d{1,10}:\d{1,2}", open_sample):
+        raise BenchError(f"--open-sample takes BYTES:SHIFT, not {open_sample!r}")
+    agent_args = (f"unicache.agent_args=--open-sample={open_sample}",) if open_sample else ()
     sizes = TINY if tiny else FULL
     progs = programs(sizes)
     base = {"agent_lib": AGENT_LIB, "shim": SHIM, "dir": DATA_DIR}
@@ -381,7 +387,8 @@ def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | No
             vm = QemuVm(VmConfig("ucbench-programs", vcpus=1 if icount else GUEST_VCPUS,
                                  memory_mib=GUEST_MEMORY_MIB, image_dir=image_dir,
                                  accel="tcg" if icount else None,
-                                 icount_shift=ICOUNT_SHIFT if icount else None),
+                                 icount_shift=ICOUNT_SHIFT if icount else None,
+                                 append=agent_args),
                         Path(tmp) / "vms")
             try:
                 vm.start()

@@ -343,6 +343,11 @@ def programs(
              "its work, the same from run to run whatever else the host does; wall: the "
              "host's clock (KVM where usable); auto: instructions under TCG, wall "
              "under KVM.")] = "auto",
+    open_sample: Annotated[str | None, typer.Option(
+        metavar="BYTES:SHIFT",
+        help="The guest agent's open sample (unicache-agent --open-sample): which opens "
+             "the shims count; 0:0 counts every open, 65536:15 practically no small "
+             "file's [default: the agent's own].")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Ordinary programs in a real guest, with and without the shim, nothing placed.
@@ -366,7 +371,8 @@ def programs(
             def tick(done: str) -> None:
                 progress.update(task, advance=1, description=f"programs bench: {done} done")
 
-            res = bench.run_guest_programs(rounds=rounds, tiny=tiny, tick=tick, clock=clock)
+            res = bench.run_guest_programs(rounds=rounds, tiny=tiny, tick=tick, clock=clock,
+                                           open_sample=open_sample)
     except UnicacheError as err:
         _fail("programs", err)
     if json_out:
