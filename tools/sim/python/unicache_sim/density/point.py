@@ -22,7 +22,7 @@ The point runs the product's path (docs/density.md "Method"):
    NCC, SCU) runs once per sampled interval, on every VM's report scaled to the daemon's
    round (``unicache_sim.guest.livetiming``: a window stands for the whole round), and each
    guest reads through its own
-   :class:`~unicache_sim.guest.simhost.GuestShim`. Under ``linux`` nothing decides. The host's
+   :class:`~unicache_sim.guest.shim.GuestShim`. Under ``linux`` nothing decides. The host's
    scheduler (``MultiHost``: wake-up, churn, idle pull) is the same under both.
 4. **Measurement.** ``warm_rounds`` intervals of warm-up, then ``measure_rounds``
    measured: requests that arrive in the measured intervals count (one more interval lets
@@ -56,7 +56,8 @@ from unicache_sim.density.tenant_threads import Tenants, TenantVm, Worker, add_d
 from unicache_sim.density.tenants import Flavor, Kind
 from unicache_sim.engine.config import SimConfig, from_topology
 from unicache_sim.guest.multihost import MultiHost
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 #: the policies a point runs under
 POLICIES = ("linux", "unicache")

@@ -19,7 +19,8 @@ from unicache.model import ChunkId
 from unicache_sim import _native
 from unicache_sim.density.tenants import Flavor, Kind, Workload
 from unicache_sim.guest.multihost import MultiHost
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 MIB = 1024 * 1024
 #: bytes a batch thread moves per step (the simulator's co-runners' step)

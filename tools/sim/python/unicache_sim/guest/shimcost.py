@@ -10,7 +10,7 @@ value (the shim's work does not grow with a call's length). Nanoseconds become c
 the measuring machine's clock, and those cycles are charged unchanged at the modelled
 clock, as :data:`~unicache_sim.engine.calibration.CYCLES_PER_BYTE` are: the shim's work is a few
 instructions and cache lines, not a wall-clock delay. A migration the shim makes is the
-model's migration cost, charged apart (:class:`~unicache_sim.guest.simhost.GuestShim`).
+model's migration cost, charged apart (:class:`~unicache_sim.guest.shim.GuestShim`).
 
 A file opened and read whole (:meth:`ShimCost.open_cycles`, charged once per open by
 :meth:`~unicache_sim.guest.simhost.GuestShim.open_file`) adds the shim's per-file work: the

@@ -35,7 +35,8 @@ from unicache_sim.experiments.dmc.costs import (
 )
 from unicache_sim.experiments.dmc.micro import CONTEXT_WORDS, pingpong
 from unicache_sim.guest import shimrule
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 MigrationMode = Literal["none", "push", "handoff"]
 #: the migration what-ifs (``none``: the model's own migration cost, the default)

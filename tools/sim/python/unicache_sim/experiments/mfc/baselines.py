@@ -39,7 +39,8 @@ from unicache_sim.engine.config import SimConfig
 from unicache_sim.experiments.dmc.whatif import LookupShim
 from unicache_sim.experiments.mfc.spec import MfcSpec
 from unicache_sim.guest.earlyreport import EarlyReports
-from unicache_sim.guest.simhost import GuestShim, SimHost, linux_float
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost, linux_float
 
 #: the VM the simulated threads belong to
 VM_NAME = "vm0"
