@@ -6,15 +6,22 @@ published table, let the shim's rule (``uc_decide.c``, mirrored by
 home vCPU or the next one no other reader claims, within the entry's migration budget per
 round), settle the claims, then read with caching or non-temporal loads; each call first
 pays what the real shim adds to it (:mod:`unicache_sim.guest.shimcost`).
+
+A program that opens a file (:meth:`GuestShim.open_file`) has the shim decide, when its
+fstat names the file, whether it counts the file and at what scale (the agent's per-open
+sampling, :mod:`unicache_sim.guest.opensample`), and pays the shim's per-file work; the
+calls on a file it skips pass straight through, as the calls of a guest without the shim.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Literal
 
 from unicache.model import ChunkId
 
-from unicache_sim.guest import shimrule
+from unicache_sim.guest import opensample, shimrule
+from unicache_sim.guest.opensample import AGENT_OPEN_SAMPLE, COUNTED_WHOLE, EVERY_OPEN, OpenFile
 from unicache_sim.guest.shimcost import SHIM_COST, ShimCost
 from unicache_sim.guest.simhost import SimHost
 
@@ -27,16 +34,29 @@ class GuestShim:
     vCPU, and the budgets start again with each report, as the agent's harvest resets the
     shim's per-chunk migration counts. Each call pays what the real shim adds to it
     (:mod:`~unicache_sim.guest.shimcost`: by what the table says of the chunk, and the call's
-    size), before its read.
+    size), before its read; each open, the shim's per-file work (:meth:`open_file`).
 
     :param host: the simulated host (its table is the guest's view).
     :param cost: the shim's cost per call (default: the shipped calibration,
         :data:`SHIM_COST`, as this module holds it when the shim is made).
+    :param sample: which opens the published tables sample (default: the agent's,
+        :data:`~unicache_sim.guest.opensample.AGENT_OPEN_SAMPLE`).
+    :param seed: the run's seed; the opens' draws are seeded by it and the VM, apart from
+        the run's other draws, so the same run draws the same and the workload's own
+        draws do not depend on the sampling.
     """
 
-    def __init__(self, host: SimHost, cost: ShimCost | None = None) -> None:
+    def __init__(
+        self,
+        host: SimHost,
+        cost: ShimCost | None = None,
+        sample: opensample.OpenSample = AGENT_OPEN_SAMPLE,
+        seed: int = 0,
+    ) -> None:
         self.host = host
         self.cost = cost if cost is not None else SHIM_COST
+        self.sample = sample
+        self._draws = random.Random(f"opens:{seed}:{host.vm}")
         self.claims = shimrule.ClaimTable(host.n_vcpus)
         self._allowed = (1 << host.n_vcpus) - 1  # every vCPU
         self._spent: dict[ChunkId, int] = {}
@@ -45,6 +65,27 @@ class GuestShim:
         self._pinned: set[int] = set()
         #: per thread, (chunk, end offset) of its last read (``uc_seq_file``, ``uc_seq_end``)
         self._seq: dict[int, tuple[ChunkId, int]] = {}
+
+    def open_file(self, tid: int, file: int, file_bytes: int, read_only: bool = True) -> OpenFile:
+        """Thread ``tid`` opens a file and the program's fstat names it: whether the shim
+        counts it, and at what scale (:func:`~unicache_sim.guest.opensample.decide`, on the
+        last published table), the thread charged the shim's per-file work
+        (:meth:`~unicache_sim.guest.shimcost.ShimCost.open_cycles`).
+
+        :param file: the file's id (its chunks' ``file_id``).
+        :param file_bytes: its size.
+        :param read_only: opened ``O_RDONLY``.
+        """
+        host = self.host
+        # one draw per open whatever the rule needs: the draws do not depend on the table
+        draw = self._draws.random()
+        # the sample is published in the table buffer: none yet, every open counted
+        sample = self.sample if host.table is not None else EVERY_OPEN
+        named = file in host.named_files
+        opened = opensample.open_file(opensample.decide(file_bytes, read_only, named, draw,
+                                                        sample))
+        host.engine.push_compute(tid, self.cost.open_cycles(opened.counted, file_bytes))
+        return opened
 
     def read_chunk(
         self,
@@ -55,15 +96,23 @@ class GuestShim:
         length: int,
         compute: float,
         file_bytes: int,
+        opened: OpenFile = COUNTED_WHOLE,
     ) -> None:
         """Queue one read call of thread ``tid`` inside one chunk (``length`` bytes at file
-        offset ``offset`` of a file of ``file_bytes``): run it where the rule says."""
+        offset ``offset`` of a file of ``file_bytes``): run it where the rule says.
+
+        :param opened: what :meth:`open_file` decided of the file (default: counted whole,
+            as a file the program keeps open is); a skipped file's call is its read alone.
+        """
         host = self.host
+        if not opened.counted:  # straight to libc: no count, no table, no cost, no rule
+            host.engine.push_access(tid, obj, offset, length, "read", compute)
+            return
         seq = self._seq
         previous = seq.get(tid)
         seq[tid] = (chunk, offset + length)
         # a read continuing the thread's previous one inside the chunk is the same run
-        host.record_read(tid, chunk, length, previous != (chunk, offset))
+        host.record_read(tid, chunk, length, previous != (chunk, offset), opened.scale)
         table = host.table
         if table is not None and not host.homes and tid in self._pinned:
             # a table that sends no chunk to a vCPU (SCU left the VM alone; colors and

@@ -13,7 +13,7 @@ instructions and cache lines, not a wall-clock delay. A migration the shim makes
 model's migration cost, charged apart (:class:`~unicache_sim.guest.shim.GuestShim`).
 
 A file opened and read whole (:meth:`ShimCost.open_cycles`, charged once per open by
-:meth:`~unicache_sim.guest.simhost.GuestShim.open_file`) adds the shim's per-file work: the
+:meth:`~unicache_sim.guest.shim.GuestShim.open_file`) adds the shim's per-file work: the
 benchmark's files cells measure the added ns of one whole file under the shim (open, the
 program's fstat, one read of the whole file, the EOF read, close) at ``file_sizes``, for a
 file the shim counts (``file_counted_ns``: its run of counts opened and sent) and one it

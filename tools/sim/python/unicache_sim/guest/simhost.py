@@ -111,6 +111,8 @@ class SimHost:
         self.table: PlacementTable | None = None
         #: the table's entries by chunk
         self.entries: dict[ChunkId, PlacementEntry] = {}
+        #: the files the table names (its file entries: an entry for one of their chunks)
+        self.named_files: frozenset[int] = frozenset()
         #: per thread, the vCPU the guest's scheduler gives it when nothing pins it: the even
         #: spread it started from (a thread the shim unpins goes back there)
         self.spread_vcpu: dict[int, int] = {}
@@ -129,17 +131,22 @@ class SimHost:
         self.spread_vcpu[tid] = vcpu
         self._marks[tid] = _ThreadMark()
 
-    def record_read(self, tid: int, chunk: ChunkId, nbytes: int, run: bool = True) -> None:
+    def record_read(
+        self, tid: int, chunk: ChunkId, nbytes: int, run: bool = True, scale: int = 1
+    ) -> None:
         """What the guest agent counts for its next report.
 
         :param run: the read starts a run in the chunk (``uc_count``: a read continuing the
             thread's previous one inside the chunk adds bytes only).
+        :param scale: the counts (bytes and runs) are multiplied by this: a sampled file's
+            stand for the opens not counted (:mod:`~unicache_sim.guest.opensample`).
         """
         acc = self._reads.get(chunk)
         if acc is None:  # built for a chunk's first read only (this runs on every read)
             acc = self._reads[chunk] = _ChunkReads()
+        nbytes *= scale
         acc.bytes_read += nbytes
-        acc.reads += run
+        acc.reads += run * scale
         vcpu = self.thread_vcpu[tid]
         per_vcpu = acc.vcpu_bytes
         per_vcpu[vcpu] = per_vcpu.get(vcpu, 0) + nbytes
@@ -239,6 +246,7 @@ class SimHost:
             elif isinstance(action, PublishPlacement) and action.vm == self.vm:
                 self.table = action.table
                 self.entries = {e.chunk: e for e in action.table.entries}
+                self.named_files = frozenset(e.chunk.file_id for e in action.table.entries)
                 self.homes = any(e.vcpus for e in action.table.entries)
             applied.append(action)
         return ActResult(tuple(applied), tuple(failed))
