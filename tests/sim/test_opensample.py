@@ -121,9 +121,16 @@ def test_a_named_file_is_counted_whole_and_a_large_one_too() -> None:
     assert 60 < sum(o.counted for o in opened) < 140
 
 
-def test_before_any_table_every_open_is_counted_whole() -> None:
+def test_the_sample_applies_before_the_hosts_first_table() -> None:
+    # the agent publishes an empty table with the sample as it starts
     host, tid, _ = _host()
     shim = GuestShim(host, COST)
+    assert SKIPPED in {shim.open_file(tid, 5, 16 * KIB) for _ in range(50)}
+
+
+def test_counting_every_open_counts_every_open_whole() -> None:
+    host, tid, _ = _host()
+    shim = GuestShim(host, COST, EVERY_OPEN)
     assert {shim.open_file(tid, 5, 16 * KIB) for _ in range(50)} == {COUNTED_WHOLE}
 
 
@@ -161,7 +168,6 @@ def test_a_skipped_file_pays_its_open_and_nothing_else() -> None:
 def test_the_draws_are_the_seeds() -> None:
     def draws(seed: int) -> list[OpenFile]:
         host, tid, _ = _host()
-        _publish(host)
         shim = GuestShim(host, COST, seed=seed)
         return [shim.open_file(tid, 5, 16 * KIB) for _ in range(64)]
 

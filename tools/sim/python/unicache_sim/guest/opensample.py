@@ -20,8 +20,9 @@ The rule, for one open (:func:`decide`):
 * larger files, files opened for writing, and every open when ``shift`` is 0 are counted
   whole.
 
-A table the agent never published carries no sample: every open is counted whole
-(:data:`EVERY_OPEN`, what a buffer whose fields were never set says).
+The sample applies from the guest's first open: the agent publishes an empty table with
+it as it starts, before the host's first table (a guest whose host never sends one, a VM
+SCU leaves alone, samples all along).
 """
 
 from __future__ import annotations

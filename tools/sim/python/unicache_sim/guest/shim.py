@@ -21,7 +21,7 @@ from typing import Literal
 from unicache.model import ChunkId
 
 from unicache_sim.guest import opensample, shimrule
-from unicache_sim.guest.opensample import AGENT_OPEN_SAMPLE, COUNTED_WHOLE, EVERY_OPEN, OpenFile
+from unicache_sim.guest.opensample import AGENT_OPEN_SAMPLE, COUNTED_WHOLE, OpenFile
 from unicache_sim.guest.shimcost import SHIM_COST, ShimCost
 from unicache_sim.guest.simhost import SimHost
 
@@ -68,9 +68,9 @@ class GuestShim:
 
     def open_file(self, tid: int, file: int, file_bytes: int, read_only: bool = True) -> OpenFile:
         """Thread ``tid`` opens a file and the program's fstat names it: whether the shim
-        counts it, and at what scale (:func:`~unicache_sim.guest.opensample.decide`, on the
-        last published table), the thread charged the shim's per-file work
-        (:meth:`~unicache_sim.guest.shimcost.ShimCost.open_cycles`).
+        counts it, and at what scale (:func:`~unicache_sim.guest.opensample.decide`: the
+        sample, and the files the last published table names), the thread charged the
+        shim's per-file work (:meth:`~unicache_sim.guest.shimcost.ShimCost.open_cycles`).
 
         :param file: the file's id (its chunks' ``file_id``).
         :param file_bytes: its size.
@@ -79,11 +79,12 @@ class GuestShim:
         host = self.host
         # one draw per open whatever the rule needs: the draws do not depend on the table
         draw = self._draws.random()
-        # the sample is published in the table buffer: none yet, every open counted
-        sample = self.sample if host.table is not None else EVERY_OPEN
+        # the sample applies before the host's first table too: the agent publishes an
+        # empty table with it as it starts (unicache_agent.agent: counting starts at once)
         named = file in host.named_files
-        opened = opensample.open_file(opensample.decide(file_bytes, read_only, named, draw,
-                                                        sample))
+        opened = opensample.open_file(
+            opensample.decide(file_bytes, read_only, named, draw, self.sample)
+        )
         host.engine.push_compute(tid, self.cost.open_cycles(opened.counted, file_bytes))
         return opened
 
