@@ -15,7 +15,7 @@ from unicache_sim.engine.config import from_topology
 from unicache_sim.experiments.mfc.baselines import UnicacheLive
 from unicache_sim.experiments.mfc.read import run_mfc
 from unicache_sim.experiments.mfc.spec import MAX_WARM_ROUNDS, SETTLE_ROUNDS, WARM_ROUNDS, MfcSpec
-from unicache_sim.guest import simhost
+from unicache_sim.guest import shim as guest_shim
 from unicache_sim.guest.livetiming import LoopTiming
 
 from tests.sim.freeshim import FREE_SHIM
@@ -75,7 +75,7 @@ def test_16_readers_that_weigh_the_same_are_left_where_they_run(
     # and SCU leaves the VM alone, so unicache measures what Linux does (but for the
     # shim's cost, taken out here: tests/sim/test_simhost.py charges it); with 5 reads a
     # reader in a window, noise moved two vCPUs across chips (seed 5: 0.95x)
-    monkeypatch.setattr(simhost, "SHIM_COST", FREE_SHIM)
+    monkeypatch.setattr(guest_shim, "SHIM_COST", FREE_SHIM)
     (p,) = run_mfc(TOPO_OPTERON_16, MfcSpec(threads=16, seed=5), [8.0])
     assert p.speedup == 1.0 and p.get("unicache").migrations == 0
 

@@ -16,7 +16,8 @@ from unicache.model import (
 )
 from unicache_sim.engine.config import from_topology
 from unicache_sim.guest.multihost import MultiHost
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 from tests.topologies import TOPO_OPTERON_16
 

@@ -16,9 +16,11 @@ from unicache.model import (
 from unicache_sim.engine.config import from_topology
 from unicache_sim.experiments.mfc.read import run_mfc
 from unicache_sim.experiments.mfc.spec import MfcSpec
-from unicache_sim.guest import shimrule, simhost
+from unicache_sim.guest import shim as guest_shim
+from unicache_sim.guest import shimrule
+from unicache_sim.guest.shim import GuestShim
 from unicache_sim.guest.shimcost import ShimCost
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.simhost import SimHost
 
 from tests.sim.freeshim import FREE_SHIM, SIZES
 from tests.topologies import TOPO_CORE_I7_860, TOPO_OPTERON_16
@@ -196,7 +198,7 @@ def test_where_the_policy_has_nothing_to_do_unicache_measures_exactly_linux(
     # Linux floats it), and every baseline measures the same reads of the sequence, so
     # nothing but the policy (and the shim's cost, taken out here: it has a test of its
     # own) could tell the two apart
-    monkeypatch.setattr(simhost, "SHIM_COST", FREE_SHIM)
+    monkeypatch.setattr(guest_shim, "SHIM_COST", FREE_SHIM)
     for seed in (1, 2):
         spec = MfcSpec(
             threads=2, min_measure_bytes=32 * 1024 * 1024, corunner=corunner, seed=seed

@@ -14,10 +14,10 @@ in ``tools/sim/pyproject.toml``):
 * :mod:`unicache_sim.experiments`: the papers' experiments and the measurements, one
   subpackage per paper (``mfc``, ``obs``, ``srm``, ``ncc``, ``dmc``);
 * the simulator's machinery: the simulated host and guest (:mod:`.guest`: ``simhost``,
-  ``multihost``, ``cfs``, the shim's rule and cost ``shimrule`` and ``shimcost``, the
-  agent's ``earlyreport``, the live loop's timing ``livetiming``), on the engine
-  (:mod:`.engine`: the machine from a topology ``config``, the tools' compute costs
-  ``calibration``) and the native core (``_native``);
+  ``multihost``, ``cfs``, the shim ``shim``, its rule and cost ``shimrule`` and
+  ``shimcost``, the agent's ``opensample`` and ``earlyreport``, the live loop's timing
+  ``livetiming``), on the engine (:mod:`.engine`: the machine from a topology ``config``,
+  the tools' compute costs ``calibration``) and the native core (``_native``);
 * under all of them, shared: ``spread`` (a median and range over seeds) and
   ``dask_client`` (the local Dask cluster).
 """

@@ -22,7 +22,7 @@ The point runs the product's path (docs/density.md "Method"):
    NCC, SCU) runs once per sampled interval, on every VM's report scaled to the daemon's
    round (``unicache_sim.guest.livetiming``: a window stands for the whole round), and each
    guest reads through its own
-   :class:`~unicache_sim.guest.simhost.GuestShim`. Under ``linux`` nothing decides. The host's
+   :class:`~unicache_sim.guest.shim.GuestShim`. Under ``linux`` nothing decides. The host's
    scheduler (``MultiHost``: wake-up, churn, idle pull) is the same under both.
 4. **Measurement.** ``warm_rounds`` intervals of warm-up, then ``measure_rounds``
    measured: requests that arrive in the measured intervals count (one more interval lets
@@ -56,7 +56,9 @@ from unicache_sim.density.tenant_threads import Tenants, TenantVm, Worker, add_d
 from unicache_sim.density.tenants import Flavor, Kind
 from unicache_sim.engine.config import SimConfig, from_topology
 from unicache_sim.guest.multihost import MultiHost
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.opensample import AGENT_OPEN_SAMPLE, OpenSample
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 #: the policies a point runs under
 POLICIES = ("linux", "unicache")
@@ -99,6 +101,8 @@ class PointSpec:
         calibration of its service time).
     :param overcommit: vCPUs per CPU the host admits (``[place] cpu_overcommit``).
     :param timing: how long it runs.
+    :param open_sample: which opens the guests' shims count under ``unicache`` (default:
+        the agent's; :data:`~unicache_sim.guest.opensample.EVERY_OPEN` counts them all).
     """
 
     flavors: tuple[Flavor, ...]
@@ -107,6 +111,7 @@ class PointSpec:
     rates: tuple[tuple[str, float], ...] = ()
     overcommit: float = 2.0
     timing: DensityTiming = field(default_factory=DensityTiming)
+    open_sample: OpenSample = AGENT_OPEN_SAMPLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +330,9 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
     window_host = _WindowHost(multihost)
     rounds: Iterator[object] | None = None
     if spec.policy == "unicache":
-        shims = {vm.name: GuestShim(vm.host) for vm in vms}
+        shims = {
+            vm.name: GuestShim(vm.host, sample=spec.open_sample, seed=spec.seed) for vm in vms
+        }
         policy = UnicachePolicy(topo, Unify.LLC)
         chunk = policy.scu.options.chunk_size
         rounds = run_rounds_sync(window_host, policy, RoundState())

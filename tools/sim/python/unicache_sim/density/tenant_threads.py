@@ -19,7 +19,9 @@ from unicache.model import ChunkId
 from unicache_sim import _native
 from unicache_sim.density.tenants import Flavor, Kind, Workload
 from unicache_sim.guest.multihost import MultiHost
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.opensample import COUNTED_WHOLE, OpenFile
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 MIB = 1024 * 1024
 #: bytes a batch thread moves per step (the simulator's co-runners' step)
@@ -160,13 +162,17 @@ class Tenants:
         else:
             rank = w.rng.randrange(n)
         if w.whole:
-            self._read(w, rank, 0, work.file_bytes)
+            # a file served whole is opened for the request (the shim counts it or skips
+            # it); a store read at random offsets stays open, as a database keeps it
+            shim = w.shim
+            opened = shim.open_file(w.tid, rank, work.file_bytes) if shim else COUNTED_WHOLE
+            self._read(w, rank, 0, work.file_bytes, opened)
             return
         slot = rank * _SCATTER % n  # hot keys scattered over the store, as a hash does
         per_file, length = w.per_file, work.read_bytes
-        self._read(w, slot // per_file, (slot % per_file) * length, length)
+        self._read(w, slot // per_file, (slot % per_file) * length, length, COUNTED_WHOLE)
 
-    def _read(self, w: Worker, file: int, start: int, length: int) -> None:
+    def _read(self, w: Worker, file: int, start: int, length: int, opened: OpenFile) -> None:
         # once per read call: names looked up once per request (the driver's hot path)
         work, tid, shim, chunk = w.work, w.tid, w.shim, self.chunk
         obj = w.vm.objects[file]
@@ -183,7 +189,7 @@ class Tenants:
                 chunk_id = chunk_ids.get((file, index))
                 if chunk_id is None:
                     chunk_id = chunk_ids[file, index] = ChunkId(file, index)
-                shim.read_chunk(tid, obj, chunk_id, offset, size, compute, file_bytes)
+                shim.read_chunk(tid, obj, chunk_id, offset, size, compute, file_bytes, opened)
             offset += size
 
     def _batch_step(self, w: Worker) -> None:

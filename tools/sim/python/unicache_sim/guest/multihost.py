@@ -3,7 +3,7 @@ scheduler.
 
 ``MultiHost`` composes one :class:`~unicache_sim.guest.simhost.SimHost` per VM, all on one
 native engine, so that every VM keeps its own vCPUs, guest threads, report and placement
-table (its own :class:`~unicache_sim.guest.simhost.GuestShim`), as on a live host each VM has
+table (its own :class:`~unicache_sim.guest.shim.GuestShim`), as on a live host each VM has
 its own QEMU and agent. ``observe`` is the daemon's view of the whole host: every VM's
 vCPUs, samples and report in one :class:`~unicache.model.Observation`; ``act`` hands each
 VM the actions that name it, then runs the vCPUs on CPUs host-wide.

@@ -1,4 +1,4 @@
-"""The simulated host: the Host port over the native engine, and the guest shim's reads.
+"""The simulated host: the Host port over the native engine, for one simulated VM.
 
 ``SimHost`` implements :class:`unicache.host.ports.Host` for one simulated VM: ``observe``
 turns the engine's per-thread counters and the reads the guest made since the last round
@@ -7,16 +7,11 @@ per VM, exactly the shapes the live daemon builds); ``act`` carries out the poli
 actions: ``PinVcpu`` moves a vCPU (and the thread on it) into its new CPU set,
 ``ReleaseVcpu`` lets it float over every CPU again,
 ``PublishPlacement`` hands the guest its table, ``SetCpuWeight`` is accepted but has no
-effect (the engine shares a CPU first come, first served).
-
-``GuestShim`` is what libunicache does on every read: look the chunk up in the last
-published table, let the shim's rule (``uc_decide.c``, mirrored by
-:mod:`unicache_sim.guest.shimrule`) pick the vCPU the read runs on (stay, or move to the chunk's
-home vCPU or the next one no other reader claims, within the entry's migration budget per
-round), settle the claims, then read with caching or non-temporal loads; each call first
-pays what the real shim adds to it (:mod:`unicache_sim.guest.shimcost`).
-The policy behind it is whatever drives the host: the simulator uses
-:class:`unicache.policy.round.UnicachePolicy` (OBS then SCU), as the daemon does.
+effect (the engine shares a CPU first come, first served). The guest reads through
+:class:`~unicache_sim.guest.shim.GuestShim`, which records what the agent counts
+(:meth:`SimHost.record_read`) and follows the published table. The policy behind the host
+is whatever drives it: the simulator uses :class:`unicache.policy.round.UnicachePolicy`
+(OBS then SCU), as the daemon does.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from unicache.host.ports import ActResult
 from unicache.model import (
@@ -47,8 +42,6 @@ from unicache.model import (
 
 from unicache_sim import _native
 from unicache_sim.engine.config import SimConfig
-from unicache_sim.guest import shimrule
-from unicache_sim.guest.shimcost import SHIM_COST, ShimCost
 
 
 @dataclass(slots=True)
@@ -118,6 +111,8 @@ class SimHost:
         self.table: PlacementTable | None = None
         #: the table's entries by chunk
         self.entries: dict[ChunkId, PlacementEntry] = {}
+        #: the files the table names (its file entries: an entry for one of their chunks)
+        self.named_files: frozenset[int] = frozenset()
         #: per thread, the vCPU the guest's scheduler gives it when nothing pins it: the even
         #: spread it started from (a thread the shim unpins goes back there)
         self.spread_vcpu: dict[int, int] = {}
@@ -136,17 +131,22 @@ class SimHost:
         self.spread_vcpu[tid] = vcpu
         self._marks[tid] = _ThreadMark()
 
-    def record_read(self, tid: int, chunk: ChunkId, nbytes: int, run: bool = True) -> None:
+    def record_read(
+        self, tid: int, chunk: ChunkId, nbytes: int, run: bool = True, scale: int = 1
+    ) -> None:
         """What the guest agent counts for its next report.
 
         :param run: the read starts a run in the chunk (``uc_count``: a read continuing the
             thread's previous one inside the chunk adds bytes only).
+        :param scale: the counts (bytes and runs) are multiplied by this: a sampled file's
+            stand for the opens not counted (:mod:`~unicache_sim.guest.opensample`).
         """
         acc = self._reads.get(chunk)
         if acc is None:  # built for a chunk's first read only (this runs on every read)
             acc = self._reads[chunk] = _ChunkReads()
+        nbytes *= scale
         acc.bytes_read += nbytes
-        acc.reads += run
+        acc.reads += run * scale
         vcpu = self.thread_vcpu[tid]
         per_vcpu = acc.vcpu_bytes
         per_vcpu[vcpu] = per_vcpu.get(vcpu, 0) + nbytes
@@ -246,6 +246,7 @@ class SimHost:
             elif isinstance(action, PublishPlacement) and action.vm == self.vm:
                 self.table = action.table
                 self.entries = {e.chunk: e for e in action.table.entries}
+                self.named_files = frozenset(e.chunk.file_id for e in action.table.entries)
                 self.homes = any(e.vcpus for e in action.table.entries)
             applied.append(action)
         return ActResult(tuple(applied), tuple(failed))
@@ -310,139 +311,6 @@ class SimHost:
         for tid, on in self.thread_vcpu.items():
             if on == vcpu:
                 self.engine.move_thread(tid, cpu, cost)
-
-
-class GuestShim:
-    """libunicache's read path in the simulated guest (``uc_pre`` and ``uc_maybe_migrate``).
-
-    Every thread could use every vCPU when the shim loaded (the rule's ``allowed``); the
-    claims are the guest's one :class:`~unicache_sim.guest.shimrule.ClaimTable`, a word per
-    vCPU, and the budgets start again with each report, as the agent's harvest resets the
-    shim's per-chunk migration counts. Each call pays what the real shim adds to it
-    (:mod:`~unicache_sim.guest.shimcost`: by what the table says of the chunk, and the call's
-    size), before its read.
-
-    :param host: the simulated host (its table is the guest's view).
-    :param cost: the shim's cost per call (default: the shipped calibration,
-        :data:`SHIM_COST`, as this module holds it when the shim is made).
-    """
-
-    def __init__(self, host: SimHost, cost: ShimCost | None = None) -> None:
-        self.host = host
-        self.cost = cost if cost is not None else SHIM_COST
-        self.claims = shimrule.ClaimTable(host.n_vcpus)
-        self._allowed = (1 << host.n_vcpus) - 1  # every vCPU
-        self._spent: dict[ChunkId, int] = {}
-        self._spent_tick = -1
-        #: threads the shim moved: each is pinned to one vCPU (``uc_pinned``)
-        self._pinned: set[int] = set()
-        #: per thread, (chunk, end offset) of its last read (``uc_seq_file``, ``uc_seq_end``)
-        self._seq: dict[int, tuple[ChunkId, int]] = {}
-
-    def read_chunk(
-        self,
-        tid: int,
-        obj: int,
-        chunk: ChunkId,
-        offset: int,
-        length: int,
-        compute: float,
-        file_bytes: int,
-    ) -> None:
-        """Queue one read call of thread ``tid`` inside one chunk (``length`` bytes at file
-        offset ``offset`` of a file of ``file_bytes``): run it where the rule says."""
-        host = self.host
-        seq = self._seq
-        previous = seq.get(tid)
-        seq[tid] = (chunk, offset + length)
-        # a read continuing the thread's previous one inside the chunk is the same run
-        host.record_read(tid, chunk, length, previous != (chunk, offset))
-        table = host.table
-        if table is not None and not host.homes and tid in self._pinned:
-            # a table that sends no chunk to a vCPU (SCU left the VM alone; colors and
-            # replicas may stay): the thread gets its own CPUs back (``uc_unpin``) and the
-            # guest's scheduler spreads it again
-            self._unpin(tid)
-        entry = host.entries.get(chunk) if table is not None else None
-        state = "none" if table is None else "unplaced" if entry is None else "placed"
-        host.engine.push_compute(tid, self.cost.cycles(state, length))
-        kind: Literal["read", "nt"] = "read"
-        if entry is not None and table is not None:
-            prev_end = shimrule.NO_PREVIOUS_END
-            if previous is not None and previous[0].file_id == chunk.file_id:
-                prev_end = previous[1]
-            # a sequential reader counts the rest of the chunk (uc_span)
-            span = length
-            if length < table.min_read_size:
-                span = shimrule.read_span(
-                    length,
-                    offset,
-                    table.chunk_size,
-                    file_bytes,
-                    prev_end,
-                )
-            # MFC Figure 2 lines 3-4: reads below min_read_size always use caching loads
-            if not entry.caching and span >= table.min_read_size:
-                kind = "nt"
-            self._place(tid, entry.vcpus, entry.migration_budget, chunk, span, table.min_read_size)
-        elif table is not None and tid in self._pinned:
-            # a pinned thread reading an unplaced chunk: any vCPU it may use, no budget, no
-            # min_read_size (a move for CPU, not for data)
-            self._place(tid, self._allowed, shimrule.BUDGET_UNLIMITED, chunk, length, 0)
-        host.engine.push_access(tid, obj, offset, length, kind, compute)
-
-    def _unpin(self, tid: int) -> None:
-        """``uc_unpin``: the thread is no longer pinned; the guest's scheduler balances the
-        runnable threads over the vCPUs, modelled as its return to the vCPU it was spread to
-        (a move between vCPUs costs what the shim's moves cost)."""
-        host = self.host
-        self._pinned.discard(tid)
-        src, dst = host.thread_vcpu[tid], host.spread_vcpu[tid]
-        if src != dst:
-            host.thread_vcpu[tid] = dst
-            cost = host.cfg.migration_cost(host.vcpu_cpu[src], host.vcpu_cpu[dst])
-            host.engine.push_migrate(tid, host.vcpu_cpu[dst], cost)
-
-    def _place(
-        self,
-        tid: int,
-        vcpus: shimrule.VcpuMaskT,
-        budget: int,
-        chunk: ChunkId,
-        length: int,
-        min_read_size: int,
-    ) -> None:
-        host = self.host
-        if self._spent_tick != host.tick:
-            self._spent = {}
-            self._spent_tick = host.tick
-        reader = tid + 1  # claim words name threads 1..CLAIM_TID_MAX
-        now_ns = int(host.engine.thread_time(tid) / host.cfg.clock_ghz)
-        spent = self._spent.get(chunk, 0)
-        decision = shimrule.decide(
-            n=length,
-            min_read_size=min_read_size,
-            cur=host.thread_vcpu[tid],
-            mask=vcpus,
-            allowed=self._allowed,
-            file_id=chunk.file_id,
-            chunk=chunk.index,
-            budget=budget,
-            spent=spent,
-            claims=self.claims,
-            tid=reader,
-            now_ns=now_ns,
-        )
-        if decision.action is shimrule.Action.NONE:
-            return
-        if decision.action is shimrule.Action.MIGRATE:
-            self._spent[chunk] = spent + 1
-            src = host.vcpu_cpu[host.thread_vcpu[tid]]
-            dst = host.vcpu_cpu[decision.vcpu]
-            host.thread_vcpu[tid] = decision.vcpu
-            host.engine.push_migrate(tid, dst, host.cfg.migration_cost(src, dst))
-            self._pinned.add(tid)
-        self.claims.settle(decision, reader, now_ns)
 
 
 def _scaled(count: int, scale: float) -> int:

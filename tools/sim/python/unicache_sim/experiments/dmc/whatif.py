@@ -35,7 +35,9 @@ from unicache_sim.experiments.dmc.costs import (
 )
 from unicache_sim.experiments.dmc.micro import CONTEXT_WORDS, pingpong
 from unicache_sim.guest import shimrule
-from unicache_sim.guest.simhost import GuestShim, SimHost
+from unicache_sim.guest.opensample import COUNTED_WHOLE, OpenFile
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost
 
 MigrationMode = Literal["none", "push", "handoff"]
 #: the migration what-ifs (``none``: the model's own migration cost, the default)
@@ -86,10 +88,14 @@ class LookupShim(GuestShim):
     The software table stays: it still chooses where an uncached chunk goes, whether it is
     cached at all, and the migration budget. The simulator charges the shim's own table
     lookup nothing, so only the lookup's accuracy can gain here.
+
+    :param host: the simulated host.
+    :param topo: the machine model (the lookup's latency).
+    :param seed: the run's seed (the opens' draws, as :class:`GuestShim` takes it).
     """
 
-    def __init__(self, host: SimHost, topo: Topology) -> None:
-        super().__init__(host)
+    def __init__(self, host: SimHost, topo: Topology, seed: int = 0) -> None:
+        super().__init__(host, seed=seed)
         self.lookup_cycles = dmc_costs_for(topo, remote=True).lookup
         self._where: tuple[int, int] | None = None
 
@@ -102,9 +108,10 @@ class LookupShim(GuestShim):
         length: int,
         compute: float,
         file_bytes: int,
+        opened: OpenFile = COUNTED_WHOLE,
     ) -> None:
         self._where = (obj, offset)
-        super().read_chunk(tid, obj, chunk, offset, length, compute, file_bytes)
+        super().read_chunk(tid, obj, chunk, offset, length, compute, file_bytes, opened)
 
     def _place(
         self,

@@ -39,7 +39,8 @@ from unicache_sim.engine.config import SimConfig
 from unicache_sim.experiments.dmc.whatif import LookupShim
 from unicache_sim.experiments.mfc.spec import MfcSpec
 from unicache_sim.guest.earlyreport import EarlyReports
-from unicache_sim.guest.simhost import GuestShim, SimHost, linux_float
+from unicache_sim.guest.shim import GuestShim
+from unicache_sim.guest.simhost import SimHost, linux_float
 
 #: the VM the simulated threads belong to
 VM_NAME = "vm0"
@@ -182,7 +183,9 @@ class UnicacheLive(Baseline):
     Between those, a read of a chunk the host has not heard of makes the agent report
     early (its rule, :mod:`unicache_sim.guest.earlyreport`) and the daemon run an early round
     (its :class:`~unicache.roundpace.RoundTrigger`), as the product does; the channel
-    takes no time here, so the report and the round's observation are one.
+    takes no time here, so the report and the round's observation are one. The guest
+    program opens each file it reads (:meth:`GuestShim.open_file`: the shim's per-file
+    work, and its per-open sampling, which counts files above its size limit whole).
     """
 
     name = "unicache"
@@ -203,7 +206,11 @@ class UnicacheLive(Baseline):
         #: the host scheduler's randomness, drawn as ``Linux``'s is
         self.rng = random.Random(spec.seed * 7919)
         # WHAT-IF (no such hardware): the shim asks DMC's cllookup where a chunk is
-        self.shim = LookupShim(self.host, topo) if spec.dmc_lookup else GuestShim(self.host)
+        self.shim = (
+            LookupShim(self.host, topo, spec.seed)
+            if spec.dmc_lookup
+            else GuestShim(self.host, seed=spec.seed)
+        )
         self.policy = UnicachePolicy(topo, Unify(spec.unify))
         self.state = RoundState()
         #: the observation of the interval that just ended, for the loop's next round
@@ -243,16 +250,20 @@ class UnicacheLive(Baseline):
 
     def read(self, tid: int, obj: int, file_index: int) -> None:
         size = self.spec.file_bytes
+        # the program opens the file to read it whole (the shim counts it or skips it)
+        opened = self.shim.open_file(tid, file_index, size)
         # the program's read calls: its buffer, or one call per chunk; never across one
         buffer = self.spec.read_bytes or self.chunk
         offset = 0
+        # the chunks the agent sees read (a skipped file's reads are not counted)
         read: set[ChunkId] = set()
         while offset < size:
             index = offset // self.chunk
             length = min(buffer, (index + 1) * self.chunk - offset, size - offset)
             chunk = ChunkId(file_index, index)
-            read.add(chunk)
-            self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute, size)
+            if opened.counted:
+                read.add(chunk)
+            self.shim.read_chunk(tid, obj, chunk, offset, length, self.compute, size, opened)
             offset += length
         self.window_issued += size
         now = self.engine.thread_time(tid)
