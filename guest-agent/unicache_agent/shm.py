@@ -242,8 +242,11 @@ class OpenSample:
 
 #: every open counted whole (a table writer's default: tests and tools count exactly)
 EVERY_OPEN = OpenSample()
-#: the agent's default: one in 8 read-only opens of files up to 64 KiB
-AGENT_OPEN_SAMPLE = OpenSample(64 * 1024, 3)
+#: the agent's default: one in 8 read-only opens of files up to 256 KiB, one chunk at its
+#: default chunk size (MFC §4.7: half an L2), so a file of several chunks opened once (a
+#: scan) is still seen whole, and a file of one chunk costs its reader the per-file work
+#: once in 8 opens (docs/agent.md "The open sample")
+AGENT_OPEN_SAMPLE = OpenSample(256 * 1024, 3)
 
 
 @dataclass(frozen=True)

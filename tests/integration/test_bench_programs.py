@@ -47,6 +47,24 @@ def test_a_run_where_the_shim_counted_nothing_fails_the_bench() -> None:
         checks.check_table({"exists": True, "valid": True, "entries": 3, "path": "t"})
 
 
+def test_under_a_sample_that_leaves_out_every_open_liveness_rests_on_the_mapping() -> None:
+    bench, checks = load_bench("guest_programs"), load_bench("guest_programs_checks")
+    layout = (Path(__file__).parents[2] / "guest-agent" / "shim" / "uc_layout.h").read_text()
+    assert f"#define UC_SAMPLE_SHIFT_MAX {bench.MAX_SHIFT}u" in layout
+    grep = next(p for p in bench.programs(bench.TINY) if p.name == "grep")
+    runs = [_run("with", 0), _run("without", 0)]
+    assert checks.check_runs(grep, runs, None, counts_expected=False) == "d"
+    with pytest.raises(BenchError, match="not live in grep"):
+        checks.check_runs(grep, [_run("with", 0, clients=0)], None, counts_expected=False)
+
+
+def test_bench_programs_rejects_a_bad_open_sample_in_one_line() -> None:
+    run = subprocess.run([UNICACHE, "bench", "programs", "--open-sample", "all"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().count("\n") == 0 and "--open-sample" in run.stderr
+
+
 def test_bench_programs_rejects_bad_rounds_in_one_line() -> None:
     run = subprocess.run([UNICACHE, "bench", "programs", "--rounds", "0"],
                          capture_output=True, text=True, timeout=60)

@@ -1,5 +1,5 @@
 """The policy decides the same for density's web tenant whether its shims sample opens (the
-agent's default) or count every one (``--count-every-open``).
+agent's default) or count every one (``unicache-agent --open-sample 0:0``).
 
 Match, per seed: round by round, the host takes the same placement actions (vCPU pins and
 releases) and every VM's guest holds the same table (its entries' chunks, home vCPUs and

@@ -45,7 +45,7 @@ def test_the_default_is_the_agents() -> None:
     agent = _agent_shm()
     assert AGENT_OPEN_SAMPLE.max_bytes == agent.AGENT_OPEN_SAMPLE.max_bytes
     assert AGENT_OPEN_SAMPLE.shift == agent.AGENT_OPEN_SAMPLE.shift
-    assert (opensample.SAMPLE_MAX_BYTES, opensample.SAMPLE_SHIFT) == (64 * KIB, 3)
+    assert (opensample.SAMPLE_MAX_BYTES, opensample.SAMPLE_SHIFT) == (256 * KIB, 3)
     assert (EVERY_OPEN.max_bytes, EVERY_OPEN.shift) == (
         agent.EVERY_OPEN.max_bytes, agent.EVERY_OPEN.shift)
 
@@ -54,7 +54,7 @@ def test_one_small_read_only_open_in_eight_is_counted_eight_times() -> None:
     assert decide(16 * KIB, True, False, 0.0) == 8
     assert decide(16 * KIB, True, False, 0.124) == 8
     assert decide(16 * KIB, True, False, 0.125) is None
-    assert decide(64 * KIB, True, False, 0.9) is None  # max_bytes is sampled too
+    assert decide(256 * KIB, True, False, 0.9) is None  # max_bytes is sampled too
     draws = [i / 1000 for i in range(1000)]
     assert sum(decide(4 * KIB, True, False, d) is not None for d in draws) == 125
 
@@ -67,7 +67,7 @@ def test_a_file_the_table_names_is_counted_whole_whatever_the_draw(draw: float) 
 @pytest.mark.parametrize(
     ("file_bytes", "read_only", "sample"),
     [
-        (64 * KIB + 1, True, AGENT_OPEN_SAMPLE),  # larger than max_bytes
+        (256 * KIB + 1, True, AGENT_OPEN_SAMPLE),  # larger than max_bytes
         (16 * KIB, False, AGENT_OPEN_SAMPLE),  # opened for writing
         (16 * KIB, True, EVERY_OPEN),  # shift 0
         (16 * KIB, True, OpenSample(64 * KIB, 0)),

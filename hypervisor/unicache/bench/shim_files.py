@@ -10,7 +10,7 @@ functions alternating with blocks through libc's own, and reports ns per file.
 
 It runs under the ``unplaced`` table (8,192 entries, none naming these files) once per
 open sample (shim_tables.py :data:`~unicache.bench.shim_tables.OPEN_SAMPLES`, each its own
-table): the agent's (one in 8 read-only opens of files up to 64 KiB counted), ``every``
+table): the agent's (one in 8 read-only opens of files up to 256 KiB counted), ``every``
 (every open counted: the cost of a counted file) and ``never`` (one in 2^15: practically
 every open passes, the cost of a skipped file). The simulator's calibration takes the last
 two (tools/bench/shim_calibration.py).

@@ -346,8 +346,8 @@ def programs(
     open_sample: Annotated[str | None, typer.Option(
         metavar="BYTES:SHIFT",
         help="The guest agent's open sample (unicache-agent --open-sample): which opens "
-             "the shims count; 0:0 counts every open, 65536:15 practically no small "
-             "file's [default: the agent's own].")] = None,
+             "the shims count; 0:0 counts every open, 262144:15 practically none of "
+             "the files up to 256 KiB [default: the agent's own].")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Ordinary programs in a real guest, with and without the shim, nothing placed.

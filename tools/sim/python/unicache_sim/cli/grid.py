@@ -91,6 +91,14 @@ def grid(
     file_kib: Annotated[
         int, _opt("size of every file, KiB; large files make a scan [default: 256]", "KIB")
     ] = 256,
+    opens: Annotated[
+        bool,
+        typer.Option(
+            help="the readers open each file they read, as grep -r and wc do, and the shim "
+            "charges its per-file work under the agent's open sample (MfcSpec.opens); "
+            "default: they keep their files open"
+        ),
+    ] = False,
     read_kib: Annotated[
         int,
         _opt(
@@ -165,6 +173,7 @@ def grid(
         file_kib=file_kib,
         read_kib=read_kib,
         unify=unify,
+        opens=opens,
     )
     n_workers = default_workers() if workers is None else workers
     try:
@@ -308,4 +317,6 @@ def _grid_command(req: GridRequest) -> str:
         parts.append(f"--read-kib {req.read_kib}")
     if req.unify != "llc":
         parts.append(f"--unify {req.unify}")
+    if req.opens:
+        parts.append("--opens")
     return " ".join(parts)

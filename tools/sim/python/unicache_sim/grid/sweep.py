@@ -91,6 +91,7 @@ class GridAxes:
     :param file_bytes: ``MfcSpec.file_bytes`` of every point (large files: a scan).
     :param read_bytes: ``MfcSpec.read_bytes`` of every point (the program's buffer).
     :param unify: ``MfcSpec.unify`` of every point (the daemon's ``--unify``).
+    :param opens: ``MfcSpec.opens`` of every point (the readers open each file they read).
     """
 
     models: tuple[ModelAxes, ...]
@@ -102,6 +103,7 @@ class GridAxes:
     file_bytes: int = FILE_BYTES
     read_bytes: int = 0
     unify: str = "llc"
+    opens: bool = False
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -119,6 +121,7 @@ class GridPoint:
     file_bytes: int = FILE_BYTES
     read_bytes: int = 0
     unify: str = "llc"
+    opens: bool = False
 
     @property
     def label(self) -> str:
@@ -162,6 +165,7 @@ class GridRequest:
     :param file_kib: size of every file, KiB.
     :param read_kib: KiB per read call of the guest's program (0: one call per chunk).
     :param unify: the daemon's unification level, ``llc`` or ``l2``.
+    :param opens: the readers open each file they read (``MfcSpec.opens``).
     """
 
     models: tuple[str, ...] | None = None
@@ -176,6 +180,7 @@ class GridRequest:
     file_kib: int = FILE_BYTES // 1024
     read_kib: int = 0
     unify: str = "llc"
+    opens: bool = False
 
 
 def multi_llc_models(names: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -301,6 +306,7 @@ def build_axes(req: GridRequest) -> GridAxes:
         req.file_kib * 1024,
         req.read_kib * 1024,
         req.unify,
+        req.opens,
     )
 
 
@@ -308,7 +314,18 @@ def grid_points(axes: GridAxes) -> tuple[GridPoint, ...]:
     """Every point of the grid, in a stable order."""
     return tuple(
         GridPoint(
-            m.model, w, d, t, p, ws, s, axes.setup, axes.file_bytes, axes.read_bytes, axes.unify
+            m.model,
+            w,
+            d,
+            t,
+            p,
+            ws,
+            s,
+            axes.setup,
+            axes.file_bytes,
+            axes.read_bytes,
+            axes.unify,
+            axes.opens,
         )
         for m in axes.models
         for w in axes.workloads
@@ -336,6 +353,7 @@ def run_point(point: GridPoint) -> GridResult:
         file_bytes=point.file_bytes,
         read_bytes=point.read_bytes,
         unify=point.unify,
+        opens=point.opens,
     )
     result = GridResult(point, run_mfc(_model(point.model), spec, [point.ws_mb])[0])
     # the native engine may only be dropped on the thread that made it: collect whatever

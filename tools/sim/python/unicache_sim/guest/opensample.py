@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: the agent's default, ``unicache_agent.shm.AGENT_OPEN_SAMPLE``: files up to 64 KiB ...
-SAMPLE_MAX_BYTES = 64 * 1024
+#: the agent's default, ``unicache_agent.shm.AGENT_OPEN_SAMPLE``: files up to 256 KiB ...
+SAMPLE_MAX_BYTES = 256 * 1024
 #: ... one read-only open in 2^3 counted
 SAMPLE_SHIFT = 3
 
@@ -48,7 +48,7 @@ class OpenSample:
 
 
 #: every open counted whole (``unicache_agent.shm.EVERY_OPEN``; the agent's
-#: ``--count-every-open``)
+#: ``--open-sample 0:0``)
 EVERY_OPEN = OpenSample()
 #: what the agent publishes by default
 AGENT_OPEN_SAMPLE = OpenSample(SAMPLE_MAX_BYTES, SAMPLE_SHIFT)

@@ -39,6 +39,7 @@ from unicache_sim.engine.config import SimConfig
 from unicache_sim.experiments.dmc.whatif import LookupShim
 from unicache_sim.experiments.mfc.spec import MfcSpec
 from unicache_sim.guest.earlyreport import EarlyReports
+from unicache_sim.guest.opensample import COUNTED_WHOLE
 from unicache_sim.guest.shim import GuestShim
 from unicache_sim.guest.simhost import SimHost, linux_float
 
@@ -183,9 +184,10 @@ class UnicacheLive(Baseline):
     Between those, a read of a chunk the host has not heard of makes the agent report
     early (its rule, :mod:`unicache_sim.guest.earlyreport`) and the daemon run an early round
     (its :class:`~unicache.roundpace.RoundTrigger`), as the product does; the channel
-    takes no time here, so the report and the round's observation are one. The guest
-    program opens each file it reads (:meth:`GuestShim.open_file`: the shim's per-file
-    work, and its per-open sampling, which counts files above its size limit whole).
+    takes no time here, so the report and the round's observation are one. With
+    ``MfcSpec.opens`` the guest program opens each file it reads (:meth:`GuestShim.open_file`:
+    the shim's per-file work, and its per-open sampling); without, it reads files it keeps
+    open, counted whole.
     """
 
     name = "unicache"
@@ -250,8 +252,9 @@ class UnicacheLive(Baseline):
 
     def read(self, tid: int, obj: int, file_index: int) -> None:
         size = self.spec.file_bytes
-        # the program opens the file to read it whole (the shim counts it or skips it)
-        opened = self.shim.open_file(tid, file_index, size)
+        # the program opens the file to read it whole (the shim counts it or skips it), or
+        # reads a file it keeps open (counted whole, as the shim counts a long-open file)
+        opened = self.shim.open_file(tid, file_index, size) if self.spec.opens else COUNTED_WHOLE
         # the program's read calls: its buffer, or one call per chunk; never across one
         buffer = self.spec.read_bytes or self.chunk
         offset = 0

@@ -95,6 +95,9 @@ class MfcSpec:
         daemon's cost model) DMC's ``cpush``-assisted cost (``dmc.whatif``).
     :param dmc_lookup: WHAT-IF: the live path's shim finds chunks with DMC's ``cllookup``
         before the table's assignment (``dmc.whatif.LookupShim``).
+    :param opens: the readers open each file they read whole (its shim charged its per-file
+        work, under the agent's open sample, ``GuestShim.open_file``), as grep -r and wc
+        do; else they keep their files open and read them (a server's open-file cache).
     :param seed: seed of file choice, page placement and floating.
     """
 
@@ -123,4 +126,5 @@ class MfcSpec:
     unify: str = "llc"
     dmc_migration: MigrationMode = "none"
     dmc_lookup: bool = False
+    opens: bool = False
     seed: int = 1
