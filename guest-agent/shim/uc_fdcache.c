@@ -261,9 +261,10 @@ void uc_fd_copy(int from, int to)
 /*
  * The file's decision for table generation `gen`: its file entry's flags (UC_FF_*), or 0
  * when the table names none of its chunks, or its file is not known yet (OPENED: nothing
- * acts on it); above them the descriptor's count scale (a sampled open's). Stored with the generation in one word, so a decision never passes for
- * another generation's. (The buffer read is gen's or a newer one: the agent flips the
- * buffer before it bumps the generation.)
+ * acts on it); above them the descriptor's count scale (a sampled open's). Stored with
+ * the generation in one word, so a decision never passes for another generation's. (The
+ * buffer read is gen's or a newer one: the agent flips the buffer before it bumps the
+ * generation.)
  */
 uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen)
 {

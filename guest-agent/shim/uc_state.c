@@ -60,7 +60,7 @@ int uc_retry_map(int from_open)
 
 static void uc_atfork_child(void)
 {
-	uc_fd_atfork_child(); /* no system call: the vDSO's clock */
+	uc_fd_atfork_child(); /* the vDSO's clock: no system call where the vDSO has one */
 	if (atomic_load_explicit(&uc.on, memory_order_relaxed) != UC_ON)
 		return; /* nothing done yet: nothing to undo (and no system call in the child) */
 	uc_rep_atfork_child();

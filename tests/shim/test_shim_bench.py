@@ -86,7 +86,7 @@ def test_bench_shim_quick_json_has_every_figure(shim_bench: ModuleType) -> None:
     assert [(f["sample"], f["size"]) for f in fig["files"]] == [
         ("agent", 16384), ("every", 16384), ("never", 16384)]
     assert [(f["sample_bytes"], f["sample_shift"]) for f in fig["files"]] == [
-        (65536, 3), (0, 0), (65536, 15)]
+        (262144, 3), (0, 0), (262144, 15)]
     for f in fig["files"]:
         assert set(f) >= FILES_KEYS and f["table"] == f"unplaced/{f['sample']}", f
         _ordered(f)

@@ -26,12 +26,12 @@ from typing import Any
 from unicache.bench import shim_cells, shim_stats, shim_tables
 from unicache.errors import ConfigError
 
-#: the files cells' sizes: the small files an open sample covers (the agent samples up to
-#: 64 KiB)
+#: the files cells' sizes: small files an open sample covers (the agent's covers up to
+#: 256 KiB; the simulator holds the 64 KiB figures above it, as it holds the calls')
 FILE_SIZES = (4096, 16384, 65536)
 #: ``--quick``: one size
 QUICK_FILE_SIZES = (16384,)
-#: the largest size the files cells take (larger files are counted whole by every sample)
+#: the largest size the files cells take (the ``never`` sample covers files up to it)
 MAX_FILE_SIZE = 65536
 #: files per size, cycled through: 16 MiB of 64 KiB files, more than a block reads
 FILES_PER_DIR = 256

@@ -86,8 +86,9 @@ class LookupShim(GuestShim):
     the thread a directory round trip at the model's cross-group latency.
 
     The software table stays: it still chooses where an uncached chunk goes, whether it is
-    cached at all, and the migration budget. The simulator charges the shim's own table
-    lookup nothing, so only the lookup's accuracy can gain here.
+    cached at all, and the migration budget. The shim's own table lookup is in the cost it
+    is charged per call (:mod:`unicache_sim.guest.shimcost`, the placed figures), the same
+    with or without ``cllookup``, so only the lookup's accuracy can gain here.
 
     :param host: the simulated host.
     :param topo: the machine model (the lookup's latency).
