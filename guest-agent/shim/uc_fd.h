@@ -110,8 +110,7 @@ int uc_fd_identify(int fd);
 void uc_fd_copy(int from, int to);
 uint32_t uc_fd_decide(struct uc_fd *e, uint64_t gen);
 void uc_fd_forget_ids(void);
-void uc_fd_seed(uint64_t random);
-void uc_fd_atfork_child(void);
+void uc_fd_reseed(void);
 
 /* The descriptor's entry when it is a regular file, or one opened whose file is not known
  * yet (OPENED: counted under its stand-in id), else NULL (pass through).

@@ -18,24 +18,24 @@ struct uc_fd uc_fds[UC_FD_CACHE];
 
 /* stand-in ids: distinct per open in this process (a real file id colliding with one is a
  * 2^-64 chance, and would only mix two runs' counts). The sequence starts at random
- * (uc_fd_seed), so that an open's id is also its draw for the table's open sample. */
+ * (uc_fd_reseed), so that an open's id is also its draw for the table's open sample. */
 static _Atomic uint64_t uc_opens_seq;
 
-/* At load: where this process's sequence starts (uc_state.c: no system call). */
-void uc_fd_seed(uint64_t random)
-{
-	atomic_store_explicit(&uc_opens_seq, random, memory_order_relaxed);
-}
-
-/* A fork child draws apart from its parent: the clock (vDSO) mixed into its sequence. */
-void uc_fd_atfork_child(void)
+/*
+ * Where the sequence starts at load, and where a fork's child moves it, so that its draws
+ * part from its parent's: mixed with the clock (the vDSO's: no system call where it has
+ * one) and this stack's address (ASLR). Not AT_RANDOM's bytes: glibc's canary and pointer
+ * guard are made of them, and stand-in ids may reach the shared counters.
+ */
+void uc_fd_reseed(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	atomic_store_explicit(&uc_opens_seq,
 			      uc_mix64(atomic_load_explicit(&uc_opens_seq, memory_order_relaxed) ^
-				       ((uint64_t)ts.tv_sec << 30 ^ (uint64_t)ts.tv_nsec)),
+				       (uint64_t)ts.tv_sec << 30 ^ (uint64_t)ts.tv_nsec ^
+				       (uint64_t)(uintptr_t)&ts),
 			      memory_order_relaxed);
 }
 
@@ -77,7 +77,7 @@ void uc_fd_opened(int fd, int flags)
  * any other such open passes every call straight through (PASS: no run opened at its
  * first read, none sent at its close: the per-file work a program of many small files,
  * tar or a web server, pays on each), unless the table names its file, which is then
- * counted whole. One draw per open: bits of its stand-in id, random from uc_fd_seed.
+ * counted whole. One draw per open: bits of its stand-in id, random from uc_fd_reseed.
  *
  * uc_fd_sample_shift: the sample's shift when this open of a file of `size` bytes is one
  * the sample may leave out, else 0; uc_fd_drawn: whether the draw counts it.

@@ -60,7 +60,7 @@ int uc_retry_map(int from_open)
 
 static void uc_atfork_child(void)
 {
-	uc_fd_atfork_child(); /* the vDSO's clock: no system call where the vDSO has one */
+	uc_fd_reseed(); /* the child's draws part from its parent's */
 	if (atomic_load_explicit(&uc.on, memory_order_relaxed) != UC_ON)
 		return; /* nothing done yet: nothing to undo (and no system call in the child) */
 	uc_rep_atfork_child();
@@ -143,15 +143,7 @@ __attribute__((constructor)) static void uc_init(void)
 	uc.tls_off = (char *)&uc_t - (char *)__builtin_thread_pointer();
 	uc.real_read = UC_REAL(read);
 	uc.real_pread64 = UC_REAL(pread64);
-	{ /* the open sample's draws differ between processes: the clock (vDSO) and where
-	   * this stack is (ASLR). Not AT_RANDOM's bytes: glibc's canary and pointer guard
-	   * are made of them, and stand-in ids may reach the shared counters. */
-		struct timespec ts;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uc_fd_seed(uc_mix64((uint64_t)ts.tv_sec << 30 ^ (uint64_t)ts.tv_nsec ^
-				    (uint64_t)(uintptr_t)&ts));
-	}
+	uc_fd_reseed(); /* the open sample's draws differ between processes */
 	uc_run_init();
 	(void)pthread_atfork(NULL, NULL, uc_atfork_child);
 	/*

@@ -122,8 +122,6 @@ def test_the_shipped_files_calibration_is_the_run_the_performance_page_shows() -
     # by every calibration since the files cells, and the page's files table beside them
     shipped = tomllib.loads((ROOT / "tools/sim/python/unicache_sim/guest/shimcost.toml")
                             .read_text())
-    if "file_sizes" not in shipped:
-        pytest.skip("the shipped calibration predates the files cells (make bench)")
     rows = _shim_block_rows()
     head = next((r for r in rows if r[0] == "files" and r[1].startswith("open sample")), None)
     assert head is not None, "no files table in the shim block, but files keys in shimcost.toml"
