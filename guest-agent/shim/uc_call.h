@@ -12,7 +12,7 @@
 /* --- migration (uc_migrate.c) --------------------------------------------------------- */
 
 void uc_tid_atfork_child(void);
-void uc_tid_main(void);
+void uc_tid_set(pid_t pid);
 uint64_t uc_span(struct uc_fd *e, uint64_t file_id, uint64_t off, size_t n,
 		 const struct uc_hit *h);
 /* the claim a read left the thread holding (uc_maybe_migrate): its vCPU (-1: none) and

@@ -168,13 +168,19 @@ static void *uc_map_counters(const struct uc_table_hdr *th, size_t *len)
 /* Try to map table and counters; validates every size against the file length. */
 int uc_try_map(void)
 {
+	struct uc_views {
+		struct uc_tbl_view t;
+		struct uc_ctr_view c;
+	};
+	/* the first mapping's views: a process's only one unless the agent changes its layout
+	 * (no page of their own, no system call); a later mapping's are mapped for it, never
+	 * freed, as a reader may still hold the old (one caller at a time: uc.mapping) */
+	static struct uc_views first_views;
+	static int first_used;
 	struct uc_table_hdr thc;
 	const struct uc_table_hdr *th = &thc;
 	struct uc_ctr_hdr *c = NULL;
-	struct {
-		struct uc_tbl_view t;
-		struct uc_ctr_view c;
-	} *views;
+	struct uc_views *views = &first_views;
 	size_t tlen = 0, clen = 0, need;
 	void *t;
 	int ret = -ENOENT;
@@ -199,12 +205,14 @@ int uc_try_map(void)
 	}
 	/* without counters (not ours, or none) the table is still followed, uncounted */
 	c = uc_map_counters(th, &clen);
-	views = mmap(NULL, sizeof(*views), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		     -1, 0);
+	if (first_used)
+		views = mmap(NULL, sizeof(*views), PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (views == MAP_FAILED) {
 		ret = -ENOMEM;
 		goto fail;
 	}
+	first_used = 1;
 	views->t = (struct uc_tbl_view){t, (const void *)((const unsigned char *)t + sizeof(*th)),
 					th->nbuckets};
 	if (c) {

@@ -9,19 +9,17 @@
 /* this thread's id for the vCPU claims, 0 until asked (reset in a fork child) */
 static UC_TLS uint32_t uc_tid_cached;
 
-/* The main thread's id is the process id, which the constructor knows: its claims need
- * no system call at all. */
-void uc_tid_main(void)
+/* The main thread's id is the process id, which the activation asks anyway (uc_activate):
+ * its claims need no system call of their own. */
+void uc_tid_set(pid_t pid)
 {
-	long pid = (long)getpid();
-
 	uc_tid_cached = pid > 0 && pid <= (long)UC_CLAIM_TID_MAX ? (uint32_t)pid : UINT32_MAX;
 }
 
 /* A fork child's only thread is its main one: its id is the child's pid. */
 void uc_tid_atfork_child(void)
 {
-	uc_tid_main();
+	uc_tid_set(getpid());
 }
 
 /* The vCPU claims' clock: CLOCK_MONOTONIC at the tick's resolution (a jiffy, 1-10 ms

@@ -19,26 +19,55 @@
 /* shim.conf is read up to this many bytes (scope lines beyond it are not seen) */
 #define UC_CONF_MAX 65536
 
-/* Read a small file whole into buf (NUL-terminated); its length, or -1. With `trusted`,
- * only a regular file of root's that no one else may write is read. */
-static ssize_t uc_slurp(const char *path, char *buf, size_t n, int trusted)
+/* Open a small file read-only; with `trusted`, only a regular file of root's that no one
+ * else may write (its size then in *size). The descriptor, or -1. */
+static int uc_open_small(const char *path, int trusted, size_t *size)
 {
 	struct stat st;
-	ssize_t got = 0, r;
 	int fd = UC_REAL(open)(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
-	if (fd < 0)
-		return -1;
-	if (trusted && (uc_real_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
-			(st.st_mode & 022))) {
+	if (fd < 0 || !trusted)
+		return fd;
+	if (uc_real_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & 022)) {
 		UC_REAL(close)(fd);
 		return -1;
 	}
-	while ((size_t)got < n - 1 && (r = UC_REAL(read)(fd, buf + got, n - 1 - (size_t)got)) > 0)
-		got += r;
+	*size = (size_t)st.st_size;
+	return fd;
+}
+
+/*
+ * Read fd into buf (NUL-terminated) and close it; its length. A read that returns less than
+ * it asked for ends it: a regular file's and a seq_file's (/proc/cmdline, /proc/self/cgroup)
+ * content comes whole to a read with room for it, so the read that would find the end is
+ * a system call of every process's start that tells nothing.
+ */
+static ssize_t uc_read_close(int fd, char *buf, size_t n)
+{
+	size_t got = 0, want;
+	ssize_t r;
+
+	while (got < n - 1) {
+		want = n - 1 - got;
+		r = UC_REAL(read)(fd, buf + got, want);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+		if ((size_t)r < want)
+			break;
+	}
 	UC_REAL(close)(fd);
 	buf[got] = 0;
-	return got;
+	return (ssize_t)got;
+}
+
+/* Read a small untrusted file (procfs) whole into buf; its length, or -1. */
+static ssize_t uc_slurp(const char *path, char *buf, size_t n)
+{
+	int fd = uc_open_small(path, 0, NULL);
+
+	return fd < 0 ? -1 : uc_read_close(fd, buf, n);
 }
 
 /* Is `word` one of the whitespace-separated words of s (the kernel command line)? */
@@ -78,7 +107,7 @@ static void uc_my_cgroup(char *cg, size_t n)
 {
 	char *p;
 
-	if (uc_slurp("/proc/self/cgroup", cg, n, 0) > 0 && (p = strstr(cg, "0::"))) {
+	if (uc_slurp("/proc/self/cgroup", cg, n) > 0 && (p = strstr(cg, "0::"))) {
 		memmove(cg, p + 3, strlen(p + 3) + 1);
 		cg[strcspn(cg, "\n")] = 0;
 	} else {
@@ -104,7 +133,9 @@ static const char *uc_after(const char *line, const char *kw)
  * says the answer matters. */
 static void uc_conf_parse(char *text, struct uc_conf *c, int names)
 {
-	char cg[4096] = "", exe[PATH_MAX] = "", *line, *save = NULL, *p;
+	/* written only when a line asks (no initialiser: a stack page never touched costs no
+	 * fault) */
+	char cg[4096], exe[PATH_MAX], *line, *save = NULL, *p;
 	const char *v;
 	int have_cg = 0, have_exe = 0;
 	ssize_t k;
@@ -136,25 +167,43 @@ static void uc_conf_parse(char *text, struct uc_conf *c, int names)
 	}
 }
 
-int uc_in_scope(void)
+/* What shim.conf says for this process, into c: read into buf when it fits there, else
+ * into pages mapped for it (up to UC_CONF_MAX bytes). */
+static void uc_conf_read(char *buf, size_t n, struct uc_conf *c, int names)
 {
-	char text[UC_CONF_MAX], cmdline[4096];
-	const char *env, *path;
-	struct uc_conf c;
-	ssize_t len;
-	int explicit;
+	size_t size = 0, len;
+	char *text = buf;
+	int fd = uc_open_small(uc.conf_path, 1, &size);
 
-	if (getauxval(AT_SECURE) || getpid() == 1)
+	memset(c, 0, sizeof(*c));
+	if (fd < 0)
+		return;
+	len = size < UC_CONF_MAX ? size + 1 : UC_CONF_MAX;
+	if (len > n) {
+		text = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (text == MAP_FAILED) {
+			UC_REAL(close)(fd);
+			return; /* as if there were none: only LD_PRELOAD puts the process in scope */
+		}
+	} else {
+		len = n;
+	}
+	if (uc_read_close(fd, text, len) > 0)
+		uc_conf_parse(text, c, names);
+	if (text != buf)
+		munmap(text, len);
+}
+
+int uc_in_scope(pid_t pid)
+{
+	char buf[4096]; /* the kernel command line (at most 2,048 bytes on x86), then shim.conf */
+	struct uc_conf c;
+
+	if (getauxval(AT_SECURE) || pid == 1)
 		return 0;
-	if (uc_slurp("/proc/cmdline", cmdline, sizeof(cmdline), 0) > 0 &&
-	    uc_has_word(cmdline, "unicache.shim=off"))
+	if (uc_slurp("/proc/cmdline", buf, sizeof(buf)) > 0 &&
+	    uc_has_word(buf, "unicache.shim=off"))
 		return 0;
-	env = getenv("LD_PRELOAD");
-	explicit = env && strstr(env, "libunicache");
-	path = secure_getenv("UNICACHE_SHIM_CONF");
-	len = uc_slurp(path && *path ? path : UC_DEFAULT_CONF, text, sizeof(text), 1);
-	memset(&c, 0, sizeof(c));
-	if (len > 0)
-		uc_conf_parse(text, &c, !explicit);
-	return !c.off && (explicit || c.everywhere || c.names_me);
+	uc_conf_read(buf, sizeof(buf), &c, !uc.preload_names_shim);
+	return !c.off && (uc.preload_names_shim || c.everywhere || c.names_me);
 }

@@ -221,6 +221,8 @@ struct uc_state {
 	long pagesz;
 	char table_path[256];
 	char ctr_dir[256];                 /* UNICACHE_COUNTERS: one file per user inside */
+	char conf_path[256];               /* UNICACHE_SHIM_CONF: the scopes (uc_scope.c) */
+	int preload_names_shim;            /* the LD_PRELOAD it started with names the shim */
 	int warned;
 	struct uc_allowed orig;            /* migrations stay inside these CPUs */
 } __attribute__((aligned(64)));
@@ -256,7 +258,7 @@ static inline int uc_ready(void)
 }
 
 /* scope (uc_scope.c) and sandbox (uc_sandbox.c) */
-int uc_in_scope(void);
+int uc_in_scope(pid_t pid);
 int uc_may_act_slow(void);
 int uc_fstat(int fd, struct stat *st);
 int uc_real_fstat(int fd, struct stat *st);
