@@ -89,8 +89,10 @@ def _parser() -> argparse.ArgumentParser:
                     default=AGENT_OPEN_SAMPLE,
                     help="which opens the shims count: one in 2^SHIFT read-only opens of "
                          "files up to BYTES, its counts scaled by 2^SHIFT (default "
-                         f"{AGENT_OPEN_SAMPLE.max_bytes}:{AGENT_OPEN_SAMPLE.shift}; 0:0 counts "
-                         "every open whole; docs/agent.md \"The open sample\")")
+                         f"{AGENT_OPEN_SAMPLE.max_bytes}:{AGENT_OPEN_SAMPLE.shift}: every open "
+                         "counted whole; 262144:3 spares a program of many small files most "
+                         "of the shim's per-file work, and hides from SCU part of the small "
+                         "files a VM re-reads: docs/agent.md \"The open sample\")")
     ap.add_argument("--fanotify", action="store_true",
                     help="also capture file reads of processes without the shim (needs root)")
     ap.add_argument("--nice", type=int, default=DEFAULT_NICE, choices=range(0, 20),

@@ -242,11 +242,16 @@ class OpenSample:
 
 #: every open counted whole (a table writer's default: tests and tools count exactly)
 EVERY_OPEN = OpenSample()
-#: the agent's default: one in 8 read-only opens of files up to 256 KiB, one chunk at its
-#: default chunk size (MFC §4.7: half an L2), so a file of several chunks opened once (a
-#: scan) is still seen whole, and a file of one chunk costs its reader the per-file work
-#: once in 8 opens (docs/agent.md "The open sample")
-AGENT_OPEN_SAMPLE = OpenSample(256 * 1024, 3)
+#: an opt-in (``unicache-agent --open-sample 262144:3``): one in 8 read-only opens of files
+#: up to 256 KiB, one chunk at the default chunk size (MFC §4.7: half an L2), so a file of
+#: several chunks opened once (a scan) is still seen whole and a file of one chunk costs
+#: its reader the per-file work once in 8 opens. Not the default: a VM that re-reads small
+#: files opens each one a few times in a report window, so 1 in 8 of those opens shows SCU
+#: well under half of its hot files, and SCU steps aside where counting every open would
+#: have placed them (docs/agent.md "The open sample")
+SMALL_FILES_SAMPLE = OpenSample(256 * 1024, 3)
+#: the agent's default: every open counted whole
+AGENT_OPEN_SAMPLE = EVERY_OPEN
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ class TableWriter:
     :param cpu_nodes: each CPU's node and the online nodes, published after the header
         (default: this guest's, from sysfs).
     :param sample: which opens the shims count, written with every publish (default: every
-        open, whole; the agent passes :data:`~unicache_agent.shm.AGENT_OPEN_SAMPLE`).
+        open, whole, as the agent's own default; ``--open-sample`` passes another).
     :raises ShmError: when the file cannot be created or mapped.
     """
 

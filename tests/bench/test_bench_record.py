@@ -102,10 +102,10 @@ def test_the_shim_block_ends_with_the_files_table_and_what_it_measures(
     rec: ModuleType
 ) -> None:
     shim = rec.bench_named("shim")
-    files = [_files("agent", 65536, 3, s, 300.0) for s in (4096, 65536)]
+    files = [_files("sampled", 65536, 3, s, 300.0) for s in (4096, 65536)]
     files += [_files("every", 0, 0, s, 600.0) for s in (4096, 65536)]
     files += [_files("never", 65536, 15, 4096, 100.0)]  # no 64 KiB cell: an empty cell
-    files[1]["control_ci_low_ns"] = -40.0  # agent 64 KiB: the widest control of its size
+    files[1]["control_ci_low_ns"] = -40.0  # sampled 64 KiB: the widest control of its size
     doc = {"cells": [{"kind": "read", "size": 4096, "pattern": "seq", "table": "none",
                       **_figures(4.0)}], "fds": [], "spawn": [], "budgets": [],
            "files": files, "files_per_dir": 256, "table_entries": 8192}
@@ -117,7 +117,7 @@ def test_the_shim_block_ends_with_the_files_table_and_what_it_measures(
     assert table.splitlines() == [
         "| files | open sample: added ns per file [95 % CI] | 4 KiB | 64 KiB |",
         "|---|---|---|---|",
-        "| files | agent: 1 in 8 opens of files up to 64 KiB counted | +300.0 [+299.0, +301.0] "
+        "| files | sampled: 1 in 8 opens of files up to 64 KiB counted | +300.0 [+299.0, +301.0] "
         "| +300.0 [+299.0, +301.0] |",
         "| files | every: every open counted | +600.0 [+599.0, +601.0] | +600.0 [+599.0, "
         "+601.0] |",
@@ -157,7 +157,7 @@ def test_record_runs_the_shim_and_simulator_benchmarks_tiny_into_json_and_blocks
     assert "| placed | read seq |" in page and "| budget | unplaced-4k <= 15 ns |" in page
     # the files cells, --quick's one size under each open sample
     assert {(f["sample"], f["size"]) for f in shim["files"]} == {
-        ("agent", 16384), ("every", 16384), ("never", 16384)}
+        ("sampled", 16384), ("every", 16384), ("never", 16384)}
     assert "| files | every: every open counted |" in page
     assert "unicache-sim bench --accesses 200000 --repeats 1 --json" in page
     for name in ("shim", "sim"):

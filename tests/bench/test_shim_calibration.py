@@ -35,7 +35,7 @@ def _doc() -> dict[str, Any]:
     # files cells: every open counted 1000 + j, none 500 + j, the agent's mix 700 + j
     files = [{"sample": sample, "size": s, "ci_high_ns": base + j, "ci_low_ns": 0.0,
               "added_ns": 1.0}
-             for sample, base in (("agent", 700.0), ("every", 1000.0), ("never", 500.0))
+             for sample, base in (("sampled", 700.0), ("every", 1000.0), ("never", 500.0))
              for j, s in enumerate(FILE_SIZES)]
     return {"cells": cells, "files": files}
 

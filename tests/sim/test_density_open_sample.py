@@ -1,5 +1,5 @@
 """The policy decides the same for density's web tenant whether its shims sample opens (the
-agent's default) or count every one (``unicache-agent --open-sample 0:0``).
+agent's opt-in, ``unicache-agent --open-sample 262144:3``) or count every one (its default).
 
 Match, per seed: round by round, the host takes the same placement actions (vCPU pins and
 releases) and every VM's guest holds the same table (its entries' chunks, home vCPUs and
@@ -19,7 +19,7 @@ from unicache.model import Action, Observation, PinVcpu, ReleaseVcpu
 from unicache_sim.density.point import DensityTiming, PointSpec, run_point
 from unicache_sim.density.tenants import load_catalogue
 from unicache_sim.guest.multihost import MultiHost
-from unicache_sim.guest.opensample import AGENT_OPEN_SAMPLE, EVERY_OPEN, OpenSample
+from unicache_sim.guest.opensample import EVERY_OPEN, SMALL_FILES_SAMPLE, OpenSample
 
 from tests.topologies import TOPO_OPTERON_16
 
@@ -91,7 +91,7 @@ def test_sampled_opens_place_the_web_tenant_as_counting_every_open(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     every, every_requests = _run(seed, EVERY_OPEN, monkeypatch)
-    sampled, sampled_requests = _run(seed, AGENT_OPEN_SAMPLE, monkeypatch)
+    sampled, sampled_requests = _run(seed, SMALL_FILES_SAMPLE, monkeypatch)
     # the same requests (seeded apart from the opens' draws), fewer files counted
     assert sampled_requests == every_requests > 0
     assert 0 < sampled.chunks_reported < every.chunks_reported

@@ -15,6 +15,7 @@ from unicache_sim.guest.opensample import (
     COUNTED_WHOLE,
     EVERY_OPEN,
     SKIPPED,
+    SMALL_FILES_SAMPLE,
     OpenFile,
     OpenSample,
     decide,
@@ -41,35 +42,40 @@ def _agent_shm() -> Any:
     return importlib.import_module("unicache_agent.shm")
 
 
-def test_the_default_is_the_agents() -> None:
+def test_the_default_and_the_opt_in_are_the_agents() -> None:
     agent = _agent_shm()
     assert AGENT_OPEN_SAMPLE.max_bytes == agent.AGENT_OPEN_SAMPLE.max_bytes
     assert AGENT_OPEN_SAMPLE.shift == agent.AGENT_OPEN_SAMPLE.shift
+    assert AGENT_OPEN_SAMPLE == EVERY_OPEN  # the default counts every open whole
+    assert (SMALL_FILES_SAMPLE.max_bytes, SMALL_FILES_SAMPLE.shift) == (
+        agent.SMALL_FILES_SAMPLE.max_bytes, agent.SMALL_FILES_SAMPLE.shift)
     assert (opensample.SAMPLE_MAX_BYTES, opensample.SAMPLE_SHIFT) == (256 * KIB, 3)
     assert (EVERY_OPEN.max_bytes, EVERY_OPEN.shift) == (
         agent.EVERY_OPEN.max_bytes, agent.EVERY_OPEN.shift)
 
 
 def test_one_small_read_only_open_in_eight_is_counted_eight_times() -> None:
-    assert decide(16 * KIB, True, False, 0.0) == 8
-    assert decide(16 * KIB, True, False, 0.124) == 8
-    assert decide(16 * KIB, True, False, 0.125) is None
-    assert decide(256 * KIB, True, False, 0.9) is None  # max_bytes is sampled too
+    s = SMALL_FILES_SAMPLE
+    assert decide(16 * KIB, True, False, 0.0, s) == 8
+    assert decide(16 * KIB, True, False, 0.124, s) == 8
+    assert decide(16 * KIB, True, False, 0.125, s) is None
+    assert decide(256 * KIB, True, False, 0.9, s) is None  # max_bytes is sampled too
     draws = [i / 1000 for i in range(1000)]
-    assert sum(decide(4 * KIB, True, False, d) is not None for d in draws) == 125
+    assert sum(decide(4 * KIB, True, False, d, s) is not None for d in draws) == 125
 
 
 @pytest.mark.parametrize("draw", [0.0, 0.5, 0.99])
 def test_a_file_the_table_names_is_counted_whole_whatever_the_draw(draw: float) -> None:
-    assert decide(16 * KIB, True, True, draw) == 1
+    assert decide(16 * KIB, True, True, draw, SMALL_FILES_SAMPLE) == 1
 
 
 @pytest.mark.parametrize(
     ("file_bytes", "read_only", "sample"),
     [
-        (256 * KIB + 1, True, AGENT_OPEN_SAMPLE),  # larger than max_bytes
-        (16 * KIB, False, AGENT_OPEN_SAMPLE),  # opened for writing
+        (256 * KIB + 1, True, SMALL_FILES_SAMPLE),  # larger than max_bytes
+        (16 * KIB, False, SMALL_FILES_SAMPLE),  # opened for writing
         (16 * KIB, True, EVERY_OPEN),  # shift 0
+        (16 * KIB, True, AGENT_OPEN_SAMPLE),  # the agent's default
         (16 * KIB, True, OpenSample(64 * KIB, 0)),
     ],
 )
@@ -111,7 +117,7 @@ def _compute(host: SimHost, tid: int) -> float:
 def test_a_named_file_is_counted_whole_and_a_large_one_too() -> None:
     host, tid, obj = _host()
     _publish(host, ChunkId(3, 0))
-    shim = GuestShim(host, COST)
+    shim = GuestShim(host, COST, SMALL_FILES_SAMPLE)
     # every open of file 3 (named) and of a 1 MiB file is counted whole
     assert {shim.open_file(tid, 3, 16 * KIB) for _ in range(50)} == {COUNTED_WHOLE}
     assert {shim.open_file(tid, 4, 1 << 20) for _ in range(50)} == {COUNTED_WHOLE}
@@ -124,19 +130,20 @@ def test_a_named_file_is_counted_whole_and_a_large_one_too() -> None:
 def test_the_sample_applies_before_the_hosts_first_table() -> None:
     # the agent publishes an empty table with the sample as it starts
     host, tid, _ = _host()
-    shim = GuestShim(host, COST)
+    shim = GuestShim(host, COST, SMALL_FILES_SAMPLE)
     assert SKIPPED in {shim.open_file(tid, 5, 16 * KIB) for _ in range(50)}
 
 
-def test_counting_every_open_counts_every_open_whole() -> None:
+@pytest.mark.parametrize("sample", [EVERY_OPEN, None], ids=["every-open", "the-default"])
+def test_counting_every_open_counts_every_open_whole(sample: OpenSample | None) -> None:
     host, tid, _ = _host()
-    shim = GuestShim(host, COST, EVERY_OPEN)
+    shim = GuestShim(host, COST, sample) if sample else GuestShim(host, COST)
     assert {shim.open_file(tid, 5, 16 * KIB) for _ in range(50)} == {COUNTED_WHOLE}
 
 
 def test_a_counted_files_counts_go_out_scaled() -> None:
     host, tid, obj = _host()
-    shim = GuestShim(host, COST)
+    shim = GuestShim(host, COST, SMALL_FILES_SAMPLE)
     sampled = OpenFile(True, 8)
     shim.read_chunk(tid, obj, ChunkId(5, 0), 0, 4 * KIB, 0.0, 16 * KIB, sampled)
     shim.read_chunk(tid, obj, ChunkId(5, 0), 4 * KIB, 12 * KIB, 0.0, 16 * KIB, sampled)
@@ -151,7 +158,7 @@ def test_a_counted_files_counts_go_out_scaled() -> None:
 def test_a_skipped_file_pays_its_open_and_nothing_else() -> None:
     host, tid, obj = _host()
     _publish(host, ChunkId(3, 0))
-    shim = GuestShim(host, COST, seed=1)
+    shim = GuestShim(host, COST, SMALL_FILES_SAMPLE, seed=1)
     while (opened := shim.open_file(tid, 5, 16 * KIB)).counted:
         pass  # an open that loses the draw
     paid = _compute(host, tid)
@@ -168,7 +175,7 @@ def test_a_skipped_file_pays_its_open_and_nothing_else() -> None:
 def test_the_draws_are_the_seeds() -> None:
     def draws(seed: int) -> list[OpenFile]:
         host, tid, _ = _host()
-        shim = GuestShim(host, COST, seed=seed)
+        shim = GuestShim(host, COST, SMALL_FILES_SAMPLE, seed=seed)
         return [shim.open_file(tid, 5, 16 * KIB) for _ in range(64)]
 
     assert draws(1) == draws(1) != draws(2)

@@ -131,7 +131,8 @@ def _shim_files(doc: dict[str, Any]) -> str:
             f"the files). The shim's work here is per open (learning the file, counting "
             f"it, its run sent at close), which the open sample the table carries spares "
             f"the opens it skips: `every` is the cost of a counted file, `never` of a "
-            f"skipped one, `agent` the agent's mix of the two.\n\n"
+            f"skipped one, `sampled` the mix of the two that the agent's opt-in "
+            f"`--open-sample 262144:3` gives.\n\n"
             f"{markdown_table(head, rows)}")
 
 

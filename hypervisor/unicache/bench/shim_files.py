@@ -10,8 +10,9 @@ functions alternating with blocks through libc's own, and reports ns per file.
 
 It runs under the ``unplaced`` table (8,192 entries, none naming these files) once per
 open sample (shim_tables.py :data:`~unicache.bench.shim_tables.OPEN_SAMPLES`, each its own
-table): the agent's (one in 8 read-only opens of files up to 256 KiB counted), ``every``
-(every open counted: the cost of a counted file) and ``never`` (one in 2^15: practically
+table): ``sampled``, the agent's opt-in (``--open-sample 262144:3``: one in 8 read-only
+opens of files up to 256 KiB counted), ``every`` (every open counted, the agent's default:
+the cost of a counted file) and ``never`` (one in 2^15: practically
 every open passes, the cost of a skipped file). The simulator's calibration takes the last
 two (tools/bench/shim_calibration.py).
 """
@@ -26,8 +27,8 @@ from typing import Any
 from unicache.bench import shim_cells, shim_stats, shim_tables
 from unicache.errors import ConfigError
 
-#: the files cells' sizes: small files an open sample covers (the agent's covers up to
-#: 256 KiB; the simulator holds the 64 KiB figures above it, as it holds the calls')
+#: the files cells' sizes: small files an open sample covers (the agent's opt-in covers up
+#: to 256 KiB; the simulator holds the 64 KiB figures above it, as it holds the calls')
 FILE_SIZES = (4096, 16384, 65536)
 #: ``--quick``: one size
 QUICK_FILE_SIZES = (16384,)

@@ -27,9 +27,10 @@ from typing import Any
 from unicache.errors import BenchError
 
 TABLE_STATES = ("placed", "unplaced", "none")
-#: the open samples the files cells run under: the agent's (one in 8 read-only opens of
-#: files up to 256 KiB counted), every open counted, and practically none (one in 2^15)
-OPEN_SAMPLES = ("agent", "every", "never")
+#: the open samples the files cells run under: the agent's opt-in (one in 8 read-only opens
+#: of files up to 256 KiB counted), every open counted (the agent's default), and
+#: practically none (one in 2^15)
+OPEN_SAMPLES = ("sampled", "every", "never")
 #: entries of the placed and unplaced tables (the agent's limit, protocol.MAX_TABLE_ENTRIES)
 TABLE_ENTRIES = 8192
 CHUNK_SIZE = 256 * 1024
@@ -43,7 +44,7 @@ _FAKE_INO = 1 << 40
 def open_sample(shm: Any, name: str) -> Any:
     """The agent's ``OpenSample`` called ``name`` (of :data:`OPEN_SAMPLES`)."""
     never = shm.OpenSample(256 * 1024, shm.SAMPLE_SHIFT_MAX)
-    return {"agent": shm.AGENT_OPEN_SAMPLE, "every": shm.EVERY_OPEN, "never": never}[name]
+    return {"sampled": shm.SMALL_FILES_SAMPLE, "every": shm.EVERY_OPEN, "never": never}[name]
 
 
 def sampled_state(sample: str) -> str:

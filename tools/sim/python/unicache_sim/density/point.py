@@ -102,7 +102,8 @@ class PointSpec:
     :param overcommit: vCPUs per CPU the host admits (``[place] cpu_overcommit``).
     :param timing: how long it runs.
     :param open_sample: which opens the guests' shims count under ``unicache`` (default:
-        the agent's; :data:`~unicache_sim.guest.opensample.EVERY_OPEN` counts them all).
+        the agent's, every open; :data:`~unicache_sim.guest.opensample.SMALL_FILES_SAMPLE`
+        is its opt-in).
     """
 
     flavors: tuple[Flavor, ...]

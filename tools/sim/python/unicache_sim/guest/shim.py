@@ -40,7 +40,7 @@ class GuestShim:
     :param cost: the shim's cost per call (default: the shipped calibration,
         :data:`SHIM_COST`, as this module holds it when the shim is made).
     :param sample: which opens the published tables sample (default: the agent's,
-        :data:`~unicache_sim.guest.opensample.AGENT_OPEN_SAMPLE`).
+        :data:`~unicache_sim.guest.opensample.AGENT_OPEN_SAMPLE`: every open).
     :param seed: the run's seed; the opens' draws are seeded by it and the VM, apart from
         the run's other draws, so the same run draws the same and the workload's own
         draws do not depend on the sampling.
