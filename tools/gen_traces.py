@@ -8,10 +8,11 @@ do. docs/trace.md says what each trace shows;
 
 The MFC and OBS traces are recorded from the simulator's runs of the daemon's loop
 (``unicache-sim mfc`` and ``unicache-sim obs``): every round's observation, as the
-simulated host built it, is written as the trace's tick (``unicache.trace.TraceWriter``),
-so ``unicache replay`` feeds the policies what they saw in the simulator. The
-colors-and-replicas trace is a scripted guest on ``opteron-242-2node`` (see
-:func:`colors_replicas_trace`).
+simulated host built it, is written as the trace's tick
+(``unicache.trace.TraceWriter``), so ``unicache replay`` feeds the policies what they
+saw in the simulator; each written trace is replayed here and must decide as many
+actions and refusals of each kind as the simulated daemon did. The colors-and-replicas
+trace is a scripted guest on ``opteron-242-2node`` (see :func:`colors_replicas_trace`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from unicache.loop import RoundResult
+from unicache.host.replay import ReplayHost
+from unicache.loop import RoundResult, run_rounds_sync
 from unicache.model import (
     ChunkAccess,
     ChunkId,
@@ -35,9 +37,10 @@ from unicache.model import (
     VcpuId,
     Vm,
 )
-from unicache.topology import Topology
+from unicache.policy.round import RoundState, UnicachePolicy
+from unicache.topology import Topology, Unify
 from unicache.topology.sysfs import load_topology
-from unicache.trace import TraceWriter
+from unicache.trace import TraceWriter, read_trace
 from unicache_sim.engine.config import from_topology
 from unicache_sim.experiments.mfc.read import run_baseline
 from unicache_sim.experiments.mfc.spec import MIB, MfcSpec
@@ -61,12 +64,29 @@ class _Recorder:
 
     def __call__(self, rnd: RoundResult) -> None:
         self.add(rnd.observation)
-        self.decided.update(type(a).__name__ for a in rnd.decision.actions)
-        self.decided.update(r.kind for r in rnd.decision.refusals)
+        self.decided.update(_decided(rnd))
 
     def add(self, obs: Observation) -> None:
         self.writer.add(obs)
         self.ticks += 1
+
+
+def _decided(rnd: RoundResult) -> Counter[str]:
+    """A round's actions and refusals, by kind."""
+    return Counter([*(type(a).__name__ for a in rnd.decision.actions),
+                    *(r.kind for r in rnd.decision.refusals)])
+
+
+def replayed(path: Path) -> Counter[str]:
+    """What ``unicache replay`` decides on a trace, by kind (its host, policy and loop)."""
+    trace = read_trace(path)
+    topo = load_topology(trace.header.model, None)
+    policy = UnicachePolicy(topo, Unify(trace.header.unify or "llc"))
+    host = ReplayHost(trace, frozenset(c.cpu for c in topo.cpus))
+    done: Counter[str] = Counter()
+    for rnd in run_rounds_sync(host, policy, RoundState()):
+        done.update(_decided(rnd))
+    return done
 
 
 def mfc_trace(dist: str, seed: int) -> _Recorder:
@@ -179,10 +199,14 @@ def main(names: list[str]) -> None:
         rec = TRACES[name]()
         path = EXAMPLES / name
         rec.writer.write(path)
-        decided = ", ".join(f"{k} {n}" for k, n in sorted(rec.decided.items()))
-        print(f"wrote examples/{name}: {rec.ticks} ticks, {path.stat().st_size} bytes"
-              + (f"; the simulated daemon decided {decided}" if decided else ""))
-
+        again = replayed(path)
+        decided = ", ".join(f"{k} {n}" for k, n in sorted(again.items()))
+        print(f"wrote examples/{name}: {rec.ticks} ticks, {path.stat().st_size} bytes; "
+              f"its replay decides {decided}")
+        if rec.decided and again != rec.decided:
+            # a recorded trace replays what the simulated daemon decided, or it records less
+            raise SystemExit(f"examples/{name}: the replay decides {dict(again)}, the "
+                             f"simulated daemon decided {dict(rec.decided)}")
 
 if __name__ == "__main__":
     main(sys.argv[1:])
