@@ -24,7 +24,7 @@ include qemu-patches/colormem/colormem.mk
 include packaging/packages.mk
 -include qemu-patches/qemu.mk
 
-.PHONY: setup test lint typecheck pytest demo figures bench clean apt
+.PHONY: setup test lint typecheck pytest demo figures examples bench clean apt
 
 # apt packages only when root and something is missing (a non-root user gets one line).
 $(VENV)/.apt-stamp: Makefile
@@ -75,6 +75,10 @@ demo: setup image
 # every seed paper's experiments in the simulator: docs/figures/*.png and docs/reproduction.md
 figures: setup
 	$(VENV)/bin/unicache-sim figures --out-dir docs/figures --doc docs/reproduction.md
+
+# the example traces (examples/*.jsonl) from the simulator, fixed seeds (docs/trace.md)
+examples: setup
+	$(PY) tools/gen_traces.py
 
 # every benchmark (shim, policy round, live daemon with real guests, simulator): JSON under
 # build/bench/, tables into docs/PERFORMANCE.md's generated blocks (unicache bench record)

@@ -10,5 +10,5 @@ $U topology --unify l2
 
 .venv/bin/python tools/demo.py
 
-step "Policies on a modelled machine: four VMs reading 256 KiB files (Zipf) on opteron-16, replayed"
+step "Policies on a modelled machine: a reader of 256 KiB files (Zipf) on opteron-16, recorded in the simulator, replayed"
 $U replay --model opteron-16 --trace examples/opteron16-zipf.jsonl | tail -n 25

@@ -25,7 +25,9 @@ from unicache.model import (
     GuestNode,
     GuestReport,
     NodeMemory,
+    Observation,
     VcpuId,
+    Vm,
 )
 
 #: trace format version this reader understands
@@ -329,3 +331,110 @@ def _str(obj: dict[str, Any], key: str) -> str:
 
 def _opt_str(obj: dict[str, Any], key: str) -> str | None:
     return None if obj.get(key) is None else _str(obj, key)
+
+
+class TraceWriter:
+    """Observations as trace lines (docs/trace.md): the reader's schema, written.
+
+    A recorded run (the simulator's rounds, ``tools/gen_traces.py``) becomes a trace that
+    ``unicache replay`` feeds to the same policies. A VM's ``vm`` line is written at the
+    first tick it appears (again if its shape changes), a ``vm-stop`` when it is gone.
+
+    :param model: the machine model the trace was made for (the header's ``model``).
+    :param unify: the unification level (the header's ``unify``).
+    :param interval_s: seconds per tick (the header's ``interval_s``).
+    """
+
+    def __init__(self, model: str | None, unify: str | None, interval_s: float = 1.0) -> None:
+        header: dict[str, Any] = {"type": "header", "version": TRACE_VERSION}
+        if model is not None:
+            header["model"] = model
+        if unify is not None:
+            header["unify"] = unify
+        header["interval_s"] = interval_s
+        #: the lines written so far, in order
+        self.lines: list[dict[str, Any]] = [header]
+        self._vms: dict[str, dict[str, Any]] = {}
+
+    def add(self, obs: Observation, tick: int | None = None) -> None:
+        """One observation's lines, at ``tick`` (default: the observation's own)."""
+        at = obs.tick if tick is None else tick
+        seen = set()
+        for vm in obs.vms:
+            seen.add(vm.name)
+            line = _vm_line(vm)
+            if self._vms.get(vm.name) != line:
+                self._vms[vm.name] = line
+                self.lines.append({"type": "vm", "tick": at, **line})
+        for gone in sorted(set(self._vms) - seen):
+            del self._vms[gone]
+            self.lines.append({"type": "vm-stop", "tick": at, "name": gone})
+        self.lines.extend(_sample_line(at, s) for s in obs.samples)
+        self.lines.extend(_report_line(at, r) for r in obs.reports)
+
+    def write(self, path: Path) -> None:
+        """Write the lines, one compact JSON object a line."""
+        with path.open("w") as out:
+            for line in self.lines:
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+
+def _list_text(values: frozenset[int]) -> str:
+    return ",".join(str(v) for v in sorted(values))
+
+
+def _vm_line(vm: Vm) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "name": vm.name, "vcpus": len(vm.vcpus), "memory_mib": vm.memory_bytes >> 20,
+    }
+    if vm.nodes:
+        nodes = []
+        for n in vm.nodes:
+            node: dict[str, Any] = {
+                "node": n.node, "vcpus": _list_text(n.vcpus), "memory_mib": n.memory_bytes >> 20,
+            }
+            if n.colors:
+                node["colors"] = _list_text(n.colors)
+            nodes.append(node)
+        line["nodes"] = nodes
+    return line
+
+
+def _sample_line(tick: int, s: CounterSample) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "type": "sample", "tick": tick, "vm": s.vcpu.vm, "vcpu": s.vcpu.index,
+        "source": s.source.value,
+    }
+    for key in ("cycles", "instructions", "llc_references", "llc_misses", "guest_bytes"):
+        value = getattr(s, key)
+        if value is not None:
+            line[key] = value
+    if s.level_misses is not None:
+        line["level_misses"] = list(s.level_misses)
+    line["busy"] = round(s.busy, 4)
+    return line
+
+
+def _report_line(tick: int, r: GuestReport) -> dict[str, Any]:
+    chunks = []
+    for a in r.chunks:
+        chunk: dict[str, Any] = {
+            "file": f"{a.chunk.file_id:x}", "chunk": a.chunk.index, "bytes": a.bytes_read,
+            "reads": a.reads, "writes": a.writes, "vcpu_bytes": [list(p) for p in a.vcpu_bytes],
+        }
+        if a.home_node != -1:
+            chunk["home_node"] = a.home_node
+        if a.node_reads:
+            chunk["node_reads"] = [list(p) for p in a.node_reads]
+        chunks.append(chunk)
+    line: dict[str, Any] = {
+        "type": "report", "tick": tick, "vm": r.vm, "seq": r.seq,
+        "interval_s": round(r.interval_s, 6), "chunks": chunks,
+    }
+    if r.node_memory:
+        line["node_memory"] = [[m.node, m.free_bytes, m.total_bytes] for m in r.node_memory]
+    if r.modified_files:
+        line["modified_files"] = [f"{f:x}" for f in sorted(r.modified_files)]
+    if r.id_space:
+        line["id_space"] = r.id_space
+    return line

@@ -92,3 +92,48 @@ def test_over_long_line_is_skipped_without_reading_it_whole(tmp_path: Path) -> N
 def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot read trace"):
         read_trace(tmp_path / "absent.jsonl")
+
+
+def test_an_observation_written_as_a_trace_reads_back_the_same(tmp_path: Path) -> None:
+    # the simulator's rounds become example traces this way (tools/gen_traces.py)
+    from unicache.model import (
+        ChunkAccess,
+        ChunkId,
+        CounterSource,
+        GuestNode,
+        NodeMemory,
+        Observation,
+        Vcpu,
+        VcpuId,
+        Vm,
+    )
+    from unicache.trace import TraceWriter, VmStop
+
+    nodes = (GuestNode(0, frozenset({0, 1}), 64 << 20),
+             GuestNode(1, frozenset(), 16 << 20, frozenset({2, 3})))
+    vm = Vm("a", tuple(Vcpu(VcpuId("a", i), None, frozenset({i})) for i in range(2)), 80 << 20,
+            nodes)
+    sample = CounterSample(VcpuId("a", 1), CounterSource.SIMULATED, cycles=10,
+                           llc_references=4, llc_misses=2, level_misses=(9, 4, 2), busy=0.25)
+    report = GuestReport(
+        "a", 3, 0.5,
+        (ChunkAccess(ChunkId(0xFF, 2), 100, 2, 1, ((0, 60), (1, 40)), home_node=1,
+                     node_reads=((0, 2),)),),
+        guest_nodes=(0,),
+        node_memory=(NodeMemory(0, 1 << 20, 64 << 20),),
+        modified_files=frozenset({0xAB}),
+    )
+    writer = TraceWriter("opteron-16", "l2", 0.5)
+    writer.add(Observation(5, (vm,), (sample,), (report,)))
+    writer.add(Observation(6, (vm,)))  # no second vm line: it did not change
+    writer.add(Observation(7, ()))
+    path = tmp_path / "t.jsonl"
+    writer.write(path)
+    trace = read_trace(path)
+    assert not trace.skipped
+    assert (trace.header.model, trace.header.unify, trace.header.interval_s) == (
+        "opteron-16", "l2", 0.5
+    )
+    assert trace.ticks[5] == [VmStart("a", 2, 80 << 20, nodes), sample, report]
+    assert 6 not in trace.ticks
+    assert trace.ticks[7] == [VmStop("a")]

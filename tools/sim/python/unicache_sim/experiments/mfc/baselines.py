@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from unicache.host.ports import ActResult
-from unicache.loop import run_rounds_sync
+from unicache.loop import RoundResult, run_rounds_sync
 from unicache.model import (
     Action,
     ChunkAccess,
@@ -188,6 +188,9 @@ class UnicacheLive(Baseline):
     ``MfcSpec.opens`` the guest program opens each file it reads (:meth:`GuestShim.open_file`:
     the shim's per-file work, and its per-open sampling); without, it reads files it keeps
     open, counted whole.
+
+    :param on_round: called with every round the loop ran (``tools/gen_traces.py`` records
+        their observations as a trace).
     """
 
     name = "unicache"
@@ -199,8 +202,10 @@ class UnicacheLive(Baseline):
         engine: _native.Engine,
         topo: Topology,
         ws_bytes: int,
+        on_round: Callable[[RoundResult], None] | None = None,
     ) -> None:
         super().__init__(cfg, spec, engine)
+        self.on_round = on_round
         timing = spec.timing
         hz = cfg.clock_ghz * 1e9
         self.round_cycles = timing.round_s * hz
@@ -307,6 +312,8 @@ class UnicacheLive(Baseline):
             self._window = self.host.observe(elapsed, 1.0, seconds=elapsed / self.hz)
         reported = [a.chunk for r in self._window.reports for a in r.chunks]
         rnd = next(self._rounds)
+        if self.on_round is not None:
+            self.on_round(rnd)
         decision, self.state = rnd.decision, rnd.state
         self.rounds += 1
         self.early_rounds += not periodic

@@ -28,6 +28,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from unicache.loop import RoundResult
 from unicache.topology import Topology
 
 from unicache_sim.engine.config import SimConfig, from_topology, oracle
@@ -136,6 +137,7 @@ def run_baseline(
     spec: MfcSpec,
     ws_bytes: int,
     warm_bytes: int | None = None,
+    on_round: Callable[[RoundResult], None] | None = None,
 ) -> BaselineResult:
     """Simulate one baseline at one working-set size.
 
@@ -147,6 +149,7 @@ def run_baseline(
     :param warm_bytes: read this many bytes before measuring (default: the spec's
         warm-up; the live path also waits for ``WARM_ROUNDS`` rounds and a settled
         standing, ``SETTLE_ROUNDS`` rounds in a row, at most ``MAX_WARM_ROUNDS``).
+    :param on_round: the live unicache baseline calls it with every round of its loop.
     :returns: throughput and DRAM traffic of the measured phase.
     """
     machine = oracle(cfg) if baseline == "oracle" else cfg
@@ -159,7 +162,7 @@ def run_baseline(
     elif baseline == "oracle":
         policy = Oracle(machine, spec, engine)
     elif spec.path == "live":
-        policy = UnicacheLive(machine, spec, engine, topo, ws)
+        policy = UnicacheLive(machine, spec, engine, topo, ws, on_round)
     else:
         policy = UnicacheWhatIf(machine, spec, engine, topo)
     n_nodes = len(machine.nodes)

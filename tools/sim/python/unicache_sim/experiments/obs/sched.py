@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -192,12 +192,18 @@ def _start(
     return cpu_of, {vm: i for i, vm in enumerate(order)}, False
 
 
-def run_obs(topo: Topology, spec: ObsSpec, mode: Mode) -> ObsRun:
+def run_obs(
+    topo: Topology,
+    spec: ObsSpec,
+    mode: Mode,
+    on_round: Callable[[RoundResult], None] | None = None,
+) -> ObsRun:
     """Run one set of tasks under one mode.
 
     :param topo: the machine (restricted to ``spec.cpus`` when given).
     :param spec: the set-up.
     :param mode: linux, obs or worst.
+    :param on_round: under ``obs``, called with every round of the daemon's loop.
     :returns: the run.
     :raises ConfigError: on a bad set-up.
     """
@@ -248,7 +254,10 @@ def run_obs(topo: Topology, spec: ObsSpec, mode: Mode) -> ObsRun:
         before = {h.vm: cfg.group_of(h.vcpu_cpu[0]) for h in hosts}
         run_slices(host, programs, work, round_cycles)
         if rounds is not None:
-            for action in next(rounds).result.applied:
+            rnd = next(rounds)
+            if on_round is not None:
+                on_round(rnd)
+            for action in rnd.result.applied:
                 key = type(action).__name__
                 actions[key] = actions.get(key, 0) + 1
         if r >= spec.warm_rounds:
