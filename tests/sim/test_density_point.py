@@ -8,14 +8,11 @@ from pathlib import Path
 
 import pytest
 from unicache_sim.density.mixes import mix_vms
-from unicache_sim.density.point import (
-    DensityTiming,
-    PointOutcome,
-    PointSpec,
+from unicache_sim.density.point import DensityTiming, PointOutcome, PointSpec, run_point
+from unicache_sim.density.point_setup import (
     admit_linux,
     linux_start_cpus,
     place_unicache,
-    run_point,
     unicache_cap,
 )
 from unicache_sim.density.points import DensityPoint, PointResult

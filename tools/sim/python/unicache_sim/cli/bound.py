@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict
 from typing import Annotated
 
@@ -15,6 +13,7 @@ from unicache.topology import Unify
 from unicache.topology.toml import load_model
 
 from unicache_sim.cli.common import stderr, user_error
+from unicache_sim.cli.output import emit_json
 from unicache_sim.engine.config import from_topology
 from unicache_sim.experiments.mfc.parallel_bound import ParallelBound, parallel_bound
 from unicache_sim.experiments.mfc.read import readers, run_baseline
@@ -59,12 +58,13 @@ def bound(
         return
     linux_gb_s = linux.mb_per_s / 1e3
     if as_json:
-        doc = {
-            "model": model,
-            "linux": {"readers": readers(spec, "linux"), "gb_per_s": linux_gb_s},
-            "bounds": [_row(b, linux_gb_s) for b in bounds],
-        }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        emit_json(
+            {
+                "model": model,
+                "linux": {"readers": readers(spec, "linux"), "gb_per_s": linux_gb_s},
+                "bounds": [_row(b, linux_gb_s) for b in bounds],
+            }
+        )
         return
     table = Table(
         title=f"{model}: at most, {many} readers under unicache; Linux with "

@@ -3,20 +3,22 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 from unicache.errors import UnicacheError
 from unicache.topology.toml import load_model
 
-from unicache_sim.cli.common import stderr, user_error
+from unicache_sim.cli.common import user_error
+from unicache_sim.cli.output import emit_json, note_plots, progress_steps
+
+if TYPE_CHECKING:
+    from unicache_sim.experiments.ncc.replicas import NccResult, NccRun
+    from unicache_sim.experiments.srm.colors import SrmPoint
 
 
 def _parse_kib(text: str) -> tuple[int, ...]:
@@ -29,39 +31,92 @@ def _parse_kib(text: str) -> tuple[int, ...]:
     return sizes
 
 
+#: the options of ``unicache-sim srm``
+SrmCaseOption = Annotated[
+    str,
+    typer.Option(
+        help="fig2 (§2, Figure 2: mergesort array sizes next to grep); sweep-tl "
+        "(Figure 16: T_l 16-512); random (§4.5: random 4 KiB reads, coloring must not "
+        "hurt); rescan (§4.5: a small file scanned again and again); corunners "
+        "(Figure 13: 1-3 greps on a core-i7-860)"
+    ),
+]
+SrmModelOption = Annotated[
+    str | None,
+    typer.Option(help="machine model (default: the paper's for the case, xeon-x5355 or "
+                 "core-i7-860)"),
+]
+SrmSeedsOption = Annotated[
+    str, typer.Option(help="the §4 cases: seeds N (1..N), A-B or a list; fig2: --seed")
+]
+SizesKbOption = Annotated[
+    str, typer.Option(help="mergesort array sizes, KiB (§2: 256 KiB to 1.5 MiB)")
+]
+TarballMbOption = Annotated[int, typer.Option(help="size of grep's file, MiB")]
+VmPagesOption = Annotated[
+    str,
+    typer.Option(
+        help="with coloring, mergesort's pages: srm (Figure 7 vm_color round-robin) "
+        "or spread (normal allocator, as §2)"
+    ),
+]
+TlOption = Annotated[int, typer.Option("--t-l", help="§3.2 T_l: pages per color")]
+SrmSeedOption = Annotated[int, typer.Option(help="random seed of the page allocator")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
+SrmPlotOption = Annotated[Path | None, typer.Option(help="write a Figure 2-style PNG")]
+
+#: the options of ``unicache-sim ncc``
+NccCaseOption = Annotated[
+    str,
+    typer.Option(
+        help="grep (§5 Figure 3, Table 1: parallel greps over a tree); iozone (§5 "
+        "Tables 3-5, Figure 4: iozone threads writing and reading their own files, "
+        "migrating between nodes from test to test, memory tight as threads grow)"
+    ),
+]
+NccModelOption = Annotated[str, typer.Option(help="machine model with two or more NUMA nodes")]
+TreeMbOption = Annotated[float, typer.Option(help="size of the tree, MB (§5: /etc, 40 MB)")]
+FileKbOption = Annotated[float, typer.Option(help="mean file size, KB")]
+ShellsOption = Annotated[int, typer.Option(help="parallel shells (§5: 2 to 10)")]
+GrepsOption = Annotated[int, typer.Option(help="greps in all shells together (§5: 120)")]
+NccSeedOption = Annotated[int, typer.Option(help="grep: random seed of file sizes and pages")]
+IozoneThreadsOption = Annotated[
+    str, typer.Option(help="iozone: thread counts, comma-separated (§5: 2 to 10)")
+]
+IozoneSeedsOption = Annotated[str, typer.Option(help="iozone: seeds N (1..N), A-B or a list")]
+RoundSOption = Annotated[
+    float, typer.Option(help="iozone: the daemon's round, s (its default 1 s; the paper's "
+                        "kernel makes a replica within the read)")
+]
+SystemMbOption = Annotated[
+    float, typer.Option(help="iozone: a node's memory held by the system, MiB at the "
+                        "paper's 1 GiB node (the paper gives none)")
+]
+ScaleOption = Annotated[
+    int, typer.Option(help="iozone: sizes and the round divided by this (8: 16 MiB files)")
+]
+AlwaysPlaceOption = Annotated[
+    bool,
+    typer.Option(
+        "--always-place",
+        help="NCC replicates without its gain prediction and step-aside, as the "
+        "daemon's --always-place (the paper's NCC; never slower no longer holds)",
+    ),
+]
+NccPlotOption = Annotated[Path | None, typer.Option(help="grep: write a bar-chart PNG")]
+
+
 def srm(
-    case: Annotated[
-        str,
-        typer.Option(
-            help="fig2 (§2, Figure 2: mergesort array sizes next to grep); sweep-tl "
-            "(Figure 16: T_l 16-512); random (§4.5: random 4 KiB reads, coloring must not "
-            "hurt); rescan (§4.5: a small file scanned again and again); corunners "
-            "(Figure 13: 1-3 greps on a core-i7-860)"
-        ),
-    ] = "fig2",
-    model: Annotated[
-        str | None,
-        typer.Option(help="machine model (default: the paper's for the case, xeon-x5355 or "
-                     "core-i7-860)"),
-    ] = None,
-    seeds: Annotated[
-        str, typer.Option(help="the §4 cases: seeds N (1..N), A-B or a list; fig2: --seed")
-    ] = "5",
-    sizes_kb: Annotated[
-        str, typer.Option(help="mergesort array sizes, KiB (§2: 256 KiB to 1.5 MiB)")
-    ] = "256,512,768,1024,1280,1536",
-    tarball_mb: Annotated[int, typer.Option(help="size of grep's file, MiB")] = 64,
-    vm_pages: Annotated[
-        str,
-        typer.Option(
-            help="with coloring, mergesort's pages: srm (Figure 7 vm_color round-robin) "
-            "or spread (normal allocator, as §2)"
-        ),
-    ] = "srm",
-    t_l: Annotated[int, typer.Option("--t-l", help="§3.2 T_l: pages per color")] = 256,
-    seed: Annotated[int, typer.Option(help="random seed of the page allocator")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="write a Figure 2-style PNG")] = None,
+    case: SrmCaseOption = "fig2",
+    model: SrmModelOption = None,
+    seeds: SrmSeedsOption = "5",
+    sizes_kb: SizesKbOption = "256,512,768,1024,1280,1536",
+    tarball_mb: TarballMbOption = 64,
+    vm_pages: VmPagesOption = "srm",
+    t_l: TlOption = 256,
+    seed: SrmSeedOption = 1,
+    as_json: JsonOption = False,
+    plot: SrmPlotOption = None,
 ) -> None:
     """SRM paper: mergesort next to file readers on a shared LLC, with and without page
     coloring by the product's SRM policy. fig2 (§2): slowdown and LLC misses per million
@@ -90,12 +145,7 @@ def srm(
             seed=seed,
         )
         topo = load_model(model)
-        with Progress(console=stderr, transient=True) as progress:
-            task = progress.add_task("simulating", total=len(spec.sizes_kb) * 2 * len(PLACEMENTS))
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
+        with progress_steps(len(spec.sizes_kb) * 2 * len(PLACEMENTS)) as step:
             points = run_srm(topo, spec, step)
         if plot is not None:
             from unicache_sim.repro.figures import plot_srm
@@ -107,24 +157,32 @@ def srm(
     if as_json:
         from unicache.policy.srm.buffer import page_colors
 
-        out = []
-        for pair in points:
-            doc: dict[str, object] = {"size_kb": pair[0].size_kb}
-            for name, p in zip(("without", "with"), pair, strict=True):
-                doc[name] = {
-                    "aside": p.aside,
-                    "slowdown_pct": p.slowdown_pct,
-                    "vs_alone": p.vs_alone,
-                    "misses_per_m_instr": p.get("shared").misses_per_m_instr,
-                    "runs": {
-                        r.placement: {**asdict(r), "misses_per_m_instr": r.misses_per_m_instr}
-                        for r in p.runs
-                    },
-                }
-            out.append(doc)
-        full = {"model": model, "n_colors": page_colors(topo), "spec": asdict(spec), "points": out}
-        sys.stdout.write(json.dumps(full, indent=2) + "\n")
+        doc = {"model": model, "n_colors": page_colors(topo), "spec": asdict(spec)}
+        emit_json({**doc, "points": [_srm_pair_json(pair) for pair in points]})
         return
+    _print_srm(model, points)
+    note_plots([plot])
+
+
+def _srm_pair_json(pair: tuple[SrmPoint, SrmPoint]) -> dict[str, object]:
+    """One array size, without and with coloring, as JSON."""
+    doc: dict[str, object] = {"size_kb": pair[0].size_kb}
+    for name, p in zip(("without", "with"), pair, strict=True):
+        doc[name] = {
+            "aside": p.aside,
+            "slowdown_pct": p.slowdown_pct,
+            "vs_alone": p.vs_alone,
+            "misses_per_m_instr": p.get("shared").misses_per_m_instr,
+            "runs": {
+                r.placement: {**asdict(r), "misses_per_m_instr": r.misses_per_m_instr}
+                for r in p.runs
+            },
+        }
+    return doc
+
+
+def _print_srm(model: str, points: list[tuple[SrmPoint, SrmPoint]]) -> None:
+    """Figure 2 as a table, coloring off and on per array size, then why SRM stepped aside."""
     table = Table(
         title=f"SRM §2 on {model}: mergesort next to grep, coloring off / SRM",
         caption="slow%: (T2 - T1) / T1; LLCM: LLC misses per M instructions with grep on the "
@@ -147,52 +205,24 @@ def srm(
     for _, b in points:
         if b.aside:
             Console().print(f"{b.size_kb} KiB: {b.aside}")
-    if plot is not None:
-        Console().print(f"plot written to {plot}")
 
 
 def ncc(
-    case: Annotated[
-        str,
-        typer.Option(
-            help="grep (§5 Figure 3, Table 1: parallel greps over a tree); iozone (§5 "
-            "Tables 3-5, Figure 4: iozone threads writing and reading their own files, "
-            "migrating between nodes from test to test, memory tight as threads grow)"
-        ),
-    ] = "grep",
-    model: Annotated[
-        str, typer.Option(help="machine model with two or more NUMA nodes")
-    ] = "opteron-242-2node",
-    tree_mb: Annotated[float, typer.Option(help="size of the tree, MB (§5: /etc, 40 MB)")] = 40.0,
-    file_kb: Annotated[float, typer.Option(help="mean file size, KB")] = 100.0,
-    shells: Annotated[int, typer.Option(help="parallel shells (§5: 2 to 10)")] = 2,
-    greps: Annotated[int, typer.Option(help="greps in all shells together (§5: 120)")] = 120,
-    seed: Annotated[int, typer.Option(help="grep: random seed of file sizes and pages")] = 1,
-    threads: Annotated[
-        str, typer.Option(help="iozone: thread counts, comma-separated (§5: 2 to 10)")
-    ] = "2,4,6,8,10",
-    seeds: Annotated[str, typer.Option(help="iozone: seeds N (1..N), A-B or a list")] = "5",
-    round_s: Annotated[
-        float, typer.Option(help="iozone: the daemon's round, s (its default 1 s; the paper's "
-                            "kernel makes a replica within the read)")
-    ] = 1.0,
-    system_mb: Annotated[
-        float, typer.Option(help="iozone: a node's memory held by the system, MiB at the "
-                            "paper's 1 GiB node (the paper gives none)")
-    ] = 204.8,
-    scale: Annotated[
-        int, typer.Option(help="iozone: sizes and the round divided by this (8: 16 MiB files)")
-    ] = 8,
-    always_place: Annotated[
-        bool,
-        typer.Option(
-            "--always-place",
-            help="NCC replicates without its gain prediction and step-aside, as the "
-            "daemon's --always-place (the paper's NCC; never slower no longer holds)",
-        ),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    plot: Annotated[Path | None, typer.Option(help="grep: write a bar-chart PNG")] = None,
+    case: NccCaseOption = "grep",
+    model: NccModelOption = "opteron-242-2node",
+    tree_mb: TreeMbOption = 40.0,
+    file_kb: FileKbOption = 100.0,
+    shells: ShellsOption = 2,
+    greps: GrepsOption = 120,
+    seed: NccSeedOption = 1,
+    threads: IozoneThreadsOption = "2,4,6,8,10",
+    seeds: IozoneSeedsOption = "5",
+    round_s: RoundSOption = 1.0,
+    system_mb: SystemMbOption = 204.8,
+    scale: ScaleOption = 8,
+    always_place: AlwaysPlaceOption = False,
+    as_json: JsonOption = False,
+    plot: NccPlotOption = None,
 ) -> None:
     """NCC paper §5 on a cc-NUMA machine, first-touch page cache with and without the
     product's NCC replicas. grep: parallel greps over a tree (local page-hit ratio and run
@@ -217,12 +247,7 @@ def ncc(
         )
         spec.check()
         topo = load_model(model)
-        with Progress(console=stderr, transient=True) as progress:
-            task = progress.add_task("simulating", total=2)
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
+        with progress_steps(2) as step:
             result = run_ncc(topo, spec, step)
         if plot is not None:
             from unicache_sim.repro.figures import plot_ncc
@@ -231,25 +256,32 @@ def ncc(
     except UnicacheError as err:
         user_error(err)
         return
-    runs = {"without": result.without, "with": result.with_replicas}
     if as_json:
-        doc = {
-            "model": model,
-            "spec": asdict(spec),
-            "speedup": result.speedup,
-            **{
-                k: {
-                    **asdict(r),
-                    "local_ratio": r.local_ratio,
-                    "replica_memory_ratio": r.replica_memory_ratio,
-                    "within_budget": r.within_budget,
-                }
-                for k, r in runs.items()
-            },
-        }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        doc = {"model": model, "spec": asdict(spec), "speedup": result.speedup}
+        emit_json({**doc, **{k: _ncc_run_json(r) for k, r in _ncc_runs(result).items()}})
         return
-    table = Table(title=f"NCC §5 on {model}: {greps} greps in {shells} shells over {tree_mb:g} MB")
+    _print_ncc(f"NCC §5 on {model}: {greps} greps in {shells} shells over {tree_mb:g} MB", result)
+    note_plots([plot])
+
+
+def _ncc_runs(result: NccResult) -> dict[str, NccRun]:
+    """The two runs by their name in the JSON and the table."""
+    return {"without": result.without, "with": result.with_replicas}
+
+
+def _ncc_run_json(run: NccRun) -> dict[str, object]:
+    """One run as JSON, with its ratios."""
+    return {
+        **asdict(run),
+        "local_ratio": run.local_ratio,
+        "replica_memory_ratio": run.replica_memory_ratio,
+        "within_budget": run.within_budget,
+    }
+
+
+def _print_ncc(title: str, result: NccResult) -> None:
+    """Both runs as a table, the speedup, and whether the replicas fit the agent's budget."""
+    table = Table(title=title)
     for col in (
         "replicas",
         "local page hits %",
@@ -261,7 +293,7 @@ def ncc(
         "% of node",
     ):
         table.add_column(col, justify="right")
-    for name, r in runs.items():
+    for name, r in _ncc_runs(result).items():
         table.add_row(
             name,
             f"{100 * r.local_ratio:.1f}",
@@ -280,5 +312,3 @@ def ncc(
             f"({result.with_replicas.replica_budget_bytes / 2**20:.1f} MiB a node): "
             "the agent would have evicted replicas this run keeps"
         )
-    if plot is not None:
-        Console().print(f"plot written to {plot}")

@@ -3,19 +3,17 @@ what-if (cpush, cllookup and cmsg do not exist in any processor)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 from unicache.errors import UnicacheError
 
-from unicache_sim.cli.common import stderr, user_error
+from unicache_sim.cli.common import user_error
+from unicache_sim.cli.output import emit_json, note_plots, progress_steps
 from unicache_sim.experiments.dmc.costs import PAPER_COSTS
 from unicache_sim.experiments.dmc.runs import (
     DEFAULT_SCU_POINTS,
@@ -78,12 +76,7 @@ def dmc(
             raise UnicacheError("--seeds and --scu-seeds must be at least 1")
         points = _points(scu)
         seed_list = tuple(range(1, seeds + 1))
-        with Progress(console=stderr, transient=True) as progress:
-            task = progress.add_task("DMC", total=steps(points, scu_seeds))
-
-            def step(label: str) -> None:
-                progress.update(task, advance=1, description=label)
-
+        with progress_steps(steps(points, scu_seeds), "DMC") as step:
             scans, trips, lists = run_micro(seed_list, step)
             scu_points = run_scu(points, tuple(range(1, scu_seeds + 1)), step)
         report = DmcReport(scans, trips, lists, scu_points, seed_list)
@@ -92,12 +85,11 @@ def dmc(
         user_error(err)
         return
     if as_json:
-        doc = {"costs": asdict(PAPER_COSTS), **asdict(report), "plots": [str(p) for p in written]}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        plots = [str(p) for p in written]
+        emit_json({"costs": asdict(PAPER_COSTS), **asdict(report), "plots": plots})
         return
     _print(report)
-    for path in written:
-        Console().print(f"plot written to {path}")
+    note_plots(written)
 
 
 def _plot(report: DmcReport, directory: Path) -> list[Path]:

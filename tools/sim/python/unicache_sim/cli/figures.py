@@ -4,30 +4,23 @@ table into docs/reproduction.md (mounted by cli/main.py)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import TextColumn
 from rich.table import Table
 from unicache.errors import ConfigError, UnicacheError
 
 from unicache_sim.cli.common import stderr, user_error
+from unicache_sim.cli.output import counted_columns, emit_json, progress_steps
 from unicache_sim.dask_client import default_workers
 from unicache_sim.repro.catalog import experiments, not_attempted
-from unicache_sim.repro.run import ReproTask, run_tasks
+from unicache_sim.repro.run import ReproExperiment, ReproTask, run_tasks
 from unicache_sim.repro.table import ReproRow, markdown
 
 #: the table's header; the rest of the page is generated
@@ -59,30 +52,50 @@ def _commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+OutDirOption = Annotated[Path, typer.Option(help="where the PNGs go")]
+DocOption = Annotated[Path, typer.Option(help="the table written as markdown")]
+SeedsOption = Annotated[int, typer.Option(help="seeds 1..N of every point (median, range)")]
+OnlyOption = Annotated[
+    str | None,
+    typer.Option(help="experiments to run, comma-separated [default: all]", show_default=False),
+]
+QuickOption = Annotated[
+    bool, typer.Option("--quick", help="fewer points per figure (a smoke run, for tests)")
+]
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(help="local worker processes [default: this machine's CPUs]", show_default=False),
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option(help="use the running Dask scheduler at ADDR", show_default=False),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print the rows as JSON")]
+
+
+@dataclass(frozen=True, slots=True)
+class FiguresRun:
+    """What the experiments gave.
+
+    :param rows: the table's rows, the not-attempted ones last when every experiment ran.
+    :param written: the PNGs written.
+    :param seconds: wall-clock time of the run.
+    """
+
+    rows: list[ReproRow]
+    written: list[Path]
+    seconds: float
+
+
 def figures(
-    out_dir: Annotated[Path, typer.Option(help="where the PNGs go")] = Path("docs/figures"),
-    doc: Annotated[Path, typer.Option(help="the table written as markdown")] = Path(
-        "docs/reproduction.md"
-    ),
-    seeds: Annotated[int, typer.Option(help="seeds 1..N of every point (median, range)")] = 5,
-    only: Annotated[
-        str | None,
-        typer.Option(help="experiments to run, comma-separated [default: all]", show_default=False),
-    ] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="fewer points per figure (a smoke run, for tests)")
-    ] = False,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            help="local worker processes [default: this machine's CPUs]", show_default=False
-        ),
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(help="use the running Dask scheduler at ADDR", show_default=False),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+    out_dir: OutDirOption = Path("docs/figures"),
+    doc: DocOption = Path("docs/reproduction.md"),
+    seeds: SeedsOption = 5,
+    only: OnlyOption = None,
+    quick: QuickOption = False,
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Reproduce the seed papers' figures in the simulator: PNGs into OUT_DIR and one row
     per paper figure or table (command, paper value, unicache-sim value, verdict) into DOC.
@@ -95,59 +108,69 @@ def figures(
         if workers is not None and workers < 1:
             raise ConfigError(f"--workers must be at least 1, not {workers}")
         chosen = experiments(quick, None if only is None else tuple(only.split(",")))
-        seed_range = tuple(range(1, seeds + 1))
-        tasks: list[ReproTask] = [t for e in chosen for t in e.tasks(seed_range)]
         load_before = _load()
-        start = time.monotonic()
-        with Progress(
-            TextColumn("[bold]figures"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.description}"),
-            console=stderr,
-            transient=as_json,
-        ) as bar:
-            job = bar.add_task("", total=len(tasks))
-
-            def step(task: ReproTask) -> None:
-                bar.update(job, advance=1, description=task.label)
-
-            results = run_tasks(tasks, workers or default_workers(), scheduler, step)
-        rows: list[ReproRow] = []
-        written: list[Path] = []
-        for exp in chosen:
-            report = exp.report(results, out_dir)
-            rows += report.rows
-            written += report.figures
-        if only is None:
-            rows += not_attempted()
-        elapsed = time.monotonic() - start
-        header = HEADER.format(
-            seeds=f"{seeds} seed{'s' if seeds != 1 else ''}",
-            n=seeds,
-            when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            host=_host(),
-            load=load_before,
-            elapsed=f"{elapsed / 60:.1f} min",
-            commit=_commit(),
-        )
-        doc.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            doc.write_text(markdown(rows, header))
-        except OSError as err:
-            raise ConfigError(f"cannot write {doc}: {err.strerror}") from err
+        n_workers = workers or default_workers()
+        run = _run(chosen, seeds, only is None, out_dir, n_workers, scheduler, as_json)
+        _write_doc(doc, run, seeds, load_before)
     except UnicacheError as err:
         user_error(err)
     if as_json:
-        typer.echo(json.dumps([_row_json(r) for r in rows], indent=2))
+        emit_json([_row_json(r) for r in run.rows])
         return
     table = Table("paper", "figure", "what", "unicache-sim", "verdict", title=str(doc))
-    for r in rows:
+    for r in run.rows:
         table.add_row(r.paper, r.figure, r.what, r.sim_value, r.verdict.value)
     stderr.print(table)
-    stderr.print(f"{len(written)} figures in {out_dir}, {len(rows)} rows in {doc}")
+    stderr.print(f"{len(run.written)} figures in {out_dir}, {len(run.rows)} rows in {doc}")
+
+
+def _run(
+    chosen: list[ReproExperiment],
+    seeds: int,
+    every: bool,
+    out_dir: Path,
+    workers: int,
+    scheduler: str | None,
+    as_json: bool,
+) -> FiguresRun:
+    """Every seed of every point of the chosen experiments under a progress bar (left on
+    the screen unless the output is JSON), then each experiment's rows and figures."""
+    seed_range = tuple(range(1, seeds + 1))
+    tasks: list[ReproTask] = [t for e in chosen for t in e.tasks(seed_range)]
+    start = time.monotonic()
+    columns = (TextColumn("[bold]figures"), *counted_columns(), TextColumn("{task.description}"))
+    with progress_steps(len(tasks), "", columns=columns, transient=as_json) as steps:
+        results = run_tasks(tasks, workers, scheduler, lambda task: steps(task.label))
+    rows: list[ReproRow] = []
+    written: list[Path] = []
+    for exp in chosen:
+        report = exp.report(results, out_dir)
+        rows += report.rows
+        written += report.figures
+    if every:
+        rows += not_attempted()
+    return FiguresRun(rows, written, time.monotonic() - start)
+
+
+def _write_doc(doc: Path, run: FiguresRun, seeds: int, load_before: str) -> None:
+    """The markdown page: the header (when, where, how long) and the table.
+
+    :raises ConfigError: if the page cannot be written.
+    """
+    header = HEADER.format(
+        seeds=f"{seeds} seed{'s' if seeds != 1 else ''}",
+        n=seeds,
+        when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        host=_host(),
+        load=load_before,
+        elapsed=f"{run.seconds / 60:.1f} min",
+        commit=_commit(),
+    )
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        doc.write_text(markdown(run.rows, header))
+    except OSError as err:
+        raise ConfigError(f"cannot write {doc}: {err.strerror}") from err
 
 
 def _row_json(row: ReproRow) -> dict[str, Any]:

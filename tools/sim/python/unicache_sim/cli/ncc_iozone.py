@@ -3,16 +3,21 @@ run by :mod:`.colors_replicas`."""
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from unicache.errors import UnicacheError
+from unicache.topology import Topology
 from unicache.topology.toml import load_model
 
-from unicache_sim.cli.common import parse_seeds, progress_steps, user_error
+from unicache_sim.cli.common import parse_seeds, user_error
+from unicache_sim.cli.output import emit_json, progress_steps
+
+if TYPE_CHECKING:
+    from unicache_sim.experiments.ncc.iozone import IozoneResult, IozoneSpec
+    from unicache_sim.experiments.ncc.iozone_summary import PhaseSummary
 
 
 def _parse_threads(text: str) -> tuple[int, ...]:
@@ -47,10 +52,9 @@ def ncc_iozone(
     :param as_json: print JSON instead of a table.
     :param always_place: NCC never steps aside (the daemon's ``--always-place``).
     """
-    from unicache_sim.experiments.ncc.iozone import IozoneResult, IozoneSpec, run_config
+    from unicache_sim.experiments.ncc.iozone import IozoneSpec
     from unicache_sim.experiments.ncc.iozone_summary import summarize
 
-    results: dict[int, list[IozoneResult]] = {}
     try:
         counts = _parse_threads(threads)
         seed_list = parse_seeds(seeds)
@@ -59,54 +63,77 @@ def ncc_iozone(
             round_s=round_s, system_mb=system_mb, scale=scale, step_aside=not always_place
         )
         base.check()
-        with progress_steps(2 * len(counts) * len(seed_list)) as step:
-            for t in counts:
-                for seed in seed_list:
-                    spec = replace(base, threads=t, seed=seed)
-                    runs = []
-                    for replicas in (False, True):
-                        runs.append(run_config(topo, spec, replicas))
-                        step(f"{t} threads, seed {seed}, replicas {'on' if replicas else 'off'}")
-                    results.setdefault(t, []).append(IozoneResult(runs[0], runs[1]))
+        results = _run_all(topo, base, counts, seed_list)
     except UnicacheError as err:
         user_error(err)
         return
     rows = summarize(results)
     if as_json:
-        doc = {
-            "model": model,
-            "spec": asdict(base),
-            "seeds": list(seed_list),
-            "tests": [
-                {
-                    "threads": r.threads,
-                    "phase": r.phase,
-                    **{
-                        name: asdict(getattr(r, name))
-                        for name in (
-                            "mb_s_without",
-                            "mb_s_with",
-                            "speedup_pct",
-                            "local_without",
-                            "local_with",
-                        )
-                    },
-                }
-                for r in rows
-            ],
-            "runs": [
-                {
-                    "threads": t,
-                    "seed": s,
-                    "without": asdict(r.without),
-                    "with": asdict(r.with_replicas),
-                }
-                for t, rs in sorted(results.items())
-                for s, r in zip(seed_list, rs, strict=True)
-            ],
-        }
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        doc = {"model": model, "spec": asdict(base), "seeds": list(seed_list)}
+        emit_json({**doc, "tests": _tests_json(rows), "runs": _runs_json(results, seed_list)})
         return
+    _print_iozone(model, seeds, rows, results, seed_list)
+
+
+def _run_all(
+    topo: Topology, base: IozoneSpec, counts: tuple[int, ...], seed_list: tuple[int, ...]
+) -> dict[int, list[IozoneResult]]:
+    """Every thread count and seed, without and then with replicas, under a progress bar.
+
+    :returns: per thread count, one result per seed in ``seed_list``'s order.
+    """
+    from unicache_sim.experiments.ncc.iozone import IozoneResult, run_config
+
+    results: dict[int, list[IozoneResult]] = {}
+    with progress_steps(2 * len(counts) * len(seed_list)) as step:
+        for t in counts:
+            for seed in seed_list:
+                spec = replace(base, threads=t, seed=seed)
+                runs = []
+                for replicas in (False, True):
+                    runs.append(run_config(topo, spec, replicas))
+                    step(f"{t} threads, seed {seed}, replicas {'on' if replicas else 'off'}")
+                results.setdefault(t, []).append(IozoneResult(runs[0], runs[1]))
+    return results
+
+
+def _tests_json(rows: list[PhaseSummary]) -> list[dict[str, object]]:
+    """Per thread count and test, the medians and ranges over seeds."""
+    fields = ("mb_s_without", "mb_s_with", "speedup_pct", "local_without", "local_with")
+    return [
+        {
+            "threads": r.threads,
+            "phase": r.phase,
+            **{name: asdict(getattr(r, name)) for name in fields},
+        }
+        for r in rows
+    ]
+
+
+def _runs_json(
+    results: dict[int, list[IozoneResult]], seed_list: tuple[int, ...]
+) -> list[dict[str, object]]:
+    """Every run, raw, by thread count and seed."""
+    return [
+        {
+            "threads": t,
+            "seed": s,
+            "without": asdict(r.without),
+            "with": asdict(r.with_replicas),
+        }
+        for t, rs in sorted(results.items())
+        for s, r in zip(seed_list, rs, strict=True)
+    ]
+
+
+def _print_iozone(
+    model: str,
+    seeds: str,
+    rows: list[PhaseSummary],
+    results: dict[int, list[IozoneResult]],
+    seed_list: tuple[int, ...],
+) -> None:
+    """The per-test table, then what the daemon and the agent did on the first seed."""
     table = Table(
         title=f"NCC §5 iozone on {model}: MiB/s and local page hits, off -> on "
         f"(median, range over seeds {seeds})",

@@ -10,7 +10,9 @@ import typer
 from unicache.errors import UnicacheError
 from unicache.topology.toml import load_model
 
-from unicache_sim.cli.common import emit_findings, parse_seeds, progress_steps, user_error
+from unicache_sim.cli.common import parse_seeds, user_error
+from unicache_sim.cli.findings import emit_findings
+from unicache_sim.cli.output import progress_steps
 
 
 def obs(

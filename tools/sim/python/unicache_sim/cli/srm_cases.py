@@ -8,7 +8,9 @@ from pathlib import Path
 from unicache.errors import UnicacheError
 from unicache.topology.toml import load_model
 
-from unicache_sim.cli.common import emit_findings, parse_seeds, progress_steps, user_error
+from unicache_sim.cli.common import parse_seeds, user_error
+from unicache_sim.cli.findings import emit_findings
+from unicache_sim.cli.output import progress_steps
 
 
 def srm_case(case: str, model: str | None, seeds: str, as_json: bool, plot: Path | None) -> None:

@@ -34,13 +34,8 @@ from unicache.topology import Topology
 from unicache.topology.toml import load_model, model_names
 
 from unicache_sim.density.mixes import mix_vms
-from unicache_sim.density.point import (
-    POLICIES,
-    DensityTiming,
-    PointOutcome,
-    admit_linux,
-    unicache_cap,
-)
+from unicache_sim.density.point import POLICIES, DensityTiming, PointOutcome
+from unicache_sim.density.point_setup import admit_linux, unicache_cap
 from unicache_sim.density.points import DensityPoint, PointResult, Runner
 from unicache_sim.density.search import (
     DensitySearch,

@@ -45,13 +45,17 @@ from dataclasses import dataclass, field
 from unicache.host.ports import ActResult
 from unicache.loop import run_rounds_sync
 from unicache.model import Action, Observation
-from unicache.policy.place.fleet import Arrival, place_fleet
-from unicache.policy.place.options import PlaceOptions, Profile
-from unicache.policy.place.types import VmRequest
 from unicache.policy.round import RoundState, UnicachePolicy
 from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Topology, Unify
 
+from unicache_sim import _native
+from unicache_sim.density.point_setup import (
+    admit_linux,
+    linux_start_cpus,
+    place_unicache,
+    vm_names,
+)
 from unicache_sim.density.tenant_threads import Tenants, TenantVm, Worker, add_data
 from unicache_sim.density.tenants import Flavor, Kind
 from unicache_sim.engine.config import SimConfig, from_topology
@@ -62,7 +66,6 @@ from unicache_sim.guest.simhost import SimHost
 
 #: the policies a point runs under
 POLICIES = ("linux", "unicache")
-MIB = 1024 * 1024
 #: a VM's p95 is reported (``worst_vm_p95_us``) only from this many requests
 MIN_VM_REQUESTS = 20
 
@@ -169,99 +172,6 @@ class PointOutcome:
         return next((t for t in self.tenants if t.flavor == flavor), None)
 
 
-# Section: the host's set-up --------------------------------------------------------------
-
-
-def vm_names(flavors: Sequence[Flavor]) -> tuple[str, ...]:
-    """VM names in arrival order: FLAVOR-1, FLAVOR-2, ... per flavor."""
-    seen: dict[str, int] = {}
-    out = []
-    for flavor in flavors:
-        seen[flavor.name] = seen.get(flavor.name, 0) + 1
-        out.append(f"{flavor.name}-{seen[flavor.name]}")
-    return tuple(out)
-
-
-def admit_linux(topo: Topology, flavors: Sequence[Flavor], overcommit: float) -> str:
-    """Why the Linux host cannot take these VMs (empty: it can): more vCPUs than
-    ``overcommit`` per CPU, or more memory than the host's."""
-    vcpus = sum(f.vcpus for f in flavors)
-    slots = int(overcommit * len(topo.cpus))
-    if vcpus > slots:
-        return f"{vcpus} vCPUs over the host's {slots} vCPU slots"
-    memory = sum(f.memory_mib for f in flavors)
-    have = sum(n.memory_bytes for n in topo.nodes) // MIB
-    if memory > have:
-        return f"{memory} MiB over the host's {have} MiB"
-    return ""
-
-
-def place_unicache(
-    topo: Topology, flavors: Sequence[Flavor], overcommit: float
-) -> tuple[list[tuple[dict[int, frozenset[int]], dict[int, int]]], str]:
-    """Place the VMs with ``unicache place``'s function, in arrival order.
-
-    :returns: per VM, (vCPU -> its CPU set, vCPU -> its memory node), and the first
-        refusal's reason (empty: every VM placed).
-    """
-    fleet = place_fleet(topo, _arrivals(flavors), PlaceOptions(cpu_overcommit=overcommit),
-                        Unify.LLC)
-    if fleet.refused:
-        return [], fleet.refused[0].reason
-    out = []
-    for placement in fleet.placed:
-        affinity = {v.vcpu: v.cpus for v in placement.online()}
-        nodes = {
-            v: cell.node for cell in placement.cells for v in cell.vcpus if v in affinity
-        }
-        out.append((affinity, nodes))
-    return out, ""
-
-
-def unicache_cap(topo: Topology, flavors: Sequence[Flavor], overcommit: float) -> int:
-    """How many of the first VMs of ``flavors`` :func:`place_unicache` places without a
-    refusal: a VM's placement sees only those before it, so the first refusal of one pass
-    over all of them bounds every prefix."""
-    fleet = place_fleet(topo, _arrivals(flavors), PlaceOptions(cpu_overcommit=overcommit),
-                        Unify.LLC, until_refused=True)
-    return len(fleet.placed)
-
-
-def _arrivals(flavors: Sequence[Flavor]) -> list[Arrival]:
-    return [
-        Arrival(VmRequest(name, f.vcpus, f.memory_mib, Profile(f.profile), f.name))
-        for name, f in zip(vm_names(flavors), flavors, strict=True)
-    ]
-
-
-def linux_start_cpus(cfg: SimConfig, flavors: Sequence[Flavor]) -> list[dict[int, int]]:
-    """Where fork balancing starts each VM's vCPU threads: the CPU with the fewest vCPUs,
-    on the node, then the LLC group, with the fewest (sort keys: CPU load, node load,
-    group load, CPU id)."""
-    cpu_load = [0] * cfg.n_cpus
-    node_load: dict[int, int] = {}
-    group_load: dict[int, int] = {}
-    out = []
-    for flavor in flavors:
-        starts = {}
-        for vcpu in range(flavor.vcpus):
-            cpu = min(
-                range(cfg.n_cpus),
-                key=lambda c: (
-                    cpu_load[c],
-                    node_load.get(cfg.cpu_node[c], 0),
-                    group_load.get(cfg.group_of(c), 0),
-                    c,
-                ),
-            )
-            starts[vcpu] = cpu
-            cpu_load[cpu] += 1
-            node_load[cfg.cpu_node[cpu]] = node_load.get(cfg.cpu_node[cpu], 0) + 1
-            group_load[cfg.group_of(cpu)] = group_load.get(cfg.group_of(cpu), 0) + 1
-        out.append(starts)
-    return out
-
-
 # Section: the run ------------------------------------------------------------------------
 
 
@@ -293,51 +203,191 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
     if spec.policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {spec.policy!r}")
     cfg = from_topology(topo)
-    flavors = spec.flavors
-    names = vm_names(flavors)
-    timing = spec.timing
-    hz = cfg.clock_ghz * 1e9
-    round_cycles = timing.round_s * hz
-    if spec.policy == "unicache":
-        placed, refused = place_unicache(topo, flavors, spec.overcommit)
-    else:
-        refused = admit_linux(topo, flavors, spec.overcommit)
-        placed = []
-        starts_of = linux_start_cpus(cfg, flavors) if not refused else []
-        everywhere = frozenset(range(cfg.n_cpus))
-        for f, starts in zip(flavors if not refused else (), starts_of, strict=True):
-            affinity = dict.fromkeys(range(f.vcpus), everywhere)
-            placed.append((affinity, {v: cfg.cpu_node[c] for v, c in starts.items()}))
+    placed, starts_of, refused = _place(topo, cfg, spec)
     if refused:
         return PointOutcome(False, refused, (), 0.0, 0, 0, 0)
-    engine = cfg.engine(seed=spec.seed)
-    vms: list[TenantVm] = []
-    for i, (name, flavor) in enumerate(zip(names, flavors, strict=True)):
-        affinity, nodes = placed[i]
+    run = _PointRun.start(topo, cfg, spec, placed, starts_of)
+    marks, decided = run.run()
+    engine, multihost, workers, hz = run.engine, run.multihost, run.workers, run.hz
+    outcome = _measure(run.vms, workers, marks, run.t0, run.t1, run.t1 + run.window, hz)
+    migrations = sum(engine.thread_stats(t).migrations for t in workers)
+    return PointOutcome(
+        True,
+        "",
+        outcome,
+        (run.t1 - run.t0) / hz,
+        multihost.moves,
+        migrations - multihost.moves,
+        decided,
+    )
+
+
+#: per VM, (vCPU -> the CPUs it may run on, vCPU -> its memory node)
+_Placement = tuple[dict[int, frozenset[int]], dict[int, int]]
+
+
+def _place(
+    topo: Topology, cfg: SimConfig, spec: PointSpec
+) -> tuple[list[_Placement], list[dict[int, int]], str]:
+    """The VMs' placement under the point's policy.
+
+    :returns: per VM its placement, under ``linux`` per VM the CPU each vCPU starts on,
+        and the first refusal's reason (empty: every VM admitted).
+    """
+    flavors = spec.flavors
+    if spec.policy == "unicache":
+        placed, refused = place_unicache(topo, flavors, spec.overcommit)
+        return placed, [], refused
+    refused = admit_linux(topo, flavors, spec.overcommit)
+    placed = []
+    starts_of = linux_start_cpus(cfg, flavors) if not refused else []
+    everywhere = frozenset(range(cfg.n_cpus))
+    for f, starts in zip(flavors if not refused else (), starts_of, strict=True):
+        affinity = dict.fromkeys(range(f.vcpus), everywhere)
+        placed.append((affinity, {v: cfg.cpu_node[c] for v, c in starts.items()}))
+    return placed, starts_of, refused
+
+
+@dataclass(slots=True)
+class _PointRun:
+    """A point set up to run: the VMs on the host, their tenants' threads, and the
+    daemon's loop under ``unicache`` (``rounds``: ``None`` under ``linux``)."""
+
+    spec: PointSpec
+    engine: _native.Engine
+    vms: list[TenantVm]
+    multihost: MultiHost
+    window_host: _WindowHost
+    rounds: Iterator[object] | None
+    tenants: Tenants
+    workers: dict[int, Worker]
+    hz: float
+    round_cycles: float
+
+    @staticmethod
+    def start(
+        topo: Topology,
+        cfg: SimConfig,
+        spec: PointSpec,
+        placed: list[_Placement],
+        starts_of: list[dict[int, int]],
+    ) -> _PointRun:
+        """The VMs on the host with their data, the guests' shims and the daemon's loop
+        under ``unicache``, and a started worker per vCPU of every busy VM."""
+        hz = cfg.clock_ghz * 1e9
+        round_cycles = spec.timing.round_s * hz
+        engine = cfg.engine(seed=spec.seed)
+        vms: list[TenantVm] = []
+        for i, (name, flavor) in enumerate(zip(vm_names(spec.flavors), spec.flavors, strict=True)):
+            affinity, nodes = placed[i]
+            if spec.policy == "unicache":
+                # each vCPU starts on the lowest CPU of its set; MultiHost spreads them below
+                cpus = {v: min(s) for v, s in affinity.items()}
+            else:
+                cpus = starts_of[i]
+            host = SimHost(cfg, engine, name, round_cycles, flavor.vcpus, affinity, cpus)
+            vms.append(TenantVm(name, flavor, host, nodes))
+        multihost = MultiHost(cfg, engine, [vm.host for vm in vms])
         if spec.policy == "unicache":
-            # each vCPU starts on the lowest CPU of its set; MultiHost spreads them below
-            cpus = {v: min(s) for v, s in affinity.items()}
-        else:
-            cpus = starts_of[i]
-        host = SimHost(cfg, engine, name, round_cycles, flavor.vcpus, affinity, cpus)
-        vms.append(TenantVm(name, flavor, host, nodes))
-    multihost = MultiHost(cfg, engine, [vm.host for vm in vms])
-    if spec.policy == "unicache":
-        multihost.place_vcpus()
-    for vm in vms:
-        add_data(engine, vm)
-    chunk = scu_options_for(topo, Unify.LLC).chunk_size
-    shims: dict[str, GuestShim] | None = None
-    window_host = _WindowHost(multihost)
-    rounds: Iterator[object] | None = None
-    if spec.policy == "unicache":
-        shims = {
-            vm.name: GuestShim(vm.host, sample=spec.open_sample, seed=spec.seed) for vm in vms
-        }
-        policy = UnicachePolicy(topo, Unify.LLC)
-        chunk = policy.scu.options.chunk_size
-        rounds = run_rounds_sync(window_host, policy, RoundState())
-    tenants = Tenants(engine, multihost, shims, chunk)
+            multihost.place_vcpus()
+        for vm in vms:
+            add_data(engine, vm)
+        chunk = scu_options_for(topo, Unify.LLC).chunk_size
+        shims: dict[str, GuestShim] | None = None
+        window_host = _WindowHost(multihost)
+        rounds: Iterator[object] | None = None
+        if spec.policy == "unicache":
+            shims = {
+                vm.name: GuestShim(vm.host, sample=spec.open_sample, seed=spec.seed) for vm in vms
+            }
+            policy = UnicachePolicy(topo, Unify.LLC)
+            chunk = policy.scu.options.chunk_size
+            rounds = run_rounds_sync(window_host, policy, RoundState())
+        tenants = Tenants(engine, multihost, shims, chunk)
+        workers = _start_workers(engine, multihost, tenants, vms, spec, hz)
+        return _PointRun(
+            spec, engine, vms, multihost, window_host, rounds, tenants, workers, hz, round_cycles
+        )
+
+    @property
+    def window(self) -> float:
+        """Cycles of one sampled interval."""
+        return self.spec.timing.window_s * self.hz
+
+    @property
+    def t0(self) -> float:
+        """Cycle at which the measured intervals start."""
+        return self.spec.timing.warm_rounds * self.window
+
+    @property
+    def t1(self) -> float:
+        """Cycle at which they end."""
+        timing = self.spec.timing
+        return (timing.warm_rounds + timing.measure_rounds) * self.window
+
+    def run(self) -> tuple[dict[int, dict[int, int]], int]:
+        """The sampled intervals: warm-up, measured, and one more for the measured
+        requests to finish (or until none is left open).
+
+        :returns: the bytes each worker had moved at the start (0) and the end (1) of
+            the measured intervals, and the daemon's rounds decided.
+        """
+        engine, multihost, workers = self.engine, self.multihost, self.workers
+        tenants = self.tenants
+        timing, window, t0, t1 = self.spec.timing, self.window, self.t0, self.t1
+        balance = timing.balance_interval_s * self.hz
+        churn = random.Random(self.spec.seed * 7919)
+        warm, measured = timing.warm_rounds, timing.measure_rounds
+        marks: dict[int, dict[int, int]] = {}
+        intervals = 0  # sampled intervals ended
+        balances = 0
+        decided = 0
+        # after the measured intervals, the workers whose measured requests are not all done:
+        # once none is left, nothing the rest of the run does can change what is measured
+        unfinished: set[int] | None = None
+        while intervals < warm + measured + 1:
+            next_round = (intervals + 1) * window
+            next_balance = (balances + 1) * balance
+            deadline = min(next_round, next_balance)
+            stop, tid = engine.run(deadline)
+            if stop == "need":
+                tenants.need(workers[tid], engine.thread_time(tid))
+                if unfinished is not None and tid in unfinished:
+                    if not _measuring(workers[tid], t0, t1):
+                        unfinished.discard(tid)
+                    if not unfinished:
+                        break
+                continue
+            # the deadline came (or nothing runs before it)
+            if deadline == next_balance:
+                multihost.balance(churn, timing.float_prob)
+                balances += 1
+            if deadline == next_round:
+                intervals += 1
+                if intervals in (warm, warm + measured):
+                    marks[intervals] = {t: engine.thread_stats(t).bytes for t in workers}
+                if self.rounds is not None and intervals <= warm + measured:
+                    ratio = self.round_cycles / window
+                    self.window_host.window = multihost.observe(window, ratio)
+                    next(self.rounds)
+                    decided += 1
+                if intervals == warm + measured:
+                    unfinished = {t for t, w in workers.items() if _measuring(w, t0, t1)}
+                    if not unfinished:
+                        break
+        return {0: marks[warm], 1: marks[warm + measured]}, decided
+
+
+def _start_workers(
+    engine: _native.Engine,
+    multihost: MultiHost,
+    tenants: Tenants,
+    vms: list[TenantVm],
+    spec: PointSpec,
+    hz: float,
+) -> dict[int, Worker]:
+    """A guest thread per vCPU of every VM that is not idle, started in thread order;
+    latency tenants get their flavor's request rate (closed loop without one)."""
     rates = dict(spec.rates)
     workers: dict[int, Worker] = {}
     for vm in vms:
@@ -350,62 +400,7 @@ def run_point(topo: Topology, spec: PointSpec) -> PointOutcome:
             workers[tid] = Worker(vm, vcpu, tid, rate, hz, spec.seed)
     for tid in sorted(workers):
         tenants.start(workers[tid])
-
-    window = timing.window_s * hz
-    balance = timing.balance_interval_s * hz
-    churn = random.Random(spec.seed * 7919)
-    warm, measured = timing.warm_rounds, timing.measure_rounds
-    t0 = warm * window
-    t1 = (warm + measured) * window
-    t_end = t1 + window
-    marks: dict[int, dict[int, int]] = {}
-    intervals = 0  # sampled intervals ended
-    balances = 0
-    decided = 0
-    # after the measured intervals, the workers whose measured requests are not all done:
-    # once none is left, nothing the rest of the run does can change what is measured
-    unfinished: set[int] | None = None
-    while intervals < warm + measured + 1:
-        next_round = (intervals + 1) * window
-        next_balance = (balances + 1) * balance
-        deadline = min(next_round, next_balance)
-        stop, tid = engine.run(deadline)
-        if stop == "need":
-            tenants.need(workers[tid], engine.thread_time(tid))
-            if unfinished is not None and tid in unfinished:
-                if not _measuring(workers[tid], t0, t1):
-                    unfinished.discard(tid)
-                if not unfinished:
-                    break
-            continue
-        # the deadline came (or nothing runs before it)
-        if deadline == next_balance:
-            multihost.balance(churn, timing.float_prob)
-            balances += 1
-        if deadline == next_round:
-            intervals += 1
-            if intervals in (warm, warm + measured):
-                marks[intervals] = {t: engine.thread_stats(t).bytes for t in workers}
-            if rounds is not None and intervals <= warm + measured:
-                window_host.window = multihost.observe(window, round_cycles / window)
-                next(rounds)
-                decided += 1
-            if intervals == warm + measured:
-                unfinished = {t for t, w in workers.items() if _measuring(w, t0, t1)}
-                if not unfinished:
-                    break
-    marks = {0: marks[warm], 1: marks[warm + measured]}
-    outcome = _measure(vms, workers, marks, t0, t1, t_end, hz)
-    migrations = sum(engine.thread_stats(t).migrations for t in workers)
-    return PointOutcome(
-        True,
-        "",
-        outcome,
-        (t1 - t0) / hz,
-        multihost.moves,
-        migrations - multihost.moves,
-        decided,
-    )
+    return workers
 
 
 def _measure(

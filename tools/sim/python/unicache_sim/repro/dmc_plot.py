@@ -4,6 +4,7 @@ and SCU's speedup on DMC hardware (a what-if) per machine model."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from unicache.errors import ConfigError
 
@@ -27,7 +28,14 @@ def plot_dmc(report: DmcReport, directory: Path) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"cannot create {directory}: {err}") from err
-    written = []
+    written = [_plot_micro(plt, report, directory / "dmc-figures-3-5.png")]
+    if report.scu:
+        written.append(_plot_scu(plt, report, directory / "dmc-scu.png"))
+    return written
+
+
+def _plot_micro(plt: Any, report: DmcReport, path: Path) -> Path:
+    """Figures 3-5 side by side: the scan, the ping-pong and the locked list."""
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4))
     lines = [p.lines for p in report.scan]
     a.plot(lines, [p.lw for p in report.scan], marker="o", label="lw")
@@ -59,52 +67,52 @@ def plot_dmc(report: DmcReport, directory: Path) -> list[Path]:
     c.legend()
     fig.suptitle("DMC microbenchmarks on unicache-sim (dmc-ppc: the paper's §6 platform)")
     fig.tight_layout()
-    path = directory / "dmc-figures-3-5.png"
     _save(fig, path)
     plt.close(fig)
-    written.append(path)
-    if report.scu:
-        fig, ax = plt.subplots(figsize=(10, 4))
-        models = list(dict.fromkeys(p.model for p in report.scu))
-        variants = list(dict.fromkeys(_variant(p.migration, p.lookup) for p in report.scu))
-        width = 0.8 / len(variants)
-        for i, variant in enumerate(variants):
-            pts = [
-                next(
-                    p
-                    for p in report.scu
-                    if p.model == m and _variant(p.migration, p.lookup) == variant
-                )
-                for m in models
-            ]
-            xs = [j + i * width for j in range(len(models))]
-            ax.bar(
-                xs,
-                [p.speedup.median for p in pts],
-                width,
-                label=variant,
-                yerr=[
-                    [p.speedup.median - p.speedup.low for p in pts],
-                    [p.speedup.high - p.speedup.median for p in pts],
-                ],
-                capsize=3,
+    return path
+
+
+def _plot_scu(plt: Any, report: DmcReport, path: Path) -> Path:
+    """SCU's speedup per model, a bar per DMC variant (a what-if)."""
+    fig, ax = plt.subplots(figsize=(10, 4))
+    models = list(dict.fromkeys(p.model for p in report.scu))
+    variants = list(dict.fromkeys(_variant(p.migration, p.lookup) for p in report.scu))
+    width = 0.8 / len(variants)
+    for i, variant in enumerate(variants):
+        pts = [
+            next(
+                p
+                for p in report.scu
+                if p.model == m and _variant(p.migration, p.lookup) == variant
             )
-        ax.axhline(1.0, color="grey", linestyle=":")
-        ax.set_xticks(
-            [j + 0.4 - width / 2 for j in range(len(models))],
-            [f"{m}\n{next(p.ws_mb for p in report.scu if p.model == m):g} MiB" for m in models],
+            for m in models
+        ]
+        xs = [j + i * width for j in range(len(models))]
+        ax.bar(
+            xs,
+            [p.speedup.median for p in pts],
+            width,
+            label=variant,
+            yerr=[
+                [p.speedup.median - p.speedup.low for p in pts],
+                [p.speedup.high - p.speedup.median for p in pts],
+            ],
+            capsize=3,
         )
-        ax.set(
-            ylabel="unicache / linux (live path)",
-            title="SCU on DMC hardware — WHAT-IF, no such hardware exists",
-        )
-        ax.legend()
-        fig.tight_layout()
-        path = directory / "dmc-scu.png"
-        _save(fig, path)
-        plt.close(fig)
-        written.append(path)
-    return written
+    ax.axhline(1.0, color="grey", linestyle=":")
+    ax.set_xticks(
+        [j + 0.4 - width / 2 for j in range(len(models))],
+        [f"{m}\n{next(p.ws_mb for p in report.scu if p.model == m):g} MiB" for m in models],
+    )
+    ax.set(
+        ylabel="unicache / linux (live path)",
+        title="SCU on DMC hardware — WHAT-IF, no such hardware exists",
+    )
+    ax.legend()
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return path
 
 
 def _variant(migration: str, lookup: bool) -> str:

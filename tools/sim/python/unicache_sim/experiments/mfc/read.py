@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from unicache.loop import RoundResult
 from unicache.topology import Topology
 
+from unicache_sim import _native
 from unicache_sim.engine.config import SimConfig, from_topology, oracle
 from unicache_sim.experiments.dmc.whatif import dmc_topology
 from unicache_sim.experiments.mfc.baselines import (
@@ -156,94 +157,156 @@ def run_baseline(
     engine = machine.engine(seed=spec.seed)
     n_files = max(1, ws_bytes // spec.file_bytes)
     ws = n_files * spec.file_bytes
-    policy: Baseline
-    if baseline in ("linux", LINUX_SAME_READERS):
-        policy = Linux(machine, spec, engine)
-    elif baseline == "oracle":
-        policy = Oracle(machine, spec, engine)
-    elif spec.path == "live":
-        policy = UnicacheLive(machine, spec, engine, topo, ws, on_round)
-    else:
-        policy = UnicacheWhatIf(machine, spec, engine, topo)
-    n_nodes = len(machine.nodes)
-    if spec.file_placement == "spread":
-        files = [engine.add_object(spec.file_bytes, "node", i % n_nodes) for i in range(n_files)]
-    else:
-        files = [engine.add_object(spec.file_bytes) for _ in range(n_files)]
+    # the order below is the engine's order of objects and threads: keep it
+    policy = _policy(baseline, machine, spec, engine, topo, ws, on_round)
+    files = _add_files(engine, machine, spec, n_files)
     picker = _Picker(n_files, spec.dist, random.Random(spec.seed))
-    n_readers = readers(spec, baseline)
-    tids = [engine.add_thread(policy.start_cpu(t)) for t in range(n_readers)]
+    tids = [engine.add_thread(policy.start_cpu(t)) for t in range(readers(spec, baseline))]
     policy.attach(tids)
     corunner = CoRunner(spec.corunner, engine, machine)
     background = Background(spec, engine, machine)
-    co_tid = -1
-    if spec.corunner != "none":
-        co_tid = engine.add_thread(machine.n_cpus - 1)
+    co_tid = engine.add_thread(machine.n_cpus - 1) if spec.corunner != "none" else -1
+    run = _BaselineRun(
+        machine, spec, engine, policy, files, picker, tids, corunner, background, co_tid
+    )
     warm = max(spec.min_warm_bytes, int(spec.warm_factor * ws))
     if warm_bytes is not None:
         warm = warm_bytes
-    warmed = 0
     measure = max(
         spec.min_measure_bytes,
         int(spec.measure_factor * ws),
         # every baseline measures as many bytes, the parallel set-up's Linux too
         max(readers(spec, b) for b in baselines_for(spec)) * spec.min_measure_per_reader,
     )
-    tick = spec.balance_interval_s * machine.clock_ghz * 1e9
-    issued = 0
-    measuring = False
-    start_time = 0.0
-    reads = 0
-    next_tick = tick
-    live = set(tids)
-    while live:
-        deadline = min(next_tick, background.next)
-        stop, tid = engine.run(deadline)
-        if stop == "deadline":
-            background.run_until(deadline)
-            if deadline >= next_tick:
-                policy.tick(next_tick, sorted(live | ({co_tid} if co_tid >= 0 else set())))
-                next_tick += tick
-            continue
-        if stop == "idle":
-            break
-        if tid == co_tid:
-            corunner.step(tid)
-            continue
-        if (
-            not measuring
-            and issued >= warm
-            and policy.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)
-        ):
-            measuring = True
-            warmed = issued
-            engine.reset_stats()
-            start_time = min(engine.thread_time(t) for t in live)
-            issued = 0
-        if measuring and issued >= measure:
-            engine.retire(tid)
-            live.discard(tid)
-            continue
-        index = picker.next()
-        policy.read(tid, files[index], index)
-        issued += spec.file_bytes
-        reads += 1 if measuring else 0
-    end_time = max(engine.thread_time(t) for t in tids)
-    stats = [engine.thread_stats(t) for t in tids]
-    file_bytes = sum(s.bytes for s in stats)
-    # the readers' own DRAM lines (a co-runner's traffic is not the benchmark's)
-    dram_bytes = sum(s.dram_lines for s in stats) * machine.line_size
-    seconds = (end_time - start_time) / (machine.clock_ghz * 1e9)
-    migrations = sum(s.migrations for s in stats)
-    return BaselineResult(
-        baseline,
-        file_bytes / seconds / 1e6 if seconds > 0 else math.nan,
-        dram_bytes / file_bytes if file_bytes else math.nan,
-        migrations / reads if reads else 0.0,
-        reads,
-        seconds,
-        warmed,
-    )
+    return run.result(baseline, run.read(warm, measure))
+
+
+def _policy(
+    baseline: str,
+    machine: SimConfig,
+    spec: MfcSpec,
+    engine: _native.Engine,
+    topo: Topology,
+    ws: int,
+    on_round: Callable[[RoundResult], None] | None = None,
+) -> Baseline:
+    """What places the readers under one baseline (the live path's loop calls
+    ``on_round`` with every round)."""
+    if baseline in ("linux", LINUX_SAME_READERS):
+        return Linux(machine, spec, engine)
+    if baseline == "oracle":
+        return Oracle(machine, spec, engine)
+    if spec.path == "live":
+        return UnicacheLive(machine, spec, engine, topo, ws, on_round)
+    return UnicacheWhatIf(machine, spec, engine, topo)
+
+
+def _add_files(
+    engine: _native.Engine, machine: SimConfig, spec: MfcSpec, n_files: int
+) -> list[int]:
+    """The working set's files in the engine, spread over the nodes or first-touch."""
+    if spec.file_placement == "spread":
+        n_nodes = len(machine.nodes)
+        return [engine.add_object(spec.file_bytes, "node", i % n_nodes) for i in range(n_files)]
+    return [engine.add_object(spec.file_bytes) for _ in range(n_files)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """The measured phase of a run.
+
+    :param start_time: cycle at which it started (the earliest live reader's clock).
+    :param reads: files read in it.
+    :param warmed: file bytes read before it.
+    """
+
+    start_time: float
+    reads: int
+    warmed: int
+
+
+@dataclass(frozen=True, slots=True)
+class _BaselineRun:
+    """One baseline's simulation, set up: the machine, its readers and what runs beside
+    them (``co_tid``: the co-runner's thread, -1 without one)."""
+
+    machine: SimConfig
+    spec: MfcSpec
+    engine: _native.Engine
+    policy: Baseline
+    files: list[int]
+    picker: _Picker
+    tids: list[int]
+    corunner: CoRunner
+    background: Background
+    co_tid: int
+
+    def read(self, warm: int, measure: int) -> _Measured:
+        """Run the readers: ``warm`` bytes (and the policy's warm-up), then ``measure``
+        bytes more, each reader retiring once they are read.
+
+        :returns: where the measured phase started and what it read.
+        """
+        engine, spec, policy, co_tid = self.engine, self.spec, self.policy, self.co_tid
+        tick = spec.balance_interval_s * self.machine.clock_ghz * 1e9
+        issued = reads = warmed = 0
+        measuring = False
+        start_time = 0.0
+        next_tick = tick
+        live = set(self.tids)
+        while live:
+            deadline = min(next_tick, self.background.next)
+            stop, tid = engine.run(deadline)
+            if stop == "deadline":
+                self.background.run_until(deadline)
+                if deadline >= next_tick:
+                    policy.tick(next_tick, sorted(live | ({co_tid} if co_tid >= 0 else set())))
+                    next_tick += tick
+                continue
+            if stop == "idle":
+                break
+            if tid == co_tid:
+                self.corunner.step(tid)
+                continue
+            if (
+                not measuring
+                and issued >= warm
+                and policy.warm(WARM_ROUNDS, SETTLE_ROUNDS, MAX_WARM_ROUNDS)
+            ):
+                measuring = True
+                warmed = issued
+                engine.reset_stats()
+                start_time = min(engine.thread_time(t) for t in live)
+                issued = 0
+            if measuring and issued >= measure:
+                engine.retire(tid)
+                live.discard(tid)
+                continue
+            index = self.picker.next()
+            policy.read(tid, self.files[index], index)
+            issued += spec.file_bytes
+            reads += 1 if measuring else 0
+        return _Measured(start_time, reads, warmed)
+
+    def result(self, baseline: str, measured: _Measured) -> BaselineResult:
+        """Throughput, DRAM traffic and migrations of the readers in the measured phase."""
+        engine, machine, tids, reads = self.engine, self.machine, self.tids, measured.reads
+        end_time = max(engine.thread_time(t) for t in tids)
+        stats = [engine.thread_stats(t) for t in tids]
+        file_bytes = sum(s.bytes for s in stats)
+        # the readers' own DRAM lines (a co-runner's traffic is not the benchmark's)
+        dram_bytes = sum(s.dram_lines for s in stats) * machine.line_size
+        seconds = (end_time - measured.start_time) / (machine.clock_ghz * 1e9)
+        migrations = sum(s.migrations for s in stats)
+        return BaselineResult(
+            baseline,
+            file_bytes / seconds / 1e6 if seconds > 0 else math.nan,
+            dram_bytes / file_bytes if file_bytes else math.nan,
+            migrations / reads if reads else 0.0,
+            reads,
+            seconds,
+            measured.warmed,
+        )
 
 
 def baselines_for(spec: MfcSpec) -> tuple[str, ...]:

@@ -48,10 +48,9 @@ from unicache.policy.ncc.replicas import ReplicaState, replicas_round
 from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Topology, Unify
 
-from unicache_sim import _native
 from unicache_sim.engine.config import SimConfig, from_topology
 from unicache_sim.experiments.ncc.iozone_guest import PAGE, VM_NAME, GuestCache
-from unicache_sim.guest.shimcost import SHIM_COST
+from unicache_sim.experiments.ncc.iozone_slices import IozoneThread, Slices
 
 MIB = 1 << 20
 #: iozone's tests in the order it runs them (§5: -i 0 -i 1 -i 3 -i 5)
@@ -232,14 +231,6 @@ def record_order(phase: str, records: int) -> list[int]:
     return list(range(records))
 
 
-@dataclass(slots=True)
-class _Thread:
-    index: int
-    order: list[int]
-    at: int = 0
-    last_end: int = -1
-
-
 def _vm(cfg: SimConfig, node_bytes: int) -> Vm:
     """The paper's machine as one guest: vCPU i on CPU i, guest node n = host node n."""
     vcpus = tuple(Vcpu(VcpuId(VM_NAME, c), None, frozenset({c}), c) for c in range(cfg.n_cpus))
@@ -327,42 +318,8 @@ def run_config(topo: Topology, spec: IozoneSpec, replicas: bool) -> IozoneRun:
     for phase in spec.phases:
         engine.flush()
         order = record_order(phase, records)
-        slices = _Slices(engine, guest, record, spec.slice_records, compute[phase], replicas)
-        # the balancer's placement of this test's new threads: balanced, in a random order
-        shuffled = rng.sample(range(spec.threads), spec.threads)
-        queues: dict[int, deque[_Thread]] = {}
-        cpu_of: dict[int, int] = {}
-        for slot, t in enumerate(shuffled):
-            cpu = slot % cfg.n_cpus
-            tid = next((k for k, c in cpu_of.items() if c == cpu), None)
-            if tid is None:
-                tid = engine.add_thread(cpu, start)
-                cpu_of[tid] = cpu
-                queues[tid] = deque()
-            queues[tid].append(_Thread(t, order))
-        running: dict[int, _Thread | None] = dict.fromkeys(queues)
-        local = pages = 0
-        live = set(queues)
-        while live:
-            stop, tid = engine.run()
-            if stop != "need":
-                raise ConfigError(f"simulation stopped early ({stop})")
-            if replicas:
-                host.maybe_round(engine.thread_time(tid))
-            prev = running[tid]
-            if prev is not None and prev.at < len(prev.order):
-                queues[tid].append(prev)
-            if not queues[tid]:
-                engine.retire(tid)
-                live.discard(tid)
-                continue
-            th = running[tid] = queues[tid].popleft()
-            node = cfg.cpu_node[cpu_of[tid]]
-            push = slices.writes if phase in WRITES else slices.reads
-            hits, done = push(tid, th, node)
-            local += hits
-            pages += done
-        end = max(engine.thread_time(t) for t in queues)
+        slices = Slices(engine, guest, record, spec.slice_records, compute[phase], replicas)
+        end, local, pages = _run_test(cfg, spec, slices, phase, order, host, rng, start)
         guest.free_dropped()  # no access of this test is queued any more
         phases.append(
             PhaseRun(phase, spec.file_bytes * spec.threads, (end - start) / hz, local, pages)
@@ -386,82 +343,57 @@ def run_config(topo: Topology, spec: IozoneSpec, replicas: bool) -> IozoneRun:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Slices:
-    """Pushes a thread's next slice of records into the engine, for one test.
+def _run_test(
+    cfg: SimConfig,
+    spec: IozoneSpec,
+    slices: Slices,
+    phase: str,
+    order: list[int],
+    host: _Host,
+    rng: random.Random,
+    start: float,
+) -> tuple[float, int, int]:
+    """One iozone test from cycle ``start``: its new threads placed by the balancer, each
+    CPU's threads taking turns a slice of records each, the host's rounds due meanwhile
+    (with replicas).
 
-    :param engine: the engine.
-    :param guest: the guest's page cache, shim and agent.
-    :param record: bytes per record.
-    :param count: records per slice.
-    :param compute: compute cycles per byte of the test.
-    :param replicas: whether reads may be served by replicas.
+    :returns: the cycle the last thread finished, local pages, pages.
     """
-
-    engine: _native.Engine
-    guest: GuestCache
-    record: int
-    count: int
-    compute: float
-    replicas: bool
-
-    def writes(self, tid: int, th: _Thread, node: int) -> tuple[int, int]:
-        """A slice of a thread's writes; returns (local pages, pages)."""
-        guest, record = self.guest, self.record
-        f = th.index
-        obj = guest.objects[f]
-        local = pages = 0
-        for r in th.order[th.at : th.at + self.count]:
-            off = r * record
-            for page in range(off // PAGE, (off + record) // PAGE):
-                local += guest.place(f, page, node) == node
-                pages += 1
-            guest.count_write(f, off)
-            if self.replicas:  # the shim's write path (unicache_sim.guest.shimcost): as a read's
-                self.engine.push_compute(tid, SHIM_COST.cycles(guest.table_state(f, off), record))
-            self.engine.push_access(tid, obj, off, record, "write", self.compute)
-        th.at += self.count
-        return local, pages
-
-    def reads(self, tid: int, th: _Thread, node: int) -> tuple[int, int]:
-        """A slice of a thread's reads, each from the node's replica when the shim may
-        serve it (filled first when the table lists one); returns (local pages, pages)."""
-        engine, guest, record = self.engine, self.guest, self.record
-        f = th.index
-        obj = guest.objects[f]
-        chunk = guest.chunk
-        homes = guest.page_home[f]
-        local = pages = 0
-        per_record = record // PAGE
-        for r in th.order[th.at : th.at + self.count]:
-            off = r * record
-            index = off // chunk
-            # the shim's runs: a read continuing the thread's last one inside a chunk adds none
-            guest.count_read(f, off, record, node, not (off == th.last_end and off % chunk))
-            if self.replicas:  # what the shim adds to the call (unicache_sim.guest.shimcost)
-                engine.push_compute(tid, SHIM_COST.cycles(guest.table_state(f, off), record))
-            th.last_end = off + record
-            pages += per_record
-            replica = guest.replica_for(f, index, node) if self.replicas else None
-            if replica is not None:
-                engine.push_access(
-                    tid, replica.obj, off - index * chunk, record, "read", self.compute
-                )
-                local += per_record
-                continue
-            if self.replicas and guest.want_fill(f, index, node):
-                # the agent's fill: the chunk read from the primary, written to the node
-                base = index * chunk
-                length = min(chunk, guest.sizes[f] - base)
-                filled = guest.fill(f, index, node)
-                engine.push_access(tid, obj, base, length, "read", 0.0)
-                engine.push_access(tid, filled, 0, length, "write", 0.0)
-            engine.push_access(tid, obj, off, record, "read", self.compute)
-            local += sum(
-                1 for p in range(off // PAGE, off // PAGE + per_record) if homes[p] == node
-            )
-        th.at += self.count
-        return local, pages
+    engine = slices.engine
+    # the balancer's placement of this test's new threads: balanced, in a random order
+    shuffled = rng.sample(range(spec.threads), spec.threads)
+    queues: dict[int, deque[IozoneThread]] = {}
+    cpu_of: dict[int, int] = {}
+    for slot, t in enumerate(shuffled):
+        cpu = slot % cfg.n_cpus
+        tid = next((k for k, c in cpu_of.items() if c == cpu), None)
+        if tid is None:
+            tid = engine.add_thread(cpu, start)
+            cpu_of[tid] = cpu
+            queues[tid] = deque()
+        queues[tid].append(IozoneThread(t, order))
+    running: dict[int, IozoneThread | None] = dict.fromkeys(queues)
+    push = slices.writes if phase in WRITES else slices.reads
+    local = pages = 0
+    live = set(queues)
+    while live:
+        stop, tid = engine.run()
+        if stop != "need":
+            raise ConfigError(f"simulation stopped early ({stop})")
+        if slices.replicas:
+            host.maybe_round(engine.thread_time(tid))
+        prev = running[tid]
+        if prev is not None and prev.at < len(prev.order):
+            queues[tid].append(prev)
+        if not queues[tid]:
+            engine.retire(tid)
+            live.discard(tid)
+            continue
+        th = running[tid] = queues[tid].popleft()
+        hits, done = push(tid, th, cfg.cpu_node[cpu_of[tid]])
+        local += hits
+        pages += done
+    return max(engine.thread_time(t) for t in queues), local, pages
 
 
 def run_iozone(

@@ -243,71 +243,146 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
     :returns: local page hits and run times.
     """
     spec.check()
-    engine = cfg.engine(seed=spec.seed)
-    sizes = tree_sizes(spec)
-    tree = _Tree(engine, sizes, scu_options_for(topo, Unify.LLC).chunk_size)
-    compute = CYCLES_PER_BYTE["grep"]
-    page = cfg.page_size
-    frames = [engine.node_frames(n)[1] * cfg.page_size for n in range(len(cfg.nodes))]
-    # the daemon's parameters (replicas_round): a node holds what the agent's budget takes
-    policy = NccPolicy(budgeted(NccParams(), frames, tree.chunk))
-    state = NccState()
-    policy.start(state)
-    # the daemon's step-aside (replicas_round): nodes whose dropped replicas did not pay
-    cost = replica_cost_for(topo, tree.chunk)
-    capacity = policy.params.max_replicas_per_node
-    ledgers: tuple[NodeLedger, ...] = ()
-    aside_rounds = 0
-    # one engine thread per CPU runs that CPU's shells in turn, a batch each (a batch of
-    # 40 files of 100 KB takes about 3 ms: a scheduler time slice)
-    queues: dict[int, deque[_Shell]] = {}
-    running: dict[int, _Shell | None] = {}
-    all_shells: list[_Shell] = []
-    for s in range(spec.shells):
-        cpu = s % cfg.n_cpus
-        greps = spec.greps // spec.shells + (1 if s < spec.greps % spec.shells else 0)
-        if cpu not in queues:
-            tid = engine.add_thread(cpu)
-            queues[tid] = deque()
-            running[tid] = None
-        tid = next(t for t in queues if engine.thread_cpu(t) == cpu)
-        sh = _Shell(tid, cfg.cpu_node[cpu], greps)
-        queues[tid].append(sh)
-        all_shells.append(sh)
-    local = remote = made = dropped = 0
-    node_bytes = min(total for _used, total in map(engine.node_frames, range(len(cfg.nodes))))
-    node_bytes *= page
-    #: replica memory per node now, and the most any node held
-    held = [0] * len(cfg.nodes)
-    peak = 0
-    #: replica objects dropped by each engine thread, freed when it next asks for work
-    unfree: dict[int, list[int]] = {}
-    live = set(queues)
+    run = _GrepRun(topo, cfg, spec)
+    live = set(run.shells.queues)
     while live:
-        stop, tid = engine.run()
+        stop, tid = run.engine.run()
         if stop != "need":
             raise ConfigError(f"simulation stopped early ({stop})")
-        now = engine.thread_time(tid)
-        prev = running[tid]
+        sh = run.shells.next(tid, run.engine.thread_time(tid), len(run.tree.sizes))
+        if sh is None:
+            run.engine.retire(tid)
+            live.discard(tid)
+            continue
+        reads, events = run.batch(sh)
+        if replicas:
+            served, actions = run.ncc.decide(run.engine, cfg, events)
+        else:
+            served, actions = [ev.home for ev in events], []
+        # the previous batch of this CPU's thread has run: replicas dropped meanwhile go now
+        for obj in run.unfree.pop(tid, []):
+            run.engine.free_object(obj)
+        run.push(tid, sh, reads, events, served, actions)
+    return run.result(replicas)
+
+
+#: a chunk a grep reads: (file, chunk index, offset in the file, length)
+_ChunkRead = tuple[int, int, int, int]
+
+
+class _Shells:
+    """The shells and the engine threads that run them: one thread per CPU runs that
+    CPU's shells in turn, a batch each (a batch of 40 files of 100 KB takes about 3 ms: a
+    scheduler time slice)."""
+
+    def __init__(self, engine: _native.Engine, cfg: SimConfig, spec: NccSpec) -> None:
+        self.queues: dict[int, deque[_Shell]] = {}
+        self.running: dict[int, _Shell | None] = {}
+        self.all: list[_Shell] = []
+        for s in range(spec.shells):
+            cpu = s % cfg.n_cpus
+            greps = spec.greps // spec.shells + (1 if s < spec.greps % spec.shells else 0)
+            if cpu not in self.queues:
+                tid = engine.add_thread(cpu)
+                self.queues[tid] = deque()
+                self.running[tid] = None
+            tid = next(t for t in self.queues if engine.thread_cpu(t) == cpu)
+            sh = _Shell(tid, cfg.cpu_node[cpu], greps)
+            self.queues[tid].append(sh)
+            self.all.append(sh)
+
+    def next(self, tid: int, now: float, n_files: int) -> _Shell | None:
+        """The shell whose batch thread ``tid`` runs next, the one before it queued again
+        unless its greps are done; ``None`` once the thread has no shell left."""
+        prev = self.running[tid]
         if prev is not None:
             # its batch is done: the end of a grep, and the end of its turn on the CPU
-            if prev.next_file == len(sizes):
+            if prev.next_file == n_files:
                 prev.durations.append(now - prev.started)
                 prev.greps_left -= 1
                 prev.next_file = 0
             if prev.greps_left > 0:
-                queues[tid].append(prev)
-        if not queues[tid]:
-            engine.retire(tid)
-            live.discard(tid)
-            continue
-        sh = queues[tid].popleft()
-        running[tid] = sh
+                self.queues[tid].append(prev)
+        if not self.queues[tid]:
+            return None
+        sh = self.queues[tid].popleft()
+        self.running[tid] = sh
         if sh.next_file == 0:
             sh.started = now
-        batch = range(sh.next_file, min(len(sizes), sh.next_file + spec.batch_files))
+        return sh
+
+
+class _HostNcc:
+    """The host's NCC as the daemon runs it (replicas_round): the policy with a node
+    holding what the agent's budget takes, and the step-aside on nodes whose dropped
+    replicas did not pay."""
+
+    def __init__(
+        self, topo: Topology, engine: _native.Engine, cfg: SimConfig, chunk: int, step_aside: bool
+    ) -> None:
+        frames = [engine.node_frames(n)[1] * cfg.page_size for n in range(len(cfg.nodes))]
+        self.policy = NccPolicy(budgeted(NccParams(), frames, chunk))
+        self.state = NccState()
+        self.policy.start(self.state)
+        self.cost = replica_cost_for(topo, chunk)
+        self.capacity = self.policy.params.max_replicas_per_node
+        self.ledgers: tuple[NodeLedger, ...] = ()
+        self.aside_rounds = 0
+        self.step_aside = step_aside
+
+    def decide(
+        self, engine: _native.Engine, cfg: SimConfig, events: list[Read]
+    ) -> tuple[list[int], list[NccAction]]:
+        """One round over a batch's reads.
+
+        :returns: the node serving each read, and the replicas to make and drop.
+        """
+        verdict = predict(
+            self.ledgers,
+            remote_chunks(events, self.state),
+            range(len(cfg.nodes)),
+            self.capacity,
+            self.policy.params.ncc_threshold,
+            self.cost,
+        )
+        aside = verdict.aside if self.step_aside else frozenset()
+        decision = self.policy.decide(self.state, _memory(engine, cfg), events, aside)
+        self.state = decision.state
+        judged = judge(verdict, decision.retired, self.cost)
+        self.ledgers = judged.ledgers
+        self.aside_rounds += bool(aside)
+        return list(decision.served), list(decision.actions)
+
+
+class _GrepRun:
+    """One configuration's simulation: the tree, the shells, the host's NCC, and what the
+    reads and replicas counted so far."""
+
+    def __init__(self, topo: Topology, cfg: SimConfig, spec: NccSpec) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.engine = cfg.engine(seed=spec.seed)
+        chunk = scu_options_for(topo, Unify.LLC).chunk_size
+        self.tree = _Tree(self.engine, tree_sizes(spec), chunk)
+        self.compute = CYCLES_PER_BYTE["grep"]
+        self.ncc = _HostNcc(topo, self.engine, cfg, self.tree.chunk, spec.step_aside)
+        self.shells = _Shells(self.engine, cfg, spec)
+        self.local = self.remote = self.made = self.dropped = 0
+        frames = map(self.engine.node_frames, range(len(cfg.nodes)))
+        self.node_bytes = min(total for _used, total in frames) * cfg.page_size
+        #: replica memory per node now, and the most any node held
+        self.held = [0] * len(cfg.nodes)
+        self.peak = 0
+        #: replica objects dropped by each engine thread, freed when it next asks for work
+        self.unfree: dict[int, list[int]] = {}
+
+    def batch(self, sh: _Shell) -> tuple[list[_ChunkRead], list[Read]]:
+        """A shell's next batch of files: its chunk reads and the policy's events, a file
+        not read before getting its home on the shell's node."""
+        tree = self.tree
+        batch = range(sh.next_file, min(len(tree.sizes), sh.next_file + self.spec.batch_files))
         sh.next_file = batch.stop
-        reads: list[tuple[int, int, int, int]] = []
+        reads: list[_ChunkRead] = []
         events: list[Read] = []
         for f in batch:
             home = tree.touch(f, sh.node)
@@ -315,87 +390,87 @@ def run_config(topo: Topology, cfg: SimConfig, spec: NccSpec, replicas: bool) ->
                 reads.append((f, index, offset, length))
                 chunk_key = ReplicaKey(VM_NAME, ChunkId(f, index))
                 events.append(Read(chunk_key, sh.node, home, length))
-        actions: list[NccAction] = []
-        if replicas:
-            verdict = predict(
-                ledgers,
-                remote_chunks(events, state),
-                range(len(cfg.nodes)),
-                capacity,
-                policy.params.ncc_threshold,
-                cost,
-            )
-            aside = verdict.aside if spec.step_aside else frozenset()
-            decision = policy.decide(state, _memory(engine, cfg), events, aside)
-            state = decision.state
-            judged = judge(verdict, decision.retired, cost)
-            ledgers = judged.ledgers
-            aside_rounds += bool(aside)
-            served = list(decision.served)
-            actions = list(decision.actions)
-        else:
-            served = [ev.home for ev in events]
-        # the previous batch of this CPU's thread has run: replicas dropped meanwhile go now
-        for obj in unfree.pop(tid, []):
-            engine.free_object(obj)
-        next_action = 0
+        return reads, events
+
+    def push(
+        self,
+        tid: int,
+        sh: _Shell,
+        reads: list[_ChunkRead],
+        events: list[Read],
+        served: list[int],
+        actions: list[NccAction],
+    ) -> None:
+        """Queue a batch's reads on the shell's thread, each from the copy that serves it,
+        and after each read the actions it caused."""
+        engine, tree, page = self.engine, self.tree, self.cfg.page_size
+        pending = deque(actions)
         for (f, index, offset, length), ev, node in zip(reads, events, served, strict=True):
-            key = (f, index, sh.node)
             obj = tree.primary[f]
             at = offset
             if node == sh.node and node != tree.home[f]:
-                obj, at = tree.replica[key], 0
-            engine.push_access(tid, obj, at, length, "read", compute)
+                obj, at = tree.replica[(f, index, sh.node)], 0
+            engine.push_access(tid, obj, at, length, "read", self.compute)
             pages = math.ceil(length / page)
             if node == sh.node:
-                local += pages
+                self.local += pages
             else:
-                remote += pages
-            # the actions this read caused, in order: an MQ victim dropped, then the replica
-            while next_action < len(actions):
-                act = actions[next_action]
-                if isinstance(act, DropReplica):
-                    gone = tree.replica.pop((act.chunk.file_id, act.chunk.index, act.node), None)
-                    if gone is not None:
-                        held[act.node] -= tree.replica_len.pop(gone)
-                        # freed once the reads queued before it have run
-                        unfree.setdefault(tid, []).append(gone)
-                        dropped += 1
-                    next_action += 1
-                elif (
-                    isinstance(act, Replicate)
-                    and ReplicaKey.of(act) == ev.key
-                    and act.node == ev.node
-                ):
-                    # the NCC generator copies the chunk it has just read into a local page
-                    tree.replica[key] = engine.add_object(length, "node", sh.node)
-                    tree.replica_len[tree.replica[key]] = replica_bytes(length)
-                    held[sh.node] += replica_bytes(length)
-                    peak = max(peak, held[sh.node])
-                    engine.push_access(tid, tree.replica[key], 0, length, "write", 0.0)
-                    made += 1
-                    next_action += 1
-                else:
-                    break
-    hz = cfg.clock_ghz * 1e9
-    durations = [d for sh in all_shells for d in sh.durations]
-    firsts = [sh.durations[0] for sh in all_shells if sh.durations]
-    remote_index = engine.source_names().index("dram_remote")
-    return NccRun(
-        replicas,
-        local,
-        remote,
-        sum(durations) / len(durations) / hz,
-        sum(firsts) / len(firsts) / hz,
-        max(engine.thread_time(t) for t in queues) / hz,
-        made,
-        dropped,
-        engine.counters().served[remote_index],
-        peak,
-        replica_budget(node_bytes),
-        node_bytes,
-        aside_rounds,
-    )
+                self.remote += pages
+            self._apply(tid, sh, (f, index, offset, length), ev, pending)
+
+    def _apply(
+        self, tid: int, sh: _Shell, read: _ChunkRead, ev: Read, pending: deque[NccAction]
+    ) -> None:
+        """The actions a read caused, in order: an MQ victim dropped, then the replica."""
+        engine, tree = self.engine, self.tree
+        f, index, _offset, length = read
+        key = (f, index, sh.node)
+        while pending:
+            act = pending[0]
+            if isinstance(act, DropReplica):
+                gone = tree.replica.pop((act.chunk.file_id, act.chunk.index, act.node), None)
+                if gone is not None:
+                    self.held[act.node] -= tree.replica_len.pop(gone)
+                    # freed once the reads queued before it have run
+                    self.unfree.setdefault(tid, []).append(gone)
+                    self.dropped += 1
+            elif (
+                isinstance(act, Replicate) and ReplicaKey.of(act) == ev.key and act.node == ev.node
+            ):
+                # the NCC generator copies the chunk it has just read into a local page
+                tree.replica[key] = engine.add_object(length, "node", sh.node)
+                tree.replica_len[tree.replica[key]] = replica_bytes(length)
+                self.held[sh.node] += replica_bytes(length)
+                self.peak = max(self.peak, self.held[sh.node])
+                engine.push_access(tid, tree.replica[key], 0, length, "write", 0.0)
+                self.made += 1
+            else:
+                break
+            pending.popleft()
+
+    def result(self, replicas: bool) -> NccRun:
+        """The run's page hits, grep times and replica memory."""
+        engine = self.engine
+        hz = self.cfg.clock_ghz * 1e9
+        shells = self.shells.all
+        durations = [d for sh in shells for d in sh.durations]
+        firsts = [sh.durations[0] for sh in shells if sh.durations]
+        remote_index = engine.source_names().index("dram_remote")
+        return NccRun(
+            replicas,
+            self.local,
+            self.remote,
+            sum(durations) / len(durations) / hz,
+            sum(firsts) / len(firsts) / hz,
+            max(engine.thread_time(t) for t in self.shells.queues) / hz,
+            self.made,
+            self.dropped,
+            engine.counters().served[remote_index],
+            self.peak,
+            replica_budget(self.node_bytes),
+            self.node_bytes,
+            self.ncc.aside_rounds,
+        )
 
 
 def run_ncc(

@@ -267,6 +267,20 @@ def run_obs(
             if programs[h.vm].kind.name == "cachebuster":
                 per_group[cfg.group_of(h.vcpu_cpu[0])] += 1
         heavy.append(tuple(per_group))
+    results = _task_results(host, programs, work, marks, t0, hz)
+    return ObsRun(mode, spec.seed, results, tuple(heavy), group_moves, actions)
+
+
+def _task_results(
+    host: SlicedHost,
+    programs: dict[str, Program],
+    work: dict[str, float],
+    marks: dict[str, tuple[float, float, float]],
+    t0: float,
+    hz: float,
+) -> tuple[TaskResult, ...]:
+    """Each task's work rate, CPU share and LLC misses per kilocycle since ``t0``, from
+    its marks then (work, cycles run, misses)."""
     elapsed = host.now - t0
     results = []
     for vm in sorted(programs):
@@ -282,7 +296,7 @@ def run_obs(
                 1000.0 * (misses - misses0) / cycles if cycles > 0 else 0.0,
             )
         )
-    return ObsRun(mode, spec.seed, tuple(results), tuple(heavy), group_moves, actions)
+    return tuple(results)
 
 
 def _ran(host: SlicedHost, vm: str) -> tuple[float, float]:
