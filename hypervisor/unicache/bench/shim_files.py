@@ -13,7 +13,7 @@ open sample (shim_tables.py :data:`~unicache.bench.shim_tables.OPEN_SAMPLES`, ea
 table): the agent's (one in 8 read-only opens of files up to 256 KiB counted), ``every``
 (every open counted: the cost of a counted file) and ``never`` (one in 2^15: practically
 every open passes, the cost of a skipped file). The simulator's calibration takes the last
-two (tools/bench/shim_calibration.py).
+two (:mod:`unicache.bench.shim_calibration`).
 """
 
 from __future__ import annotations
