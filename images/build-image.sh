@@ -41,7 +41,7 @@ MIRROR=${UNICACHE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # does not resolve by itself.
 GUEST_PACKAGES=python3,procps
 # the init variant's sqlite3 CLI: one of the ordinary programs `unicache bench programs` times
-# with and without the shim (tools/bench/guest_programs.py)
+# with and without the shim (hypervisor/unicache/bench/guest_programs.py)
 [ "$VARIANT" = init ] && GUEST_PACKAGES=$GUEST_PACKAGES,sqlite3
 [ "$VARIANT" = systemd ] \
     && GUEST_PACKAGES=$GUEST_PACKAGES,systemd-sysv,udev,dbus,cloud-init,curl,python3-cffi-backend

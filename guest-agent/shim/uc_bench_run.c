@@ -135,7 +135,7 @@ static double median_sorted(const double *v, size_t n)
  * The 95 % interval of a median from order statistics: [x(k), x(n+1-k)] with k the
  * largest rank whose binomial(n, 1/2) tail P(B <= k-1) stays within 2.5 % (for large n
  * about n/2 - 1.96 sqrt(n)/2; exact here, so that few blocks are not over-trusted, and
- * tools/bench/shim_stats.py computes the same ranks). Below n = 6 no rank reaches 95 %:
+ * hypervisor/unicache/bench/shim_stats.py computes the same ranks). Below n = 6 no rank reaches 95 %:
  * the interval is then the whole range.
  */
 static size_t ci_rank(size_t n)

@@ -14,13 +14,14 @@ from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
-from unicache.cli.bench import app, load_bench
+from unicache.bench import record
+from unicache.cli.bench import app
 from unicache.errors import BenchError
 
 
 @pytest.fixture(scope="module")
 def rec() -> ModuleType:
-    return load_bench("record")
+    return record
 
 
 PAGE = """# Performance

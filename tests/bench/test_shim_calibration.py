@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from unicache.cli.bench import load_bench
+from unicache.bench import shim_calibration
 from unicache.errors import BenchError, ConfigError
 from unicache_sim.guest import shimcost
 from unicache_sim.guest.shimcost import TABLE_STATES
@@ -23,7 +23,7 @@ FILE_SIZES = (4096, 16384, 65536)
 
 @pytest.fixture(scope="module")
 def cal() -> ModuleType:
-    return load_bench("shim_calibration")
+    return shim_calibration
 
 
 def _doc() -> dict[str, Any]:

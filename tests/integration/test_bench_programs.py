@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unicache.cli.bench import load_bench
+from unicache.bench import guest_programs as bench
+from unicache.bench import guest_programs_checks as checks
 from unicache.errors import BenchError
 
 from tests.integration.benchtools import UNICACHE, record_tiny
@@ -30,7 +31,6 @@ def _run(side: str, counted_bytes: int, clients: int | None = None) -> dict[str,
 
 
 def test_a_run_where_the_shim_counted_nothing_fails_the_bench() -> None:
-    bench, checks = load_bench("guest_programs"), load_bench("guest_programs_checks")
     grep = next(p for p in bench.programs(bench.TINY) if p.name == "grep")
     assert checks.check_runs(grep, [_run("with", 4096), _run("without", 0)], None) == "d"
     with pytest.raises(BenchError, match="counted no read of grep"):
@@ -48,7 +48,6 @@ def test_a_run_where_the_shim_counted_nothing_fails_the_bench() -> None:
 
 
 def test_under_a_sample_that_leaves_out_every_open_liveness_rests_on_the_mapping() -> None:
-    bench, checks = load_bench("guest_programs"), load_bench("guest_programs_checks")
     layout = (Path(__file__).parents[2] / "guest-agent" / "shim" / "uc_layout.h").read_text()
     assert f"#define UC_SAMPLE_SHIFT_MAX {bench.MAX_SHIFT}u" in layout
     grep = next(p for p in bench.programs(bench.TINY) if p.name == "grep")

@@ -89,6 +89,12 @@ def test_the_wheel_runs_its_benchmarks_from_a_fresh_venv_outside_the_checkout(
                          check=False, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["counted_reads"]["unplaced"] > 0
+    # the benchmarks that boot guests are in the wheel too: with no guest image here (nor
+    # the simulator the live one drives its guests with) each says so in one line, exit 2
+    assert _guest_bench(venv, tmp_path, "live") == (
+        "unicache bench live: the live bench drives its guests and daemon with the "
+        "simulator's package, which is not installed (make sim-build; the host package has it)")
+    assert "no guest image at" in _guest_bench(venv, tmp_path, "programs")
     # and the simulator's wheel beside it (the one the host package carries): a density run
     (sim_wheel,) = (ROOT / "tools/sim/target/wheels").glob(f"unicache_sim-{VERSION}-*.whl")
     pins = tmp_path / "sim-pins.txt"  # pip takes no extras in a constraint
@@ -103,6 +109,17 @@ def test_the_wheel_runs_its_benchmarks_from_a_fresh_venv_outside_the_checkout(
     assert run.returncode == 0, run.stderr
     (mix,) = json.loads(run.stdout)["mixes"]
     assert mix["vms"]["linux"] > 0 and mix["vms"]["unicache"] > 0
+    assert "no guest image at" in _guest_bench(venv, tmp_path, "live")
+
+
+def _guest_bench(venv: Path, cwd: Path, name: str) -> str:
+    """``unicache bench NAME`` of ``venv`` in ``cwd``, which must exit 2 with one line: it."""
+    run = subprocess.run([str(venv / "bin/unicache"), "bench", name, "--json"], cwd=cwd,
+                         capture_output=True, text=True, check=False,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(cwd)})
+    assert run.returncode == 2 and not run.stdout, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    return line
 
 
 def test_the_host_deb_installs_where_its_unit_and_docs_say_and_purges_without_a_trace(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from typer.testing import CliRunner
-from unicache.cli.bench import app, load_bench
+from unicache.bench import record as rec
+from unicache.cli.bench import app
 
 POINT_KEYS = {
     "vms",
@@ -64,7 +65,6 @@ def test_bench_policy_json_has_its_schema(tmp_path) -> None:
         assert point["gc_full_ms"] > 0 and 0 <= point["gc_p50_ms"] <= point["gc_max_ms"]
     assert png.read_bytes()[:4] == b"\x89PNG"
     # make bench records this JSON: it holds the recorder's schema and makes its table
-    rec = load_bench("record")
     bench = rec.bench_named("policy")
     _, rows = bench.render(rec.check_schema(bench, doc))
     assert len(rows) == 2

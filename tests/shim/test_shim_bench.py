@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,7 +20,6 @@ import pytest
 from typer.testing import CliRunner
 from unicache.bench import shim as shim_bench_module
 from unicache.bench import shim_cells, shim_files, shim_stats, shim_tables
-from unicache.cli import bench
 from unicache.cli.bench import app
 from unicache.errors import BenchError
 
@@ -258,17 +258,39 @@ def _no_build(_kit: object = None) -> Path:
     raise BenchError("stopped before building")
 
 
-def test_a_checkout_bench_outside_a_checkout_is_one_line(
+def test_the_live_bench_without_the_simulator_is_one_line() -> None:
+    # installed from the wheel alone: no unicache_sim (its guests' and daemon's driver)
+    code = (
+        "import sys\n"
+        "import unicache.cli\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'unicache_sim':\n"
+        "            raise ModuleNotFoundError(name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "sys.argv = ['unicache', 'bench', 'live', '--seconds', '1']\n"
+        "unicache.cli.main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == (
+        "unicache bench live: the live bench drives its guests and daemon with the "
+        "simulator's package, which is not installed (make sim-build; the host package "
+        "has it)"
+    )
+
+
+def test_a_guest_bench_without_a_guest_image_is_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # the benchmarks that boot guests are loaded from the checkout's tools/bench
-    monkeypatch.setattr(bench, "BENCH_DIR", tmp_path)
-    res = CliRunner().invoke(app, ["live", "--seconds", "1"])
+    # outside a checkout, with no image built (make image) nor named (UNICACHE_IMAGE_DIR)
+    monkeypatch.setenv("UNICACHE_IMAGE_DIR", str(tmp_path / "image"))
+    res = CliRunner().invoke(app, ["programs", "--rounds", "1"])
     assert res.exit_code == 2
-    assert res.output.strip() == (
-        f"unicache bench live: {tmp_path / 'live_bench.py'} not found: the benchmarks run "
-        "from a source checkout"
-    )
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith("unicache bench programs: ")
+    assert f"no guest image at {tmp_path / 'image'}: run `make image`" in line
 
 
 def test_the_shim_bench_without_a_shim_is_one_line(

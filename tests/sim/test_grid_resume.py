@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from unicache_sim.build import build_fingerprint
 from unicache_sim.cli import grid as cli_grid
 from unicache_sim.cli.main import app
 from unicache_sim.experiments.mfc.read import BaselineResult, PointResult
 from unicache_sim.grid.store import (
     CHECKPOINT_NAME,
     CheckpointWriter,
-    build_fingerprint,
     load_checkpoint,
 )
 from unicache_sim.grid.sweep import GridPoint, GridResult

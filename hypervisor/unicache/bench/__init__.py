@@ -1,4 +1,10 @@
-"""Benchmarks that are product code: they need nothing but the unicache package, so
-``unicache bench`` runs them from the installed wheel or the host package (the policy
-round: :mod:`unicache.bench.policy`). The benchmarks that build the guest shim or boot
-guests run from a source checkout (``tools/bench/``)."""
+"""unicache's benchmarks, product code: ``unicache bench`` runs each from the installed
+wheel or the host package as well as from a checkout. The policy round's
+(:mod:`.policy`) needs nothing but this package; the shim's (:mod:`.shim`) a built or
+installed shim; the live daemon's (:mod:`.live_bench`) and ordinary programs' in a guest
+(:mod:`.guest_programs`) a guest image, and the live one the simulator's package;
+``make bench`` records them all (:mod:`.record`), and the simulator's calibration of the
+shim's cost from the shim's run (:mod:`.shim_calibration`, which imports the simulator).
+The guest's halves of the two that boot guests (``live_guest.py``,
+``guest_programs_runner.py``) are read as text and run by the guest's python3; nothing on
+the host imports them."""

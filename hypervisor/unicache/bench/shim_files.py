@@ -14,7 +14,7 @@ table): ``sampled``, the agent's opt-in (``--open-sample 262144:3``: one in 8 re
 opens of files up to 256 KiB counted), ``every`` (every open counted, the agent's default:
 the cost of a counted file) and ``never`` (one in 2^15: practically
 every open passes, the cost of a skipped file). The simulator's calibration takes the last
-two (tools/bench/shim_calibration.py).
+two (:mod:`unicache.bench.shim_calibration`).
 """
 
 from __future__ import annotations

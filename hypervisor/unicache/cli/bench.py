@@ -1,19 +1,17 @@
 """``unicache bench``: benchmarks of unicache's components (mounted by the main CLI).
 
-The policy round's and the shim's benchmarks are in the package (:mod:`unicache.bench`) and
-run wherever unicache is installed (the shim's needs a shim: the checkout's or an installed
-agent's). The others boot guests from the source checkout's image, so they live in the
-checkout too (``tools/bench/``), and each command loads its benchmark from there
-(:func:`load_bench`).
+Every benchmark is in the package (:mod:`unicache.bench`) and runs wherever unicache is
+installed, given what it measures: the shim's a shim (the checkout's or an installed
+agent's), the live daemon's and the ordinary programs' a guest image (``make image``, or
+``UNICACHE_IMAGE_DIR``), the live daemon's the simulator's package too (its guests and
+daemon driver, :mod:`unicache_sim.density`). Whatever is missing is one line, exit 2.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -24,9 +22,6 @@ from unicache.errors import BenchError, UnicacheError
 
 if TYPE_CHECKING:
     from unicache.bench.shim import ShimBenchResult
-
-#: where the benchmarks are: ``tools/bench/`` of the checkout this package runs from
-BENCH_DIR = Path(__file__).resolve().parents[3] / "tools" / "bench"
 
 app = typer.Typer(help="Benchmarks of unicache's own components.", no_args_is_help=True,
                   add_completion=False, pretty_exceptions_enable=False)
@@ -46,25 +41,14 @@ def _group() -> None:
     """Benchmarks of unicache's own components."""
 
 
-def load_bench(name: str) -> ModuleType:
-    """Import the benchmark ``tools/bench/<name>.py`` of the source checkout (once).
-
-    :raises BenchError: when unicache does not run from a checkout that has it.
-    """
-    path = BENCH_DIR / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"unicache_bench_{name}", path)
-    if spec is None or spec.loader is None or not path.is_file():
-        raise BenchError(f"{path} not found: the benchmarks run from a source checkout")
-    module = sys.modules.get(spec.name)
-    if module is None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while defining
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[spec.name]
-            raise
-    return module
+def _no_simulator(err: ModuleNotFoundError) -> BenchError:
+    """The one line for a benchmark whose import found no simulator's package (``err``
+    itself, raised again, when what is missing is something else)."""
+    if err.name is None or err.name.split(".")[0] != "unicache_sim":
+        raise err
+    return BenchError("the live bench drives its guests and daemon with the simulator's "
+                      "package, which is not installed (make sim-build; the host package "
+                      "has it)")
 
 
 def _ci(mid: float, low: float, high: float) -> str:
@@ -299,7 +283,10 @@ def live(
     from rich.progress import Progress
 
     try:
-        bench = load_bench("live_bench")
+        try:
+            from unicache.bench import live_bench as bench  # imports the simulator's package
+        except ModuleNotFoundError as err:
+            raise _no_simulator(err) from None
         with Progress(console=_err, transient=True) as progress:
             task = progress.add_task("live bench: boot", total=len(bench.STEPS))
             steps = list(bench.STEPS)
@@ -317,8 +304,10 @@ def live(
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
-    # the table make bench records (tools/bench/record.py), so both read alike
-    head, rows = load_bench("record").bench_named("live").render(res.as_json())
+    # the table make bench records (unicache.bench.record), so both read alike
+    from unicache.bench.record import bench_named
+
+    head, rows = bench_named("live").render(res.as_json())
     table = Table(title=f"{res.guests} busy guest(s), daemon interval {res.interval_s:g} s, "
                         f"{res.window_s:.0f} s window, load {res.load[0]:.1f}-{res.load[1]:.1f}")
     for col in head:
@@ -364,7 +353,8 @@ def programs(
     from rich.progress import Progress
 
     try:
-        bench = load_bench("guest_programs")
+        from unicache.bench import guest_programs as bench
+
         with Progress(console=_err, transient=True) as progress:
             task = progress.add_task("programs bench: boot", total=bench.steps(rounds))
 
@@ -378,9 +368,11 @@ def programs(
     if json_out:
         sys.stdout.write(json.dumps(res.as_json()) + "\n")
         return
-    # the table make bench records (tools/bench/record.py), so both read alike; the
+    # the table make bench records (unicache.bench.record), so both read alike; the
     # commands, too long for a column on a terminal, follow it
-    head, rows = load_bench("record").bench_named("programs").render(res.as_json())
+    from unicache.bench.record import bench_named
+
+    head, rows = bench_named("programs").render(res.as_json())
     keep = [i for i, col in enumerate(head) if col != "command"]
     table = Table(title=f"ordinary programs in a guest ({res.accel}, {res.clock} clock), "
                         f"{res.rounds} round(s), agent running, nothing placed; "
@@ -424,7 +416,8 @@ def record(
     from rich.progress import Progress
 
     try:
-        rec = load_bench("record")
+        from unicache.bench import record as rec
+
         names = [n.strip() for n in only.split(",") if n.strip()] if only else None
         for name in names or ():
             rec.bench_named(name)

@@ -8,7 +8,6 @@ in one line (exit 2) when it is missing. docs/density.md describes the method.
 
 from __future__ import annotations
 
-import importlib
 import shlex
 import sys
 from pathlib import Path
@@ -19,25 +18,13 @@ import typer
 from unicache.cli.common import JsonOpt, app
 from unicache.errors import ConfigError
 
-#: the simulator's front end of this command
-FRONT_END = "unicache_sim.density.cli"
-#: the front end of ``--live`` (real guests on this host, beside the simulator's prediction)
-LIVE_FRONT_END = "unicache_sim.density.live_cli"
 
-
-def _front_end(name: str = FRONT_END) -> Any:
-    """The simulator's front end, imported now.
-
-    :raises ConfigError: when the simulator is not installed.
-    """
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name is not None and err.name.split(".")[0] == "unicache_sim":
-            raise ConfigError(
-                "density runs on the simulator, which is not installed (make sim-build)"
-            ) from None
-        raise
+def _no_simulator(err: ModuleNotFoundError) -> ConfigError:
+    """The one line for a front end whose import found no simulator (``err`` itself, raised
+    again, when what is missing is something else)."""
+    if err.name is None or err.name.split(".")[0] != "unicache_sim":
+        raise err
+    return ConfigError("density runs on the simulator, which is not installed (make sim-build)")
 
 
 #: the options of ``density``, one alias each (the command's signature stays short)
@@ -137,10 +124,13 @@ def density(
     if live:
         if random_mixes:
             raise ConfigError("--live runs one mix: give --mix FILE or none (web and kv)")
-        front = _front_end(LIVE_FRONT_END)
+        try:
+            from unicache_sim.density import live_cli
+        except ModuleNotFoundError as err:
+            raise _no_simulator(err) from None
         _run(
-            front.run_live_command,
-            front.LiveOptions(
+            live_cli.run_live_command,
+            live_cli.LiveOptions(
                 model=model,
                 mix=mix,
                 guests=guests,
@@ -156,7 +146,10 @@ def density(
             ),
         )
         return
-    front = _front_end()
+    try:
+        from unicache_sim.density import cli as front
+    except ModuleNotFoundError as err:
+        raise _no_simulator(err) from None
     opts = front.DensityOptions(
         model=model,
         mix=mix,
@@ -180,10 +173,11 @@ def density(
 def _run(command: Any, opts: Any) -> None:
     """Run a front end's command: a catalogue's problems one line each, exit 2; its exit
     code otherwise."""
-    catalogue_error = importlib.import_module("unicache_sim.density.tenants").CatalogueError
+    from unicache_sim.density.tenants import CatalogueError  # the front end imported it
+
     try:
         code = command(opts)
-    except catalogue_error as err:
+    except CatalogueError as err:
         # one line per problem, every one of them
         for line in err.problems:
             sys.stderr.write(f"unicache: error: {line}\n")

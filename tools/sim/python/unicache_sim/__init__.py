@@ -9,17 +9,19 @@ in ``tools/sim/pyproject.toml``):
 * the front end: the ``unicache-sim`` command (:mod:`.cli`: ``cli.main`` and one module
   per command); the reproduction's table and plots (:mod:`.repro`); the grid that fans the
   MFC experiment out on Dask (:mod:`.grid`: ``sweep``, ``store``, ``report``, ``plot``);
-  the density experiment (:mod:`.density`, which uses the grid's build fingerprint and
-  workers);
+  the density experiment (:mod:`.density`); the three know nothing of each other;
 * :mod:`unicache_sim.experiments`: the papers' experiments and the measurements, one
-  subpackage per paper (``mfc``, ``obs``, ``srm``, ``ncc``, ``dmc``);
+  subpackage per paper (``mfc``, ``obs``, ``srm``, ``ncc``, ``dmc``; the MFC experiment
+  may run on the DMC what-if's machine, ``dmc`` never imports ``mfc``, and
+  ``scu_on_dmc`` composes the two);
 * the simulator's machinery: the simulated host and guest (:mod:`.guest`: ``simhost``,
   ``multihost``, ``cfs``, the shim ``shim``, its rule and cost ``shimrule`` and
   ``shimcost``, the agent's ``opensample`` and ``earlyreport``, the live loop's timing
   ``livetiming``), on the engine (:mod:`.engine`: the machine from a topology ``config``,
   the tools' compute costs ``calibration``) and the native core (``_native``);
-* under all of them, shared: ``spread`` (a median and range over seeds) and
-  ``dask_client`` (the local Dask cluster).
+* under all of them, shared: ``spread`` (a median and range over seeds),
+  ``dask_client`` (the local Dask cluster) and ``build`` (the fingerprint of the code a
+  sweep's cached results belong to).
 """
 
 from __future__ import annotations

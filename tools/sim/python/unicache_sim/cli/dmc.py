@@ -15,10 +15,10 @@ from unicache.errors import UnicacheError
 from unicache_sim.cli.common import user_error
 from unicache_sim.cli.output import emit_json, note_plots, progress_steps
 from unicache_sim.experiments.dmc.costs import PAPER_COSTS
-from unicache_sim.experiments.dmc.runs import (
+from unicache_sim.experiments.dmc.runs import run_micro
+from unicache_sim.experiments.scu_on_dmc import (
     DEFAULT_SCU_POINTS,
     DmcReport,
-    run_micro,
     run_scu,
     steps,
 )

@@ -15,8 +15,10 @@ from rich.progress import TextColumn
 from rich.text import Text
 from unicache.errors import ConfigError, UnicacheError
 
+from unicache_sim.build import build_fingerprint
 from unicache_sim.cli.common import stderr, user_error
 from unicache_sim.cli.output import counted_columns, emit_json, progress_steps
+from unicache_sim.dask_client import default_workers
 from unicache_sim.experiments.mfc.spec import FILE_BYTES
 from unicache_sim.grid.plot import plot_model
 from unicache_sim.grid.report import (
@@ -34,7 +36,6 @@ from unicache_sim.grid.report import (
 from unicache_sim.grid.store import (
     CHECKPOINT_NAME,
     CheckpointWriter,
-    build_fingerprint,
     load_checkpoint,
 )
 from unicache_sim.grid.sweep import (
@@ -43,7 +44,6 @@ from unicache_sim.grid.sweep import (
     GridRequest,
     GridResult,
     build_axes,
-    default_workers,
     grid_points,
     run_grid,
 )

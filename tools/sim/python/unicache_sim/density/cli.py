@@ -22,6 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from unicache.errors import ConfigError
 
+from unicache_sim.build import build_fingerprint
+from unicache_sim.dask_client import default_workers
 from unicache_sim.density.experiment import DensityRequest, check_request, run_density
 from unicache_sim.density.mixes import load_mixes, random_mixes
 from unicache_sim.density.plot import plot_all
@@ -32,11 +34,9 @@ from unicache_sim.density.store import (
     CACHE_DIR,
     POINTS_FILE,
     PointCache,
-    build_fingerprint,
     write_points,
 )
 from unicache_sim.density.tenants import Catalogue, load_catalogue
-from unicache_sim.grid.sweep import default_workers
 
 #: default output directory
 DEFAULT_OUT = Path("build/density")

@@ -2,7 +2,7 @@
 
 Every finished point is written at once to ``OUT/cache/KEY.parquet`` (written to a
 temporary file, then renamed: a killed run leaves no torn file), where KEY is a hash of
-every parameter of the point and of the build (:func:`~unicache_sim.grid.store.build_fingerprint`:
+every parameter of the point and of the build (:func:`~unicache_sim.build.build_fingerprint`:
 the simulator, its native engine, the policies and the models). A rerun finds the points
 it asks for there and runs only the others; a point of another build is never reused.
 
@@ -37,9 +37,8 @@ from unicache.errors import ConfigError
 
 from unicache_sim.density.point import PointOutcome, TenantResult
 from unicache_sim.density.points import DensityPoint, PointResult
-from unicache_sim.grid.store import build_fingerprint
 
-__all__ = ["PointCache", "build_fingerprint", "point_key", "read_points", "write_points"]
+__all__ = ["PointCache", "point_key", "read_points", "write_points"]
 
 #: the cache's directory inside the output directory
 CACHE_DIR = "cache"

@@ -7,12 +7,12 @@ line. ``unicache-sim grid --resume`` reads the file back and runs only the point
 
 A result is only reused by the build that made it: each line carries the fingerprint of
 the simulator (its Python, its native engine) and of the ``unicache`` package it drives
-(policies, machine models). A line from another build is never mixed into a table.
+(policies, machine models: :func:`unicache_sim.build.build_fingerprint`). A line from
+another build is never mixed into a table.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -22,30 +22,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-import unicache
-
-import unicache_sim
 from unicache_sim.experiments.mfc.read import BaselineResult, PointResult
 from unicache_sim.grid.sweep import GridPoint, GridResult
 
 #: the checkpoint's file name inside the grid's output directory
 CHECKPOINT_NAME = "points.jsonl"
-#: files whose bytes make the build: the code, the native engine and the machine models
-_BUILD_SUFFIXES = frozenset({".py", ".so", ".toml"})
-
-
-def build_fingerprint() -> str:
-    """A hash of every source, native library and model file the grid's results depend on."""
-    digest = hashlib.sha256()
-    for package in (unicache_sim, unicache):
-        init = package.__file__
-        assert init is not None  # both are packages imported from files
-        root = Path(init).parent
-        for file in sorted(root.rglob("*")):
-            if file.suffix in _BUILD_SUFFIXES and "__pycache__" not in file.parts:
-                digest.update(f"{package.__name__}/{file.relative_to(root)}\0".encode())
-                digest.update(file.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,6 @@ from unicache.topology import Topology, Unify
 from unicache.topology.toml import load_model, model_names
 
 from unicache_sim.dask_client import dask_client
-from unicache_sim.dask_client import default_workers as default_workers
 from unicache_sim.engine.config import from_topology
 from unicache_sim.experiments.mfc.read import PointResult, run_mfc
 from unicache_sim.experiments.mfc.spec import (

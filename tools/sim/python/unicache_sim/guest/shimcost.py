@@ -26,7 +26,7 @@ file sizes the figures are interpolated and held as the calls' are. A cost built
 file figures (a test's free shim) charges opens nothing.
 
 The figures live in ``shimcost.toml`` beside this module, written by ``make bench``
-(tools/bench/record.py) from the same run as docs/PERFORMANCE.md's shim block, which a test
+(unicache.bench.record) from the same run as docs/PERFORMANCE.md's shim block, which a test
 holds them to.
 """
 

@@ -17,10 +17,11 @@ from typing import Any
 from unicache.topology.toml import load_model
 
 from unicache_sim.experiments.dmc.micro import ScanPoint
-from unicache_sim.experiments.dmc.runs import VARIANTS, ListPoint, run_micro
+from unicache_sim.experiments.dmc.runs import ListPoint, run_micro
 from unicache_sim.experiments.dmc.whatif import MigrationMode
 from unicache_sim.experiments.mfc.read import run_mfc
 from unicache_sim.experiments.mfc.spec import MfcSpec
+from unicache_sim.experiments.scu_on_dmc import VARIANTS
 from unicache_sim.repro.run import ReproReport
 from unicache_sim.repro.table import ReproRow, Verdict, gain_verdict, points_verdict
 from unicache_sim.spread import Spread

@@ -8,7 +8,7 @@ from typing import Any
 
 from unicache.errors import ConfigError
 
-from unicache_sim.experiments.dmc.runs import DmcReport
+from unicache_sim.experiments.scu_on_dmc import DmcReport
 
 
 def plot_dmc(report: DmcReport, directory: Path) -> list[Path]:

@@ -15,7 +15,6 @@ every command runs and emits its schema, never its timings).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -26,22 +25,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from unicache.bench.shim_files import sample_text
 from unicache.errors import BenchError
-
-
-def _sibling(name: str) -> ModuleType:
-    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
-    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
-
-
-if TYPE_CHECKING:
-    import shim_calibration
-else:
-    shim_calibration = _sibling("shim_calibration")
 
 #: the venv's bin directory (``unicache``, ``unicache-sim``)
 BIN = Path(sys.executable).parent
@@ -370,7 +357,10 @@ def record(out: Path, doc_path: Path, names: Sequence[str] | None = None, tiny: 
         body = block(bench, doc, when, (load0, os.getloadavg()[0]), tiny)
         doc_path.write_text(splice(page, bench.name, body))
         if bench.name == "shim" and calibrate:
-            # the simulated guest's cost per call, from this very run (unicache_sim.guest.shimcost)
+            # the simulated guest's cost per call, from this very run (unicache_sim.guest.shimcost;
+            # imported only here: the simulator is not a dependency of the tables)
+            from unicache.bench import shim_calibration
+
             shim_calibration.write_calibration(doc_path.resolve().parents[1], doc, when,
                                                bench.shown(tiny))
         done.append(Recorded(bench.name, path, seconds))

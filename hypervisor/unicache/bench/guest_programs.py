@@ -39,7 +39,6 @@ not live in it) or counted no read; a run without the shim that counted anything
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -50,24 +49,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from unicache.bench import guest_programs_checks as checks
 from unicache.bench import shim_stats
 from unicache.errors import BenchError, UnicacheError
 from unicache.host.qemu import QemuVm, VmConfig, load_image
 from unicache.host.qemu.accel import cache_dir, choose_accel
-
-
-def _sibling(name: str) -> ModuleType:
-    # a sibling module of tools/bench, loaded the way ``load_bench`` loads this one
-    return importlib.import_module("unicache.cli.bench").load_bench(name)  # type: ignore[no-any-return]
-
-
-if TYPE_CHECKING:
-    import guest_programs_checks as checks
-else:
-    checks = _sibling("guest_programs_checks")
 
 #: the guest program (read as text, run by the guest's python3)
 GUEST_PROGRAM = Path(__file__).with_name("guest_programs_runner.py")

@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unicache.errors import BenchError
 from unicache_sim.engine.calibration import host_clock_ghz
 from unicache_sim.guest.shimcost import TABLE_STATES, parse
+
+from unicache.errors import BenchError
 
 #: where the simulator's package keeps it, from the repository's root
 CALIBRATION = Path("tools/sim/python/unicache_sim/guest/shimcost.toml")
@@ -62,7 +63,7 @@ def calibration_toml(doc: dict[str, Any], when: str, command: str,
     ghz = clock_ghz if clock_ghz is not None else host_clock_ghz()
     lines = [
         "# What libunicache.so adds to a read call and to a small file (ns), for the simulated",
-        "# guest (shimcost.py). Written by `make bench` (tools/bench/shim_calibration.py); do",
+        "# guest (shimcost.py). Written by `make bench` (unicache.bench.shim_calibration); do",
         "# not edit.",
         f'source = "{command}, {when}: sequential read() and small files (open, fstat, read '
         f'to EOF, close) through an 8,192-entry table, upper end of the 95 % interval, on '

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
 from unicache.errors import BenchError
 
 #: seconds between samples of the daemon's /proc files

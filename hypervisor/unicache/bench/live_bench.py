@@ -34,7 +34,6 @@ cost models on: on such a host it leaves the guests alone and no trial sees an e
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shlex
@@ -45,15 +44,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from unicache_sim.density.live_daemon import DaemonSummary, LiveDaemon, read_log
+from unicache_sim.density.live_vms import GuestCommand, GuestSpec, LiveGuests
+
+from unicache.bench import live_measure
 from unicache.errors import BenchError, UnicacheError
 from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
-from unicache_sim.density.live_daemon import DaemonSummary, LiveDaemon, read_log
-from unicache_sim.density.live_vms import GuestCommand, GuestSpec, LiveGuests
 
 #: the guest program (read as text, run by the guest's python3)
 GUEST_PROGRAM = Path(__file__).with_name("live_guest.py")
@@ -78,12 +78,6 @@ DAEMON_CPU_GOAL_PCT = 1.0
 REACTION_P95_GOAL_MS = 500.0
 #: the steps the progress callback is told about
 STEPS = ("boot", "prepare", "clocks", "daemon", "warm-up", "steady", "trials", "stop")
-
-
-def _measure() -> ModuleType:
-    # the sibling module, loaded the way ``load_bench`` loads this one
-    bench = importlib.import_module("unicache.cli.bench")
-    return bench.load_bench("live_measure")  # type: ignore[no-any-return]
 
 
 def file_bytes() -> int:
@@ -175,7 +169,7 @@ class LiveBenchResult:
             return None
         values = [t.reaction_ms if t.reaction_ms is not None else float("inf")
                   for t in self.trials]
-        value = _measure().nearest_rank(values, q)
+        value = live_measure.nearest_rank(values, q)
         return None if value == float("inf") else float(value)
 
     @property
@@ -256,7 +250,7 @@ def run_live_bench(guests: int = 1, seconds: float = 30.0, trials: int = 10,
         raise BenchError(f"--guests takes 1 to 3 guests on this bench, not {guests}")
     if seconds <= 0 or trials < 0:
         raise BenchError("--seconds must be positive and --trials at least 0")
-    measure = _measure()
+    measure = live_measure
     size = file_bytes()
     names = [f"ucbench-{i}" for i in range(guests)]
     base = {"dir": DATA_DIR, "files": BUSY_FILES + trials, "file_bytes": size, "shim": SHIM}
@@ -268,8 +262,7 @@ def run_live_bench(guests: int = 1, seconds: float = 30.0, trials: int = 10,
                 tick("boot")
                 live.run_all([_guest_cmd(n, {**base, "mode": "prepare"}, 300) for n in names])
                 tick("prepare")
-                offsets = {n: measure.estimate_offset(lambda n=n: live.vms[n].ping())
-                           for n in names}
+                offsets = {n: measure.estimate_offset(live.vms[n].ping) for n in names}
                 tick("clocks")
                 daemon = LiveDaemon(Path(tmp) / "state", Path(tmp) / "vms", names,
                                     always_place=always_place)
