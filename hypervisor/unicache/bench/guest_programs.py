@@ -39,22 +39,16 @@ not live in it) or counted no read; a run without the shim that counted anything
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import statistics
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unicache.bench import guest_programs_checks as checks
 from unicache.bench import shim_stats
-from unicache.errors import BenchError, UnicacheError
-from unicache.host.qemu import QemuVm, VmConfig, load_image
+from unicache.errors import BenchError
 from unicache.host.qemu.accel import cache_dir, choose_accel
 
 #: the guest program (read as text, run by the guest's python3)
@@ -304,19 +298,6 @@ def sides(round_index: int) -> tuple[str, ...]:
         "without", "with", "with", "without")
 
 
-def _call(vm: QemuVm, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run the guest program with ``cfg``; its JSON answer."""
-    res = vm.run_in_guest(["python3", "-c", GUEST_PROGRAM.read_text(), json.dumps(cfg)],
-                          timeout=timeout)
-    if not res.ok:
-        why = res.error or (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BenchError(f"the guest runner ({cfg['mode']}) exited {res.exit_code}: {why}")
-    try:
-        return json.loads(res.stdout)  # type: ignore[no-any-return]
-    except ValueError as err:
-        raise BenchError(f"the guest runner printed no JSON: {res.stdout[-200:]!r}") from err
-
-
 def compare(program: Program, runs: Sequence[Run], output: str) -> ProgramResult:
     """The paired comparison of ``runs``: each call's i-th run with the shim against its
     i-th without (neighbours in W O O W / O W W O)."""
@@ -344,98 +325,3 @@ def resolve_clock(clock: str, image: Any, state: Path) -> str:
         return clock
     choice = choose_accel(image.kernel, image.initrd, cache_dir(state))
     return CLOCK_INSTRUCTIONS if choice.accel == "tcg" else CLOCK_WALL
-
-
-def run_guest_programs(rounds: int = 5, tiny: bool = False, image_dir: Path | None = None,
-                       tick: Callable[[str], None] = lambda _: None,
-                       clock: str = "auto", open_sample: str | None = None) -> GuestProgramsResult:
-    """Run the benchmark (module docstring).
-
-    :param rounds: timed rounds (each program W O O W or O W W O per round).
-    :param tiny: small trees and few files (a run of some 20 s under TCG here).
-    :param image_dir: the guest image (``None``: the project's, ``make image``).
-    :param tick: told what just ended, once per :func:`steps`.
-    :param clock: the guest's clock (:data:`CLOCKS`; ``auto``: :func:`resolve_clock`).
-    :param open_sample: ``BYTES:SHIFT``, the guest agent's ``--open-sample`` (None: its
-        default); the run's JSON says what the table carried (``table``).
-    :raises BenchError: when an argument is out of range, the guest cannot run the programs,
-        or a run proves nothing (module docstring).
-    """
-    if not 1 <= rounds <= MAX_ROUNDS:
-        raise BenchError(f"--rounds takes 1 to {MAX_ROUNDS}, not {rounds}")
-    if open_sample is not None and not re.fullmatch(r"\d{1,10}:\d{1,2}", open_sample):
-        raise BenchError(f"--open-sample takes BYTES:SHIFT, not {open_sample!r}")
-    agent_args = (f"unicache.agent_args=--open-sample={open_sample}",) if open_sample else ()
-    sizes = TINY if tiny else FULL
-    progs = programs(sizes)
-    base = {"agent_lib": AGENT_LIB, "shim": SHIM, "dir": DATA_DIR}
-    load0, t0 = os.getloadavg()[0], time.monotonic()
-    try:
-        image = load_image(image_dir)  # a missing image: one line (make image)
-        with tempfile.TemporaryDirectory(prefix="unicache-bench-programs-") as tmp:
-            clock = resolve_clock(clock, image, Path(tmp) / "vms")
-            icount = clock == CLOCK_INSTRUCTIONS
-            vm = QemuVm(VmConfig("ucbench-programs", vcpus=1 if icount else GUEST_VCPUS,
-                                 memory_mib=GUEST_MEMORY_MIB, image_dir=image_dir,
-                                 accel="tcg" if icount else None,
-                                 icount_shift=ICOUNT_SHIFT if icount else None,
-                                 append=agent_args),
-                        Path(tmp) / "vms")
-            try:
-                vm.start()
-                boot_s = vm.wait_for_boot(BOOT_TIMEOUT_S)
-                tick("boot")
-                ready = _call(vm, {**base, "mode": "prepare", "seed": 1,
-                                   "small_files": sizes.small_files,
-                                   "sqlite_rows": sizes.sqlite_rows}, 600)
-                if not ready["shim_exists"]:
-                    raise BenchError(f"the image has no shim at {SHIM}: make image")
-                if not ready["agent_pid"]:
-                    raise BenchError("the guest agent is not running in the guest")
-                checks.check_table(ready["table"])
-                tick("prepare")
-                digests: dict[str, str | None] = {p.name: None for p in progs}
-                outputs: dict[str, str] = {}
-                timed: dict[str, list[Run]] = {p.name: [] for p in progs}
-                for r in range(-1, rounds):  # round -1: the warm-up, untimed
-                    for p in progs:
-                        got = _call(vm, {**base, "mode": "runs", "argv": list(p.argv),
-                                         "cwd": p.cwd,
-                                         "sides": ["with", "without"] if r < 0 else sides(r)},
-                                    RUNS_TIMEOUT_S)
-                        checks.check_table(got["table"])
-                        digests[p.name] = checks.check_runs(
-                            p, got["runs"], digests[p.name],
-                            counts_expected=got["table"].get("sample_shift", 0) < MAX_SHIFT)
-                        outputs[p.name] = got["runs"][0]["first_line"]
-                        if r >= 0:
-                            timed[p.name] += [Run(x["side"], float(x["seconds"]),
-                                                  int(x["counted_bytes"]),
-                                                  int(x["counted_reads"]), int(x["clients"]),
-                                                  str(x["digest"]))
-                                              for x in got["runs"]]
-                        tick(f"{'warm-up' if r < 0 else f'round {r + 1}/{rounds}'}: {p.name}")
-                table = got["table"]
-                agent_pid = int(got["agent_pid"] or 0)
-                costs = checks.check_calls(_call(vm, {**base, "mode": "calls", "selftest": SELFTEST,
-                                               "null": NULL_PRELOAD, "n": sizes.calls,
-                                               "starts": sizes.starts}, RUNS_TIMEOUT_S))
-                tick("calls")
-                if not agent_pid:
-                    raise BenchError("the guest agent stopped during the runs")
-            finally:
-                vm.stop(timeout=15.0)
-            tick("stop")
-    except UnicacheError as err:
-        if isinstance(err, BenchError):
-            raise
-        raise BenchError(f"the programs bench failed: {err}") from err
-    return GuestProgramsResult(
-        rounds=rounds, tiny=tiny, sizes=sizes,
-        accel=vm.accel.accel if vm.accel is not None else "",
-        accel_why=vm.accel.reason if vm.accel is not None else "", clock=clock,
-        kernel=image.kernel_version,
-        table=table, agent_pid=agent_pid,
-        programs=tuple(compare(p, timed[p.name], outputs[p.name]) for p in progs),
-        calls=costs["calls"], starts=costs["starts"],
-        boot_s=boot_s, seconds=time.monotonic() - t0, load=(load0, os.getloadavg()[0]))

@@ -34,23 +34,12 @@ cost models on: on such a host it leaves the guests alone and no trial sees an e
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import socket
 import statistics
-import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unicache_sim.density.live_daemon import DaemonSummary, LiveDaemon, read_log
-from unicache_sim.density.live_vms import GuestCommand, GuestSpec, LiveGuests
-
 from unicache.bench import live_measure
-from unicache.errors import BenchError, UnicacheError
 from unicache.policy.scu.options import scu_options_for
 from unicache.topology import Unify
 from unicache.topology.sysfs import discover_topology
@@ -220,158 +209,6 @@ class LiveBenchResult:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _guest_cmd(guest: str, cfg: dict[str, Any], timeout: float) -> GuestCommand:
-    argv = ("python3", "-c", GUEST_PROGRAM.read_text(), json.dumps(cfg))
-    return GuestCommand(guest, argv, {"PYTHONPATH": AGENT_LIB}, timeout)
-
-
-def run_live_bench(guests: int = 1, seconds: float = 30.0, trials: int = 10,
-                   always_place: bool = True, image_dir: Path | None = None,
-                   tick: Callable[[str], None] = lambda _: None) -> LiveBenchResult:
-    """Run the benchmark (module docstring).
-
-    :param guests: guests to boot.
-    :param seconds: the steady window.
-    :param trials: reaction trials per guest.
-    :param always_place: the daemon with ``--unify l2 --always-place`` (else as an operator).
-    :param image_dir: the guest image (``None``: the project's, ``make image``).
-    :param tick: told the name of each step of :data:`STEPS` as it ends.
-    :raises BenchError: when an argument is out of range or a step fails.
-    """
-    if not 1 <= guests <= 3:
-        raise BenchError(f"--guests takes 1 to 3 guests on this bench, not {guests}")
-    if seconds <= 0 or trials < 0:
-        raise BenchError("--seconds must be positive and --trials at least 0")
-    measure = live_measure
-    size = file_bytes()
-    names = [f"ucbench-{i}" for i in range(guests)]
-    base = {"dir": DATA_DIR, "files": BUSY_FILES + trials, "file_bytes": size, "shim": SHIM}
-    load0 = os.getloadavg()[0]
-    try:
-        with tempfile.TemporaryDirectory(prefix="unicache-bench-live-") as tmp:
-            specs = [GuestSpec(n, GUEST_VCPUS, GUEST_MEMORY_MIB) for n in names]
-            with LiveGuests(specs, Path(tmp) / "vms", image_dir, lambda _: None) as live:
-                tick("boot")
-                live.run_all([_guest_cmd(n, {**base, "mode": "prepare"}, 300) for n in names])
-                tick("prepare")
-                offsets = {n: measure.estimate_offset(live.vms[n].ping) for n in names}
-                tick("clocks")
-                daemon = LiveDaemon(Path(tmp) / "state", Path(tmp) / "vms", names,
-                                    always_place=always_place)
-                port = _free_port()
-                daemon.flags = (*daemon.flags, "--metrics-port", str(port))
-                daemon.start()
-                assert daemon.proc is not None
-                sampler = measure.ProcSampler(daemon.proc.pid)
-                sampler.start()
-                summary: DaemonSummary | None = None
-                try:
-                    daemon.wait_channels(120)
-                    tick("daemon")
-                    warm = {**base, "mode": "steady", "busy_files": BUSY_FILES,
-                            "seconds": WARM_S}
-                    for _ in range(10):
-                        live.run_all([_guest_cmd(n, warm, WARM_S + 120) for n in names])
-                        try:
-                            daemon.wait_reports(timeout=10)
-                            break
-                        except UnicacheError:
-                            continue
-                    else:
-                        daemon.wait_reports(timeout=1)
-                    tick("warm-up")
-                    steady_cfg = {**warm, "seconds": seconds}
-                    bytes0, h0 = measure.channel_bytes(port), time.monotonic()
-                    steady = live.run_all([_guest_cmd(n, steady_cfg, seconds + 180)
-                                           for n in names])
-                    bytes1, h1 = measure.channel_bytes(port), time.monotonic()
-                    tick("steady")
-                    trial_cfg = {**base, "mode": "trials", "first_trial": BUSY_FILES,
-                                 "poll_s": POLL_S, "timeout_s": TRIAL_TIMEOUT_S,
-                                 "jitter_s": _interval(daemon.flags)}
-                    reacted: dict[str, dict[str, Any]] = {
-                        n: {"trials": [], "lookup_s": 0.0} for n in names}
-                    if trials:
-                        reacted = live.run_all([
-                            _guest_cmd(n, {**trial_cfg, "seed": 1 + i},
-                                       trials * (TRIAL_TIMEOUT_S + 30) + 120)
-                            for i, n in enumerate(names)])
-                    bytes2, h2 = measure.channel_bytes(port), time.monotonic()
-                    tick("trials")
-                    rt_to_mono = measure.realtime_to_monotonic()
-                finally:
-                    summary = daemon.stop()
-                    samples = sampler.stop()
-                records = read_log(summary.log)
-                tick("stop")
-    except UnicacheError as err:
-        raise BenchError(f"the live bench failed: {err}") from err
-    if summary.exit_code != 0:
-        raise BenchError(f"the daemon exited {summary.exit_code} after SIGTERM "
-                         f"(its log: {summary.log})")
-    # the steady window on the host's clock: the guests' readers, placed with the offsets
-    start = max(offsets[n].to_host(steady[n]["start"]) for n in names)
-    end = min(offsets[n].to_host(steady[n]["end"]) for n in names)
-    window = max(end - start, 1e-9)
-    agent = tuple(100.0 * steady[n]["agent_cpu_s"] / (steady[n]["end"] - steady[n]["start"])
-                  for n in names)
-    t_first = samples[0].t if samples else 0.0
-    in_window = [s for s in samples if start <= s.t <= end] or samples[-1:]
-    all_trials = [
-        _trial(n, t, offsets[n], records, rt_to_mono) for n in names for t in
-        reacted[n]["trials"]]
-    bound = max(o.uncertainty_s for o in offsets.values())
-    lookup = max(float(reacted[n]["lookup_s"]) for n in names)
-    return LiveBenchResult(
-        guests=guests, interval_s=_interval(daemon.flags), accel=live.accel,
-        daemon_command=shlex.join(["unicache", "run", *daemon.flags[:-2]]), seconds=seconds,
-        window_s=window,
-        daemon_cpu_pct=measure.cpu_percent(samples, start, end),
-        daemon_cpu_all_pct=measure.cpu_percent(samples, t_first, samples[-1].t)
-        if samples else 0.0,
-        daemon_rss_mib=in_window[-1].rss_mib if in_window else 0.0,
-        daemon_rss_peak_mib=max((s.rss_mib for s in samples), default=0.0),
-        agent_cpu_pct=agent,
-        channel_in_bps=(bytes1[0] - bytes0[0]) / (h1 - h0),
-        channel_out_bps=(bytes1[1] - bytes0[1]) / (h1 - h0),
-        trials_channel_bps=((bytes2[0] - bytes1[0]) / (h2 - h1),
-                            (bytes2[1] - bytes1[1]) / (h2 - h1)),
-        reads_per_s=sum(steady[n]["reads"] / (steady[n]["end"] - steady[n]["start"])
-                        for n in names),
-        trials=tuple(all_trials), clock_bound_ms=1000 * bound,
-        poll_ms=1000 * (POLL_S + lookup), load=(load0, os.getloadavg()[0]),
-        samples=tuple((t - t_first, c, r) for t, c, r in measure.series(samples)),
-        steady_from_s=start - t_first, daemon_exit=summary.exit_code)
-
-
-def _interval(flags: tuple[str, ...]) -> float:
-    return float(flags[flags.index("--interval") + 1]) if "--interval" in flags else 1.0
-
-
-def _trial(guest: str, raw: dict[str, Any], offset: Any, records: list[dict[str, Any]],
-           rt_to_mono: float) -> Trial:
-    """A guest's trial, with the daemon's first publish record that holds its file."""
-    start, seen = float(raw["start"]), raw["seen"]
-    publish = next((float(r["time"]) for r in records
-                    if r.get("kind") == "publish-placement" and r.get("vm") == guest
-                    and any(e.get("file") == raw["file"] and e.get("chunk") == 0
-                            for e in r.get("entries", ()))), None)
-    published = None if publish is None else offset.to_guest(publish + rt_to_mono)
-    return Trial(
-        guest=guest, file=raw["file"],
-        reaction_ms=None if seen is None else 1000 * (float(seen) - start),
-        to_publish_ms=None if published is None else 1000 * (published - start),
-        publish_to_table_ms=None if published is None or seen is None
-        else 1000 * (float(seen) - published),
-        caching=bool(raw["caching"]))
 
 
 def plot(result: LiveBenchResult, path: Path) -> None:

@@ -284,7 +284,8 @@ def live(
 
     try:
         try:
-            from unicache.bench import live_bench as bench  # imports the simulator's package
+            from unicache.bench import live_bench as bench
+            from unicache.bench.live_run import run_live_bench  # imports the simulator's package
         except ModuleNotFoundError as err:
             raise _no_simulator(err) from None
         with Progress(console=_err, transient=True) as progress:
@@ -295,8 +296,8 @@ def live(
                 nxt = steps[steps.index(done) + 1] if done in steps[:-1] else "done"
                 progress.update(task, advance=1, description=f"live bench: {nxt}")
 
-            res = bench.run_live_bench(guests=guests, seconds=seconds, trials=trials,
-                                       always_place=always_place, tick=tick)
+            res = run_live_bench(guests=guests, seconds=seconds, trials=trials,
+                                 always_place=always_place, tick=tick)
         if plot is not None:
             bench.plot(res, plot)
     except UnicacheError as err:
@@ -354,6 +355,7 @@ def programs(
 
     try:
         from unicache.bench import guest_programs as bench
+        from unicache.bench.guest_programs_run import run_guest_programs
 
         with Progress(console=_err, transient=True) as progress:
             task = progress.add_task("programs bench: boot", total=bench.steps(rounds))
@@ -361,8 +363,8 @@ def programs(
             def tick(done: str) -> None:
                 progress.update(task, advance=1, description=f"programs bench: {done} done")
 
-            res = bench.run_guest_programs(rounds=rounds, tiny=tiny, tick=tick, clock=clock,
-                                           open_sample=open_sample)
+            res = run_guest_programs(rounds=rounds, tiny=tiny, tick=tick, clock=clock,
+                                     open_sample=open_sample)
     except UnicacheError as err:
         _fail("programs", err)
     if json_out:
