@@ -402,7 +402,7 @@ def record(
         help="Run each at a size of seconds (checks that each runs and emits its schema).")
     ] = False,
     calibrate: Annotated[bool | None, typer.Option(
-        "--calibrate/--no-calibrate",
+        "--calibrate/--no-calibrate", show_default=False,
         help="Write the simulator's calibration of the shim's cost per call "
              "(tools/sim/python/unicache_sim/guest/shimcost.toml) from the shim's run, beside "
              "--doc's page (default: yes, but not with --tiny).")] = None,
