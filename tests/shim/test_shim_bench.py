@@ -84,7 +84,7 @@ def test_bench_shim_quick_json_has_every_figure(shim_bench: ModuleType) -> None:
     assert fig["table_entries"] == 8192 and fig["rounds"] == 1
     # the files cells: --quick's one size under each open sample, ns per file
     assert [(f["sample"], f["size"]) for f in fig["files"]] == [
-        ("agent", 16384), ("every", 16384), ("never", 16384)]
+        ("sampled", 16384), ("every", 16384), ("never", 16384)]
     assert [(f["sample_bytes"], f["sample_shift"]) for f in fig["files"]] == [
         (262144, 3), (0, 0), (262144, 15)]
     for f in fig["files"]:
@@ -333,4 +333,4 @@ def test_the_shim_bench_runs_an_installed_agents_shim(shim_bench: ModuleType,
         ("read", 4096, "unplaced")]
     assert fig["counted_reads"]["unplaced"] > 0
     assert [(f["sample"], f["size"]) for f in fig["files"]] == [
-        ("agent", 4096), ("every", 4096), ("never", 4096)]
+        ("sampled", 4096), ("every", 4096), ("never", 4096)]
